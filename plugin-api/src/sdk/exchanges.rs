@@ -1,0 +1,195 @@
+//! Splitting a conversation into units that must never be split: a tool exchange (an
+//! assistant message with tool calls and every message carrying their results) or a single
+//! message.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::conversation::{Message, Role};
+
+/// What a unit holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnitKind {
+    /// A system message.
+    System,
+    /// A summary a stage inserted earlier.
+    Summary,
+    /// Tool calls with their results (and anything between them).
+    ToolExchange,
+    /// One ordinary message.
+    Message,
+}
+
+/// A run of messages `range` that a strategy keeps or replaces as a whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unit {
+    pub range: Range<usize>,
+    pub kind: UnitKind,
+}
+
+impl Unit {
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+}
+
+/// Splits `messages` into units, in order; together they cover every message once.
+///
+/// A tool exchange spans from the message making a call to the last message answering any of
+/// its calls, so parallel calls answered by several OpenAI `tool` messages, or one Anthropic
+/// `user` message answering several calls, stay one unit. Results that answer no known call
+/// are left as their own unit (rejecting them is the host's job).
+pub fn units(messages: &[Message]) -> Vec<Unit> {
+    let mut call_site: HashMap<&str, usize> = HashMap::new();
+    // reach[i]: the last message a unit starting at or containing i must extend to.
+    let mut reach: Vec<usize> = (0..messages.len()).collect();
+    for (i, message) in messages.iter().enumerate() {
+        for id in message.tool_result_ids() {
+            if let Some(&j) = call_site.get(id) {
+                reach[j] = reach[j].max(i);
+            }
+        }
+        for id in message.tool_use_ids() {
+            call_site.insert(id, i);
+        }
+    }
+
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < messages.len() {
+        let mut end = reach[start];
+        let mut i = start;
+        while i <= end {
+            end = end.max(reach[i]);
+            i += 1;
+        }
+        let range = start..end + 1;
+        out.push(Unit {
+            kind: kind_of(&messages[range.clone()]),
+            range,
+        });
+        start = end + 1;
+    }
+    out
+}
+
+fn kind_of(run: &[Message]) -> UnitKind {
+    let first = &run[0];
+    if run.len() == 1 {
+        if first.role == Role::System {
+            return UnitKind::System;
+        }
+        if first.is_summary() {
+            return UnitKind::Summary;
+        }
+    }
+    if run.iter().any(|m| m.tool_use_ids().next().is_some()) {
+        UnitKind::ToolExchange
+    } else {
+        UnitKind::Message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{ContentBlock, ToolResultPart};
+
+    fn call(ids: &[&str]) -> Message {
+        Message::new(
+            Role::Assistant,
+            ids.iter()
+                .map(|id| ContentBlock::ToolUse {
+                    id: (*id).into(),
+                    name: "bash".into(),
+                    input_json: "{}".into(),
+                    extra_json: Default::default(),
+                })
+                .collect(),
+        )
+    }
+
+    fn result(role: Role, ids: &[&str]) -> Message {
+        Message::new(
+            role,
+            ids.iter()
+                .map(|id| ContentBlock::ToolResult {
+                    tool_use_id: (*id).into(),
+                    content: vec![ToolResultPart::Text { text: "ok".into() }].into(),
+                    is_error: false,
+                    extra_json: Default::default(),
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn openai_parallel_calls_are_one_unit() {
+        let msgs = vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "hi"),
+            call(&["a", "b"]),
+            result(Role::Tool, &["a"]),
+            result(Role::Tool, &["b"]),
+            Message::text(Role::Assistant, "done"),
+        ];
+        let u = units(&msgs);
+        let ranges: Vec<_> = u.iter().map(|u| (u.range.clone(), u.kind)).collect();
+        assert_eq!(
+            ranges,
+            vec![
+                (0..1, UnitKind::System),
+                (1..2, UnitKind::Message),
+                (2..5, UnitKind::ToolExchange),
+                (5..6, UnitKind::Message),
+            ]
+        );
+    }
+
+    #[test]
+    fn anthropic_exchange_spans_call_and_answering_user_message() {
+        let msgs = vec![
+            Message::text(Role::User, "go"),
+            call(&["t1"]),
+            result(Role::User, &["t1"]),
+            call(&["t2"]),
+            result(Role::User, &["t2"]),
+        ];
+        let u = units(&msgs);
+        assert_eq!(u.len(), 3);
+        assert_eq!(u[1].range, 1..3);
+        assert_eq!(u[2].range, 3..5);
+    }
+
+    #[test]
+    fn interleaved_exchanges_merge() {
+        // A call answered only after another exchange began must not be split from it.
+        let msgs = vec![
+            call(&["a"]),
+            call(&["b"]),
+            result(Role::Tool, &["b"]),
+            result(Role::Tool, &["a"]),
+        ];
+        let u = units(&msgs);
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].range, 0..4);
+    }
+
+    #[test]
+    fn orphan_result_and_unanswered_call_stand_alone() {
+        let msgs = vec![result(Role::Tool, &["zz"]), call(&["q"])];
+        let u = units(&msgs);
+        assert_eq!(u.len(), 2);
+        assert_eq!(u[0].kind, UnitKind::Message);
+        assert_eq!(u[1].kind, UnitKind::ToolExchange);
+    }
+
+    #[test]
+    fn empty_conversation_has_no_units() {
+        assert!(units(&[]).is_empty());
+    }
+}

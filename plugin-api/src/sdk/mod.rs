@@ -1,0 +1,14 @@
+//! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
+//! parts of a conversation, summary messages, and prompt rendering.
+
+pub mod exchanges;
+pub mod prompt;
+pub mod protect;
+pub mod splice;
+pub mod summary;
+
+pub use exchanges::{units, Unit, UnitKind};
+pub use prompt::{render_messages, render_template, RenderOptions};
+pub use protect::compactable_range;
+pub use splice::{splice, Replacement};
+pub use summary::{cap_chars, summary_message, SUMMARY_ROLE};

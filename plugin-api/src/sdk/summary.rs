@@ -1,0 +1,59 @@
+//! Summary messages: the text a stage puts where a page's messages were.
+
+use abi_stable::std_types::ROption;
+
+use crate::conversation::{Message, Role, SummaryInfo, SummaryStatus};
+
+/// The role summaries take: a `user` turn is valid at any position in both wire formats.
+pub const SUMMARY_ROLE: Role = Role::User;
+
+/// A summary message standing for the page `page_ref`.
+pub fn summary_message(text: &str, page_ref: &str, strategy: &str, status: SummaryStatus) -> Message {
+    let mut message = Message::text(SUMMARY_ROLE, text);
+    message.summary = ROption::RSome(SummaryInfo {
+        page_ref: page_ref.into(),
+        strategy: strategy.into(),
+        status,
+    });
+    message
+}
+
+/// Cuts `text` to at most `max_chars` characters, marking the cut with `…`.
+pub fn cap_chars(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_string(),
+        Some(_) if max_chars == 0 => String::new(),
+        Some(_) => {
+            let keep = text
+                .char_indices()
+                .nth(max_chars - 1)
+                .map(|(i, _)| i)
+                .unwrap_or(text.len());
+            let mut out = text[..keep].to_string();
+            out.push('…');
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_counts_characters_not_bytes() {
+        assert_eq!(cap_chars("héllo wörld", 5), "héll…");
+        assert_eq!(cap_chars("short", 10), "short");
+        assert_eq!(cap_chars("exact", 5), "exact");
+        assert_eq!(cap_chars("abc", 0), "");
+        assert_eq!(cap_chars("😀😀😀", 2).chars().count(), 2);
+    }
+
+    #[test]
+    fn summary_carries_its_page() {
+        let m = summary_message("s", "pg_1", "x", SummaryStatus::Pending);
+        let info = m.summary_info().unwrap();
+        assert_eq!(info.page_ref.as_str(), "pg_1");
+        assert_eq!(info.status, SummaryStatus::Pending);
+    }
+}

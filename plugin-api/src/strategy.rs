@@ -1,0 +1,201 @@
+//! The strategy a plugin implements, and its ABI form.
+//!
+//! A plugin author implements [`Strategy`] with ordinary Rust types and an `async fn`; the
+//! [`export_plugin!`](crate::export_plugin) macro wraps it in [`StrategyFfi`], the
+//! ABI-stable trait object the host calls, catching every panic on the plugin's side of the
+//! boundary (a panic that unwound into the host would end the process).
+
+// `#[sabi_trait]` expands to impls and names these lints object to; nothing to fix here.
+#![allow(non_local_definitions, non_camel_case_types)]
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use abi_stable::sabi_trait;
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RBox, RResult, RString};
+use abi_stable::StableAbi;
+use async_ffi::{FfiFuture, FutureExt as _};
+use futures::FutureExt as _;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::budget::Budget;
+use crate::conversation::Conversation;
+use crate::error::{ErrorKind, PluginError};
+use crate::host::{Host, HostServicesBox};
+use crate::report::StageReport;
+
+/// What the host hands a stage: the conversation, the budget, and host services.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct CompactRequest {
+    pub conversation: Conversation,
+    pub budget: Budget,
+    pub host: HostServicesBox,
+    /// The stage's name in the chain file (for logs).
+    pub stage: RString,
+}
+
+/// What a stage returns: the new conversation and its report.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug)]
+pub struct CompactOutcome {
+    pub conversation: Conversation,
+    pub report: StageReport,
+}
+
+impl CompactOutcome {
+    /// The stage did nothing: the conversation goes on as it came, with the reason.
+    pub fn unchanged(conversation: Conversation, reason: impl Into<String>) -> Self {
+        CompactOutcome {
+            conversation,
+            report: StageReport::skipped(reason),
+        }
+    }
+}
+
+/// A compaction strategy, as a plugin author writes it.
+///
+/// ```ignore
+/// struct MyStrategy { config: MyConfig }
+/// impl Strategy for MyStrategy {
+///     type Config = MyConfig;
+///     const NAME: &'static str = "my-strategy";
+///     const DESCRIPTION: &'static str = "Does one thing well.";
+///     fn new(config: MyConfig) -> Result<Self, PluginError> { Ok(MyStrategy { config }) }
+///     async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
+///         Ok(CompactOutcome::unchanged(input.conversation, "nothing to do"))
+///     }
+/// }
+/// tamp_plugin_api::export_plugin!(MyStrategy);
+/// ```
+pub trait Strategy: Sized + Send + Sync + 'static {
+    /// The stage config. Its JSON Schema (from `schemars`) is what the host validates a
+    /// chain file's `[stage.config]` against; `Default` is the default config. Use
+    /// `#[serde(deny_unknown_fields)]` so a misspelt key is an error.
+    type Config: Serialize + DeserializeOwned + JsonSchema + Default;
+
+    /// The plugin's name, e.g. `buffered-tool-call`.
+    const NAME: &'static str;
+
+    /// One sentence on what the strategy does.
+    const DESCRIPTION: &'static str;
+
+    /// Builds an instance from a config that already passed deserialization; reject
+    /// combinations the schema cannot express here (e.g. `low >= high`).
+    fn new(config: Self::Config) -> Result<Self, PluginError>;
+
+    /// Compacts one conversation. Called concurrently from many tasks on one instance.
+    fn compact(
+        &self,
+        input: Compaction,
+    ) -> impl Future<Output = Result<CompactOutcome, PluginError>> + Send;
+}
+
+/// A [`Strategy`]'s input: the conversation, the budget and the host.
+pub struct Compaction {
+    pub conversation: Conversation,
+    pub budget: Budget,
+    pub host: Host,
+    pub stage: String,
+}
+
+/// The ABI form of a strategy instance.
+#[sabi_trait]
+pub trait StrategyFfi: Send + Sync + 'static {
+    #[sabi(last_prefix_field)]
+    fn compact(&self, request: CompactRequest) -> FfiFuture<RResult<CompactOutcome, PluginError>>;
+}
+
+/// A strategy instance as it crosses the boundary.
+pub type StrategyBox = StrategyFfi_TO<RBox<()>>;
+
+/// Adapts a [`Strategy`] to [`StrategyFfi`].
+pub struct StrategyAdapter<S: Strategy>(Arc<S>);
+
+impl<S: Strategy> StrategyAdapter<S> {
+    pub fn new(strategy: S) -> Self {
+        StrategyAdapter(Arc::new(strategy))
+    }
+
+    /// Boxes the adapter as the ABI trait object.
+    pub fn into_box(self) -> StrategyBox {
+        StrategyFfi_TO::from_value(self, TD_Opaque)
+    }
+}
+
+/// Turns a panic payload into the message it carried.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}
+
+fn panicked(payload: Box<dyn std::any::Any + Send>) -> PluginError {
+    PluginError::new(ErrorKind::Panicked, panic_message(&*payload))
+}
+
+impl<S: Strategy> StrategyFfi for StrategyAdapter<S> {
+    fn compact(&self, request: CompactRequest) -> FfiFuture<RResult<CompactOutcome, PluginError>> {
+        let strategy = Arc::clone(&self.0);
+        let host = Host::new(request.host, S::NAME);
+        let input = Compaction {
+            conversation: request.conversation,
+            budget: request.budget,
+            host: host.clone(),
+            stage: request.stage.into(),
+        };
+        async move {
+            // Both building the future and polling it run user code; either may panic.
+            let run = AssertUnwindSafe(async move { strategy.compact(input).await });
+            let outcome = match run.catch_unwind().await {
+                Ok(result) => result,
+                Err(payload) => Err(panicked(payload)),
+            };
+            let outcome = outcome.map(|mut outcome| {
+                let (calls, input_tokens, output_tokens) = host.llm_stats();
+                let report = &mut outcome.report;
+                report.llm_calls = calls;
+                report.llm_input_tokens = input_tokens;
+                report.llm_output_tokens = output_tokens;
+                outcome
+            });
+            RResult::from(outcome)
+        }
+        .into_ffi()
+    }
+}
+
+/// Deserializes a stage config from JSON, naming the path of a bad field.
+pub fn parse_config<C: DeserializeOwned>(config_json: &str) -> Result<C, PluginError> {
+    let text = if config_json.trim().is_empty() {
+        "{}"
+    } else {
+        config_json
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            PluginError::invalid_config(e.inner().to_string())
+        } else {
+            PluginError::invalid_config(format!("{path}: {}", e.inner()))
+        }
+    })
+}
+
+/// Builds a strategy from config JSON, catching panics in the author's constructor.
+pub fn new_strategy<S: Strategy>(config_json: &str) -> Result<StrategyBox, PluginError> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let config: S::Config = parse_config(config_json)?;
+        S::new(config).map(|s| StrategyAdapter::new(s).into_box())
+    }))
+    .unwrap_or_else(|payload| Err(panicked(payload)))
+}
