@@ -1,1 +1,209 @@
-//! (being written)
+//! The page store: immutable archives of the original messages a compaction stage replaced.
+//!
+//! Every summary a stage inserts carries the id of a page holding the messages it stands for,
+//! so every compaction is reversible. Strategies and the chain only ever see
+//! `Arc<dyn PageStore>`; the embedded [`SqliteStore`] (one file, no server) is the default, and
+//! a server-backed store shared by several hosts can be added as another implementation of
+//! [`PageStore`] without touching either.
+//!
+//! Pages are **content-addressed** ([`page_id`]) and **immutable**: archiving the same messages
+//! twice stores one page and returns the same id, and a stored page is never updated. The id
+//! depends on the messages only, so when two threads archive identical messages the page keeps
+//! the thread id, strategy and metadata of whichever was written first.
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tamp_plugin_api::{Message, Page, PageDraft};
+
+mod sqlite;
+
+pub use sqlite::SqliteStore;
+
+/// A page to archive.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewPage {
+    /// The conversation's thread, when the request named one.
+    pub thread_id: Option<String>,
+    /// The strategy that replaced these messages.
+    pub strategy: String,
+    /// The original messages, in conversation order.
+    pub messages: Vec<Message>,
+    /// Plugin-defined JSON object stored with the page, or empty. Stored as given.
+    pub metadata_json: String,
+    /// The wire format the messages arrived in (`"anthropic"` or `"openai"`), for display.
+    pub source_format: Option<String>,
+}
+
+impl NewPage {
+    /// The page a plugin's [`PageDraft`] describes, for the given thread and wire format.
+    pub fn from_draft(
+        draft: PageDraft,
+        thread_id: Option<String>,
+        source_format: Option<String>,
+    ) -> Self {
+        NewPage {
+            thread_id,
+            strategy: draft.strategy.into_string(),
+            messages: draft.messages.into_vec(),
+            metadata_json: draft.metadata_json.into_string(),
+            source_format,
+        }
+    }
+}
+
+/// A page as loaded back from a store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredPage {
+    pub page: Page,
+    /// The wire format the messages arrived in, when it was recorded.
+    pub source_format: Option<String>,
+}
+
+/// One line of [`PageStore::list_pages`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PageSummary {
+    pub id: String,
+    pub thread_id: Option<String>,
+    pub strategy: String,
+    pub message_count: u64,
+    /// Seconds since the Unix epoch when the page was first written.
+    pub created_at: u64,
+    pub source_format: Option<String>,
+}
+
+/// Why a page store operation failed.
+///
+/// Messages name the store (its file path for [`SqliteStore`]) and the operation, e.g.
+/// `page store /x/y.sqlite3: cannot open: unable to open database file`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No page has this id.
+    #[error("page {0} not found in the page store")]
+    NotFound(String),
+    /// The store could not perform an operation (I/O, database or runtime error).
+    #[error("page store {location}: cannot {operation}: {detail}")]
+    Backend {
+        /// Where the store lives: a file path, `:memory:`, a server address.
+        location: String,
+        /// What was being done, e.g. `open`, `write page pg_…`.
+        operation: String,
+        detail: String,
+    },
+    /// A stored page exists but cannot be read back.
+    #[error("page store {location}: page {id} is unreadable: {detail}")]
+    Corrupt {
+        location: String,
+        id: String,
+        detail: String,
+    },
+    /// The store was written by a newer tamp whose schema this one does not know.
+    #[error(
+        "page store {location}: schema version {found} is newer than this tamp supports \
+         ({supported}); use a newer tamp or another store"
+    )]
+    UnsupportedSchema {
+        location: String,
+        found: i64,
+        supported: i64,
+    },
+}
+
+impl StoreError {
+    /// Whether this is [`StoreError::NotFound`].
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::NotFound(_))
+    }
+
+    pub(crate) fn backend(
+        location: &str,
+        operation: impl Into<String>,
+        detail: impl fmt::Display,
+    ) -> Self {
+        StoreError::Backend {
+            location: location.to_owned(),
+            operation: operation.into(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// Where pages are archived. Object-safe: the host holds an `Arc<dyn PageStore>`.
+///
+/// Implementations must be usable from many tasks at once and must never block the async
+/// executor (a blocking backend runs its work on `tokio::task::spawn_blocking`).
+pub trait PageStore: Send + Sync {
+    /// Archives `page` and returns its id ([`page_id`] of its messages). Storing messages that
+    /// are already archived is not an error: the existing page is kept, unchanged, and its id
+    /// is returned.
+    fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>>;
+
+    /// Loads a page; [`StoreError::NotFound`] when no page has this id.
+    fn get_page(&self, id: &str) -> BoxFuture<'_, Result<StoredPage, StoreError>>;
+
+    /// At most `limit` pages, newest first.
+    fn list_pages(&self, limit: usize) -> BoxFuture<'_, Result<Vec<PageSummary>, StoreError>>;
+
+    /// Which store this is, for logs and `tamp` output, e.g. `sqlite:/path/to/store.sqlite3`.
+    fn describe(&self) -> String;
+}
+
+/// Length of the hex digest in a page id: 32 hex characters, the first 128 bits of SHA-256.
+pub const PAGE_ID_HEX_LEN: usize = 32;
+
+/// The content address of `messages`: `pg_` + the first 32 hex characters of the SHA-256 of
+/// their canonical JSON (`serde_json::to_vec` of the slice).
+pub fn page_id(messages: &[Message]) -> String {
+    page_id_of_json(&canonical_json(messages))
+}
+
+/// The canonical JSON of a page's messages: what [`page_id`] hashes and what stores keep.
+pub(crate) fn canonical_json(messages: &[Message]) -> Vec<u8> {
+    // Serializing plain data types to a Vec cannot fail: every map key is a string.
+    serde_json::to_vec(messages).expect("messages serialize to JSON")
+}
+
+pub(crate) fn page_id_of_json(json: &[u8]) -> String {
+    let digest = Sha256::digest(json);
+    let mut id = String::with_capacity(3 + PAGE_ID_HEX_LEN);
+    id.push_str("pg_");
+    id.push_str(&hex::encode(&digest[..PAGE_ID_HEX_LEN / 2]));
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tamp_plugin_api::Role;
+
+    #[test]
+    fn page_id_is_prefixed_hex_and_content_addressed() {
+        let a = vec![Message::text(Role::User, "hello")];
+        let b = vec![Message::text(Role::User, "hello!")];
+        let id = page_id(&a);
+        assert!(id.starts_with("pg_"));
+        assert_eq!(id.len(), 3 + PAGE_ID_HEX_LEN);
+        assert!(id[3..]
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(id, page_id(&a.clone()));
+        assert_ne!(id, page_id(&b));
+    }
+
+    #[test]
+    fn page_id_matches_sha256_of_serde_json() {
+        let messages = vec![Message::text(Role::Assistant, "x")];
+        let json = serde_json::to_vec(&messages).unwrap();
+        let full = hex::encode(Sha256::digest(&json));
+        assert_eq!(page_id(&messages), format!("pg_{}", &full[..32]));
+    }
+
+    #[test]
+    fn not_found_names_the_id() {
+        let e = StoreError::NotFound("pg_abc".into());
+        assert!(e.to_string().contains("pg_abc"));
+        assert!(e.is_not_found());
+    }
+}

@@ -1,0 +1,671 @@
+//! The embedded page store: one SQLite file, no server.
+//!
+//! - The file and its parent directories are created when missing; the journal is in WAL mode
+//!   so readers never wait for a writer (another process may open the same file; a locked
+//!   database is retried for [`BUSY_TIMEOUT`]).
+//! - `PRAGMA user_version` is the schema version; [`MIGRATIONS`] brings an older file up to
+//!   date in one transaction, and a file from a newer tamp is refused rather than misread.
+//! - rusqlite is blocking: every operation runs on tokio's blocking pool
+//!   (`spawn_blocking`), with the one connection behind a mutex, so the store is usable from
+//!   any number of tasks without blocking the async executor. SQLite serializes writers
+//!   anyway, and page reads and writes are short.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use tamp_plugin_api::{FfiOption, Message, Page};
+
+use super::{
+    canonical_json, page_id_of_json, NewPage, PageStore, PageSummary, StoreError, StoredPage,
+};
+
+/// How long an operation waits for a lock held by another connection (another process on the
+/// same file) before failing.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Schema migrations: `MIGRATIONS[n]` takes a file from schema version `n` to `n + 1`.
+/// Append only; never edit a released step.
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1: the pages table.
+    "CREATE TABLE pages (
+        id            TEXT PRIMARY KEY NOT NULL,
+        thread_id     TEXT,
+        strategy      TEXT NOT NULL,
+        source_format TEXT,
+        messages_json TEXT NOT NULL,
+        metadata_json TEXT NOT NULL,
+        message_count INTEGER NOT NULL,
+        created_at    INTEGER NOT NULL
+    );
+    CREATE INDEX pages_by_created_at ON pages (created_at);
+    CREATE INDEX pages_by_thread ON pages (thread_id, created_at);",
+];
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The embedded SQLite page store. Cheap to clone (clones share the connection).
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The file path, or `:memory:`; used in `describe` and in every error message.
+    location: String,
+    path: Option<PathBuf>,
+    conn: Mutex<Connection>,
+}
+
+impl Inner {
+    /// The connection. Held only for the SQL itself: serializing, hashing and parsing pages
+    /// happen outside the lock.
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves the connection usable (an open transaction
+        // rolls back when dropped), so a poisoned lock is taken over.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("location", &self.inner.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its parent directories if missing) the store file at `path`,
+    /// and migrates its schema to the current schema version.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let location = path.display().to_string();
+        if path.as_os_str().is_empty() || path.file_name().is_none() {
+            return Err(StoreError::backend(
+                &location,
+                "open",
+                "the path does not name a file",
+            ));
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StoreError::backend(
+                    &location,
+                    format!("create directory {}", parent.display()),
+                    e,
+                )
+            })?;
+        }
+        let conn =
+            Connection::open(&path).map_err(|e| StoreError::backend(&location, "open", e))?;
+        Self::init(conn, location, Some(path))
+    }
+
+    /// A store in memory, gone when the last clone is dropped (tests, one-shot runs).
+    pub fn in_memory() -> Result<Self, StoreError> {
+        let location = ":memory:".to_owned();
+        let conn =
+            Connection::open_in_memory().map_err(|e| StoreError::backend(&location, "open", e))?;
+        Self::init(conn, location, None)
+    }
+
+    /// The store file, or `None` for an in-memory store.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    fn init(
+        mut conn: Connection,
+        location: String,
+        path: Option<PathBuf>,
+    ) -> Result<Self, StoreError> {
+        let fail =
+            |operation: &str, e: rusqlite::Error| StoreError::backend(&location, operation, e);
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| fail("set the busy timeout", e))?;
+        // WAL: readers do not wait for the writer. In-memory databases answer "memory".
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(|e| fail("enable WAL mode", e))?;
+        if path.is_some() && !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(store = %location, journal_mode = %mode, "page store: WAL mode unavailable, using the {mode} journal");
+        }
+        migrate(&mut conn, &location)?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                location,
+                path,
+                conn: Mutex::new(conn),
+            }),
+        })
+    }
+
+    /// Runs `op` on the blocking pool (inline when there is no tokio
+    /// runtime, e.g. under `futures::executor::block_on`).
+    async fn run<T, F>(&self, operation: String, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let task = move || op(&inner);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => match handle.spawn_blocking(task).await {
+                Ok(result) => result,
+                Err(e) => Err(StoreError::backend(&self.inner.location, operation, e)),
+            },
+            Err(_) => task(),
+        }
+    }
+}
+
+fn migrate(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
+    let fail = |operation: &str, e: rusqlite::Error| StoreError::backend(location, operation, e);
+    let read_version = |conn: &Connection| -> Result<i64, StoreError> {
+        conn.pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(|e| fail("read the schema version", e))
+    };
+    let check = |found: i64| {
+        if found > SCHEMA_VERSION {
+            Err(StoreError::UnsupportedSchema {
+                location: location.to_owned(),
+                found,
+                supported: SCHEMA_VERSION,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    let version = read_version(conn)?;
+    check(version)?;
+    if version == SCHEMA_VERSION {
+        return Ok(());
+    }
+    // Another process may be migrating the same file: take the write lock, then read again.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| fail("migrate the schema", e))?;
+    let version = read_version(&tx)?;
+    check(version)?;
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        tx.execute_batch(sql).map_err(|e| {
+            fail(
+                &format!("migrate the schema from version {step} to {}", step + 1),
+                e,
+            )
+        })?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(|e| fail("migrate the schema", e))?;
+    tx.commit().map_err(|e| fail("migrate the schema", e))
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl PageStore for SqliteStore {
+    fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>> {
+        async move {
+            self.run("write a page".to_owned(), move |inner| {
+                // Serializing and hashing a large page is CPU work: it runs here, off the
+                // executor, too.
+                let json = canonical_json(&page.messages);
+                let id = page_id_of_json(&json);
+                let json = String::from_utf8(json)
+                    .map_err(|e| StoreError::backend(&inner.location, "encode a page", e))?;
+                inner
+                    .conn()
+                    .execute(
+                        "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
+                         messages_json, metadata_json, message_count, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                        params![
+                            id,
+                            page.thread_id,
+                            page.strategy,
+                            page.source_format,
+                            json,
+                            page.metadata_json,
+                            to_i64(page.messages.len() as u64),
+                            to_i64(now_secs()),
+                        ],
+                    )
+                    .map_err(|e| {
+                        StoreError::backend(&inner.location, format!("write page {id}"), e)
+                    })?;
+                Ok(id)
+            })
+            .await
+        }
+        .boxed()
+    }
+
+    fn get_page(&self, id: &str) -> BoxFuture<'_, Result<StoredPage, StoreError>> {
+        let id = id.to_owned();
+        async move {
+            self.run(format!("read page {id}"), move |inner| {
+                type Row = (Option<String>, String, Option<String>, String, String, i64);
+                let row: Option<Row> = inner
+                    .conn()
+                    .query_row(
+                        "SELECT thread_id, strategy, source_format, messages_json,
+                                metadata_json, created_at
+                         FROM pages WHERE id = ?1",
+                        [&id],
+                        |r| {
+                            Ok((
+                                r.get(0)?,
+                                r.get(1)?,
+                                r.get(2)?,
+                                r.get(3)?,
+                                r.get(4)?,
+                                r.get(5)?,
+                            ))
+                        },
+                    )
+                    .optional()
+                    .map_err(|e| {
+                        StoreError::backend(&inner.location, format!("read page {id}"), e)
+                    })?;
+                let Some((
+                    thread_id,
+                    strategy,
+                    source_format,
+                    messages_json,
+                    metadata_json,
+                    created_at,
+                )) = row
+                else {
+                    return Err(StoreError::NotFound(id));
+                };
+                let messages: Vec<Message> =
+                    serde_json::from_str(&messages_json).map_err(|e| StoreError::Corrupt {
+                        location: inner.location.clone(),
+                        id: id.clone(),
+                        detail: format!("its messages do not parse: {e}"),
+                    })?;
+                Ok(StoredPage {
+                    page: Page {
+                        id: id.into(),
+                        thread_id: FfiOption::from(thread_id.map(Into::into)),
+                        strategy: strategy.into(),
+                        messages: messages.into(),
+                        metadata_json: metadata_json.into(),
+                        created_at: u64::try_from(created_at).unwrap_or(0),
+                    },
+                    source_format,
+                })
+            })
+            .await
+        }
+        .boxed()
+    }
+
+    fn list_pages(&self, limit: usize) -> BoxFuture<'_, Result<Vec<PageSummary>, StoreError>> {
+        async move {
+            self.run("list pages".to_owned(), move |inner| {
+                let fail =
+                    |e: rusqlite::Error| StoreError::backend(&inner.location, "list pages", e);
+                let conn = inner.conn();
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT id, thread_id, strategy, message_count, created_at, source_format
+                         FROM pages ORDER BY created_at DESC, rowid DESC LIMIT ?1",
+                    )
+                    .map_err(fail)?;
+                let rows = stmt
+                    .query_map([to_i64(limit as u64)], |r| {
+                        Ok(PageSummary {
+                            id: r.get(0)?,
+                            thread_id: r.get(1)?,
+                            strategy: r.get(2)?,
+                            message_count: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                            created_at: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
+                            source_format: r.get(5)?,
+                        })
+                    })
+                    .map_err(fail)?;
+                rows.collect::<Result<Vec<_>, _>>().map_err(fail)
+            })
+            .await
+        }
+        .boxed()
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite:{}", self.inner.location)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::page_id;
+    use tamp_plugin_api::{ContentBlock, Role, ToolResultPart};
+
+    /// A unique directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "tamp-store-test-{tag}-{}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed),
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            ));
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn conversation(tag: &str) -> Vec<Message> {
+        let mut tool_use = Message::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::text(format!("let me look {tag}")),
+                ContentBlock::ToolUse {
+                    id: "toolu_1".into(),
+                    name: "read_file".into(),
+                    input_json: r#"{"path":"/etc/hosts"}"#.into(),
+                    extra_json: r#"{"cache_control":{"type":"ephemeral"}}"#.into(),
+                },
+            ],
+        );
+        tool_use.extra_json = r#"{"name":"bot"}"#.into();
+        vec![
+            Message::text(Role::User, format!("question {tag} — ünïcødé 👋")),
+            tool_use,
+            Message::new(
+                Role::User,
+                vec![ContentBlock::ToolResult {
+                    tool_use_id: "toolu_1".into(),
+                    content: vec![
+                        ToolResultPart::Text {
+                            text: "127.0.0.1 localhost".into(),
+                        },
+                        ToolResultPart::Opaque {
+                            json: r#"{"type":"image","source":{"data":"AAAA"}}"#.into(),
+                        },
+                    ]
+                    .into(),
+                    is_error: false,
+                    extra_json: Default::default(),
+                }],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::Opaque {
+                    json: r#"{"type":"thinking","thinking":"hmm"}"#.into(),
+                }],
+            ),
+        ]
+    }
+
+    fn new_page(messages: Vec<Message>) -> NewPage {
+        NewPage {
+            thread_id: Some("thread-1".into()),
+            strategy: "anchored-structured".into(),
+            messages,
+            metadata_json: r#"{"k":1}"#.into(),
+            source_format: Some("anthropic".into()),
+        }
+    }
+
+    fn count_rows(store: &SqliteStore) -> i64 {
+        let conn = store.inner.conn.lock().unwrap();
+        conn.query_row("SELECT count(*) FROM pages", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn put_get_round_trip() {
+        let store = SqliteStore::in_memory().unwrap();
+        let messages = conversation("a");
+        let id = store.put_page(new_page(messages.clone())).await.unwrap();
+        assert_eq!(id, page_id(&messages));
+        let stored = store.get_page(&id).await.unwrap();
+        assert_eq!(stored.page.id.as_str(), id);
+        assert_eq!(stored.page.messages.as_slice(), messages.as_slice());
+        assert_eq!(
+            serde_json::to_vec(&stored.page.messages).unwrap(),
+            serde_json::to_vec(&messages).unwrap(),
+            "messages come back byte-equal"
+        );
+        assert_eq!(
+            stored
+                .page
+                .thread_id
+                .as_ref()
+                .map(|s| s.as_str())
+                .into_option(),
+            Some("thread-1")
+        );
+        assert_eq!(stored.page.strategy.as_str(), "anchored-structured");
+        assert_eq!(stored.page.metadata_json.as_str(), r#"{"k":1}"#);
+        assert_eq!(stored.source_format.as_deref(), Some("anthropic"));
+        assert!(stored.page.created_at > 1_600_000_000);
+    }
+
+    #[tokio::test]
+    async fn no_thread_and_no_format_round_trip() {
+        let store = SqliteStore::in_memory().unwrap();
+        let mut page = new_page(conversation("b"));
+        page.thread_id = None;
+        page.source_format = None;
+        page.metadata_json = String::new();
+        let id = store.put_page(page).await.unwrap();
+        let stored = store.get_page(&id).await.unwrap();
+        assert!(stored.page.thread_id.is_none());
+        assert!(stored.source_format.is_none());
+        assert_eq!(stored.page.metadata_json.as_str(), "");
+    }
+
+    #[tokio::test]
+    async fn same_content_same_id_one_row() {
+        let store = SqliteStore::in_memory().unwrap();
+        let first = store.put_page(new_page(conversation("a"))).await.unwrap();
+        let mut again = new_page(conversation("a"));
+        again.strategy = "someone-else".into();
+        again.thread_id = Some("thread-2".into());
+        let second = store.put_page(again).await.unwrap();
+        assert_eq!(first, second);
+        assert_eq!(count_rows(&store), 1);
+        // Immutable: the first write wins.
+        let stored = store.get_page(&first).await.unwrap();
+        assert_eq!(stored.page.strategy.as_str(), "anchored-structured");
+    }
+
+    #[tokio::test]
+    async fn different_content_different_id() {
+        let store = SqliteStore::in_memory().unwrap();
+        let a = store.put_page(new_page(conversation("a"))).await.unwrap();
+        let b = store.put_page(new_page(conversation("b"))).await.unwrap();
+        assert_ne!(a, b);
+        assert_eq!(count_rows(&store), 2);
+    }
+
+    #[tokio::test]
+    async fn unknown_id_is_not_found_with_the_id() {
+        let store = SqliteStore::in_memory().unwrap();
+        let err = store.get_page("pg_0123456789abcdef").await.unwrap_err();
+        assert!(matches!(err, StoreError::NotFound(ref id) if id == "pg_0123456789abcdef"));
+        assert!(err.to_string().contains("pg_0123456789abcdef"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn list_pages_newest_first_with_limit() {
+        let store = SqliteStore::in_memory().unwrap();
+        let mut ids = Vec::new();
+        for tag in ["1", "2", "3"] {
+            ids.push(store.put_page(new_page(conversation(tag))).await.unwrap());
+        }
+        let listed = store.list_pages(10).await.unwrap();
+        let listed_ids: Vec<&str> = listed.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            listed_ids,
+            vec![ids[2].as_str(), ids[1].as_str(), ids[0].as_str()]
+        );
+        assert_eq!(listed[0].message_count, 4);
+        assert_eq!(listed[0].thread_id.as_deref(), Some("thread-1"));
+        assert_eq!(listed[0].strategy, "anchored-structured");
+        assert!(listed[0].created_at > 0);
+        assert_eq!(store.list_pages(2).await.unwrap().len(), 2);
+        assert!(store.list_pages(0).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn persists_across_reopen() {
+        let dir = TempDir::new("reopen");
+        let path = dir.0.join("nested").join("store.sqlite3");
+        let messages = conversation("persist");
+        let id = {
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(store.describe(), format!("sqlite:{}", path.display()));
+            store.put_page(new_page(messages.clone())).await.unwrap()
+        };
+        assert!(path.exists());
+        let store = SqliteStore::open(&path).unwrap();
+        let stored = store.get_page(&id).await.unwrap();
+        assert_eq!(stored.page.messages.as_slice(), messages.as_slice());
+        let conn = store.inner.conn.lock().unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode.to_ascii_lowercase(), "wal");
+    }
+
+    #[tokio::test]
+    async fn newer_schema_is_refused() {
+        let dir = TempDir::new("schema");
+        let path = dir.0.join("store.sqlite3");
+        drop(SqliteStore::open(&path).unwrap());
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+                .unwrap();
+        }
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::UnsupportedSchema { .. }), "{err}");
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_puts_from_50_tasks() {
+        let dir = TempDir::new("concurrent");
+        let store: Arc<dyn PageStore> =
+            Arc::new(SqliteStore::open(&dir.0.join("store.sqlite3")).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..50 {
+            let store = Arc::clone(&store);
+            tasks.push(tokio::spawn(async move {
+                // Every fifth task repeats an earlier page's content.
+                let tag = (i % 40).to_string();
+                let messages = conversation(&tag);
+                let id = store.put_page(new_page(messages.clone())).await.unwrap();
+                assert_eq!(id, page_id(&messages));
+                let back = store.get_page(&id).await.unwrap();
+                assert_eq!(back.page.messages.as_slice(), messages.as_slice());
+                id
+            }));
+        }
+        let mut ids = Vec::new();
+        for t in tasks {
+            ids.push(t.await.unwrap());
+        }
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 40);
+        assert_eq!(store.list_pages(1000).await.unwrap().len(), 40);
+    }
+
+    #[test]
+    fn unwritable_path_names_the_path() {
+        let dir = TempDir::new("unwritable");
+        std::fs::create_dir_all(&dir.0).unwrap();
+        // A regular file where a directory should be: fails even for root.
+        let blocker = dir.0.join("not-a-dir");
+        std::fs::write(&blocker, b"x").unwrap();
+        let path = blocker.join("sub").join("store.sqlite3");
+        let err = SqliteStore::open(&path).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(text.starts_with("page store "), "{text}");
+        assert!(text.contains("cannot create directory"), "{text}");
+
+        // A directory where the file should be.
+        let err = SqliteStore::open(&dir.0).unwrap_err();
+        assert!(
+            err.to_string().contains(&dir.0.display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn five_megabyte_message_round_trips() {
+        let dir = TempDir::new("large");
+        let store = SqliteStore::open(&dir.0.join("store.sqlite3")).unwrap();
+        let big: String = (0..5 * 1024 * 1024)
+            .map(|i: usize| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let messages = vec![
+            Message::text(Role::User, big),
+            Message::new(
+                Role::User,
+                vec![ContentBlock::Opaque {
+                    json: format!(r#"{{"type":"image","data":"{}"}}"#, "QUJD".repeat(1024)).into(),
+                }],
+            ),
+        ];
+        let id = store.put_page(new_page(messages.clone())).await.unwrap();
+        let stored = store.get_page(&id).await.unwrap();
+        assert_eq!(stored.page.messages.as_slice(), messages.as_slice());
+    }
+
+    #[test]
+    fn works_without_a_tokio_runtime() {
+        let store = SqliteStore::in_memory().unwrap();
+        let messages = conversation("sync");
+        let id = futures::executor::block_on(store.put_page(new_page(messages.clone()))).unwrap();
+        let back = futures::executor::block_on(store.get_page(&id)).unwrap();
+        assert_eq!(back.page.messages.as_slice(), messages.as_slice());
+    }
+
+    #[test]
+    fn store_is_object_safe_and_shareable() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<SqliteStore>();
+        let store: Arc<dyn PageStore> = Arc::new(SqliteStore::in_memory().unwrap());
+        assert_eq!(store.describe(), "sqlite::memory:");
+    }
+}
