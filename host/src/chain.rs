@@ -1,1 +1,652 @@
-//! (being written)
+//! The strategy chain: stages run in order, each on the previous one's output.
+//!
+//! A stage that errors, panics, times out, or returns output that breaks an invariant is
+//! rolled back: the chain goes on from the conversation that stage received, and the report
+//! says what happened. The chain stops early once the conversation is under the low watermark.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tamp_plugin_api::{Budget, CompactRequest, Conversation, FfiResult, Message, StageReport, StrategyBox, Usage};
+use tokio::sync::Semaphore;
+
+use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, Trigger};
+use crate::invariants::{check_stage_output, infer_format, Violation};
+use crate::loader::{resolve_plugin, LoadError, LoadedPlugin};
+use crate::providers::{ExtractiveSummarizer, Provider, ScriptedProvider};
+use crate::services::{HostContext, ProgressFn, StageServices};
+use crate::store::{PageStore, SqliteStore};
+use crate::tokens::TokenCounter;
+use crate::wire::{check_tool_pairing, WireError, WireFormat};
+
+/// Why a chain could not be built, or a conversation not compacted at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    #[error("invalid conversation: {0}")]
+    InvalidInput(#[from] WireError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// One stage: a plugin instance, its config and its trigger.
+pub struct Stage {
+    pub name: String,
+    pub plugin: Arc<LoadedPlugin>,
+    pub config: serde_json::Value,
+    pub trigger: Trigger,
+    pub timeout: Duration,
+    strategy: Arc<StrategyBox>,
+}
+
+/// A built chain, ready to compact conversations concurrently.
+pub struct Chain {
+    stages: Vec<Stage>,
+    budget: BudgetConfig,
+    ctx: Arc<HostContext>,
+}
+
+/// Per-call choices.
+#[derive(Debug, Clone, Default)]
+pub struct CompactOptions {
+    /// The wire format the conversation came in (decides the tool-pairing rules checked);
+    /// inferred from the messages when absent.
+    pub format: Option<WireFormat>,
+    /// Run over-budget stages even when the conversation is under the high watermark.
+    pub force: bool,
+    /// Overrides the chain file's budget for this call.
+    pub budget: Option<BudgetConfig>,
+}
+
+/// The compacted conversation and the report of how it came about.
+#[derive(Debug, Clone)]
+pub struct Compacted {
+    pub conversation: Conversation,
+    pub report: ChainReport,
+}
+
+/// What the chain did, stage by stage.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainReport {
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub messages_before: usize,
+    pub messages_after: usize,
+    pub budget: BudgetReport,
+    /// Why over-budget stages ran or not.
+    pub reason: String,
+    pub stages: Vec<StageRun>,
+    pub llm_calls: u32,
+    pub usage: Usage,
+    pub duration_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetReport {
+    pub max_tokens: u64,
+    pub high_watermark: u64,
+    pub low_watermark: u64,
+    pub keep_recent: u32,
+}
+
+/// How a stage run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    /// Changed the conversation.
+    Acted,
+    /// Ran and chose not to act.
+    Skipped,
+    /// Not run (trigger not met, or already under the low watermark).
+    NotRun,
+    /// Failed or broke an invariant; its output was discarded.
+    RolledBack,
+}
+
+/// One stage's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageRun {
+    pub stage: String,
+    pub plugin: String,
+    pub plugin_version: String,
+    pub status: StageStatus,
+    /// What it did and why, or why it did not run, or why it was rolled back.
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<StageFailure>,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub duration_ms: f64,
+    pub llm_calls: u32,
+    pub failed_llm_calls: u32,
+    pub usage: Usage,
+    pub pages: Vec<String>,
+    pub messages_removed: u32,
+    pub summaries_added: u32,
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub details: serde_json::Value,
+}
+
+/// Why a stage was rolled back.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageFailure {
+    /// `error`, `panicked`, `timeout` or `invariant`.
+    pub kind: String,
+    pub message: String,
+    /// The invariant's id, for `invariant`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+}
+
+/// Builds a [`Chain`] from parts; [`Chain::from_file`] uses it for chain files.
+pub struct ChainBuilder {
+    budget: BudgetConfig,
+    provider: Arc<dyn Provider>,
+    store: Option<Arc<dyn PageStore>>,
+    tokens: Option<Arc<TokenCounter>>,
+    llm_concurrency: usize,
+    llm_timeout: Duration,
+    progress: Option<ProgressFn>,
+    stages: Vec<Stage>,
+}
+
+impl ChainBuilder {
+    pub fn new(budget: BudgetConfig) -> Self {
+        ChainBuilder {
+            budget,
+            provider: Arc::new(ExtractiveSummarizer::default()),
+            store: None,
+            tokens: None,
+            llm_concurrency: 16,
+            llm_timeout: Duration::from_secs(120),
+            progress: None,
+            stages: Vec::new(),
+        }
+    }
+
+    pub fn provider(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    pub fn store(mut self, store: Arc<dyn PageStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    pub fn tokens(mut self, tokens: Arc<TokenCounter>) -> Self {
+        self.tokens = Some(tokens);
+        self
+    }
+
+    /// At most `n` LLM calls in flight across every compaction on this chain.
+    pub fn llm_concurrency(mut self, n: usize) -> Self {
+        self.llm_concurrency = n.max(1);
+        self
+    }
+
+    pub fn llm_timeout(mut self, timeout: Duration) -> Self {
+        self.llm_timeout = timeout;
+        self
+    }
+
+    pub fn progress(mut self, progress: ProgressFn) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// Adds a stage: validates `config` against the plugin's schema, then instantiates it.
+    /// The error says which field is at fault.
+    pub fn stage(
+        mut self,
+        name: &str,
+        plugin: Arc<LoadedPlugin>,
+        config: serde_json::Value,
+        trigger: Trigger,
+        timeout: Duration,
+    ) -> Result<Self, StageConfigError> {
+        validate_against_schema(&plugin.meta().config_schema, &config)?;
+        let strategy = plugin.instantiate(&config).map_err(|e| StageConfigError {
+            pointer: None,
+            message: format!("plugin {} refused the config: {}", plugin.meta().name, e.message),
+        })?;
+        self.stages.push(Stage {
+            name: name.to_string(),
+            plugin,
+            config,
+            trigger,
+            timeout,
+            strategy: Arc::new(strategy),
+        });
+        Ok(self)
+    }
+
+    pub fn build(self) -> Result<Chain, ChainError> {
+        self.budget.validate().map_err(ChainError::Setup)?;
+        let store = match self.store {
+            Some(s) => s,
+            None => Arc::new(SqliteStore::in_memory().map_err(|e| ChainError::Setup(e.to_string()))?),
+        };
+        let tokens = match self.tokens {
+            Some(t) => t,
+            None => Arc::new(TokenCounter::new(crate::tokens::Encoding::O200kBase).map_err(ChainError::Setup)?),
+        };
+        Ok(Chain {
+            stages: self.stages,
+            budget: self.budget,
+            ctx: Arc::new(HostContext {
+                provider: self.provider,
+                store,
+                tokens,
+                llm_permits: Arc::new(Semaphore::new(self.llm_concurrency)),
+                llm_timeout: self.llm_timeout,
+                progress: self.progress,
+            }),
+        })
+    }
+}
+
+/// A stage config that does not fit its plugin's schema.
+#[derive(Debug, Clone)]
+pub struct StageConfigError {
+    /// JSON pointer of the field at fault (`/group_size`), when known.
+    pub pointer: Option<String>,
+    pub message: String,
+}
+
+impl std::fmt::Display for StageConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn validate_against_schema(schema: &serde_json::Value, config: &serde_json::Value) -> Result<(), StageConfigError> {
+    let validator = jsonschema::validator_for(schema).map_err(|e| StageConfigError {
+        pointer: None,
+        message: format!("the plugin's config schema is not valid JSON Schema: {e}"),
+    })?;
+    if let Some(error) = validator.iter_errors(config).next() {
+        let pointer = error.instance_path().to_string();
+        // An unknown key is reported at the parent; name the key itself.
+        let message = if pointer.is_empty() {
+            format!("config: {error}")
+        } else {
+            format!("config{}: {error}", pointer.replace('/', "."))
+        };
+        return Err(StageConfigError {
+            pointer: Some(pointer),
+            message,
+        });
+    }
+    Ok(())
+}
+
+/// Plugins loaded in this process, by canonical path: the same file is loaded once and shared
+/// by every chain (a library is never unloaded, so loading it again would gain nothing).
+fn plugin_registry() -> &'static Mutex<HashMap<PathBuf, Arc<LoadedPlugin>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<PathBuf, Arc<LoadedPlugin>>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+/// Loads the plugin at `path`, or returns the one already loaded from it.
+pub fn load_plugin(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+    let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut registry = plugin_registry().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = registry.get(&key) {
+        return Ok(Arc::clone(p));
+    }
+    let plugin = LoadedPlugin::load(&key)?;
+    registry.insert(key, Arc::clone(&plugin));
+    Ok(plugin)
+}
+
+/// Settings a caller may impose on a chain built from a file.
+#[derive(Clone, Default)]
+pub struct FileOverrides {
+    /// Use this store file instead of the chain file's.
+    pub store_path: Option<PathBuf>,
+    pub progress: Option<ProgressFn>,
+}
+
+impl Chain {
+    /// Reads a chain file, loads its plugins, validates every stage config against its
+    /// plugin's schema and builds the chain. Errors name the file, line and field.
+    pub fn from_file(path: &Path, overrides: FileOverrides) -> Result<Chain, ChainError> {
+        let file = LoadedChainFile::read(path)?;
+        Self::from_loaded(&file, overrides)
+    }
+
+    pub fn from_loaded(file: &LoadedChainFile, overrides: FileOverrides) -> Result<Chain, ChainError> {
+        let cfg = &file.file;
+        let provider: Arc<dyn Provider> = match cfg.provider.kind.as_str() {
+            "scripted" => {
+                let script = file.resolve_path(cfg.provider.script.as_deref().unwrap_or(Path::new("")));
+                Arc::new(ScriptedProvider::from_file(&script).map_err(|e| {
+                    file.error(None, format!("provider.script: {e}"))
+                })?)
+            }
+            _ => Arc::new(ExtractiveSummarizer::default()),
+        };
+        let encoding = cfg
+            .tokenizer
+            .encoding
+            .parse()
+            .map_err(|e| file.error(None, format!("tokenizer.encoding: {e}")))?;
+        let tokens = TokenCounter::new(encoding).map_err(|e| file.error(None, format!("tokenizer: {e}")))?;
+        let store_path = overrides
+            .store_path
+            .clone()
+            .or_else(|| cfg.store.path.as_ref().map(|p| file.resolve_path(p)))
+            .unwrap_or_else(|| PathBuf::from(".tamp/store.sqlite3"));
+        let store = SqliteStore::open(&store_path).map_err(|e| ChainError::Setup(e.to_string()))?;
+
+        let mut builder = ChainBuilder::new(cfg.budget)
+            .provider(provider)
+            .store(Arc::new(store))
+            .tokens(Arc::new(tokens))
+            .llm_concurrency(cfg.provider.max_concurrency)
+            .llm_timeout(Duration::from_secs_f64(cfg.provider.timeout_secs));
+        if let Some(p) = overrides.progress {
+            builder = builder.progress(p);
+        }
+        let base = file.base_dir();
+        for (i, spanned) in cfg.stages.iter().enumerate() {
+            let stage = spanned.get_ref();
+            let path = resolve_plugin(&stage.plugin, &base, &cfg.plugin_dirs).map_err(|e| {
+                file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name))
+            })?;
+            let plugin = load_plugin(&path)
+                .map_err(|e| file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name)))?;
+            builder = builder
+                .stage(&stage.name, plugin, stage.config_json(), stage.trigger, stage.timeout())
+                .map_err(|e| {
+                    let key = e
+                        .pointer
+                        .as_deref()
+                        .and_then(|p| p.trim_start_matches('/').split('/').next_back())
+                        .filter(|k| !k.is_empty());
+                    // For an unknown field the pointer is the parent; name the offending key.
+                    let key = key.or_else(|| unknown_field_in(&e.message));
+                    file.error(file.stage_config_line(i, key), format!("stage \"{}\": {}", stage.name, e.message))
+                })?;
+        }
+        builder.build()
+    }
+
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    pub fn budget(&self) -> &BudgetConfig {
+        &self.budget
+    }
+
+    pub fn tokens(&self) -> &TokenCounter {
+        &self.ctx.tokens
+    }
+
+    pub fn store(&self) -> &Arc<dyn PageStore> {
+        &self.ctx.store
+    }
+
+    /// Runs the chain on `conversation`. An invalid conversation is an error; a stage that
+    /// fails is rolled back and reported, never an error of the whole call.
+    pub async fn compact(&self, conversation: Conversation, options: &CompactOptions) -> Result<Compacted, ChainError> {
+        let started = Instant::now();
+        let format = options.format.unwrap_or_else(|| infer_format(&conversation.messages));
+        check_tool_pairing(&conversation.messages, format)?;
+        let budget_cfg = options.budget.unwrap_or(self.budget);
+        budget_cfg.validate().map_err(ChainError::Setup)?;
+        let (high, low) = (budget_cfg.high_tokens(), budget_cfg.low_tokens());
+
+        let tokens_before = self.ctx.tokens.count_messages(&conversation.messages);
+        let messages_before = conversation.messages.len();
+        let over_budget = options.force || tokens_before > high;
+        let reason = if options.force {
+            "forced".to_string()
+        } else if over_budget {
+            format!("{tokens_before} tokens, above the high watermark of {high}")
+        } else {
+            format!("{tokens_before} tokens, not above the high watermark of {high}")
+        };
+
+        let mut current = conversation;
+        let mut tokens = tokens_before;
+        let mut runs = Vec::with_capacity(self.stages.len());
+        for stage in &self.stages {
+            let not_run = |why: String| StageRun::not_run(stage, why, tokens);
+            let run = match stage.trigger {
+                Trigger::OverBudget if !over_budget => not_run("the chain is not over budget".into()),
+                Trigger::OverBudget if tokens <= low && !options.force => {
+                    not_run(format!("already under the low watermark ({tokens} <= {low})"))
+                }
+                _ => {
+                    let budget = Budget {
+                        max_tokens: budget_cfg.max_tokens,
+                        high_watermark: high,
+                        low_watermark: low,
+                        keep_recent: budget_cfg.keep_recent,
+                        current_tokens: tokens,
+                    };
+                    let (next, run) = self.run_stage(stage, &current, budget, format).await;
+                    if let Some(next) = next {
+                        current = next;
+                        tokens = run.tokens_after;
+                    }
+                    run
+                }
+            };
+            runs.push(run);
+        }
+
+        let mut usage = Usage::default();
+        for r in &runs {
+            usage.add(&r.usage);
+        }
+        let report = ChainReport {
+            tokens_before,
+            tokens_after: tokens,
+            messages_before,
+            messages_after: current.messages.len(),
+            budget: BudgetReport {
+                max_tokens: budget_cfg.max_tokens,
+                high_watermark: high,
+                low_watermark: low,
+                keep_recent: budget_cfg.keep_recent,
+            },
+            reason,
+            llm_calls: runs.iter().map(|r| r.llm_calls).sum(),
+            usage,
+            stages: runs,
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+        };
+        Ok(Compacted {
+            conversation: current,
+            report,
+        })
+    }
+
+    /// Runs one stage; returns its output (None when rolled back or unchanged) and its report.
+    async fn run_stage(
+        &self,
+        stage: &Stage,
+        input: &Conversation,
+        budget: Budget,
+        format: WireFormat,
+    ) -> (Option<Conversation>, StageRun) {
+        let started = Instant::now();
+        let services = StageServices::new(
+            Arc::clone(&self.ctx),
+            &stage.name,
+            input.thread_id().map(str::to_string),
+            Some(format),
+        );
+        let request = CompactRequest {
+            conversation: input.clone(),
+            budget,
+            host: services.to_ffi(),
+            stage: stage.name.as_str().into(),
+        };
+        // Polled on its own task: a panic that escapes the plugin's future surfaces as a
+        // JoinError here instead of unwinding through the chain, and a stage that never
+        // finishes is cut off by the timeout and aborted.
+        let mut task = tokio::spawn(stage.strategy.compact(request));
+        let outcome = match tokio::time::timeout(stage.timeout, &mut task).await {
+            Err(_) => {
+                task.abort();
+                Err(StageFailure {
+                    kind: "timeout".into(),
+                    message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
+                    rule: None,
+                })
+            }
+            Ok(Err(join)) => Err(StageFailure {
+                kind: "panicked".into(),
+                message: match join.try_into_panic() {
+                    Ok(p) => tamp_plugin_api::strategy::panic_message(&*p),
+                    Err(e) => e.to_string(),
+                },
+                rule: None,
+            }),
+            Ok(Ok(FfiResult::RErr(e))) => Err(StageFailure {
+                kind: if e.kind == tamp_plugin_api::ErrorKind::Panicked { "panicked" } else { "error" }.into(),
+                message: e.to_string(),
+                rule: None,
+            }),
+            Ok(Ok(FfiResult::ROk(outcome))) => Ok(outcome),
+        };
+        let mut run = StageRun::not_run(stage, String::new(), budget.current_tokens);
+        let used = services.usage();
+        run.llm_calls = used.llm_calls;
+        run.failed_llm_calls = used.failed_llm_calls;
+        run.usage = used.usage;
+
+        let result = match outcome {
+            Err(failure) => Err(failure),
+            Ok(outcome) => self.verify(input, outcome, &services, budget).await,
+        };
+        run.duration_ms = started.elapsed().as_secs_f64() * 1e3;
+        match result {
+            Err(failure) => {
+                tracing::warn!(stage = %stage.name, kind = %failure.kind, "stage rolled back: {}", failure.message);
+                run.status = StageStatus::RolledBack;
+                run.reason = format!("rolled back ({}): {}", failure.kind, failure.message);
+                run.error = Some(failure);
+                (None, run)
+            }
+            Ok((conversation, report, tokens_after)) => {
+                run.apply_report(report);
+                run.tokens_after = tokens_after;
+                (conversation, run)
+            }
+        }
+    }
+
+    /// Checks a stage's output; returns it (None if unchanged), its report and its tokens.
+    async fn verify(
+        &self,
+        input: &Conversation,
+        outcome: tamp_plugin_api::CompactOutcome,
+        services: &StageServices,
+        budget: Budget,
+    ) -> Result<(Option<Conversation>, StageReport, u64), StageFailure> {
+        let mut output = outcome.conversation;
+        // The thread and request metadata belong to the caller, not the stage.
+        output.thread_id = input.thread_id.clone();
+        output.metadata_json = input.metadata_json.clone();
+        if output.messages == input.messages {
+            return Ok((None, outcome.report, budget.current_tokens));
+        }
+        let format = infer_format(&input.messages);
+        let keep_recent = budget.keep_recent as usize;
+        let mut pages = services.archived_pages();
+        let mut checked = check_stage_output(&input.messages, &output.messages, keep_recent, format, &pages);
+        if matches!(&checked, Err(v) if v.rule == crate::invariants::Rule::NothingLost) {
+            // The summaries may refer to pages archived by earlier runs: load those too.
+            for id in referenced_pages(&output.messages) {
+                if !pages.contains_key(&id) {
+                    if let Ok(stored) = self.ctx.store.get_page(&id).await {
+                        pages.insert(id, stored.page.messages.into());
+                    }
+                }
+            }
+            checked = check_stage_output(&input.messages, &output.messages, keep_recent, format, &pages);
+        }
+        checked.map_err(invariant_failure)?;
+        let tokens_after = self.ctx.tokens.count_messages(&output.messages);
+        if tokens_after > budget.current_tokens {
+            return Err(invariant_failure(Violation {
+                rule: crate::invariants::Rule::NoGrowth,
+                detail: format!("the output has {tokens_after} tokens, more than the {} it received", budget.current_tokens),
+            }));
+        }
+        Ok((Some(output), outcome.report, tokens_after))
+    }
+}
+
+fn referenced_pages(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m.summary_info().map(|s| s.page_ref.to_string()))
+        .collect()
+}
+
+fn invariant_failure(v: Violation) -> StageFailure {
+    StageFailure {
+        kind: "invariant".into(),
+        message: v.to_string(),
+        rule: Some(v.rule.id().to_string()),
+    }
+}
+
+/// For `Additional properties are not allowed ('foo' was unexpected)`: the key `foo`.
+fn unknown_field_in(message: &str) -> Option<&str> {
+    let start = message.find('\'')? + 1;
+    let len = message[start..].find('\'')?;
+    Some(&message[start..start + len])
+}
+
+impl StageRun {
+    fn not_run(stage: &Stage, reason: String, tokens: u64) -> StageRun {
+        StageRun {
+            stage: stage.name.clone(),
+            plugin: stage.plugin.meta().name.clone(),
+            plugin_version: stage.plugin.meta().version.clone(),
+            status: StageStatus::NotRun,
+            reason,
+            error: None,
+            tokens_before: tokens,
+            tokens_after: tokens,
+            duration_ms: 0.0,
+            llm_calls: 0,
+            failed_llm_calls: 0,
+            usage: Usage::default(),
+            pages: Vec::new(),
+            messages_removed: 0,
+            summaries_added: 0,
+            warnings: Vec::new(),
+            details: serde_json::Value::Null,
+        }
+    }
+
+    fn apply_report(&mut self, report: StageReport) {
+        self.status = if report.acted { StageStatus::Acted } else { StageStatus::Skipped };
+        self.reason = report.reason.into();
+        self.pages = report.pages.into_iter().map(String::from).collect();
+        self.messages_removed = report.messages_removed;
+        self.summaries_added = report.summaries_added;
+        self.warnings = report.warnings.into_iter().map(String::from).collect();
+        self.details = if report.details_json.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&report.details_json).unwrap_or(serde_json::Value::String(report.details_json.into()))
+        };
+    }
+}

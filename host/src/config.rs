@@ -1,1 +1,424 @@
-//! (being written)
+//! The chain file: budget, tokenizer, provider, store and stages, in TOML.
+//!
+//! Parsing rejects unknown keys; every error names the file, the line where it can, and the
+//! field. Relative paths in the file are relative to the file's own directory. See
+//! `docs/configuration.md` for every key.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// A chain file as written.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ChainFile {
+    #[serde(default)]
+    pub budget: BudgetConfig,
+    #[serde(default)]
+    pub tokenizer: TokenizerConfig,
+    #[serde(default)]
+    pub provider: ProviderConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// Directories searched for plugins given by name.
+    #[serde(default)]
+    pub plugin_dirs: Vec<PathBuf>,
+    #[serde(default, rename = "stage")]
+    pub stages: Vec<Spanned<StageFile>>,
+}
+
+/// `[budget]`: watermarks are fractions of `max_tokens`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetConfig {
+    pub max_tokens: u64,
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+    pub keep_recent: u32,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            max_tokens: 128_000,
+            high_watermark: 0.75,
+            low_watermark: 0.5,
+            keep_recent: 10,
+        }
+    }
+}
+
+impl BudgetConfig {
+    pub fn high_tokens(&self) -> u64 {
+        (self.max_tokens as f64 * self.high_watermark) as u64
+    }
+
+    pub fn low_tokens(&self) -> u64 {
+        (self.max_tokens as f64 * self.low_watermark) as u64
+    }
+
+    /// Checks the budget's own rules; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_tokens == 0 {
+            return Err("budget.max_tokens: must be greater than 0".into());
+        }
+        for (name, v) in [("high_watermark", self.high_watermark), ("low_watermark", self.low_watermark)] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(format!("budget.{name}: must be a fraction of max_tokens in (0, 1], got {v}"));
+            }
+        }
+        if self.low_watermark >= self.high_watermark {
+            return Err(format!(
+                "budget.low_watermark: must be below high_watermark ({} >= {})",
+                self.low_watermark, self.high_watermark
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[tokenizer]`
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenizerConfig {
+    /// `o200k_base`, `cl100k_base`, or `chars_per_token:N` for an estimate.
+    pub encoding: String,
+}
+
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        TokenizerConfig {
+            encoding: "o200k_base".into(),
+        }
+    }
+}
+
+/// `[provider]`: where LLM calls go.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderConfig {
+    /// `extractive` (offline, the default) or `scripted` (answers from `script`, for tests).
+    pub kind: String,
+    /// The scripted provider's script file.
+    pub script: Option<PathBuf>,
+    /// At most this many calls in flight at once.
+    pub max_concurrency: usize,
+    /// Per-call timeout, in seconds.
+    pub timeout_secs: f64,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            kind: "extractive".into(),
+            script: None,
+            max_concurrency: 16,
+            timeout_secs: 120.0,
+        }
+    }
+}
+
+/// `[store]`: where pages live.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// The SQLite file; default `.tamp/store.sqlite3` under the current directory.
+    pub path: Option<PathBuf>,
+}
+
+/// When a stage runs.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// When the chain started above the high watermark and the conversation is still above
+    /// the low watermark.
+    #[default]
+    OverBudget,
+    /// On every compaction (for stages that must see every call, e.g. to finalize pending
+    /// summaries).
+    Always,
+}
+
+/// One `[[stage]]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageFile {
+    /// A name for reports and logs, unique in the chain.
+    pub name: String,
+    /// A plugin path, or a name looked up as `lib<name>.so` (see `plugin_dirs`).
+    pub plugin: String,
+    #[serde(default)]
+    pub trigger: Trigger,
+    /// The stage's time limit, in seconds; a stage that takes longer is rolled back.
+    #[serde(default = "default_stage_timeout")]
+    pub timeout_secs: f64,
+    /// The plugin's config, validated against the plugin's JSON Schema.
+    #[serde(default)]
+    pub config: Option<Spanned<toml::Table>>,
+}
+
+fn default_stage_timeout() -> f64 {
+    60.0
+}
+
+impl StageFile {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout_secs.max(0.0))
+    }
+
+    /// The stage config as JSON (an empty object when absent).
+    pub fn config_json(&self) -> serde_json::Value {
+        match &self.config {
+            Some(table) => serde_json::to_value(table.get_ref()).unwrap_or_default(),
+            None => serde_json::Value::Object(Default::default()),
+        }
+    }
+}
+
+/// A config error: the file, the line where known, and what is wrong (naming the field).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.file.display(), line, self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A parsed chain file with what is needed to point errors at its lines.
+#[derive(Debug, Clone)]
+pub struct LoadedChainFile {
+    pub file: ChainFile,
+    pub path: PathBuf,
+    pub source: String,
+}
+
+impl LoadedChainFile {
+    /// Reads and parses `path`, checking everything that needs no plugin.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let source = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(path, source)
+    }
+
+    /// Parses chain-file text; `path` is used for errors and relative paths.
+    pub fn parse(path: &Path, source: String) -> Result<Self, ConfigError> {
+        let file: ChainFile = toml::from_str(&source).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            line: e.span().map(|s| line_of(&source, s.start)),
+            message: e.message().trim().to_string(),
+        })?;
+        let loaded = LoadedChainFile {
+            file,
+            path: path.to_path_buf(),
+            source,
+        };
+        loaded.check()?;
+        Ok(loaded)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        self.file
+            .budget
+            .validate()
+            .map_err(|m| {
+                let field = m.split(':').next().and_then(|f| f.strip_prefix("budget.")).unwrap_or("");
+                self.error_at_key("budget", field, m.clone())
+            })?;
+        let provider = &self.file.provider;
+        match (provider.kind.as_str(), &provider.script) {
+            ("extractive", None) | ("scripted", Some(_)) => {}
+            ("scripted", None) => {
+                return Err(self.error_at_key("provider", "kind", "provider.script: required when kind = \"scripted\"".into()))
+            }
+            ("extractive", Some(_)) => {
+                return Err(self.error_at_key("provider", "script", "provider.script: only for kind = \"scripted\"".into()))
+            }
+            (other, _) => {
+                return Err(self.error_at_key(
+                    "provider",
+                    "kind",
+                    format!("provider.kind: unknown provider \"{other}\"; expected \"extractive\" or \"scripted\""),
+                ))
+            }
+        }
+        if provider.max_concurrency == 0 {
+            return Err(self.error_at_key("provider", "max_concurrency", "provider.max_concurrency: must be at least 1".into()));
+        }
+        if !(provider.timeout_secs > 0.0) {
+            return Err(self.error_at_key("provider", "timeout_secs", "provider.timeout_secs: must be positive".into()));
+        }
+        if self.file.tokenizer.encoding.parse::<crate::tokens::Encoding>().is_err() {
+            return Err(self.error_at_key(
+                "tokenizer",
+                "encoding",
+                format!(
+                    "tokenizer.encoding: unknown encoding \"{}\"; expected o200k_base, cl100k_base or chars_per_token:N",
+                    self.file.tokenizer.encoding
+                ),
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, stage) in self.file.stages.iter().enumerate() {
+            let line = Some(line_of(&self.source, stage.span().start));
+            let s = stage.get_ref();
+            if !names.insert(s.name.as_str()) {
+                return Err(self.error(line, format!("stage[{i}].name: \"{}\" is used by an earlier stage", s.name)));
+            }
+            if !(s.timeout_secs > 0.0) {
+                return Err(self.error(line, format!("stage \"{}\": timeout_secs must be positive", s.name)));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn error(&self, line: Option<usize>, message: String) -> ConfigError {
+        ConfigError {
+            file: self.path.clone(),
+            line,
+            message,
+        }
+    }
+
+    /// An error pointing at `key = ...` inside `[table]`, or at the table, when found.
+    fn error_at_key(&self, table: &str, key: &str, message: String) -> ConfigError {
+        let header = format!("[{table}]");
+        let line = self
+            .source
+            .find(&header)
+            .map(|start| {
+                let section_end = self.source[start + header.len()..]
+                    .find("\n[")
+                    .map(|e| start + header.len() + e)
+                    .unwrap_or(self.source.len());
+                find_key_line(&self.source, start..section_end, key).unwrap_or_else(|| line_of(&self.source, start))
+            });
+        self.error(line, message)
+    }
+
+    /// The line of `key` inside stage `index`'s config table (or of the stage).
+    pub fn stage_config_line(&self, index: usize, key: Option<&str>) -> Option<usize> {
+        let stage = self.file.stages.get(index)?;
+        let span = stage.get_ref().config.as_ref().map(|c| c.span()).unwrap_or(stage.span());
+        // A table's span may cover only its header: search on to the next table header.
+        let end = self.source[span.start..]
+            .find("\n[")
+            .map(|e| span.start + e)
+            .filter(|e| *e > span.end)
+            .unwrap_or(self.source.len().max(span.end));
+        let region = span.start..end;
+        key.and_then(|k| find_key_line(&self.source, region, k))
+            .or(Some(line_of(&self.source, span.start)))
+    }
+
+    /// The line where stage `index` starts.
+    pub fn stage_line(&self, index: usize) -> Option<usize> {
+        self.file.stages.get(index).map(|s| line_of(&self.source, s.span().start))
+    }
+
+    /// Resolves a path written in the file (relative to the file's directory).
+    pub fn resolve_path(&self, p: &Path) -> PathBuf {
+        self.base_dir().join(p)
+    }
+
+    pub fn base_dir(&self) -> PathBuf {
+        self.path
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+}
+
+/// 1-based line of a byte offset.
+pub fn line_of(source: &str, offset: usize) -> usize {
+    source[..offset.min(source.len())].matches('\n').count() + 1
+}
+
+fn find_key_line(source: &str, span: Range<usize>, key: &str) -> Option<usize> {
+    if key.is_empty() {
+        return None;
+    }
+    let end = span.end.min(source.len());
+    let start = span.start.min(end);
+    let mut offset = start;
+    for line in source[start..end].split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return Some(line_of(source, offset));
+            }
+        }
+        offset += line.len();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<LoadedChainFile, ConfigError> {
+        LoadedChainFile::parse(Path::new("chain.toml"), text.to_string())
+    }
+
+    #[test]
+    fn defaults_apply_to_an_empty_file() {
+        let f = parse("").unwrap();
+        assert_eq!(f.file.budget, BudgetConfig::default());
+        assert_eq!(f.file.provider.kind, "extractive");
+        assert!(f.file.stages.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let err = parse("[budget]\nmax_tokens = 100\nmax_tokenz = 5\n").unwrap_err();
+        assert_eq!(err.line, Some(3));
+        assert!(err.message.contains("max_tokenz"), "{err}");
+        assert!(err.to_string().starts_with("chain.toml:3:"), "{err}");
+    }
+
+    #[test]
+    fn watermark_order_is_checked_and_located() {
+        let err = parse("[budget]\nmax_tokens = 100\nhigh_watermark = 0.4\nlow_watermark = 0.6\n").unwrap_err();
+        assert!(err.message.starts_with("budget.low_watermark"), "{err}");
+        assert_eq!(err.line, Some(4));
+    }
+
+    #[test]
+    fn stage_config_lines_are_found() {
+        let text = "[[stage]]\nname = \"a\"\nplugin = \"x\"\n[stage.config]\nfoo = 1\nbar = \"z\"\n";
+        let f = parse(text).unwrap();
+        assert_eq!(f.stage_config_line(0, Some("bar")), Some(6));
+        assert_eq!(f.stage_line(0), Some(1));
+        assert_eq!(f.file.stages[0].get_ref().config_json(), serde_json::json!({"foo": 1, "bar": "z"}));
+    }
+
+    #[test]
+    fn duplicate_stage_names_and_bad_provider_are_rejected() {
+        let err = parse("[[stage]]\nname = \"a\"\nplugin = \"x\"\n[[stage]]\nname = \"a\"\nplugin = \"y\"\n").unwrap_err();
+        assert!(err.message.contains("used by an earlier stage"), "{err}");
+        assert_eq!(err.line, Some(4));
+        let err = parse("[provider]\nkind = \"magic\"\n").unwrap_err();
+        assert!(err.message.contains("unknown provider \"magic\""), "{err}");
+        assert_eq!(err.line, Some(2));
+        let err = parse("[provider]\nkind = \"scripted\"\n").unwrap_err();
+        assert!(err.message.contains("provider.script"), "{err}");
+    }
+}

@@ -1,1 +1,226 @@
-//! (being written)
+//! The invariants every stage's output must keep; the chain rolls back a stage that breaks
+//! one. Rule ids are the ones `docs/plugin-spec.md` defines.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+use tamp_plugin_api::sdk::compactable_range;
+use tamp_plugin_api::{Message, Role};
+
+use crate::wire::{check_tool_pairing, WireFormat};
+
+/// An invariant, by its stable id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Rule {
+    /// TAMP-INV-01: every removed message is in a page a summary in the output refers to.
+    NothingLost,
+    /// TAMP-INV-02: no tool_use without its tool_result, no orphan tool_result.
+    ToolExchangesIntact,
+    /// TAMP-INV-03: the system prompt and the last `keep_recent` messages are untouched.
+    ProtectedUntouched,
+    /// TAMP-INV-04: kept messages stay in order; nothing new but summaries.
+    OrderKept,
+    /// TAMP-INV-06: a stage never makes the conversation larger.
+    NoGrowth,
+}
+
+impl Rule {
+    pub fn id(self) -> &'static str {
+        match self {
+            Rule::NothingLost => "TAMP-INV-01 nothing lost",
+            Rule::ToolExchangesIntact => "TAMP-INV-02 tool exchanges intact",
+            Rule::ProtectedUntouched => "TAMP-INV-03 system prompt and recent messages untouched",
+            Rule::OrderKept => "TAMP-INV-04 order kept",
+            Rule::NoGrowth => "TAMP-INV-06 no growth",
+        }
+    }
+}
+
+/// A broken invariant: which rule, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub rule: Rule,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.rule.id(), self.detail)
+    }
+}
+
+fn violation(rule: Rule, detail: String) -> Result<(), Violation> {
+    Err(Violation { rule, detail })
+}
+
+/// The wire format whose pairing rules apply: OpenAI if any message is a `tool` message.
+pub fn infer_format(messages: &[Message]) -> WireFormat {
+    if messages.iter().any(|m| m.role == Role::Tool) {
+        WireFormat::OpenAi
+    } else {
+        WireFormat::Anthropic
+    }
+}
+
+/// Checks a stage's `output` against its `input`. `pages` holds the messages of every page a
+/// summary in the output refers to (pages the stage archived, and older ones it kept).
+pub fn check_stage_output(
+    input: &[Message],
+    output: &[Message],
+    keep_recent: usize,
+    format: WireFormat,
+    pages: &HashMap<String, Vec<Message>>,
+) -> Result<(), Violation> {
+    // System prompt and protected tail.
+    let head = input.iter().take_while(|m| m.role == Role::System).count();
+    if output.len() < head || output[..head] != input[..head] {
+        return violation(Rule::ProtectedUntouched, "the leading system messages were changed".into());
+    }
+    let tail_start = compactable_range(input, keep_recent).end;
+    let tail = &input[tail_start..];
+    if output.len() < tail.len() || output[output.len() - tail.len()..] != *tail {
+        let first_changed = (0..tail.len())
+            .find(|&k| output.len() < tail.len() - k || output[output.len() - (tail.len() - k)] != tail[k])
+            .unwrap_or(0);
+        return violation(
+            Rule::ProtectedUntouched,
+            format!(
+                "input message {} is in the protected recent tail (the last {} messages) but was changed or removed",
+                tail_start + first_changed,
+                tail.len()
+            ),
+        );
+    }
+
+    // Walk the output against the input: each output message is either the next kept input
+    // message (in order) or a summary that was not in the input.
+    let input_set: HashSet<&Message> = input.iter().collect();
+    let mut removed: Vec<usize> = Vec::new();
+    let mut next = 0;
+    for (j, message) in output.iter().enumerate() {
+        if let Some(offset) = input[next..].iter().position(|m| m == message) {
+            removed.extend(next..next + offset);
+            next += offset + 1;
+        } else if input_set.contains(message) {
+            return violation(
+                Rule::OrderKept,
+                format!("output message {j} is an input message moved out of its original order"),
+            );
+        } else if message.summary_info().is_none() {
+            return violation(
+                Rule::OrderKept,
+                format!("output message {j} is new but not a summary (a changed message, or one made up)"),
+            );
+        }
+    }
+    removed.extend(next..input.len());
+
+    // Every removed message must be in a page that a summary in the output refers to.
+    let referenced: HashSet<&str> = output
+        .iter()
+        .filter_map(|m| m.summary_info().map(|s| s.page_ref.as_str()))
+        .collect();
+    let mut archived: HashMap<&Message, usize> = HashMap::new();
+    for id in &referenced {
+        for m in pages.get(*id).into_iter().flatten() {
+            *archived.entry(m).or_default() += 1;
+        }
+    }
+    for &i in &removed {
+        let message = &input[i];
+        // A summary may be rewritten (a pending one finalized) while its page stays referenced.
+        if let Some(info) = message.summary_info() {
+            if referenced.contains(info.page_ref.as_str()) {
+                continue;
+            }
+        }
+        match archived.get_mut(message) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => {
+                return violation(
+                    Rule::NothingLost,
+                    format!("input message {i} ({}) was removed but is in no page a summary in the output refers to", message.role.as_str()),
+                )
+            }
+        }
+    }
+
+    check_tool_pairing(output, format).map_err(|e| Violation {
+        rule: Rule::ToolExchangesIntact,
+        detail: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tamp_plugin_api::sdk::summary_message;
+    use tamp_plugin_api::SummaryStatus;
+
+    fn msgs(n: usize) -> Vec<Message> {
+        let mut v = vec![Message::text(Role::System, "sys")];
+        v.extend((1..n).map(|i| Message::text(if i % 2 == 1 { Role::User } else { Role::Assistant }, format!("m{i}"))));
+        v
+    }
+
+    fn pages(entries: &[(&str, &[Message])]) -> HashMap<String, Vec<Message>> {
+        entries.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect()
+    }
+
+    #[test]
+    fn a_correct_replacement_passes() {
+        let input = msgs(8);
+        let summary = summary_message("s", "pg_1", "t", SummaryStatus::Final);
+        let mut output = vec![input[0].clone(), summary];
+        output.extend_from_slice(&input[4..]);
+        let p = pages(&[("pg_1", &input[1..4])]);
+        check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap();
+    }
+
+    #[test]
+    fn unarchived_removal_is_nothing_lost() {
+        let input = msgs(8);
+        let summary = summary_message("s", "pg_1", "t", SummaryStatus::Final);
+        let mut output = vec![input[0].clone(), summary];
+        output.extend_from_slice(&input[4..]);
+        let p = pages(&[("pg_1", &input[1..3])]);
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
+        assert_eq!(v.rule, Rule::NothingLost);
+        assert!(v.detail.contains("input message 3"), "{v}");
+    }
+
+    #[test]
+    fn touching_the_tail_or_system_is_caught() {
+        let input = msgs(6);
+        let mut output = input.clone();
+        output[5] = Message::text(Role::Assistant, "changed");
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        assert_eq!(v.rule, Rule::ProtectedUntouched);
+        let mut output = input.clone();
+        output[0] = Message::text(Role::System, "other");
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        assert_eq!(v.rule, Rule::ProtectedUntouched);
+    }
+
+    #[test]
+    fn reordering_and_invented_messages_are_caught() {
+        let input = msgs(8);
+        let mut output = input.clone();
+        output.swap(1, 2);
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        assert_eq!(v.rule, Rule::OrderKept);
+        let mut output = input.clone();
+        output[2] = Message::text(Role::Assistant, "made up");
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        assert_eq!(v.rule, Rule::OrderKept);
+    }
+
+    #[test]
+    fn a_finalized_pending_summary_keeps_its_page() {
+        let mut input = msgs(6);
+        input[1] = summary_message("pending", "pg_9", "b", SummaryStatus::Pending);
+        let mut output = input.clone();
+        output[1] = summary_message("final text", "pg_9", "b", SummaryStatus::Final);
+        check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap();
+    }
+}

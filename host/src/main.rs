@@ -1,1 +1,457 @@
-fn main(){}
+//! `tamp`: the command-line front of the tamp host.
+
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+use tamp_host::chain::{Chain, ChainReport, CompactOptions, FileOverrides, StageStatus};
+use tamp_host::config::LoadedChainFile;
+use tamp_host::loader::{resolve_plugin, LoadedPlugin};
+use tamp_host::store::{PageStore, SqliteStore};
+use tamp_host::wire::{self, WireFormat};
+
+/// The chain used when `--config` is not given.
+const DEFAULT_CHAIN: &str = include_str!("default_chain.toml");
+const DEFAULT_STORE: &str = ".tamp/store.sqlite3";
+
+#[derive(Parser)]
+#[command(
+    name = "tamp",
+    version,
+    about = "Compacts LLM conversations through a chain of strategy plugins.",
+    long_about = "Compacts LLM conversations through a chain of strategy plugins.\n\n\
+        A chain file (TOML) names the stages, their plugins and configs, the token budget, the \
+        LLM provider and the page store. Conversations are Anthropic Messages or OpenAI Chat \
+        Completions JSON; the output is in the input's format. Every message a stage removes is \
+        archived in a page (see `tamp pages show`).\n\n\
+        Example:\n  tamp compact examples/conversations/swe-agent-anthropic.json \\\n    \
+        --config examples/chains/default.toml --report"
+)]
+struct Cli {
+    /// Log debug detail to stderr (or set TAMP_LOG, e.g. TAMP_LOG=tamp=debug).
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compact one conversation and print it (in its own wire format) to stdout.
+    Compact(CompactArgs),
+    /// Inspect plugin libraries.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
+    /// Read archived pages: the original messages behind a summary's page ref.
+    #[command(subcommand)]
+    Pages(PagesCommand),
+}
+
+#[derive(Args)]
+struct CompactArgs {
+    /// The conversation JSON file, or `-` for stdin.
+    #[arg(default_value = "-")]
+    input: String,
+    /// The chain file. Without it, a built-in chain: extractive summarizer, store in .tamp/,
+    /// the template plugin.
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+    /// The input's wire format; detected when absent.
+    #[arg(long, value_parser = ["anthropic", "openai"])]
+    format: Option<String>,
+    /// Print the per-stage report to stderr.
+    #[arg(long)]
+    report: bool,
+    /// Write the report as JSON to this file (`-` for stderr).
+    #[arg(long, value_name = "FILE")]
+    report_json: Option<String>,
+    /// Write the compacted conversation here instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Run the stages even when the conversation is under the high watermark.
+    #[arg(long)]
+    force: bool,
+    /// Override budget.max_tokens.
+    #[arg(long)]
+    max_tokens: Option<u64>,
+    /// Override budget.keep_recent.
+    #[arg(long)]
+    keep_recent: Option<u32>,
+    /// Use this page store file instead of the chain file's.
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+    /// Print progress events (LLM calls finished) to stderr.
+    #[arg(long)]
+    progress: bool,
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// Name, version, description, config schema and default config of a plugin.
+    Describe {
+        /// A plugin file, or a name looked up like a chain file's `plugin = "..."`.
+        plugin: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a plugin's config JSON Schema.
+    Schema { plugin: String },
+    /// List the plugins in a directory (default: next to this executable and TAMP_PLUGIN_PATH).
+    List {
+        #[arg(long)]
+        dir: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PagesCommand {
+    /// Print the original messages of a page.
+    Show {
+        /// The page id, as in a summary's page ref (pg_...).
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Output format: the page's source wire format by default.
+        #[arg(long, value_parser = ["anthropic", "openai", "internal"])]
+        format: Option<String>,
+    },
+    /// List the newest pages.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+}
+
+#[derive(Args)]
+struct StoreArgs {
+    /// The page store file (default: the chain file's, else .tamp/store.sqlite3).
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+    /// Take the store location from this chain file.
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tamp_host::logging::init_cli(cli.verbose);
+    let result = match cli.command {
+        Command::Compact(args) => compact(args),
+        Command::Plugins(cmd) => plugins(cmd),
+        Command::Pages(cmd) => pages(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn chain_file(config: Option<&Path>) -> Result<LoadedChainFile> {
+    Ok(match config {
+        Some(path) => LoadedChainFile::read(path)?,
+        None => LoadedChainFile::parse(
+            Path::new("<built-in default chain>"),
+            DEFAULT_CHAIN.to_string(),
+        )?,
+    })
+}
+
+fn compact(args: CompactArgs) -> Result<()> {
+    // The chain file first: its errors do not depend on the input.
+    let file = chain_file(args.config.as_deref())?;
+    let text = if args.input == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(&args.input)
+            .with_context(|| format!("cannot read {}", args.input))?
+    };
+    let format = args
+        .format
+        .as_deref()
+        .map(str::parse::<WireFormat>)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let source = if args.input == "-" {
+        "<stdin>"
+    } else {
+        args.input.as_str()
+    };
+    let (conversation, format) =
+        wire::parse_str(&text, format).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+
+    let progress: Option<tamp_host::services::ProgressFn> = args.progress.then(|| {
+        Arc::new(|stage: &str, e: &tamp_host::plugin_api::ProgressEvent| {
+            eprintln!("[{stage}] {}", e.message);
+        }) as tamp_host::services::ProgressFn
+    });
+    let overrides = FileOverrides {
+        store_path: args.store.clone(),
+        progress,
+    };
+    let chain = Chain::from_loaded(&file, overrides)?;
+    let mut budget = *chain.budget();
+    if let Some(n) = args.max_tokens {
+        budget.max_tokens = n;
+    }
+    if let Some(n) = args.keep_recent {
+        budget.keep_recent = n;
+    }
+    let options = CompactOptions {
+        format: Some(format),
+        force: args.force,
+        budget: Some(budget),
+    };
+    let compacted = runtime()?
+        .block_on(chain.compact(conversation, &options))
+        .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+
+    let out = wire::to_string_pretty(&compacted.conversation, format);
+    match &args.output {
+        Some(path) => std::fs::write(path, out + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "{out}").context("cannot write to stdout")?;
+        }
+    }
+    if args.report {
+        eprint!("{}", render_report(&compacted.report));
+    } else {
+        for run in compacted
+            .report
+            .stages
+            .iter()
+            .filter(|r| r.status == StageStatus::RolledBack)
+        {
+            eprintln!("warning: stage \"{}\" {}", run.stage, run.reason);
+        }
+    }
+    if let Some(target) = &args.report_json {
+        let json = serde_json::to_string_pretty(&compacted.report)?;
+        if target == "-" {
+            eprintln!("{json}");
+        } else {
+            std::fs::write(target, json + "\n")
+                .with_context(|| format!("cannot write {target}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn render_report(report: &ChainReport) -> String {
+    let mut out = format!(
+        "tamp: {} → {} tokens, {} → {} messages in {:.1} ms ({})\n",
+        report.tokens_before,
+        report.tokens_after,
+        report.messages_before,
+        report.messages_after,
+        report.duration_ms,
+        report.reason
+    );
+    for run in &report.stages {
+        let status = match run.status {
+            StageStatus::Acted => "acted",
+            StageStatus::Skipped => "skipped",
+            StageStatus::NotRun => "not run",
+            StageStatus::RolledBack => "ROLLED BACK",
+        };
+        out.push_str(&format!(
+            "  stage {} ({} {}): {status}: {}\n",
+            run.stage, run.plugin, run.plugin_version, run.reason
+        ));
+        if run.status == StageStatus::Acted || run.llm_calls > 0 {
+            out.push_str(&format!(
+                "    {} → {} tokens; {} message(s) archived in {} page(s); {} LLM call(s), {} in / {} out tokens; {:.1} ms\n",
+                run.tokens_before,
+                run.tokens_after,
+                run.messages_removed,
+                run.pages.len(),
+                run.llm_calls,
+                run.usage.input_tokens,
+                run.usage.output_tokens,
+                run.duration_ms
+            ));
+        }
+        for w in &run.warnings {
+            out.push_str(&format!("    warning: {w}\n"));
+        }
+    }
+    out
+}
+
+fn find_plugin(spec: &str) -> Result<Arc<LoadedPlugin>> {
+    let path = resolve_plugin(spec, Path::new("."), &[])?;
+    Ok(tamp_host::chain::load_plugin(&path)?)
+}
+
+fn plugins(cmd: PluginsCommand) -> Result<()> {
+    match cmd {
+        PluginsCommand::Describe { plugin, json } => {
+            let p = find_plugin(&plugin)?;
+            let meta = p.meta();
+            if json {
+                println!("{}", serde_json::to_string_pretty(meta)?);
+            } else {
+                println!("name:        {}", meta.name);
+                println!("version:     {}", meta.version);
+                println!("description: {}", meta.description);
+                println!("plugin-api:  {}", meta.plugin_api_version);
+                println!("file:        {}", p.path().display());
+                println!(
+                    "default config:\n{}",
+                    serde_json::to_string_pretty(&meta.default_config)?
+                );
+                println!(
+                    "config schema:\n{}",
+                    serde_json::to_string_pretty(&meta.config_schema)?
+                );
+            }
+        }
+        PluginsCommand::Schema { plugin } => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&find_plugin(&plugin)?.meta().config_schema)?
+            );
+        }
+        PluginsCommand::List { dir } => {
+            let dirs = if dir.is_empty() {
+                default_plugin_dirs()
+            } else {
+                dir
+            };
+            let mut found = 0;
+            for d in &dirs {
+                let Ok(entries) = std::fs::read_dir(d) else {
+                    continue;
+                };
+                let mut paths: Vec<PathBuf> =
+                    entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                paths.sort();
+                for path in paths.iter().filter(|p| {
+                    p.extension()
+                        .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+                }) {
+                    match tamp_host::chain::load_plugin(path) {
+                        Ok(p) => {
+                            found += 1;
+                            println!(
+                                "{:<24} {:<10} {}",
+                                p.meta().name,
+                                p.meta().version,
+                                path.display()
+                            );
+                        }
+                        Err(e) => tracing::debug!("skipped: {e}"),
+                    }
+                }
+            }
+            if found == 0 {
+                bail!(
+                    "no tamp plugins found in {}",
+                    dirs.iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn default_plugin_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(env) = std::env::var_os("TAMP_PLUGIN_PATH") {
+        dirs.extend(std::env::split_paths(&env));
+    }
+    if let Some(d) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        dirs.push(d);
+    }
+    dirs
+}
+
+fn open_store(args: &StoreArgs) -> Result<SqliteStore> {
+    let path = match (&args.store, &args.config) {
+        (Some(p), _) => p.clone(),
+        (None, Some(cfg)) => {
+            let file = LoadedChainFile::read(cfg)?;
+            file.file
+                .store
+                .path
+                .as_ref()
+                .map(|p| file.resolve_path(p))
+                .unwrap_or_else(|| DEFAULT_STORE.into())
+        }
+        (None, None) => DEFAULT_STORE.into(),
+    };
+    if !path.exists() {
+        bail!(
+            "page store {}: no such file (pass --store or --config)",
+            path.display()
+        );
+    }
+    Ok(SqliteStore::open(&path)?)
+}
+
+fn pages(cmd: PagesCommand) -> Result<()> {
+    let rt = runtime()?;
+    match cmd {
+        PagesCommand::Show { id, store, format } => {
+            let store = open_store(&store)?;
+            let stored = rt.block_on(store.get_page(&id))?;
+            let format = format
+                .or(stored.source_format.clone())
+                .unwrap_or_else(|| "anthropic".into());
+            let page = &stored.page;
+            let messages = if format == "internal" {
+                serde_json::to_value(&page.messages)?
+            } else {
+                wire::messages_to_value(&page.messages, format.parse().map_err(anyhow::Error::msg)?)
+            };
+            let out = serde_json::json!({
+                "id": page.id.as_str(),
+                "thread_id": page.thread_id.as_ref().into_option().map(|t| t.as_str()),
+                "strategy": page.strategy.as_str(),
+                "created_at": page.created_at,
+                "format": format,
+                "metadata": serde_json::from_str::<serde_json::Value>(&page.metadata_json).unwrap_or(serde_json::Value::Null),
+                "messages": messages,
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        PagesCommand::List { store, limit } => {
+            let store = open_store(&store)?;
+            let pages = rt.block_on(store.list_pages(limit))?;
+            if std::io::stdout().is_terminal() && pages.is_empty() {
+                eprintln!("no pages in {}", store.describe());
+            }
+            for p in pages {
+                println!("{}", serde_json::to_string(&p)?);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,1 +1,254 @@
-//! (being written)
+//! The host services a plugin calls back during one stage run.
+//!
+//! [`HostContext`] holds what the whole chain shares (provider, store, tokenizer, limits);
+//! [`StageServices`] is created per stage run and records what the stage did through it
+//! (pages archived, LLM usage), so the chain can check the stage's output and report on it
+//! without trusting the plugin's own account.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt as _, StreamExt as _};
+use tamp_plugin_api::{
+    ErrorKind, FfiFuture, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, HostError, HostServices, HostServicesBox,
+    HostServices_TO, IntoFfiFuture as _, LlmRequest, LlmResponse, Message, Page, PageDraft, PluginError,
+    ProgressEvent, Usage,
+};
+use tokio::sync::Semaphore;
+
+use crate::providers::Provider;
+use crate::store::{NewPage, PageStore};
+use crate::tokens::TokenCounter;
+use crate::wire::WireFormat;
+
+/// Called for every progress event: `(stage name, event)`.
+pub type ProgressFn = Arc<dyn Fn(&str, &ProgressEvent) + Send + Sync>;
+
+/// What every stage run of a chain shares.
+pub struct HostContext {
+    pub provider: Arc<dyn Provider>,
+    pub store: Arc<dyn PageStore>,
+    pub tokens: Arc<TokenCounter>,
+    /// The provider's concurrency limit, shared by every compaction using this chain.
+    pub llm_permits: Arc<Semaphore>,
+    pub llm_timeout: Duration,
+    pub progress: Option<ProgressFn>,
+}
+
+/// The services handed to one stage run.
+#[derive(Clone)]
+pub struct StageServices(Arc<StageState>);
+
+struct StageState {
+    ctx: Arc<HostContext>,
+    stage: String,
+    thread_id: Option<String>,
+    source_format: Option<WireFormat>,
+    archived: Mutex<HashMap<String, Vec<Message>>>,
+    usage: Mutex<Usage>,
+    calls: AtomicU32,
+    failed_calls: AtomicU32,
+}
+
+/// What a stage run did through its services.
+#[derive(Debug, Clone, Default)]
+pub struct StageUsage {
+    pub llm_calls: u32,
+    pub failed_llm_calls: u32,
+    pub usage: Usage,
+}
+
+impl StageServices {
+    pub fn new(ctx: Arc<HostContext>, stage: &str, thread_id: Option<String>, source_format: Option<WireFormat>) -> Self {
+        StageServices(Arc::new(StageState {
+            ctx,
+            stage: stage.to_string(),
+            thread_id,
+            source_format,
+            archived: Mutex::new(HashMap::new()),
+            usage: Mutex::new(Usage::default()),
+            calls: AtomicU32::new(0),
+            failed_calls: AtomicU32::new(0),
+        }))
+    }
+
+    /// The ABI object to hand the plugin.
+    pub fn to_ffi(&self) -> HostServicesBox {
+        HostServices_TO::from_ptr(abi_stable::std_types::RArc::new(self.clone()), tamp_plugin_api::TD_Opaque)
+    }
+
+    /// Pages archived through these services in this run, by id.
+    pub fn archived_pages(&self) -> HashMap<String, Vec<Message>> {
+        lock(&self.0.archived).clone()
+    }
+
+    pub fn usage(&self) -> StageUsage {
+        StageUsage {
+            llm_calls: self.0.calls.load(Ordering::Relaxed),
+            failed_llm_calls: self.0.failed_calls.load(Ordering::Relaxed),
+            usage: *lock(&self.0.usage),
+        }
+    }
+
+    async fn complete_one(&self, request: LlmRequest) -> Result<LlmResponse, HostError> {
+        let state = &self.0;
+        let _permit = state
+            .ctx
+            .llm_permits
+            .acquire()
+            .await
+            .map_err(|_| PluginError::new(ErrorKind::Host, "the host is shutting down"))?;
+        state.calls.fetch_add(1, Ordering::Relaxed);
+        let call = state.ctx.provider.complete(&request);
+        let result = match tokio::time::timeout(state.ctx.llm_timeout, call).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(PluginError::new(ErrorKind::Llm, e.to_string())),
+            Err(_) => Err(PluginError::new(
+                ErrorKind::Llm,
+                format!(
+                    "{}: no answer within {:.1}s",
+                    state.ctx.provider.name(),
+                    state.ctx.llm_timeout.as_secs_f64()
+                ),
+            )),
+        };
+        match &result {
+            Ok(r) => lock(&state.usage).add(&r.usage),
+            Err(e) => {
+                state.failed_calls.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(stage = %state.stage, label = %request.label, "LLM call failed: {e}");
+            }
+        }
+        result
+    }
+
+    fn emit_progress(&self, event: &ProgressEvent) {
+        if let Some(progress) = &self.0.ctx.progress {
+            progress(&self.0.stage, event);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `f` and turns a host-side panic into an error, so it never unwinds into a plugin.
+async fn contained<T, F>(what: &str, f: F) -> Result<T, HostError>
+where
+    F: std::future::Future<Output = Result<T, HostError>>,
+{
+    match AssertUnwindSafe(f).catch_unwind().await {
+        Ok(r) => r,
+        Err(p) => Err(PluginError::new(
+            ErrorKind::Host,
+            format!("host {what} panicked: {}", tamp_plugin_api::strategy::panic_message(&*p)),
+        )),
+    }
+}
+
+impl HostServices for StageServices {
+    fn complete(&self, request: LlmRequest) -> FfiFuture<FfiResult<LlmResponse, HostError>> {
+        let this = self.clone();
+        async move { contained("LLM call", this.complete_one(request)).await.into() }.into_ffi()
+    }
+
+    fn complete_all(
+        &self,
+        requests: FfiVec<LlmRequest>,
+        max_concurrency: u32,
+    ) -> FfiFuture<FfiVec<FfiResult<LlmResponse, HostError>>> {
+        let this = self.clone();
+        async move {
+            let total = requests.len();
+            let limit = match max_concurrency {
+                0 => total.max(1),
+                n => n as usize,
+            };
+            let done = AtomicU32::new(0);
+            let answers: Vec<FfiResult<LlmResponse, HostError>> = futures::stream::iter(requests)
+                .map(|request| {
+                    let this = this.clone();
+                    let done = &done;
+                    async move {
+                        let label = request.label.clone();
+                        let answer = contained("LLM call", this.complete_one(request)).await;
+                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                        this.emit_progress(&ProgressEvent {
+                            done: n,
+                            total: total as u32,
+                            message: format!("{n}/{total} LLM calls finished ({label})").into(),
+                        });
+                        answer.into()
+                    }
+                })
+                .buffered(limit)
+                .collect()
+                .await;
+            answers.into()
+        }
+        .into_ffi()
+    }
+
+    fn count_tokens(&self, text: FfiStr<'_>) -> u64 {
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.ctx.tokens.count_text(text.as_str()))).unwrap_or(0)
+    }
+
+    fn count_message_tokens(&self, messages: FfiSlice<'_, Message>) -> u64 {
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.ctx.tokens.count_messages(messages.as_slice())))
+            .unwrap_or(0)
+    }
+
+    fn archive_page(&self, page: PageDraft) -> FfiFuture<FfiResult<FfiString, HostError>> {
+        let this = self.clone();
+        async move {
+            contained("page store", async {
+                let messages: Vec<Message> = page.messages.into();
+                let new_page = NewPage {
+                    thread_id: this.0.thread_id.clone(),
+                    strategy: page.strategy.into(),
+                    messages: messages.clone(),
+                    metadata_json: page.metadata_json.into(),
+                    source_format: this.0.source_format.map(|f| f.to_string()),
+                };
+                let id = this
+                    .0
+                    .ctx
+                    .store
+                    .put_page(new_page)
+                    .await
+                    .map_err(|e| PluginError::new(ErrorKind::Host, e.to_string()))?;
+                lock(&this.0.archived).insert(id.clone(), messages);
+                Ok(FfiString::from(id))
+            })
+            .await
+            .into()
+        }
+        .into_ffi()
+    }
+
+    fn load_page(&self, id: FfiString) -> FfiFuture<FfiResult<Page, HostError>> {
+        let this = self.clone();
+        async move {
+            contained("page store", async {
+                this.0
+                    .ctx
+                    .store
+                    .get_page(id.as_str())
+                    .await
+                    .map(|stored| stored.page)
+                    .map_err(|e| PluginError::new(ErrorKind::Host, e.to_string()))
+            })
+            .await
+            .into()
+        }
+        .into_ffi()
+    }
+
+    fn progress(&self, event: ProgressEvent) {
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| self.emit_progress(&event)));
+    }
+}
