@@ -1,0 +1,267 @@
+//! A small but real tamp strategy, meant to be copied: it archives the oldest tool exchanges
+//! beyond a count into pages and puts a short note in their place that names the tools called
+//! and carries the page ref. Optionally the note also carries a one-paragraph LLM summary.
+//!
+//! Everything it needs comes from `tamp-plugin-api`: the conversation model, the SDK's
+//! tool-exchange grouping and protected range, and the host's LLM and page services.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
+
+/// The stage config (`[stage.config]` in a chain file). Its JSON Schema is derived, so the
+/// host validates a chain file against it before anything runs. The two `crate = ...`
+/// attributes point the derives at plugin-api's re-exports, so this crate needs no direct
+/// serde or schemars dependency (and always agrees with the versions plugin-api uses).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(crate = "tamp_plugin_api::serde", deny_unknown_fields, default)]
+#[schemars(crate = "tamp_plugin_api::schemars")]
+pub struct Config {
+    /// The newest tool exchanges (outside the protected recent messages) left as they are.
+    #[schemars(range(min = 0, max = 100000))]
+    pub keep_exchanges: usize,
+    /// Archive only when at least this many exchanges would go.
+    #[schemars(range(min = 1))]
+    pub min_exchanges: usize,
+    /// Ask the host's LLM for a short summary of each archived run, not just the tool names.
+    pub summarize: bool,
+    /// Upper bound on each summary, in tokens.
+    #[schemars(range(min = 16, max = 4096))]
+    pub summary_tokens: u32,
+    /// At most this many summary requests run at once.
+    #[schemars(range(min = 1, max = 256))]
+    pub max_concurrency: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            keep_exchanges: 3,
+            min_exchanges: 1,
+            summarize: true,
+            summary_tokens: 200,
+            max_concurrency: 8,
+        }
+    }
+}
+
+pub struct ArchiveOldToolCalls {
+    config: Config,
+}
+
+impl Strategy for ArchiveOldToolCalls {
+    type Config = Config;
+    const NAME: &'static str = "custom-strategy";
+    const DESCRIPTION: &'static str =
+        "Archives the oldest tool exchanges into pages and leaves a note naming the tools called.";
+
+    fn new(config: Config) -> Result<Self, PluginError> {
+        if config.min_exchanges == 0 {
+            return Err(PluginError::invalid_config("min_exchanges: must be at least 1"));
+        }
+        Ok(ArchiveOldToolCalls { config })
+    }
+
+    async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
+        let Compaction {
+            conversation,
+            budget,
+            host,
+            ..
+        } = input;
+        let messages = &conversation.messages;
+        let runs = self.runs_to_archive(messages, budget.keep_recent as usize);
+        let exchanges: usize = runs.iter().map(|r| r.exchanges).sum();
+        if exchanges < self.config.min_exchanges {
+            let reason = format!(
+                "{exchanges} tool exchange(s) old enough to archive, {} needed",
+                self.config.min_exchanges
+            );
+            return Ok(CompactOutcome::unchanged(conversation, reason));
+        }
+
+        // Pages first: a summary may only point at a page that already exists.
+        let mut pages = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let originals = messages[run.range.clone()].to_vec();
+            pages.push(host.archive_page(originals, None).await?);
+        }
+
+        let llm_texts = if self.config.summarize {
+            self.summarize_runs(&host, messages, &runs).await
+        } else {
+            vec![None; runs.len()]
+        };
+
+        let mut report = StageReport::acted(format!(
+            "archived {exchanges} tool exchange(s) in {} run(s)",
+            runs.len()
+        ));
+        let mut replacements = Vec::with_capacity(runs.len());
+        for ((run, page), llm_text) in runs.iter().zip(&pages).zip(llm_texts) {
+            let mut note = format!(
+                "Archived {} tool call(s): {}.",
+                run.calls,
+                tool_list(&run.tools)
+            );
+            match llm_text {
+                Some(Ok(text)) => {
+                    note.push('\n');
+                    note.push_str(text.trim());
+                }
+                Some(Err(e)) => report.warn(format!("summary of page {page} failed: {e}")),
+                None => {}
+            }
+            replacements.push(Replacement {
+                range: run.range.clone(),
+                message: sdk::summary_message(&note, page, Self::NAME, SummaryStatus::Final),
+            });
+            report.messages_removed += run.range.len() as u32;
+            report.summaries_added += 1;
+            report.pages.push(page.as_str().into());
+        }
+        let new_messages = sdk::splice(messages, replacements);
+        Ok(CompactOutcome {
+            conversation: conversation.with_messages(new_messages),
+            report,
+        })
+    }
+}
+
+/// A run of adjacent tool exchanges to archive as one page.
+#[derive(Debug)]
+struct Run {
+    range: Range<usize>,
+    exchanges: usize,
+    calls: usize,
+    tools: BTreeMap<String, usize>,
+}
+
+impl ArchiveOldToolCalls {
+    /// The oldest tool exchanges in the compactable range, beyond the newest
+    /// `keep_exchanges`, grouped into runs of adjacent exchanges.
+    fn runs_to_archive(&self, messages: &[Message], keep_recent: usize) -> Vec<Run> {
+        let range = sdk::compactable_range(messages, keep_recent);
+        let exchanges: Vec<Unit> = sdk::units(messages)
+            .into_iter()
+            .filter(|u| range.start <= u.range.start && u.range.end <= range.end)
+            .filter(|u| u.kind == UnitKind::ToolExchange)
+            .collect();
+        let archive = exchanges.len().saturating_sub(self.config.keep_exchanges);
+
+        let mut runs: Vec<Run> = Vec::new();
+        for unit in &exchanges[..archive] {
+            let adjacent = runs.last().is_some_and(|r| r.range.end == unit.range.start);
+            if !adjacent {
+                runs.push(Run {
+                    range: unit.range.clone(),
+                    exchanges: 0,
+                    calls: 0,
+                    tools: BTreeMap::new(),
+                });
+            }
+            let run = runs.last_mut().expect("a run was just pushed");
+            run.range.end = unit.range.end;
+            run.exchanges += 1;
+            for message in &messages[unit.range.clone()] {
+                for block in message.content.iter() {
+                    if let ContentBlock::ToolUse { name, .. } = block {
+                        run.calls += 1;
+                        *run.tools.entry(name.to_string()).or_default() += 1;
+                    }
+                }
+            }
+        }
+        runs
+    }
+
+    /// One LLM request per run, made concurrently through the host.
+    async fn summarize_runs(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        runs: &[Run],
+    ) -> Vec<Option<Result<String, PluginError>>> {
+        let total = runs.len();
+        let requests = runs
+            .iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let material = render_messages(&messages[run.range.clone()], &RenderOptions::default());
+                let prompt = format!(
+                    "Summarize what these tool calls found out, in a few sentences. Keep file paths, \
+                     identifiers, numbers and errors.\n<content>\n{material}</content>"
+                );
+                LlmRequest::new("", prompt, self.config.summary_tokens)
+                    .with_label(format!("run {}/{total}", i + 1))
+            })
+            .collect();
+        host.complete_all(requests, self.config.max_concurrency)
+            .await
+            .into_iter()
+            .map(|answer| Some(answer.map(|r| r.text.into())))
+            .collect()
+    }
+}
+
+fn tool_list(tools: &BTreeMap<String, usize>) -> String {
+    tools
+        .iter()
+        .map(|(name, n)| if *n == 1 { name.clone() } else { format!("{name} ×{n}") })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+export_plugin!(ArchiveOldToolCalls);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exchange(id: &str, tool: &str) -> [Message; 2] {
+        [
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::ToolUse {
+                    id: id.into(),
+                    name: tool.into(),
+                    input_json: "{}".into(),
+                    extra_json: Default::default(),
+                }],
+            ),
+            Message::new(
+                Role::Tool,
+                vec![ContentBlock::ToolResult {
+                    tool_use_id: id.into(),
+                    content: vec![ToolResultPart::Text { text: "out".into() }].into(),
+                    is_error: false,
+                    extra_json: Default::default(),
+                }],
+            ),
+        ]
+    }
+
+    #[test]
+    fn runs_split_at_user_messages_and_keep_the_newest() {
+        let mut msgs = vec![Message::text(Role::System, "s"), Message::text(Role::User, "go")];
+        msgs.extend(exchange("a", "bash"));
+        msgs.extend(exchange("b", "bash"));
+        msgs.push(Message::text(Role::User, "more"));
+        msgs.extend(exchange("c", "edit"));
+        msgs.extend(exchange("d", "edit"));
+        msgs.push(Message::text(Role::Assistant, "done"));
+        let s = ArchiveOldToolCalls::new(Config {
+            keep_exchanges: 1,
+            ..Config::default()
+        })
+        .unwrap();
+        let runs = s.runs_to_archive(&msgs, 1);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].range, 2..6);
+        assert_eq!(runs[0].tools.get("bash"), Some(&2));
+        assert_eq!(runs[1].range, 7..9);
+        assert_eq!(tool_list(&runs[0].tools), "bash ×2");
+    }
+}

@@ -1,0 +1,188 @@
+//! A chain of two real plugins over the real corpus, in both wire formats.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tamp_e2e::{corpus, corpus_names, plugin, scratch_dir, write_chain};
+use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
+use tamp_host::wire;
+use tamp_plugin_api::{Conversation, Message};
+
+fn two_plugin_chain(tag: &str) -> Chain {
+    let dir = scratch_dir(tag);
+    let toml = format!(
+        r#"
+[budget]
+max_tokens = 4000
+high_watermark = 0.75
+low_watermark = 0.5
+keep_recent = 6
+
+[store]
+path = "pages.sqlite3"
+
+[[stage]]
+name = "archive"
+plugin = "{custom}"
+[stage.config]
+keep_exchanges = 2
+summary_tokens = 80
+
+[[stage]]
+name = "oldest-unit"
+plugin = "{misbehaving}"
+trigger = "always"
+[stage.config]
+mode = "ok"
+"#,
+        custom = plugin("tamp_custom_strategy").display(),
+        misbehaving = plugin("tamp_test_misbehaving").display(),
+    );
+    Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).expect("chain builds")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap()
+}
+
+/// Every input message is in the output or, through summaries' page refs, in a page.
+async fn assert_nothing_lost(chain: &Chain, input: &Conversation, output: &Conversation) {
+    let mut reachable: HashSet<Message> = output.messages.iter().cloned().collect();
+    let mut pending: Vec<String> = output
+        .messages
+        .iter()
+        .filter_map(|m| m.summary_info().map(|s| s.page_ref.to_string()))
+        .collect();
+    let mut seen = HashSet::new();
+    while let Some(id) = pending.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let page = chain.store().get_page(&id).await.expect("referenced page exists");
+        for m in page.page.messages.iter() {
+            if let Some(s) = m.summary_info() {
+                pending.push(s.page_ref.to_string());
+            }
+            reachable.insert(m.clone());
+        }
+    }
+    for (i, m) in input.messages.iter().enumerate() {
+        assert!(reachable.contains(m), "input message {i} is neither in the output nor in a page");
+    }
+}
+
+#[test]
+fn two_plugins_compact_every_corpus_conversation_in_both_formats() {
+    let chain = two_plugin_chain("two");
+    let rt = rt();
+    for name in corpus_names() {
+        for format in ["anthropic", "openai"] {
+            let text = corpus(format, &name);
+            let (input, fmt) = wire::parse_str(&text, None).unwrap();
+            let options = CompactOptions { format: Some(fmt), ..Default::default() };
+            let out = rt.block_on(chain.compact(input.clone(), &options)).unwrap();
+            let report = &out.report;
+            let ctx = format!("{name} ({format})");
+            assert_eq!(report.stages.len(), 2, "{ctx}");
+            assert_eq!(report.stages[0].status, StageStatus::Acted, "{ctx}: {:?}", report.stages[0]);
+            assert!(
+                matches!(report.stages[1].status, StageStatus::Acted | StageStatus::Skipped),
+                "{ctx}: {:?}",
+                report.stages[1]
+            );
+            assert!(report.tokens_after < report.tokens_before, "{ctx}");
+            assert!(out.conversation.messages.len() < input.messages.len(), "{ctx}");
+
+            // The output is valid in its wire format and reads back to the same conversation.
+            let json = wire::to_string_pretty(&out.conversation, fmt);
+            let (back, back_fmt) = wire::parse_str(&json, None).unwrap();
+            assert_eq!(back_fmt, fmt, "{ctx}");
+            assert_eq!(back, out.conversation, "{ctx}");
+            wire::check_tool_pairing(&back.messages, fmt).unwrap();
+
+            rt.block_on(assert_nothing_lost(&chain, &input, &out.conversation));
+        }
+    }
+}
+
+#[test]
+fn same_input_same_output_even_from_many_tasks_at_once() {
+    let chain = Arc::new(two_plugin_chain("det"));
+    let (input, fmt) = wire::parse_str(&corpus("openai", "msa_deepseek_django-14752"), None).unwrap();
+    let rt = rt();
+    let first = rt
+        .block_on(chain.compact(input.clone(), &CompactOptions { format: Some(fmt), ..Default::default() }))
+        .unwrap();
+    let outputs = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let chain = Arc::clone(&chain);
+                let input = input.clone();
+                tokio::spawn(async move {
+                    chain
+                        .compact(input, &CompactOptions { format: Some(fmt), ..Default::default() })
+                        .await
+                        .unwrap()
+                        .conversation
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    for o in outputs {
+        assert_eq!(o, first.conversation);
+    }
+}
+
+#[test]
+fn under_the_high_watermark_nothing_runs_unless_always() {
+    let chain = two_plugin_chain("under");
+    let (input, fmt) = wire::parse_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"), None).unwrap();
+    let mut budget = *chain.budget();
+    budget.max_tokens = 1_000_000;
+    let options = CompactOptions { format: Some(fmt), budget: Some(budget), ..Default::default() };
+    let out = rt().block_on(chain.compact(input, &options)).unwrap();
+    assert_eq!(out.report.stages[0].status, StageStatus::NotRun);
+    assert!(out.report.reason.contains("not above the high watermark"), "{}", out.report.reason);
+    // The `always` stage still ran.
+    assert_ne!(out.report.stages[1].status, StageStatus::NotRun);
+}
+
+#[test]
+fn a_malformed_conversation_is_refused_with_its_path() {
+    let chain = two_plugin_chain("bad-input");
+    let mut v: serde_json::Value = serde_json::from_str(&corpus("openai", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    // Drop the first tool message: its call is left unanswered.
+    let messages = v["messages"].as_array_mut().unwrap();
+    let idx = messages.iter().position(|m| m["role"] == "tool").unwrap();
+    messages.remove(idx);
+    let err = wire::parse_value(v, None).err().expect("refused");
+    assert!(err.path.starts_with("messages["), "{err}");
+    // A conversation built in Rust that breaks the pairing rules is refused by the chain too.
+    let (mut conv, _) = wire::parse_str(&corpus("openai", "taubench_gpt4o_airline_task2_trial2"), None).unwrap();
+    let idx = conv.messages.iter().position(|m| m.role == tamp_plugin_api::Role::Tool).unwrap();
+    conv.messages.remove(idx);
+    let err = rt().block_on(chain.compact(conv, &CompactOptions::default())).err().expect("refused");
+    assert!(err.to_string().starts_with("invalid conversation: messages["), "{err}");
+}
+
+#[test]
+fn an_invalid_stage_config_is_rejected_with_the_field_and_line() {
+    let dir = scratch_dir("badcfg");
+    let custom = plugin("tamp_custom_strategy");
+    for (bad, field) in [("keep_exchanges = \"many\"", "keep_exchanges"), ("keep_exchangez = 3", "keep_exchangez")] {
+        let toml = format!(
+            "[[stage]]\nname = \"a\"\nplugin = \"{}\"\n[stage.config]\nsummarize = true\n{bad}\n",
+            custom.display()
+        );
+        let path = write_chain(&dir, &toml);
+        let err = Chain::from_file(&path, FileOverrides::default()).err().expect("refused").to_string();
+        assert!(err.contains(field), "{err}");
+        assert!(err.contains("chain.toml:6:"), "{err}");
+        assert!(err.contains("stage \"a\""), "{err}");
+    }
+}

@@ -1,0 +1,155 @@
+//! A plugin that misbehaves on purpose, so the host's containment can be tested against a
+//! real loaded library. `mode` picks the misbehaviour; `ok` is a well-behaved strategy that
+//! archives the oldest compactable unit.
+
+
+use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::tracing;
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(crate = "tamp_plugin_api::serde", rename_all = "snake_case")]
+#[schemars(crate = "tamp_plugin_api::schemars")]
+pub enum Mode {
+    /// Archive the oldest compactable unit behind a summary (correct behaviour).
+    #[default]
+    Ok,
+    PanicInNew,
+    /// Panic inside the future, after awaiting a host call.
+    PanicInCompact,
+    /// Never finish.
+    Hang,
+    /// Return an error.
+    Error,
+    /// Remove a message without archiving it.
+    DropMessage,
+    /// Replace a tool result without its call.
+    SplitExchange,
+    /// Change a message inside the protected recent tail.
+    TouchRecent,
+    /// Emit log events at every level, then behave like `ok`.
+    Log,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(crate = "tamp_plugin_api::serde", deny_unknown_fields, default)]
+#[schemars(crate = "tamp_plugin_api::schemars")]
+pub struct Config {
+    pub mode: Mode,
+}
+
+pub struct Misbehaving(Mode);
+
+impl Strategy for Misbehaving {
+    type Config = Config;
+    const NAME: &'static str = "misbehaving";
+    const DESCRIPTION: &'static str = "Test fixture that misbehaves as configured.";
+
+    fn new(config: Config) -> Result<Self, PluginError> {
+        if config.mode == Mode::PanicInNew {
+            panic!("misbehaving: panic in constructor");
+        }
+        Ok(Misbehaving(config.mode))
+    }
+
+    async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
+        let Compaction {
+            conversation,
+            budget,
+            host,
+            ..
+        } = input;
+        let messages = conversation.messages.to_vec();
+        let range = sdk::compactable_range(&messages, budget.keep_recent as usize);
+        match self.0 {
+            Mode::PanicInCompact => {
+                let _ = host.count_tokens("x");
+                tokio_free_yield().await;
+                panic!("misbehaving: panic inside the future");
+            }
+            Mode::Hang => {
+                std::future::pending::<()>().await;
+                unreachable!()
+            }
+            Mode::Error => return Err(PluginError::internal("misbehaving: asked to fail")),
+            Mode::DropMessage => {
+                let mut out = messages.clone();
+                if range.is_empty() {
+                    return Ok(CompactOutcome::unchanged(conversation, "nothing to drop"));
+                }
+                out.remove(range.start);
+                return Ok(acted(&conversation, out));
+            }
+            Mode::SplitExchange => {
+                let exchange = sdk::units(&messages)
+                    .into_iter()
+                    .find(|u| u.kind == UnitKind::ToolExchange && u.range.end <= range.end);
+                let Some(unit) = exchange else {
+                    return Ok(CompactOutcome::unchanged(conversation, "no exchange"));
+                };
+                // Archive only the call, leaving its result orphaned.
+                let call = unit.range.start..unit.range.start + 1;
+                let page = host.archive_page(messages[call.clone()].to_vec(), None).await?;
+                let summary = sdk::summary_message("call archived", &page, Self::NAME, SummaryStatus::Final);
+                let out = sdk::splice(&messages, vec![Replacement { range: call, message: summary }]);
+                return Ok(acted(&conversation, out));
+            }
+            Mode::TouchRecent => {
+                let mut out = messages.clone();
+                if let Some(last) = out.last_mut() {
+                    last.content.push(ContentBlock::text("tampered"));
+                }
+                return Ok(acted(&conversation, out));
+            }
+            Mode::Log => {
+                tracing::error!(mode = "log", "misbehaving error event");
+                tracing::warn!("misbehaving warn event");
+                tracing::info!(count = 3, "misbehaving info event");
+                tracing::debug!("misbehaving debug event");
+            }
+            Mode::Ok | Mode::PanicInNew => {}
+        }
+        // Ok: archive the oldest compactable unit that is not a system message or summary.
+        let unit = sdk::units(&messages).into_iter().find(|u| {
+            range.start <= u.range.start
+                && u.range.end <= range.end
+                && matches!(u.kind, UnitKind::Message | UnitKind::ToolExchange)
+        });
+        let Some(unit) = unit else {
+            return Ok(CompactOutcome::unchanged(conversation, "nothing compactable"));
+        };
+        let page = host.archive_page(messages[unit.range.clone()].to_vec(), None).await?;
+        let summary = sdk::summary_message(
+            &format!("{} message(s) archived", unit.range.len()),
+            &page,
+            Self::NAME,
+            SummaryStatus::Final,
+        );
+        let out = sdk::splice(&messages, vec![Replacement { range: unit.range, message: summary }]);
+        Ok(acted(&conversation, out))
+    }
+}
+
+fn acted(conversation: &Conversation, messages: Vec<Message>) -> CompactOutcome {
+    CompactOutcome {
+        conversation: conversation.with_messages(messages),
+        report: StageReport::acted("misbehaving acted"),
+    }
+}
+
+/// Yields once to the executor without needing a runtime inside the plugin.
+async fn tokio_free_yield() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+
+export_plugin!(Misbehaving);

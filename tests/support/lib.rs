@@ -1,0 +1,109 @@
+//! Shared support for the end-to-end tests: builds the plugin libraries with cargo (once per
+//! test process; cargo's own lock serializes concurrent builds) and finds them, the `tamp`
+//! binary and the fixtures.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use tamp_plugin_api::Conversation;
+
+/// Packages whose artifacts the tests load or run.
+const PACKAGES: &[&str] = &[
+    "tamp-host",
+    "tamp-custom-strategy",
+    "tamp-test-misbehaving",
+    "tamp-test-not-a-plugin",
+    "tamp-test-incompatible-abi",
+    "tamp-test-layout-mismatch",
+];
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// target/<profile> of the running test binary (it lives in target/<profile>/deps).
+pub fn artifact_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let deps = exe.parent().expect("exe dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+/// Builds the plugins and the `tamp` binary in the test's own profile, once.
+pub fn ensure_built() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = artifact_dir();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(workspace_root()).arg("build").arg("--quiet");
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        for p in PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        let status = cmd.status().expect("run cargo build");
+        assert!(status.success(), "cargo build of the test plugins failed");
+        dir
+    })
+}
+
+/// The path of a built plugin library, e.g. `plugin("tamp_custom_strategy")`.
+pub fn plugin(lib_name: &str) -> PathBuf {
+    let dir = ensure_built();
+    let path = dir.join(format!(
+        "{}{lib_name}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ));
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+/// The built `tamp` binary.
+pub fn tamp_bin() -> PathBuf {
+    let path = ensure_built().join(format!("tamp{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+/// A corpus conversation's JSON text, e.g. `corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")`.
+pub fn corpus(format: &str, name: &str) -> String {
+    let path = workspace_root().join(format!("tests/fixtures/corpus/{format}/{name}.json"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The names of the corpus conversations.
+pub fn corpus_names() -> Vec<String> {
+    let dir = workspace_root().join("tests/fixtures/corpus/anthropic");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.path().file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Parses a corpus conversation.
+pub fn corpus_conversation(format: &str, name: &str) -> Conversation {
+    tamp_host::wire::parse_str(&corpus(format, name), None).expect("corpus parses").0
+}
+
+/// A fresh scratch directory under the system temp dir.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tamp-e2e-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Writes a chain file into `dir` and returns its path.
+pub fn write_chain(dir: &Path, toml: &str) -> PathBuf {
+    let path = dir.join("chain.toml");
+    std::fs::write(&path, toml).expect("write chain file");
+    path
+}
