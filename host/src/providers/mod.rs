@@ -1,1 +1,367 @@
-//! (being written)
+//! LLM providers: the backends that answer the [`LlmRequest`]s plugins make through the host.
+//!
+//! - [`Provider`]: the interface every backend implements; the host's services wrap it with
+//!   retries, timeouts and the response cache.
+//! - [`ExtractiveSummarizer`] (`extractive`): the default. Offline and deterministic, it picks
+//!   the most informative sentences of the material, so everything runs without a key.
+//! - [`ScriptedProvider`] (`scripted`): answers from a script, records every request, and can
+//!   inject errors and delays; for tests and benchmarks.
+//!
+//! ## The `<content>` convention
+//!
+//! A strategy's prompt is instructions plus material. By tamp's convention the material is
+//! wrapped in [`CONTENT_OPEN`] … [`CONTENT_CLOSE`] (use [`wrap_content`]), so that providers
+//! that do not follow instructions (the extractive summarizer, the scripted provider's `echo`)
+//! know what to work on: [`content_section`] returns the text inside the last pair, or the
+//! whole prompt when there is none.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tamp_plugin_api::{LlmRequest, LlmResponse};
+
+pub mod extractive;
+pub mod scripted;
+
+pub use extractive::{summarize, ExtractiveSummarizer, Summary};
+pub use scripted::{
+    Script, ScriptError, ScriptMode, ScriptedError, ScriptedProvider, ScriptedResponse,
+    ScriptedUsage,
+};
+
+/// What went wrong in a provider call; decides whether the host retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    /// HTTP 429 or the provider's equivalent. Retryable, usually with a `retry_after`.
+    RateLimited,
+    /// The provider is overloaded (Anthropic 529, 503). Retryable.
+    Overloaded,
+    /// A 5xx or other server-side failure. Retryable.
+    Server,
+    /// The call took longer than allowed. Retryable.
+    Timeout,
+    /// The connection failed or broke. Retryable.
+    Connection,
+    /// The request itself is wrong (400, a schema this provider cannot fill). Not retryable.
+    InvalidRequest,
+    /// Missing or rejected credentials (401, 403). Not retryable.
+    Authentication,
+    /// Credit or quota used up (as opposed to a transient rate limit). Not retryable.
+    QuotaExhausted,
+    /// The provider answered something that could not be parsed. Not retryable.
+    Malformed,
+    /// Anything else. Not retryable.
+    Other,
+}
+
+impl ProviderErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ProviderErrorKind; 10] = [
+        ProviderErrorKind::RateLimited,
+        ProviderErrorKind::Overloaded,
+        ProviderErrorKind::Server,
+        ProviderErrorKind::Timeout,
+        ProviderErrorKind::Connection,
+        ProviderErrorKind::InvalidRequest,
+        ProviderErrorKind::Authentication,
+        ProviderErrorKind::QuotaExhausted,
+        ProviderErrorKind::Malformed,
+        ProviderErrorKind::Other,
+    ];
+
+    /// The snake_case name, as in scripts and logs (`rate_limited`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderErrorKind::RateLimited => "rate_limited",
+            ProviderErrorKind::Overloaded => "overloaded",
+            ProviderErrorKind::Server => "server",
+            ProviderErrorKind::Timeout => "timeout",
+            ProviderErrorKind::Connection => "connection",
+            ProviderErrorKind::InvalidRequest => "invalid_request",
+            ProviderErrorKind::Authentication => "authentication",
+            ProviderErrorKind::QuotaExhausted => "quota_exhausted",
+            ProviderErrorKind::Malformed => "malformed",
+            ProviderErrorKind::Other => "other",
+        }
+    }
+
+    /// Transient failures worth retrying: rate limits, overload, server errors, timeouts and
+    /// connection failures.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ProviderErrorKind::RateLimited
+                | ProviderErrorKind::Overloaded
+                | ProviderErrorKind::Server
+                | ProviderErrorKind::Timeout
+                | ProviderErrorKind::Connection
+        )
+    }
+}
+
+impl std::fmt::Display for ProviderErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed provider call. Displays as `provider: kind: message`, e.g.
+/// `anthropic/claude-x: rate_limited: slow down (retry after 1s)`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{provider}: {kind}: {message}{}", fmt_retry_after(.retry_after))]
+pub struct ProviderError {
+    /// The provider's [`Provider::name`].
+    pub provider: String,
+    pub kind: ProviderErrorKind,
+    pub message: String,
+    /// How long the provider asked us to wait before retrying (`retry-after`), if it said.
+    pub retry_after: Option<Duration>,
+}
+
+fn fmt_retry_after(retry_after: &Option<Duration>) -> String {
+    match retry_after {
+        Some(d) => format!(" (retry after {})", fmt_duration(*d)),
+        None => String::new(),
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 && d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+impl ProviderError {
+    pub fn new(
+        provider: impl Into<String>,
+        kind: ProviderErrorKind,
+        message: impl Into<String>,
+    ) -> Self {
+        ProviderError {
+            provider: provider.into(),
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// True for the transient kinds (see [`ProviderErrorKind::is_retryable`]).
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+}
+
+/// A backend that answers LLM requests.
+///
+/// Implementations must be cheap to call concurrently: the host issues many requests at once
+/// (`complete_all`) and awaits them on a shared runtime, so `complete` must never block a
+/// thread on I/O or sleep (use async I/O and `tokio::time::sleep`).
+pub trait Provider: Send + Sync {
+    /// A stable name for logs, errors and cache keys: `extractive`, `scripted`,
+    /// `anthropic/<model>`.
+    fn name(&self) -> &str;
+
+    /// Answers one request. Retries, timeouts and caching are the caller's business.
+    fn complete<'a>(
+        &'a self,
+        request: &'a LlmRequest,
+    ) -> BoxFuture<'a, Result<LlmResponse, ProviderError>>;
+}
+
+impl<P: Provider + ?Sized> Provider for Arc<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn complete<'a>(
+        &'a self,
+        request: &'a LlmRequest,
+    ) -> BoxFuture<'a, Result<LlmResponse, ProviderError>> {
+        (**self).complete(request)
+    }
+}
+
+impl<P: Provider + ?Sized> Provider for Box<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn complete<'a>(
+        &'a self,
+        request: &'a LlmRequest,
+    ) -> BoxFuture<'a, Result<LlmResponse, ProviderError>> {
+        (**self).complete(request)
+    }
+}
+
+/// Opens the material section of a prompt (see the module docs).
+pub const CONTENT_OPEN: &str = "<content>";
+/// Closes the material section of a prompt.
+pub const CONTENT_CLOSE: &str = "</content>";
+
+/// Wraps `material` in [`CONTENT_OPEN`]/[`CONTENT_CLOSE`] on lines of their own:
+/// `<content>\n{material}\n</content>`.
+///
+/// Tags that occur inside the material itself are escaped (`&lt;content&gt;`,
+/// `&lt;/content&gt;`) so that [`content_section`] finds the real section boundaries; the
+/// material is otherwise unchanged.
+pub fn wrap_content(material: &str) -> String {
+    let mut out =
+        String::with_capacity(material.len() + CONTENT_OPEN.len() + CONTENT_CLOSE.len() + 2);
+    out.push_str(CONTENT_OPEN);
+    out.push('\n');
+    if material.contains(CONTENT_OPEN) || material.contains(CONTENT_CLOSE) {
+        out.push_str(
+            &material
+                .replace(CONTENT_OPEN, "&lt;content&gt;")
+                .replace(CONTENT_CLOSE, "&lt;/content&gt;"),
+        );
+    } else {
+        out.push_str(material);
+    }
+    out.push('\n');
+    out.push_str(CONTENT_CLOSE);
+    out
+}
+
+/// The material of a prompt: the text between the last [`CONTENT_CLOSE`] and the last
+/// [`CONTENT_OPEN`] before it, without the single newline [`wrap_content`] puts on each side.
+/// The whole prompt when it has no such pair (no closing tag, or no opening tag before it).
+pub fn content_section(prompt: &str) -> &str {
+    let Some(close) = prompt.rfind(CONTENT_CLOSE) else {
+        return prompt;
+    };
+    let Some(open) = prompt[..close].rfind(CONTENT_OPEN) else {
+        return prompt;
+    };
+    let inner = &prompt[open + CONTENT_OPEN.len()..close];
+    let inner = inner
+        .strip_prefix("\r\n")
+        .or_else(|| inner.strip_prefix('\n'))
+        .unwrap_or(inner);
+    inner
+        .strip_suffix("\r\n")
+        .or_else(|| inner.strip_suffix('\n'))
+        .unwrap_or(inner)
+}
+
+/// A token count estimated from characters: ⌈chars / 4⌉. Used where a provider does not report
+/// usage (the extractive and scripted providers); it is an estimate, not a tokenizer's count.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_kinds() {
+        let retryable: Vec<_> = ProviderErrorKind::ALL
+            .iter()
+            .filter(|k| k.is_retryable())
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(
+            retryable,
+            [
+                "rate_limited",
+                "overloaded",
+                "server",
+                "timeout",
+                "connection"
+            ]
+        );
+        let e = ProviderError::new("x", ProviderErrorKind::Authentication, "no key");
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn kind_names_match_serde() {
+        for kind in ProviderErrorKind::ALL {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+            let back: ProviderErrorKind = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, kind);
+        }
+    }
+
+    #[test]
+    fn error_display() {
+        let e = ProviderError::new("anthropic/m", ProviderErrorKind::RateLimited, "slow down")
+            .with_retry_after(Duration::from_secs(2));
+        assert_eq!(
+            e.to_string(),
+            "anthropic/m: rate_limited: slow down (retry after 2s)"
+        );
+        let e = ProviderError::new("scripted", ProviderErrorKind::Server, "boom")
+            .with_retry_after(Duration::from_millis(1500));
+        assert_eq!(e.to_string(), "scripted: server: boom (retry after 1500ms)");
+        let e = ProviderError::new("extractive", ProviderErrorKind::InvalidRequest, "no schema");
+        assert_eq!(e.to_string(), "extractive: invalid_request: no schema");
+    }
+
+    #[test]
+    fn content_section_uses_last_pair() {
+        assert_eq!(content_section("no tags here"), "no tags here");
+        assert_eq!(
+            content_section("x <content>only open"),
+            "x <content>only open"
+        );
+        assert_eq!(
+            content_section("only close</content>"),
+            "only close</content>"
+        );
+        let p = format!(
+            "Summarize the text in {CONTENT_OPEN}{CONTENT_CLOSE} tags.\n{}\nBe brief.",
+            wrap_content("the material")
+        );
+        assert_eq!(content_section(&p), "the material");
+        let p = format!(
+            "{}\nand now\n{}",
+            wrap_content("first"),
+            wrap_content("second")
+        );
+        assert_eq!(content_section(&p), "second");
+        assert_eq!(content_section("<content>inline</content>"), "inline");
+    }
+
+    #[test]
+    fn wrap_escapes_nested_tags() {
+        let wrapped = wrap_content("html: <content>x</content> end");
+        assert_eq!(
+            content_section(&wrapped),
+            "html: &lt;content&gt;x&lt;/content&gt; end"
+        );
+        assert_eq!(content_section(&wrap_content("")), "");
+    }
+
+    #[test]
+    fn estimates_tokens_from_chars() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        assert_eq!(estimate_tokens("éééé"), 1);
+    }
+
+    #[tokio::test]
+    async fn arc_and_box_are_providers() {
+        let p: Arc<dyn Provider> = Arc::new(ExtractiveSummarizer::new());
+        let b: Box<dyn Provider> = Box::new(ScriptedProvider::always("ok"));
+        fn takes(p: &impl Provider) -> &str {
+            p.name()
+        }
+        assert_eq!(takes(&p), "extractive");
+        assert_eq!(takes(&b), "scripted");
+        let r = b.complete(&LlmRequest::new("", "hi", 10)).await.unwrap();
+        assert_eq!(r.text.as_str(), "ok");
+    }
+}

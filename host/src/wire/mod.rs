@@ -1,1 +1,529 @@
-//! (being written)
+//! Reading and writing conversations in the two wire formats agents use: Anthropic Messages
+//! (`system` + content blocks) and OpenAI Chat Completions (roles incl. `tool`, `tool_calls`).
+//!
+//! [`parse_str`] / [`parse_value`] read a request body into the plugin-api [`Conversation`];
+//! [`to_value`] / [`to_string_pretty`] write it back in a format (normally the input's). What
+//! tamp does not model is carried through untouched:
+//!
+//! - top-level fields other than `system`/`messages` (`model`, `tools`, `max_tokens`, ...) go to
+//!   [`Conversation::metadata_json`] in their order; a string `thread_id` becomes
+//!   [`Conversation::thread_id`];
+//! - unknown fields of messages and blocks go to their `extra_json`; blocks tamp does not
+//!   interpret (images, documents, thinking, ...) become [`ContentBlock::Opaque`] with their
+//!   exact original JSON text; an Anthropic `tool_use.input` is kept as its exact original text
+//!   and an OpenAI `arguments` string byte for byte.
+//!
+//! Details of the wire shape that the model does not hold (a string vs an array `content`, a
+//! `developer` role, a `null` content, the order of top-level fields, ...) are recorded under
+//! `extra_json` / `metadata_json` keys that start with `tamp:` — only when they differ from the
+//! shape the writer would pick by default — and are stripped on output. So reading then
+//! writing a request in its own format gives the same JSON. Keys starting with `tamp:` are
+//! reserved: consumers of `extra_json` and `metadata_json` must ignore them.
+//!
+//! Summary messages are written as one text block (see [`summary_marker`]) and read back.
+//!
+//! Reading validates the request and names the offending place in [`WireError::path`]
+//! (`messages[14].content[1]`), including the tool-pairing rules ([`check_tool_pairing`]).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use abi_stable::std_types::{ROption, RString};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::plugin_api::{ContentBlock, Conversation, Message};
+
+mod anthropic;
+mod form;
+mod json;
+mod openai;
+mod pairing;
+pub mod summary_marker;
+
+#[cfg(test)]
+mod tests;
+
+use json::{Doc, Level, Messages, Msg, MsgField, Path, Raw, TopField};
+
+/// One of the two wire formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireFormat {
+    /// Anthropic Messages: `{"system": ..., "messages": [...]}` with content blocks.
+    Anthropic,
+    /// OpenAI Chat Completions: `{"messages": [...]}` with `tool_calls` and `tool` messages.
+    OpenAi,
+}
+
+impl WireFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WireFormat::Anthropic => "anthropic",
+            WireFormat::OpenAi => "openai",
+        }
+    }
+}
+
+impl fmt::Display for WireFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for WireFormat {
+    type Err = WireError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "anthropic" => Ok(WireFormat::Anthropic),
+            "openai" => Ok(WireFormat::OpenAi),
+            other => Err(WireError::new(
+                "",
+                format!("unknown wire format \"{other}\" (expected \"anthropic\" or \"openai\")"),
+            )),
+        }
+    }
+}
+
+/// A request that cannot be read, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireError {
+    /// Where in the request, like `messages[14].content[1]`; empty for the whole request.
+    pub path: String,
+    pub message: String,
+}
+
+impl WireError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        WireError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// Which format a request is in.
+///
+/// A top-level `system` field means Anthropic; a `system`/`developer`/`tool` role, a
+/// `tool_calls`/`tool_call_id` field, a `null` content or an OpenAI content part type
+/// (`image_url`, ...) means OpenAI; an Anthropic block type (`tool_use`, `tool_result`,
+/// `image`, `thinking`, ...) means Anthropic. The first message that tells decides. A request
+/// with none of these (plain user/assistant text) reads the same in both formats; it is taken
+/// as OpenAI. Errors only when the request is not an object with a `messages` array.
+pub fn detect(value: &Value) -> Result<WireFormat, WireError> {
+    let Value::Object(top) = value else {
+        return Err(WireError::new(
+            "",
+            format!("expected a JSON object, found {}", value_kind(value)),
+        ));
+    };
+    let messages = match top.get("messages") {
+        None => return Err(WireError::new("", "missing \"messages\"")),
+        Some(Value::Array(messages)) => messages,
+        Some(other) => {
+            return Err(WireError::new(
+                "messages",
+                format!("expected an array, found {}", value_kind(other)),
+            ))
+        }
+    };
+    if top.contains_key("system") {
+        return Ok(WireFormat::Anthropic);
+    }
+    Ok(messages
+        .iter()
+        .find_map(classify_message)
+        .unwrap_or(WireFormat::OpenAi))
+}
+
+/// Reads a request from JSON text. With `format: None` the format is detected ([`detect`]).
+/// Returns the conversation and the format it was read in.
+pub fn parse_str(
+    text: &str,
+    format: Option<WireFormat>,
+) -> Result<(Conversation, WireFormat), WireError> {
+    let fields = match json::parse_doc(text)? {
+        Doc::Object(fields) => fields,
+        Doc::Other(kind) => {
+            return Err(WireError::new(
+                "",
+                format!("expected a JSON object, found {kind}"),
+            ))
+        }
+    };
+    let format = match format {
+        Some(format) => format,
+        None => detect_doc(&fields)?,
+    };
+    let top = split_top(fields, format)?;
+    let conversation = match format {
+        WireFormat::Anthropic => anthropic::parse(top)?,
+        WireFormat::OpenAi => openai::parse(top)?,
+    };
+    Ok((conversation, format))
+}
+
+/// Reads a request from a JSON value; the same as [`parse_str`] on its text.
+pub fn parse_value(
+    value: Value,
+    format: Option<WireFormat>,
+) -> Result<(Conversation, WireFormat), WireError> {
+    let format = match format {
+        Some(format) => format,
+        None => detect(&value)?,
+    };
+    // The readers borrow from JSON text (raw tool inputs, opaque blocks); one compact
+    // serialization is cheaper than a second reader over `Value`.
+    let text = value.to_string();
+    drop(value);
+    parse_str(&text, Some(format))
+}
+
+/// Writes `conversation` as a request in `format`.
+///
+/// Anthropic: leading system messages become `system`; consecutive tool messages become one
+/// `user` message; a later system message is written as a `user` message. OpenAI: tool
+/// results become `tool` messages placed before the rest of their message. Tool inputs and
+/// opaque blocks that are not valid JSON are written as JSON strings.
+pub fn to_value(conversation: &Conversation, format: WireFormat) -> Value {
+    let messages = &conversation.messages[..];
+    let (system, messages) = match format {
+        WireFormat::Anthropic => {
+            let lead = messages
+                .iter()
+                .take_while(|m| m.role == crate::plugin_api::Role::System)
+                .count();
+            (
+                anthropic::system_value(&messages[..lead]),
+                anthropic::messages_value(&messages[lead..], false),
+            )
+        }
+        WireFormat::OpenAi => (None, openai::messages_value(messages)),
+    };
+    assemble_top(conversation, system, messages)
+}
+
+/// [`to_value`] as pretty-printed JSON text.
+pub fn to_string_pretty(conversation: &Conversation, format: WireFormat) -> String {
+    let value = to_value(conversation, format);
+    serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string())
+}
+
+/// `messages` as a JSON array of wire messages in `format` (for printing pages). Unlike
+/// [`to_value`], system messages stay in the array, with the role `system`.
+pub fn messages_to_value(messages: &[Message], format: WireFormat) -> Value {
+    Value::Array(match format {
+        WireFormat::Anthropic => anthropic::messages_value(messages, true),
+        WireFormat::OpenAi => openai::messages_value(messages),
+    })
+}
+
+/// Checks the tool-pairing rules of `format` on `messages`, as [`to_value`] would write them:
+/// every tool use is answered right after it (Anthropic: by a `tool_result` in the next
+/// message; OpenAI: by the `tool` messages that follow) except in the very last message, every
+/// tool result answers a call of the message right before, tool-use ids are unique, and tool
+/// uses appear in assistant messages only. Error paths name positions in `messages`
+/// (`messages[3].content[1]`; OpenAI: `messages[3].tool_calls[0]`, `messages[4]` for a tool
+/// message).
+pub fn check_tool_pairing(messages: &[Message], format: WireFormat) -> Result<(), WireError> {
+    pairing::check(messages, format, pairing::Locator::model(format))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Top level
+
+/// The top level of a request, split.
+pub(crate) struct Top<'a> {
+    pub(crate) messages: Vec<Msg<'a>>,
+    /// Anthropic `system` (not null).
+    pub(crate) system: Option<Raw<'a>>,
+    pub(crate) thread_id: ROption<RString>,
+    pub(crate) metadata_json: RString,
+}
+
+fn split_top<'a>(
+    fields: Vec<(Cow<'a, str>, TopField<'a>)>,
+    format: WireFormat,
+) -> Result<Top<'a>, WireError> {
+    let root = Path::Root;
+    let mut messages = None;
+    let mut system = None;
+    let mut thread_id = ROption::RNone;
+    let mut metadata = json::ObjText::new();
+    // The keys in their order, and which of them the writer places itself.
+    let mut keys: Vec<(Cow<'a, str>, bool)> = Vec::with_capacity(fields.len());
+    for (key, value) in fields {
+        let special = match (key.as_ref(), value) {
+            ("messages", TopField::Messages(m)) => {
+                messages = Some(m);
+                true
+            }
+            ("system", TopField::Raw(raw))
+                if format == WireFormat::Anthropic && raw.get() != "null" =>
+            {
+                system = Some(raw);
+                true
+            }
+            ("thread_id", TopField::Raw(raw)) if raw.get() != "null" => {
+                thread_id =
+                    ROption::RSome(json::rstring(json::string(raw, &root.key("thread_id"))?));
+                true
+            }
+            (other, TopField::Raw(raw)) => {
+                metadata.raw(other, raw.get());
+                false
+            }
+            (_, TopField::Messages(_)) => false,
+        };
+        keys.push((key, special));
+    }
+    let messages = match messages {
+        None => return Err(WireError::new("", "missing \"messages\"")),
+        Some(Messages::Other(kind)) => {
+            return Err(json::expected_kind(&root.key("messages"), "an array", kind))
+        }
+        Some(Messages::Array(messages)) => messages,
+    };
+    let is_special = |k: &str| keys.iter().any(|(key, special)| *special && key == k);
+    let default_order = ["thread_id", "system", "messages"]
+        .into_iter()
+        .filter(|k| is_special(k))
+        .chain(keys.iter().filter(|(_, s)| !s).map(|(k, _)| k.as_ref()));
+    if !default_order.eq(keys.iter().map(|(k, _)| k.as_ref())) {
+        let order = json::string_array(keys.iter().map(|(k, _)| k.as_ref()));
+        metadata.raw(form::ORDER, &order);
+    }
+    Ok(Top {
+        messages,
+        system,
+        thread_id,
+        metadata_json: metadata.finish(),
+    })
+}
+
+fn assemble_top(conversation: &Conversation, system: Option<Value>, messages: Vec<Value>) -> Value {
+    let mut metadata = json::parse_object(conversation.metadata_json.as_str());
+    let order: Vec<String> = match metadata.shift_remove(form::ORDER) {
+        Some(Value::Array(keys)) => keys
+            .into_iter()
+            .filter_map(|k| match k {
+                Value::String(s) => Some(s),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut pending = TopFields {
+        thread_id: conversation
+            .thread_id()
+            .map(|t| Value::String(t.to_string())),
+        system,
+        messages: Some(Value::Array(messages)),
+        metadata,
+        out: Map::new(),
+    };
+    for key in &order {
+        pending.emit(key, true);
+    }
+    for key in ["thread_id", "system", "messages"] {
+        pending.emit(key, false);
+    }
+    let TopFields {
+        metadata, mut out, ..
+    } = pending;
+    json::append_extra(&mut out, metadata);
+    Value::Object(out)
+}
+
+struct TopFields {
+    thread_id: Option<Value>,
+    system: Option<Value>,
+    messages: Option<Value>,
+    metadata: Map<String, Value>,
+    out: Map<String, Value>,
+}
+
+impl TopFields {
+    /// Writes `key` from its own source, or (when `metadata`) from the metadata.
+    fn emit(&mut self, key: &str, metadata: bool) {
+        if self.out.contains_key(key) {
+            return;
+        }
+        let value = match key {
+            "messages" => self.messages.take(),
+            "system" if self.system.is_some() => self.system.take(),
+            "thread_id" if self.thread_id.is_some() => self.thread_id.take(),
+            k if k.starts_with("tamp:") || !metadata => None,
+            k => self.metadata.shift_remove(k),
+        };
+        if let Some(value) = value {
+            self.out.insert(key.to_string(), value);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Detection
+
+fn detect_doc(fields: &[(Cow<'_, str>, TopField<'_>)]) -> Result<WireFormat, WireError> {
+    let messages = fields.iter().find_map(|(_, v)| match v {
+        TopField::Messages(m) => Some(m),
+        TopField::Raw(_) => None,
+    });
+    let messages = match messages {
+        None => return Err(WireError::new("", "missing \"messages\"")),
+        Some(Messages::Other(kind)) => {
+            return Err(json::expected_kind(
+                &Path::Root.key("messages"),
+                "an array",
+                kind,
+            ))
+        }
+        Some(Messages::Array(messages)) => messages,
+    };
+    if fields.iter().any(|(k, _)| k == "system") {
+        return Ok(WireFormat::Anthropic);
+    }
+    Ok(messages
+        .iter()
+        .find_map(classify_msg)
+        .unwrap_or(WireFormat::OpenAi))
+}
+
+/// Message fields only OpenAI has.
+const OPENAI_FIELDS: [&str; 4] = ["tool_calls", "tool_call_id", "function_call", "refusal"];
+
+fn classify_role(role: &str) -> Option<WireFormat> {
+    matches!(role, "system" | "developer" | "tool").then_some(WireFormat::OpenAi)
+}
+
+fn classify_part_type(ty: &str) -> Option<WireFormat> {
+    match ty {
+        "image_url" | "input_audio" | "file" | "refusal" => Some(WireFormat::OpenAi),
+        "tool_use" | "tool_result" | "image" | "document" | "thinking" | "redacted_thinking"
+        | "search_result" | "container_upload" => Some(WireFormat::Anthropic),
+        t if t.ends_with("_tool_use") || t.ends_with("_tool_result") => Some(WireFormat::Anthropic),
+        _ => None,
+    }
+}
+
+/// What one message (a JSON value) says about the format, if anything.
+fn classify_message(message: &Value) -> Option<WireFormat> {
+    let message = message.as_object()?;
+    if let Some(f) = message
+        .get("role")
+        .and_then(Value::as_str)
+        .and_then(classify_role)
+    {
+        return Some(f);
+    }
+    if OPENAI_FIELDS.iter().any(|k| message.contains_key(*k)) {
+        return Some(WireFormat::OpenAi);
+    }
+    match message.get("content")? {
+        Value::Null => Some(WireFormat::OpenAi),
+        Value::Array(parts) => parts
+            .iter()
+            .find_map(|part| classify_part_type(part.get("type")?.as_str()?)),
+        _ => None,
+    }
+}
+
+/// What one message (first pass) says about the format, if anything; as [`classify_message`].
+fn classify_msg(message: &Msg<'_>) -> Option<WireFormat> {
+    let Msg::Object(fields) = message else {
+        return None;
+    };
+    let root = Path::Root;
+    let role = Msg::raw(fields, "role").and_then(|raw| json::string(raw, &root).ok());
+    if let Some(f) = role.as_deref().and_then(classify_role) {
+        return Some(f);
+    }
+    if fields
+        .iter()
+        .any(|(k, _)| OPENAI_FIELDS.contains(&k.as_ref()))
+    {
+        return Some(WireFormat::OpenAi);
+    }
+    let content = fields.iter().find_map(|(_, v)| match v {
+        MsgField::Content(level) => Some(level),
+        MsgField::Raw(_) => None,
+    })?;
+    match content {
+        Level::Null => Some(WireFormat::OpenAi),
+        Level::Array(parts) => parts.iter().find_map(|part| {
+            let Level::Object(fields) = json::level(part, &root).ok()? else {
+                return None;
+            };
+            let ty = json::string(json::field(&fields, "type")?, &root).ok()?;
+            classify_part_type(&ty)
+        }),
+        _ => None,
+    }
+}
+
+fn value_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Object(_) => "an object",
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by both formats
+
+/// Turns a message whose only content is a summary marker into a summary message.
+fn read_summary(message: &mut Message) {
+    let [ContentBlock::Text { text, .. }] = &mut message.content[..] else {
+        return;
+    };
+    if !summary_marker::looks_like_marker(text.as_str()) {
+        return;
+    }
+    if let Some((info, body)) = summary_marker::parse(text.as_str()) {
+        let body = RString::from(body);
+        *text = body;
+        message.summary = ROption::RSome(info);
+    }
+}
+
+/// The content a writer writes for `message`: a summary becomes its marker text (keeping the
+/// first text block's `extra_json`).
+fn written_blocks(message: &Message) -> Cow<'_, [ContentBlock]> {
+    match message.summary_info() {
+        None => Cow::Borrowed(&message.content[..]),
+        Some(info) => {
+            let extra_json = message
+                .content
+                .iter()
+                .find_map(|b| match b {
+                    ContentBlock::Text { extra_json, .. } => Some(extra_json.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let text = summary_marker::render(info, &message.joined_text());
+            Cow::Owned(vec![ContentBlock::Text {
+                text: RString::from(text),
+                extra_json,
+            }])
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! Anthropic Messages: `{"system": str | [text blocks], "messages": [...], ...}`.
+
+use abi_stable::std_types::{ROption, RString, RVec};
+use serde_json::{Map, Value};
+
+use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
+
+use super::form::{self, Form};
+use super::json::{
+    self, expected, expected_kind, field, level, rstring, string, Level, Msg, MsgField, ObjText,
+    Path, Raw,
+};
+use super::pairing::{self, Locator};
+use super::{read_summary, written_blocks, Top, WireError, WireFormat};
+
+/// The keys the writer puts first, in this order (see [`json::mark_key_order`]).
+const MESSAGE_KEYS: &[&str] = &["role", "content"];
+const TEXT_KEYS: &[&str] = &["type", "text"];
+const TOOL_USE_KEYS: &[&str] = &["type", "id", "name", "input"];
+const TOOL_RESULT_KEYS: &[&str] = &["type", "tool_use_id", "content", "is_error"];
+
+pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
+    let Top {
+        messages: wire,
+        system,
+        thread_id,
+        metadata_json,
+    } = top;
+    let mut messages = Vec::with_capacity(wire.len() + 1);
+    let has_system = system.is_some();
+    if let Some(system) = system {
+        messages.push(parse_system(system)?);
+    }
+    let root = Path::Root;
+    let messages_path = root.key("messages");
+    for (i, msg) in wire.into_iter().enumerate() {
+        messages.push(parse_message(msg, &messages_path.index(i))?);
+    }
+    pairing::check(
+        &messages,
+        WireFormat::Anthropic,
+        Locator::anthropic_wire(has_system),
+    )?;
+    Ok(Conversation {
+        thread_id,
+        messages: RVec::from(messages),
+        metadata_json,
+    })
+}
+
+fn parse_system(raw: Raw<'_>) -> Result<Message, WireError> {
+    let root = Path::Root;
+    let path = root.key("system");
+    let (blocks, shape) = match level(raw, &path)? {
+        Level::String(s) => (vec![ContentBlock::text(rstring(s))], Form::String),
+        Level::Array(items) => {
+            let blocks = items
+                .iter()
+                .enumerate()
+                .map(|(j, b)| parse_block(b, &path.index(j)))
+                .collect::<Result<Vec<_>, _>>()?;
+            (blocks, Form::Array)
+        }
+        other => {
+            return Err(expected(
+                &path,
+                "a string or an array of text blocks",
+                &other,
+            ))
+        }
+    };
+    let mut extra = ObjText::new();
+    mark_shape(&mut extra, &blocks, shape);
+    let mut message = message(Role::System, blocks, extra);
+    read_summary(&mut message);
+    Ok(message)
+}
+
+fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
+    let fields = match msg {
+        Msg::Object(fields) => fields,
+        Msg::Other(kind) => return Err(expected_kind(path, "an object", kind)),
+    };
+    let order = json::key_order_marker(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS);
+    let mut role = None;
+    let mut content = None;
+    let mut extra = ObjText::new();
+    for (key, value) in fields {
+        match value {
+            MsgField::Content(level) => content = Some(level),
+            MsgField::Raw(raw) if key == "role" => role = Some(raw),
+            MsgField::Raw(raw) => extra.raw(&key, raw.get()),
+        }
+    }
+    if let Some(order) = order {
+        extra.raw(form::KEYS, &order);
+    }
+    let Some(role) = role else {
+        return Err(path.error("message without \"role\""));
+    };
+    let role_path = path.key("role");
+    let role = match string(role, &role_path)?.as_ref() {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        other => return Err(role_path.error(format!("unknown role \"{other}\""))),
+    };
+    let Some(content) = content else {
+        return Err(path.error("message without \"content\""));
+    };
+    let content_path = path.key("content");
+    let (blocks, shape) = match content {
+        Level::String(s) => (vec![ContentBlock::text(rstring(s))], Form::String),
+        Level::Array(items) => {
+            let blocks = items
+                .iter()
+                .enumerate()
+                .map(|(j, b)| parse_block(b, &content_path.index(j)))
+                .collect::<Result<Vec<_>, _>>()?;
+            (blocks, Form::Array)
+        }
+        other => {
+            return Err(expected(
+                &content_path,
+                "a string or an array of content blocks",
+                &other,
+            ))
+        }
+    };
+    mark_shape(&mut extra, &blocks, shape);
+    let mut message = message(role, blocks, extra);
+    read_summary(&mut message);
+    Ok(message)
+}
+
+fn message(role: Role, blocks: Vec<ContentBlock>, extra: ObjText) -> Message {
+    Message {
+        role,
+        content: RVec::from(blocks),
+        summary: ROption::RNone,
+        extra_json: extra.finish(),
+    }
+}
+
+/// Records the content shape when it is not the default.
+fn mark_shape(extra: &mut ObjText, blocks: &[ContentBlock], shape: Form) {
+    let refs: Vec<&ContentBlock> = blocks.iter().collect();
+    if shape != form::anthropic_default(&refs) {
+        extra.string(form::CONTENT, shape.name());
+    }
+}
+
+fn parse_block(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> {
+    let fields = match level(raw, path)? {
+        Level::Object(fields) => fields,
+        other => return Err(expected(path, "an object", &other)),
+    };
+    let Some(ty) = field(&fields, "type") else {
+        return Err(path.error("block without \"type\""));
+    };
+    let ty = string(ty, &path.key("type"))?;
+    let required = |key: &str| {
+        field(&fields, key).ok_or_else(|| path.error(format!("{ty} without \"{key}\"")))
+    };
+    let extras = |known: &[&str], canonical: &[&str], extra: &mut ObjText| {
+        for (key, value) in &fields {
+            if key != "type" && !known.contains(&key.as_ref()) {
+                extra.raw(key, value.get());
+            }
+        }
+        json::mark_key_order(extra, &fields, canonical, form::KEYS);
+    };
+    let mut extra = ObjText::new();
+    match ty.as_ref() {
+        "text" => {
+            let text = string(required("text")?, &path.key("text"))?;
+            extras(&["text"], TEXT_KEYS, &mut extra);
+            Ok(ContentBlock::Text {
+                text: rstring(text),
+                extra_json: extra.finish(),
+            })
+        }
+        "tool_use" => {
+            let id = string(required("id")?, &path.key("id"))?;
+            let name = string(required("name")?, &path.key("name"))?;
+            let input = required("input")?;
+            extras(&["id", "name", "input"], TOOL_USE_KEYS, &mut extra);
+            Ok(ContentBlock::ToolUse {
+                id: rstring(id),
+                name: rstring(name),
+                // Canonical compact JSON, not the source's bytes: the same input must be the
+                // same message however the client happened to indent it, or content hashes
+                // (page ids, cache keys) would change between two sends of one conversation.
+                input_json: RString::from(json::compact(input.get())),
+                extra_json: extra.finish(),
+            })
+        }
+        "tool_result" => {
+            let id = string(required("tool_use_id")?, &path.key("tool_use_id"))?;
+            let content_path = path.key("content");
+            let content = match field(&fields, "content") {
+                Some(raw) => Some(level(raw, &content_path)?),
+                None => None,
+            };
+            let (parts, shape) = parse_result_content(content, path, "block")?;
+            let is_error = match field(&fields, "is_error") {
+                None => false,
+                Some(raw) => {
+                    let is_error_path = path.key("is_error");
+                    match level(raw, &is_error_path)? {
+                        Level::Bool(b) => {
+                            if !b {
+                                extra.string(form::IS_ERROR, "false");
+                            }
+                            b
+                        }
+                        other => return Err(expected(&is_error_path, "a boolean", &other)),
+                    }
+                }
+            };
+            extras(
+                &["tool_use_id", "content", "is_error"],
+                TOOL_RESULT_KEYS,
+                &mut extra,
+            );
+            if shape != form::anthropic_result_default(&parts) {
+                extra.string(form::CONTENT, shape.name());
+            }
+            Ok(ContentBlock::ToolResult {
+                tool_use_id: rstring(id),
+                content: RVec::from(parts),
+                is_error,
+                extra_json: extra.finish(),
+            })
+        }
+        _ => Ok(ContentBlock::Opaque {
+            json: RString::from(raw.get()),
+        }),
+    }
+}
+
+/// Reads a tool result's `content` (Anthropic `tool_result.content`, OpenAI `tool` message
+/// `content`; `path` is its owner): a string, null, absent, or an array of parts. A part that
+/// is exactly `{"type": "text", "text": ...}` is text; any other part is kept opaque.
+pub(super) fn parse_result_content(
+    content: Option<Level<'_>>,
+    path: &Path<'_>,
+    noun: &str,
+) -> Result<(Vec<ToolResultPart>, Form), WireError> {
+    let Some(content) = content else {
+        return Ok((Vec::new(), Form::Absent));
+    };
+    let content_path = path.key("content");
+    match content {
+        Level::String(s) => Ok((
+            vec![ToolResultPart::Text { text: rstring(s) }],
+            Form::String,
+        )),
+        Level::Null => Ok((Vec::new(), Form::Null)),
+        Level::Array(items) => {
+            let mut parts = Vec::with_capacity(items.len());
+            for (k, item) in items.iter().enumerate() {
+                let part_path = content_path.index(k);
+                let fields = match level(item, &part_path)? {
+                    Level::Object(fields) => fields,
+                    other => return Err(expected(&part_path, "an object", &other)),
+                };
+                let Some(ty) = field(&fields, "type") else {
+                    return Err(part_path.error(format!("{noun} without \"type\"")));
+                };
+                let ty = string(ty, &part_path.key("type"))?;
+                let text = match field(&fields, "text") {
+                    Some(text) if ty == "text" => Some(string(text, &part_path.key("text"))?),
+                    None if ty == "text" => return Err(part_path.error("text without \"text\"")),
+                    _ => None,
+                };
+                let plain = fields.len() == 2 && fields[0].0 == "type";
+                parts.push(match text {
+                    Some(text) if plain => ToolResultPart::Text {
+                        text: rstring(text),
+                    },
+                    _ => ToolResultPart::Opaque {
+                        json: RString::from(item.get()),
+                    },
+                });
+            }
+            Ok((parts, Form::Array))
+        }
+        other => Err(expected(
+            &content_path,
+            "a string or an array of content blocks",
+            &other,
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/// The `system` field for the leading system messages, if any.
+pub(super) fn system_value(system: &[Message]) -> Option<Value> {
+    match system {
+        [] => None,
+        [only] => {
+            let blocks = written_blocks(only);
+            let refs: Vec<&ContentBlock> = blocks.iter().collect();
+            let extra = json::parse_object(only.extra_json.as_str());
+            Some(content_value(&refs, &extra))
+        }
+        many => Some(Value::Array(
+            many.iter()
+                .flat_map(|m| written_blocks(m).into_owned())
+                .map(|b| block_value(&b))
+                .collect(),
+        )),
+    }
+}
+
+/// The wire messages for `messages`. Consecutive tool messages become one `user` message;
+/// system messages are written with the role `system` when `keep_system`, else as `user`.
+pub(super) fn messages_value(messages: &[Message], keep_system: bool) -> Vec<Value> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut i = 0;
+    while i < messages.len() {
+        let m = &messages[i];
+        if m.role == Role::Tool {
+            let mut blocks = Vec::new();
+            while i < messages.len() && messages[i].role == Role::Tool {
+                blocks.extend(written_blocks(&messages[i]).iter().map(block_value));
+                i += 1;
+            }
+            let mut obj = Map::new();
+            obj.insert("role".into(), Value::from("user"));
+            obj.insert("content".into(), Value::Array(blocks));
+            out.push(Value::Object(obj));
+            continue;
+        }
+        let role = match m.role {
+            Role::Assistant => "assistant",
+            Role::System if keep_system => "system",
+            _ => "user",
+        };
+        let blocks = written_blocks(m);
+        let refs: Vec<&ContentBlock> = blocks.iter().collect();
+        let extra = json::parse_object(m.extra_json.as_str());
+        let mut obj = Map::new();
+        obj.insert("role".into(), Value::from(role));
+        obj.insert("content".into(), content_value(&refs, &extra));
+        out.push(finish_object(obj, extra));
+        i += 1;
+    }
+    out
+}
+
+/// A message's `content`: a string or an array of blocks.
+fn content_value(blocks: &[&ContentBlock], extra: &Map<String, Value>) -> Value {
+    let shape = form::choose(
+        Form::from_marker(extra),
+        form::anthropic_default(blocks),
+        |shape| match shape {
+            Form::String => form::is_single_plain_text(blocks),
+            Form::Array => true,
+            Form::Null | Form::Absent => false,
+        },
+    );
+    match (shape, blocks) {
+        (Form::String, [ContentBlock::Text { text, .. }]) => Value::from(text.as_str()),
+        _ => Value::Array(blocks.iter().map(|b| block_value(b)).collect()),
+    }
+}
+
+fn block_value(block: &ContentBlock) -> Value {
+    let mut obj = Map::new();
+    let extra = match block {
+        ContentBlock::Text { text, extra_json } => {
+            obj.insert("type".into(), Value::from("text"));
+            obj.insert("text".into(), Value::from(text.as_str()));
+            extra_json
+        }
+        ContentBlock::ToolUse {
+            id,
+            name,
+            input_json,
+            extra_json,
+        } => {
+            obj.insert("type".into(), Value::from("tool_use"));
+            obj.insert("id".into(), Value::from(id.as_str()));
+            obj.insert("name".into(), Value::from(name.as_str()));
+            let input = if input_json.trim().is_empty() {
+                Value::Object(Map::new())
+            } else {
+                json::value_of(input_json.as_str())
+            };
+            obj.insert("input".into(), input);
+            extra_json
+        }
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+            extra_json,
+        } => {
+            let extra = json::parse_object(extra_json.as_str());
+            obj.insert("type".into(), Value::from("tool_result"));
+            obj.insert("tool_use_id".into(), Value::from(tool_use_id.as_str()));
+            let shape = form::choose(
+                Form::from_marker(&extra),
+                form::anthropic_result_default(content),
+                |shape| match shape {
+                    Form::String => matches!(&content[..], [ToolResultPart::Text { .. }]),
+                    Form::Null | Form::Absent => content.is_empty(),
+                    Form::Array => true,
+                },
+            );
+            if let Some(value) = result_content_value(content, shape) {
+                obj.insert("content".into(), value);
+            }
+            let explicit = extra.get(form::IS_ERROR).is_some();
+            if *is_error || explicit {
+                obj.insert("is_error".into(), Value::Bool(*is_error));
+            }
+            return finish_object(obj, extra);
+        }
+        ContentBlock::Opaque { json } => return json::value_of(json.as_str()),
+    };
+    finish_object(obj, json::parse_object(extra.as_str()))
+}
+
+/// Adds the wire fields of `extra` after `obj`'s own and restores a recorded key order.
+pub(super) fn finish_object(mut obj: Map<String, Value>, mut extra: Map<String, Value>) -> Value {
+    let order = extra.shift_remove(form::KEYS);
+    json::append_extra(&mut obj, extra);
+    Value::Object(json::restore_key_order(obj, order.as_ref()))
+}
+
+/// A tool result's `content` in `shape` (`None`: no `content` field).
+pub(super) fn result_content_value(parts: &[ToolResultPart], shape: Form) -> Option<Value> {
+    match (shape, parts) {
+        (Form::Absent, _) => None,
+        (Form::Null, _) => Some(Value::Null),
+        (Form::String, [ToolResultPart::Text { text }]) => Some(Value::from(text.as_str())),
+        (Form::String, []) => Some(Value::from("")),
+        _ => Some(Value::Array(
+            parts
+                .iter()
+                .map(|p| match p {
+                    ToolResultPart::Text { text } => {
+                        let mut obj = Map::new();
+                        obj.insert("type".into(), Value::from("text"));
+                        obj.insert("text".into(), Value::from(text.as_str()));
+                        Value::Object(obj)
+                    }
+                    ToolResultPart::Opaque { json } => json::value_of(json.as_str()),
+                })
+                .collect(),
+        )),
+    }
+}

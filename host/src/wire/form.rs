@@ -1,0 +1,122 @@
+//! The shape a `content` field had on the wire, and the `tamp:` markers that remember it.
+//!
+//! A reader records a shape only when it differs from the natural default a writer would pick
+//! for the same content; a message a plugin builds (empty `extra_json`) gets the default.
+
+use abi_stable::std_types::RString;
+use serde_json::{Map, Value};
+
+use crate::plugin_api::{ContentBlock, Role, ToolResultPart};
+
+use super::json::has_plain_fields;
+
+/// Marker key: the shape of the `content` field (of a message, or of a tool result).
+pub(crate) const CONTENT: &str = "tamp:content";
+/// Marker key (OpenAI): a system message was a `developer` message.
+pub(crate) const ROLE: &str = "tamp:role";
+/// Marker key (OpenAI): `tool_calls` was `[]` (`"empty"`) or `null` (`"null"`).
+pub(crate) const TOOL_CALLS: &str = "tamp:tool_calls";
+/// Marker key (OpenAI tool call): the call had no `type` field (`"absent"`).
+pub(crate) const CALL_TYPE: &str = "tamp:type";
+/// Marker key (OpenAI tool call): `arguments` was JSON, not a string (`"json"`).
+pub(crate) const ARGUMENTS: &str = "tamp:arguments";
+/// Marker key (OpenAI tool call): other fields of the `function` object, as an object.
+pub(crate) const FUNCTION: &str = "tamp:function";
+/// Marker key (Anthropic tool result): `is_error` was present although false (`"false"`).
+pub(crate) const IS_ERROR: &str = "tamp:is_error";
+/// Marker key: the original order of an object's keys, when the writer's would differ.
+pub(crate) const KEYS: &str = "tamp:keys";
+/// Marker key (OpenAI tool call): the original order of the `function` object's keys.
+pub(crate) const FUNCTION_KEYS: &str = "tamp:function_keys";
+/// Marker key (top level, in `metadata_json`): the original order of the top-level fields.
+pub(crate) const ORDER: &str = "tamp:order";
+
+/// The shape of a `content` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Form {
+    String,
+    Array,
+    Null,
+    Absent,
+}
+
+impl Form {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Form::String => "string",
+            Form::Array => "array",
+            Form::Null => "null",
+            Form::Absent => "absent",
+        }
+    }
+
+    /// The shape a `tamp:content` marker in `extra` asks for.
+    pub(crate) fn from_marker(extra: &Map<String, Value>) -> Option<Form> {
+        match extra.get(CONTENT)?.as_str()? {
+            "string" => Some(Form::String),
+            "array" => Some(Form::Array),
+            "null" => Some(Form::Null),
+            "absent" => Some(Form::Absent),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an `extra_json` carries no wire fields (markers aside).
+pub(crate) fn plain_empty(extra_json: &RString) -> bool {
+    extra_json.is_empty() || !has_plain_fields(extra_json.as_str())
+}
+
+/// Whether `blocks` is one text block that can be written as a plain string.
+pub(crate) fn is_single_plain_text(blocks: &[&ContentBlock]) -> bool {
+    matches!(blocks, [ContentBlock::Text { extra_json, .. }] if plain_empty(extra_json))
+}
+
+/// The default shape of a message's `content` in Anthropic requests.
+pub(crate) fn anthropic_default(blocks: &[&ContentBlock]) -> Form {
+    if is_single_plain_text(blocks) {
+        Form::String
+    } else {
+        Form::Array
+    }
+}
+
+/// The default shape of a message's `content` (tool calls aside) in OpenAI requests.
+pub(crate) fn openai_default(blocks: &[&ContentBlock], role: Role) -> Form {
+    if blocks.is_empty() {
+        if role == Role::Assistant {
+            Form::Null
+        } else {
+            Form::Array
+        }
+    } else if is_single_plain_text(blocks) {
+        Form::String
+    } else {
+        Form::Array
+    }
+}
+
+/// The default shape of an Anthropic `tool_result`'s `content`.
+pub(crate) fn anthropic_result_default(parts: &[ToolResultPart]) -> Form {
+    match parts {
+        [] => Form::Absent,
+        [ToolResultPart::Text { .. }] => Form::String,
+        _ => Form::Array,
+    }
+}
+
+/// The default shape of an OpenAI `tool` message's `content` (no parts: `""`).
+pub(crate) fn openai_result_default(parts: &[ToolResultPart]) -> Form {
+    match parts {
+        [] | [ToolResultPart::Text { .. }] => Form::String,
+        _ => Form::Array,
+    }
+}
+
+/// The shape to write: the marker's when it fits the content, else `default`.
+pub(crate) fn choose(marker: Option<Form>, default: Form, fits: impl Fn(Form) -> bool) -> Form {
+    match marker {
+        Some(form) if fits(form) => form,
+        _ => default,
+    }
+}

@@ -1,0 +1,673 @@
+//! Small JSON helpers for the wire readers and writers.
+//!
+//! The readers parse one level of JSON at a time into a [`Level`]: an object becomes its
+//! `(key, raw value)` pairs and an array its raw elements, all borrowed from the input text. A
+//! raw value is parsed further only where tamp interprets it; everything else (tool inputs,
+//! opaque blocks, unknown fields) is kept as its exact original text.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use abi_stable::std_types::RString;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::WireError;
+
+/// A raw JSON value borrowed from the input text.
+pub(crate) type Raw<'a> = &'a RawValue;
+
+/// One level of a JSON value.
+#[derive(Debug)]
+pub(crate) enum Level<'a> {
+    Object(Vec<(Cow<'a, str>, Raw<'a>)>),
+    Array(Vec<Raw<'a>>),
+    String(Cow<'a, str>),
+    Null,
+    Bool(bool),
+    Number,
+}
+
+impl<'a> Level<'a> {
+    /// How the value is named in error messages ("found an object").
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Level::Object(_) => "an object",
+            Level::Array(_) => "an array",
+            Level::String(_) => "a string",
+            Level::Null => "null",
+            Level::Bool(_) => "a boolean",
+            Level::Number => "a number",
+        }
+    }
+}
+
+/// A place in the request (`messages[14].content[1]`), rendered only for an error.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Path<'p> {
+    Root,
+    Key(&'p Path<'p>, &'p str),
+    Index(&'p Path<'p>, usize),
+}
+
+impl<'p> Path<'p> {
+    pub(crate) fn key(&'p self, key: &'p str) -> Path<'p> {
+        Path::Key(self, key)
+    }
+
+    pub(crate) fn index(&'p self, index: usize) -> Path<'p> {
+        Path::Index(self, index)
+    }
+
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out);
+        out
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            Path::Root => {}
+            Path::Key(parent, key) => {
+                parent.write(out);
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Path::Index(parent, index) => {
+                parent.write(out);
+                out.push('[');
+                out.push_str(&index.to_string());
+                out.push(']');
+            }
+        }
+    }
+
+    /// An error at this place.
+    pub(crate) fn error(&self, message: impl Into<String>) -> WireError {
+        WireError::new(self.render(), message)
+    }
+}
+
+/// Parses one level of `raw`.
+pub(crate) fn level<'a>(raw: Raw<'a>, path: &Path<'_>) -> Result<Level<'a>, WireError> {
+    serde_json::from_str(raw.get()).map_err(|e| path.error(format!("invalid JSON: {e}")))
+}
+
+/// `{path}: expected {what}, found {kind}`.
+pub(crate) fn expected(path: &Path<'_>, what: &str, found: &Level<'_>) -> WireError {
+    expected_kind(path, what, found.kind())
+}
+
+/// `{path}: expected {what}, found {kind}`.
+pub(crate) fn expected_kind(path: &Path<'_>, what: &str, kind: &str) -> WireError {
+    path.error(format!("expected {what}, found {kind}"))
+}
+
+/// Parses `raw` as a string.
+pub(crate) fn string<'a>(raw: Raw<'a>, path: &Path<'_>) -> Result<Cow<'a, str>, WireError> {
+    match level(raw, path)? {
+        Level::String(s) => Ok(s),
+        other => Err(expected(path, "a string", &other)),
+    }
+}
+
+/// Moves a parsed string into an `RString` (no copy when it was already owned).
+pub(crate) fn rstring(s: Cow<'_, str>) -> RString {
+    match s {
+        Cow::Borrowed(b) => RString::from(b),
+        Cow::Owned(o) => RString::from(o),
+    }
+}
+
+/// The first raw value under `key` in `fields`.
+pub(crate) fn field<'a>(fields: &[(Cow<'a, str>, Raw<'a>)], key: &str) -> Option<Raw<'a>> {
+    fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+}
+
+/// Builds the text of a JSON object field by field (for `extra_json` and `metadata_json`).
+#[derive(Default)]
+pub(crate) struct ObjText {
+    buf: String,
+}
+
+impl ObjText {
+    pub(crate) fn new() -> Self {
+        ObjText::default()
+    }
+
+    fn key(&mut self, key: &str) {
+        self.buf.push(if self.buf.is_empty() { '{' } else { ',' });
+        push_json_string(&mut self.buf, key);
+        self.buf.push(':');
+    }
+
+    /// Adds `key` with an already-serialized JSON value.
+    pub(crate) fn raw(&mut self, key: &str, raw_json: &str) {
+        self.key(key);
+        self.buf.push_str(raw_json);
+    }
+
+    /// Adds `key` with a string value.
+    pub(crate) fn string(&mut self, key: &str, value: &str) {
+        self.key(key);
+        push_json_string(&mut self.buf, value);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The object's text, or an empty string when it has no fields.
+    pub(crate) fn finish(mut self) -> RString {
+        if !self.buf.is_empty() {
+            self.buf.push('}');
+        }
+        RString::from(self.buf)
+    }
+}
+
+/// Appends `s` as a JSON string literal.
+pub(crate) fn push_json_string(buf: &mut String, s: &str) {
+    buf.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0x08 => Some("\\b"),
+            0x0c => Some("\\f"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        buf.push_str(&s[start..i]);
+        match esc {
+            Some(e) => buf.push_str(e),
+            None => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                buf.push_str("\\u00");
+                buf.push(HEX[(b >> 4) as usize] as char);
+                buf.push(HEX[(b & 0xf) as usize] as char);
+            }
+        }
+        start = i + 1;
+    }
+    buf.push_str(&s[start..]);
+    buf.push('"');
+}
+
+/// Parses an `extra_json` / `metadata_json` object; empty or invalid text gives an empty map.
+pub(crate) fn parse_object(text: &str) -> Map<String, Value> {
+    if text.is_empty() {
+        return Map::new();
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+/// The value of an opaque JSON text (an invalid text is carried as a JSON string).
+/// `text` (valid JSON) re-serialized compactly, key order kept; `text` itself if it is not JSON.
+pub(crate) fn compact(text: &str) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => v.to_string(),
+        Err(_) => text.to_string(),
+    }
+}
+
+pub(crate) fn value_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// Moves the fields of `extra` that are not `tamp:` markers into `obj`, after its own.
+pub(crate) fn append_extra(obj: &mut Map<String, Value>, extra: Map<String, Value>) {
+    for (k, v) in extra {
+        if !k.starts_with("tamp:") && !obj.contains_key(&k) {
+            obj.insert(k, v);
+        }
+    }
+}
+
+/// The original key order of an object (a JSON array of its keys, to record under a marker)
+/// when the writer would change it. Writers put the `canonical` keys first, in that order,
+/// then the others in their original order.
+pub(crate) fn key_order_marker<'k, I>(keys: I, canonical: &[&str]) -> Option<String>
+where
+    I: Iterator<Item = &'k str> + Clone,
+{
+    let present = canonical.iter().filter(|c| keys.clone().any(|k| k == **c));
+    let others = keys.clone().filter(|k| !canonical.contains(k));
+    let mut actual = keys.clone();
+    let same = present.map(|c| &**c).all(|w| actual.next() == Some(w))
+        && others.into_iter().all(|w| actual.next() == Some(w))
+        && actual.next().is_none();
+    if same {
+        None
+    } else {
+        Some(string_array(keys))
+    }
+}
+
+/// A JSON array of strings.
+pub(crate) fn string_array<'k>(items: impl Iterator<Item = &'k str>) -> String {
+    let mut text = String::from("[");
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        push_json_string(&mut text, item);
+    }
+    text.push(']');
+    text
+}
+
+/// Records [`key_order_marker`] of `fields` under `marker` in `extra`, if needed.
+pub(crate) fn mark_key_order(
+    extra: &mut ObjText,
+    fields: &[(Cow<'_, str>, Raw<'_>)],
+    canonical: &[&str],
+    marker: &str,
+) {
+    if let Some(order) = key_order_marker(fields.iter().map(|(k, _)| k.as_ref()), canonical) {
+        extra.raw(marker, &order);
+    }
+}
+
+/// Puts the keys of `obj` in a recorded order (see [`mark_key_order`]), if there is one.
+pub(crate) fn restore_key_order(
+    mut obj: Map<String, Value>,
+    order: Option<&Value>,
+) -> Map<String, Value> {
+    let Some(Value::Array(keys)) = order else {
+        return obj;
+    };
+    let mut out = Map::new();
+    for key in keys.iter().filter_map(Value::as_str) {
+        if let Some(value) = obj.shift_remove(key) {
+            out.insert(key.to_string(), value);
+        }
+    }
+    out.extend(obj);
+    out
+}
+
+/// Whether `extra` has fields other than `tamp:` markers.
+pub(crate) fn has_plain_fields(extra_json: &str) -> bool {
+    !extra_json.is_empty()
+        && parse_object(extra_json)
+            .keys()
+            .any(|k| !k.starts_with("tamp:"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deserialization of one level, borrowing from the input.
+
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Level<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(LevelVisitor)
+    }
+}
+
+struct LevelVisitor;
+
+impl<'de> Visitor<'de> for LevelVisitor {
+    type Value = Level<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(4));
+        while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+            let v: Raw<'de> = map.next_value()?;
+            fields.push((k, v));
+        }
+        Ok(Level::Object(fields))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(8));
+        while let Some(v) = seq.next_element::<Raw<'de>>()? {
+            items.push(v);
+        }
+        Ok(Level::Array(items))
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Level::String(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Level::String(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Level::String(Cow::Owned(v)))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Level::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Level::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Level::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Level::Number)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Level::Number)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Level::Number)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The first pass over a request
+
+/// Parses a request in one pass down to its messages' fields: every field is kept raw except
+/// `messages` and each message's `content` (one level). Syntax errors carry their line and
+/// column.
+pub(crate) fn parse_doc(text: &str) -> Result<Doc<'_>, WireError> {
+    serde_json::from_str(text).map_err(|e| WireError::new("", format!("invalid JSON: {e}")))
+}
+
+/// A request's top level.
+pub(crate) enum Doc<'a> {
+    Object(Vec<(Cow<'a, str>, TopField<'a>)>),
+    /// Not an object: what it is.
+    Other(&'static str),
+}
+
+pub(crate) enum TopField<'a> {
+    Messages(Messages<'a>),
+    Raw(Raw<'a>),
+}
+
+pub(crate) enum Messages<'a> {
+    Array(Vec<Msg<'a>>),
+    Other(&'static str),
+}
+
+pub(crate) enum Msg<'a> {
+    Object(Vec<(Cow<'a, str>, MsgField<'a>)>),
+    Other(&'static str),
+}
+
+pub(crate) enum MsgField<'a> {
+    /// The `content` field, one level parsed.
+    Content(Level<'a>),
+    Raw(Raw<'a>),
+}
+
+impl<'a> Msg<'a> {
+    /// The raw value of a field other than `content`.
+    pub(crate) fn raw(fields: &[(Cow<'a, str>, MsgField<'a>)], key: &str) -> Option<Raw<'a>> {
+        fields.iter().find_map(|(k, v)| match v {
+            MsgField::Raw(raw) if k == key => Some(*raw),
+            _ => None,
+        })
+    }
+}
+
+/// Visitor methods that report a value of an unexpected type as `$other(kind)`.
+macro_rules! other_kinds {
+    ($other:path, seq) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok($other("an array"))
+        }
+        other_kinds!($other);
+    };
+    ($other:path, map) => {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok($other("an object"))
+        }
+        other_kinds!($other);
+    };
+    ($other:path) => {
+        fn visit_borrowed_str<E: de::Error>(self, _: &'de str) -> Result<Self::Value, E> {
+            Ok($other("a string"))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($other("a string"))
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($other("a boolean"))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($other("a number"))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($other("a number"))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($other("a number"))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($other("null"))
+        }
+    };
+}
+
+impl<'de> Deserialize<'de> for Doc<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DocVisitor;
+        impl<'de> Visitor<'de> for DocVisitor {
+            type Value = Doc<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::new();
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    let v = if k == "messages" {
+                        TopField::Messages(map.next_value()?)
+                    } else {
+                        TopField::Raw(map.next_value()?)
+                    };
+                    fields.push((k, v));
+                }
+                Ok(Doc::Object(fields))
+            }
+            other_kinds!(Doc::Other, seq);
+        }
+        deserializer.deserialize_any(DocVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Messages<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MessagesVisitor;
+        impl<'de> Visitor<'de> for MessagesVisitor {
+            type Value = Messages<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of messages")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(64));
+                while let Some(m) = seq.next_element::<Msg<'de>>()? {
+                    items.push(m);
+                }
+                Ok(Messages::Array(items))
+            }
+            other_kinds!(Messages::Other, map);
+        }
+        deserializer.deserialize_any(MessagesVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Msg<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MsgVisitor;
+        impl<'de> Visitor<'de> for MsgVisitor {
+            type Value = Msg<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a message")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::with_capacity(4);
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    let v = if k == "content" {
+                        MsgField::Content(map.next_value()?)
+                    } else {
+                        MsgField::Raw(map.next_value()?)
+                    };
+                    fields.push((k, v));
+                }
+                Ok(Msg::Object(fields))
+            }
+            other_kinds!(Msg::Other, seq);
+        }
+        deserializer.deserialize_any(MsgVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_level(text: &str) -> Level<'_> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn levels_borrow_and_name_their_kind() {
+        let text =
+            r#"{"a": [1, "x"], "b\n": "plain", "c": "esc\"aped", "d": null, "e": true, "f": 1.5}"#;
+        let Level::Object(fields) = one_level(text) else {
+            panic!("not an object")
+        };
+        let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_ref()).collect();
+        assert_eq!(keys, ["a", "b\n", "c", "d", "e", "f"]);
+        assert!(matches!(fields[0].0, Cow::Borrowed(_)));
+        assert_eq!(fields[0].1.get(), r#"[1, "x"]"#);
+        let root = Path::Root;
+        let Level::Array(items) = level(fields[0].1, &root).unwrap() else {
+            panic!("not an array")
+        };
+        assert_eq!(items.len(), 2);
+        assert_eq!(level(items[0], &root).unwrap().kind(), "a number");
+        assert!(
+            matches!(string(fields[2].1, &root).unwrap(), Cow::Owned(ref s) if s == "esc\"aped")
+        );
+        assert!(matches!(
+            string(fields[1].1, &root).unwrap(),
+            Cow::Borrowed("plain")
+        ));
+        assert_eq!(level(fields[3].1, &root).unwrap().kind(), "null");
+        assert_eq!(level(fields[4].1, &root).unwrap().kind(), "a boolean");
+        let x = root.key("x");
+        let err = string(fields[5].1, &x.key("f")).unwrap_err();
+        assert_eq!(err.to_string(), "x.f: expected a string, found a number");
+    }
+
+    #[test]
+    fn paths_render_keys_and_indices() {
+        let root = Path::Root;
+        let messages = root.key("messages");
+        let m = messages.index(14);
+        let content = m.key("content");
+        let block = content.index(1);
+        assert_eq!(block.render(), "messages[14].content[1]");
+        assert_eq!(block.key("text").render(), "messages[14].content[1].text");
+        assert_eq!(root.render(), "");
+        assert_eq!(root.key("system").index(0).render(), "system[0]");
+    }
+
+    #[test]
+    fn the_first_pass_stops_at_message_fields() {
+        let text = r#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "name": {"x": 1}}, 7]}"#;
+        let Doc::Object(fields) = parse_doc(text).unwrap() else {
+            panic!("not an object")
+        };
+        assert!(
+            matches!(&fields[0], (k, TopField::Raw(raw)) if k == "model" && raw.get() == "\"m\"")
+        );
+        let TopField::Messages(Messages::Array(messages)) = &fields[1].1 else {
+            panic!("no messages")
+        };
+        let Msg::Object(m) = &messages[0] else {
+            panic!("not an object")
+        };
+        assert!(matches!(&m[1].1, MsgField::Content(Level::Array(blocks))
+            if blocks[0].get() == r#"{"type": "text", "text": "hi"}"#));
+        assert_eq!(Msg::raw(m, "name").unwrap().get(), r#"{"x": 1}"#);
+        assert!(matches!(messages[1], Msg::Other("a number")));
+        assert!(matches!(
+            parse_doc("[1, [2]]").unwrap(),
+            Doc::Other("an array")
+        ));
+        let Doc::Object(fields) = parse_doc(r#"{"messages": {"a": [1]}}"#).unwrap() else {
+            panic!("not an object")
+        };
+        assert!(matches!(
+            fields[0].1,
+            TopField::Messages(Messages::Other("an object"))
+        ));
+    }
+
+    #[test]
+    fn syntax_errors_carry_line_and_column() {
+        let err = parse_doc("{\n \"a\": [1,\n}").err().unwrap();
+        assert_eq!(err.path, "");
+        assert!(err.message.contains("line 3 column 1"), "{}", err.message);
+    }
+
+    #[test]
+    fn object_text_escapes_keys_and_strings() {
+        let mut o = ObjText::new();
+        assert!(o.is_empty());
+        o.raw("a\"b", "[1, 2]");
+        o.string("c", "line\nbreak \u{1} \\ \"q\" é");
+        let text = o.finish();
+        let v: Value = serde_json::from_str(text.as_str()).unwrap();
+        assert_eq!(v["a\"b"], serde_json::json!([1, 2]));
+        assert_eq!(v["c"], "line\nbreak \u{1} \\ \"q\" é");
+        assert_eq!(ObjText::new().finish().as_str(), "");
+    }
+}

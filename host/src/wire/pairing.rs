@@ -1,0 +1,337 @@
+//! The tool-pairing rules of each wire format, checked on the plugin-api model.
+//!
+//! The model is the same for both formats, so a message list is checked as the format's writer
+//! would write it:
+//!
+//! - **Anthropic**: leading system messages become `system`; a run of consecutive
+//!   [`Role::Tool`] messages becomes one `user` message; any other message is one message (a
+//!   later system message is written as `user`). Each `tool_use` (assistant messages only) is
+//!   answered by a `tool_result` in the immediately following user message, every `tool_result`
+//!   answers a `tool_use` of the immediately preceding assistant message, and `tool_result`
+//!   blocks come before any other block of their message.
+//! - **OpenAI**: every `tool_result` block becomes a `tool` message (placed before the rest of
+//!   its message); tool calls (assistant messages only) are answered by the `tool` messages
+//!   right after them, each once, before any other message; a `tool` message answers a call of
+//!   the assistant message those `tool` messages follow.
+//!
+//! In both, tool-use ids are unique, and calls that are never answered are an error except in
+//! the very last message (an agent may send a conversation whose last turn just called a tool).
+
+use std::collections::HashSet;
+
+use crate::plugin_api::{ContentBlock, Message, Role};
+
+use super::{WireError, WireFormat};
+
+/// Names messages and blocks in error paths.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Locator {
+    format: WireFormat,
+    /// Anthropic wire paths: message 0 is the top-level `system`, message `i` is
+    /// `messages[i - 1]`.
+    anthropic_system: bool,
+}
+
+impl Locator {
+    /// Paths by position in the message list.
+    pub(crate) fn model(format: WireFormat) -> Self {
+        Locator {
+            format,
+            anthropic_system: false,
+        }
+    }
+
+    /// Paths in an Anthropic request whose `system` became message 0 (when `has_system`).
+    pub(crate) fn anthropic_wire(has_system: bool) -> Self {
+        Locator {
+            format: WireFormat::Anthropic,
+            anthropic_system: has_system,
+        }
+    }
+
+    fn message(&self, i: usize) -> String {
+        if self.anthropic_system {
+            if i == 0 {
+                "system".to_string()
+            } else {
+                format!("messages[{}]", i - 1)
+            }
+        } else {
+            format!("messages[{i}]")
+        }
+    }
+
+    fn block(&self, messages: &[Message], i: usize, j: usize) -> String {
+        if self.anthropic_system && i == 0 {
+            return format!("system[{j}]");
+        }
+        let message = &messages[i];
+        match (self.format, &message.content[j]) {
+            (WireFormat::OpenAi, ContentBlock::ToolUse { .. }) => {
+                let k = message.content[..j]
+                    .iter()
+                    .filter(|b| matches!(b, ContentBlock::ToolUse { .. }))
+                    .count();
+                format!("{}.tool_calls[{k}]", self.message(i))
+            }
+            (WireFormat::OpenAi, ContentBlock::ToolResult { .. })
+                if message.role == Role::Tool && message.content.len() == 1 =>
+            {
+                self.message(i)
+            }
+            _ => format!("{}.content[{j}]", self.message(i)),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Side {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Side {
+    /// "a user message", "an assistant message", ...
+    fn a_message(self) -> &'static str {
+        match self {
+            Side::System => "a system message",
+            Side::User => "a user message",
+            Side::Assistant => "an assistant message",
+            Side::Tool => "a tool message",
+        }
+    }
+}
+
+/// One wire message as the format's writer would write it: `(message, block)` positions.
+struct Turn {
+    side: Side,
+    items: Vec<(usize, usize)>,
+}
+
+fn all_blocks(messages: &[Message], i: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..messages[i].content.len()).map(move |j| (i, j))
+}
+
+fn anthropic_turns(messages: &[Message]) -> Vec<Turn> {
+    let n = messages.len();
+    let mut turns = Vec::with_capacity(n);
+    let mut i = 0;
+    while i < n && messages[i].role == Role::System {
+        turns.push(Turn {
+            side: Side::System,
+            items: all_blocks(messages, i).collect(),
+        });
+        i += 1;
+    }
+    while i < n {
+        if messages[i].role == Role::Tool {
+            let mut items = Vec::new();
+            while i < n && messages[i].role == Role::Tool {
+                items.extend(all_blocks(messages, i));
+                i += 1;
+            }
+            turns.push(Turn {
+                side: Side::User,
+                items,
+            });
+            continue;
+        }
+        let side = match messages[i].role {
+            Role::Assistant => Side::Assistant,
+            _ => Side::User,
+        };
+        turns.push(Turn {
+            side,
+            items: all_blocks(messages, i).collect(),
+        });
+        i += 1;
+    }
+    turns
+}
+
+fn openai_turns(messages: &[Message]) -> Vec<Turn> {
+    let mut turns = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let mut rest = Vec::new();
+        let mut had_results = false;
+        for (j, b) in m.content.iter().enumerate() {
+            if matches!(b, ContentBlock::ToolResult { .. }) {
+                had_results = true;
+                turns.push(Turn {
+                    side: Side::Tool,
+                    items: vec![(i, j)],
+                });
+            } else {
+                rest.push((i, j));
+            }
+        }
+        let side = match m.role {
+            Role::System => Side::System,
+            Role::Assistant => Side::Assistant,
+            Role::User | Role::Tool => Side::User,
+        };
+        if !rest.is_empty() || (!had_results && m.role != Role::Tool) {
+            turns.push(Turn { side, items: rest });
+        }
+    }
+    turns
+}
+
+/// Checks the pairing rules of `format` on `messages`; paths come from `loc`.
+pub(crate) fn check(
+    messages: &[Message],
+    format: WireFormat,
+    loc: Locator,
+) -> Result<(), WireError> {
+    match format {
+        WireFormat::Anthropic => check_anthropic(messages, &anthropic_turns(messages), loc),
+        WireFormat::OpenAi => check_openai(messages, &openai_turns(messages), loc),
+    }
+}
+
+fn block(messages: &[Message], (i, j): (usize, usize)) -> &ContentBlock {
+    &messages[i].content[j]
+}
+
+fn check_anthropic(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<(), WireError> {
+    let err = |at: (usize, usize), message: String| {
+        Err(WireError::new(loc.block(messages, at.0, at.1), message))
+    };
+    let mut seen_uses: HashSet<&str> = HashSet::new();
+    for (ti, turn) in turns.iter().enumerate() {
+        let prev = ti
+            .checked_sub(1)
+            .map(|p| &turns[p])
+            .filter(|p| p.side == Side::Assistant);
+        let prev_uses = || {
+            prev.into_iter().flat_map(|p| {
+                p.items.iter().filter_map(|&at| match block(messages, at) {
+                    ContentBlock::ToolUse { id, .. } => Some((at, id.as_str())),
+                    _ => None,
+                })
+            })
+        };
+        let mut answered: Vec<&str> = Vec::new();
+        let mut seen_other = false;
+        for &at in &turn.items {
+            match block(messages, at) {
+                ContentBlock::ToolUse { id, .. } => {
+                    seen_other = true;
+                    if turn.side != Side::Assistant {
+                        return err(at, format!("tool_use in {}", turn.side.a_message()));
+                    }
+                    if !seen_uses.insert(id.as_str()) {
+                        return err(at, format!("duplicate tool_use id \"{id}\""));
+                    }
+                }
+                ContentBlock::ToolResult { tool_use_id, .. } => {
+                    let id = tool_use_id.as_str();
+                    if turn.side != Side::User {
+                        return err(at, format!("tool_result in {}", turn.side.a_message()));
+                    }
+                    if seen_other {
+                        return err(
+                            at,
+                            "tool_result after other content (tool_result blocks must come \
+                             first in their message)"
+                                .to_string(),
+                        );
+                    }
+                    if !prev_uses().any(|(_, use_id)| use_id == id) {
+                        return err(at, format!("tool_result for unknown tool_use_id \"{id}\""));
+                    }
+                    if answered.contains(&id) {
+                        return err(
+                            at,
+                            format!("duplicate tool_result for tool_use_id \"{id}\""),
+                        );
+                    }
+                    answered.push(id);
+                }
+                _ => seen_other = true,
+            }
+        }
+        for (at, id) in prev_uses() {
+            if !answered.contains(&id) {
+                return err(
+                    at,
+                    format!("tool_use \"{id}\" has no tool_result in the next message"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Pending<'a> {
+    turn: usize,
+    calls: Vec<((usize, usize), &'a str, bool)>,
+}
+
+fn check_openai(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<(), WireError> {
+    let err = |at: (usize, usize), message: String| {
+        Err(WireError::new(loc.block(messages, at.0, at.1), message))
+    };
+    let unanswered = |pending: &Pending| -> Result<(), WireError> {
+        match pending.calls.iter().find(|c| !c.2) {
+            Some(&(at, id, _)) => err(at, format!("tool call \"{id}\" has no tool message")),
+            None => Ok(()),
+        }
+    };
+    let mut seen_uses: HashSet<&str> = HashSet::new();
+    let mut pending: Option<Pending> = None;
+    for (ti, turn) in turns.iter().enumerate() {
+        if turn.side == Side::Tool {
+            let at = turn.items[0];
+            let ContentBlock::ToolResult { tool_use_id, .. } = block(messages, at) else {
+                continue;
+            };
+            let id = tool_use_id.as_str();
+            let call = pending
+                .as_mut()
+                .and_then(|p| p.calls.iter_mut().find(|c| c.1 == id));
+            match call {
+                Some(call) if call.2 => {
+                    return err(
+                        at,
+                        format!("duplicate tool message for tool_call_id \"{id}\""),
+                    );
+                }
+                Some(call) => call.2 = true,
+                None => {
+                    return err(
+                        at,
+                        format!("tool message for unknown tool_call_id \"{id}\""),
+                    );
+                }
+            }
+            continue;
+        }
+        if let Some(p) = pending.take() {
+            unanswered(&p)?;
+        }
+        let mut calls = Vec::new();
+        for &at in &turn.items {
+            if let ContentBlock::ToolUse { id, .. } = block(messages, at) {
+                if turn.side != Side::Assistant {
+                    return err(at, format!("tool call in {}", turn.side.a_message()));
+                }
+                if !seen_uses.insert(id.as_str()) {
+                    return err(at, format!("duplicate tool call id \"{id}\""));
+                }
+                calls.push((at, id.as_str(), false));
+            }
+        }
+        if !calls.is_empty() {
+            pending = Some(Pending { turn: ti, calls });
+        }
+    }
+    match pending {
+        // Calls in the very last message may still be waiting for their results.
+        Some(p) if p.turn + 1 == turns.len() => Ok(()),
+        Some(p) => unanswered(&p),
+        None => Ok(()),
+    }
+}

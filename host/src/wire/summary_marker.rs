@@ -1,0 +1,200 @@
+//! How a summary message is written on the wire.
+//!
+//! Neither wire format has a place for tamp's summary fields, so a summary travels as a message
+//! whose only content is one text block:
+//!
+//! ```text
+//! <tamp-summary page="PAGE" strategy="NAME" status="final|pending">
+//! BODY
+//! </tamp-summary>
+//! ```
+//!
+//! Attribute values escape `&`, `"` and `<` as `&amp;`, `&quot;` and `&lt;`. Only this exact
+//! (canonical) form is read back as a summary, so that reading and writing a summary gives the
+//! same text byte for byte; any other text is an ordinary text block.
+
+use std::borrow::Cow;
+
+use abi_stable::std_types::RString;
+
+use crate::plugin_api::{SummaryInfo, SummaryStatus};
+
+const OPEN: &str = "<tamp-summary page=\"";
+const CLOSE: &str = "\n</tamp-summary>";
+
+/// Whether `text` could be a summary marker (a cheap test before [`parse`]).
+pub fn looks_like_marker(text: &str) -> bool {
+    text.starts_with(OPEN)
+}
+
+/// The wire text of a summary with `body`.
+pub fn render(info: &SummaryInfo, body: &str) -> String {
+    let page = escape_attr(info.page_ref.as_str());
+    let strategy = escape_attr(info.strategy.as_str());
+    let status = info.status.as_str();
+    let mut out = String::with_capacity(
+        OPEN.len() + page.len() + strategy.len() + body.len() + CLOSE.len() + 32,
+    );
+    out.push_str(OPEN);
+    out.push_str(&page);
+    out.push_str("\" strategy=\"");
+    out.push_str(&strategy);
+    out.push_str("\" status=\"");
+    out.push_str(status);
+    out.push_str("\">\n");
+    out.push_str(body);
+    out.push_str(CLOSE);
+    out
+}
+
+/// Reads a summary marker: its info and the body (a slice of `text`). `None` when `text` is
+/// not exactly the canonical form [`render`] writes.
+pub fn parse(text: &str) -> Option<(SummaryInfo, &str)> {
+    let rest = text.strip_prefix(OPEN)?;
+    let (page_esc, rest) = rest.split_once('"')?;
+    let rest = rest.strip_prefix(" strategy=\"")?;
+    let (strategy_esc, rest) = rest.split_once('"')?;
+    let rest = rest.strip_prefix(" status=\"")?;
+    let (status, rest) = rest.split_once('"')?;
+    let rest = rest.strip_prefix(">\n")?;
+    let body = rest.strip_suffix(CLOSE)?;
+    let status = match status {
+        "final" => SummaryStatus::Final,
+        "pending" => SummaryStatus::Pending,
+        _ => return None,
+    };
+    let page = unescape_attr(page_esc);
+    let strategy = unescape_attr(strategy_esc);
+    // Only the canonical escaping is a marker, so that writing it back gives the same text.
+    if escape_attr(&page) != page_esc || escape_attr(&strategy) != strategy_esc {
+        return None;
+    }
+    Some((
+        SummaryInfo {
+            page_ref: RString::from(page.into_owned()),
+            strategy: RString::from(strategy.into_owned()),
+            status,
+        },
+        body,
+    ))
+}
+
+/// Escapes an attribute value: `&` → `&amp;`, `"` → `&quot;`, `<` → `&lt;`.
+pub fn escape_attr(value: &str) -> Cow<'_, str> {
+    if !value.contains(['&', '"', '<']) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '<' => out.push_str("&lt;"),
+            _ => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Undoes [`escape_attr`]; other `&` sequences are kept as they are.
+pub fn unescape_attr(value: &str) -> Cow<'_, str> {
+    if !value.contains('&') {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find('&') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let (c, len) = if tail.starts_with("&amp;") {
+            ('&', 5)
+        } else if tail.starts_with("&quot;") {
+            ('"', 6)
+        } else if tail.starts_with("&lt;") {
+            ('<', 4)
+        } else {
+            ('&', 1)
+        };
+        out.push(c);
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(page: &str, strategy: &str, status: SummaryStatus) -> SummaryInfo {
+        SummaryInfo {
+            page_ref: page.into(),
+            strategy: strategy.into(),
+            status,
+        }
+    }
+
+    #[test]
+    fn renders_the_documented_form() {
+        let text = render(
+            &info("pg_1", "map-reduce", SummaryStatus::Final),
+            "the body",
+        );
+        assert_eq!(
+            text,
+            "<tamp-summary page=\"pg_1\" strategy=\"map-reduce\" status=\"final\">\nthe body\n</tamp-summary>"
+        );
+        let (back, body) = parse(&text).unwrap();
+        assert_eq!(back, info("pg_1", "map-reduce", SummaryStatus::Final));
+        assert_eq!(body, "the body");
+    }
+
+    #[test]
+    fn escaping_round_trips() {
+        let i = info("a\"b&c<d>e", "x&amp;y", SummaryStatus::Pending);
+        let text = render(&i, "body with </tamp-summary> inside\nand lines");
+        assert!(text.starts_with(
+            "<tamp-summary page=\"a&quot;b&amp;c&lt;d>e\" strategy=\"x&amp;amp;y\" status=\"pending\">\n"
+        ));
+        let (back, body) = parse(&text).unwrap();
+        assert_eq!(back, i);
+        assert_eq!(body, "body with </tamp-summary> inside\nand lines");
+        assert_eq!(render(&back, body), text);
+    }
+
+    #[test]
+    fn empty_body_round_trips() {
+        let i = info("", "", SummaryStatus::Final);
+        let text = render(&i, "");
+        assert_eq!(
+            text,
+            "<tamp-summary page=\"\" strategy=\"\" status=\"final\">\n\n</tamp-summary>"
+        );
+        assert_eq!(parse(&text), Some((i, "")));
+    }
+
+    #[test]
+    fn non_canonical_text_is_not_a_marker() {
+        for text in [
+            "<tamp-summary page=\"p\" strategy=\"s\" status=\"final\">\n</tamp-summary>",
+            "<tamp-summary page=\"p\" strategy=\"s\" status=\"done\">\nb\n</tamp-summary>",
+            "<tamp-summary strategy=\"s\" page=\"p\" status=\"final\">\nb\n</tamp-summary>",
+            "<tamp-summary page=\"p\"  strategy=\"s\" status=\"final\">\nb\n</tamp-summary>",
+            "<tamp-summary page=\"p\" strategy=\"s\" status=\"final\">\nb\n</tamp-summary>\n",
+            "<tamp-summary page=\"p\" strategy=\"s\" status=\"final\">b\n</tamp-summary>",
+            "<tamp-summary page=\"a&gt;b\" strategy=\"s\" status=\"final\">\nb\n</tamp-summary>",
+            "<tamp-summary page=\"a&b\" strategy=\"s\" status=\"final\">\nb\n</tamp-summary>",
+            " <tamp-summary page=\"p\" strategy=\"s\" status=\"final\">\nb\n</tamp-summary>",
+            "plain text",
+        ] {
+            assert_eq!(parse(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn unescape_keeps_unknown_entities() {
+        assert_eq!(unescape_attr("a&gt;b&amp;quot;"), "a&gt;b&quot;");
+        assert_eq!(unescape_attr("&lt;&quot;&amp;"), "<\"&");
+        assert_eq!(escape_attr("plain"), Cow::Borrowed("plain"));
+    }
+}
