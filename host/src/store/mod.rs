@@ -78,7 +78,7 @@ pub struct PageSummary {
 ///
 /// Messages name the store (its file path for [`SqliteStore`]) and the operation, e.g.
 /// `page store /x/y.sqlite3: cannot open: unable to open database file`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     /// No page has this id.
     #[error("page {0} not found in the page store")]

@@ -11,6 +11,7 @@
 //!   anyway, and page reads and writes are short.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,6 +19,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tamp_plugin_api::{FfiOption, Message, Page};
+use tokio::sync::oneshot;
 
 use super::{
     canonical_json, page_id_of_json, NewPage, PageStore, PageSummary, StoreError, StoredPage,
@@ -59,6 +61,18 @@ struct Inner {
     location: String,
     path: Option<PathBuf>,
     conn: Mutex<Connection>,
+    /// Pages waiting to be written; see [`SqliteStore::put_page`].
+    pending: Mutex<Vec<PendingPut>>,
+    /// Whether a flusher is draining `pending`.
+    flushing: AtomicBool,
+}
+
+/// A queued page write and where to send its result.
+struct PendingPut {
+    page: NewPage,
+    /// `(page id, canonical JSON)`.
+    encoded: (String, String),
+    reply: oneshot::Sender<Result<String, StoreError>>,
 }
 
 impl Inner {
@@ -141,6 +155,8 @@ impl SqliteStore {
                 location,
                 path,
                 conn: Mutex::new(conn),
+                pending: Mutex::new(Vec::new()),
+                flushing: AtomicBool::new(false),
             }),
         })
     }
@@ -216,39 +232,133 @@ fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-impl PageStore for SqliteStore {
-    fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>> {
-        async move {
-            self.run("write a page".to_owned(), move |inner| {
-                // Serializing and hashing a large page is CPU work: it runs here, off the
-                // executor, too.
-                let json = canonical_json(&page.messages);
-                let id = page_id_of_json(&json);
-                let json = String::from_utf8(json)
-                    .map_err(|e| StoreError::backend(&inner.location, "encode a page", e))?;
-                inner
-                    .conn()
-                    .execute(
-                        "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
-                         messages_json, metadata_json, message_count, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                        params![
-                            id,
-                            page.thread_id,
-                            page.strategy,
-                            page.source_format,
-                            json,
-                            page.metadata_json,
-                            to_i64(page.messages.len() as u64),
-                            to_i64(now_secs()),
-                        ],
-                    )
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Drains the queue of pending puts, a batch per transaction, until it stays empty.
+fn flush_pending(inner: &Inner) {
+    loop {
+        let batch = std::mem::take(&mut *lock(&inner.pending));
+        if batch.is_empty() {
+            inner.flushing.store(false, Ordering::Release);
+            // A put may have queued between the take and the store: if so, and no other
+            // flusher has started since, keep going.
+            if lock(&inner.pending).is_empty() || inner.flushing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            continue;
+        }
+        write_batch(inner, batch);
+    }
+}
+
+/// A page's id and canonical JSON.
+fn encode(messages: &[Message]) -> (String, String) {
+    let json = canonical_json(messages);
+    let id = page_id_of_json(&json);
+    // serde_json writes UTF-8.
+    (
+        id,
+        String::from_utf8(json).expect("serde_json output is UTF-8"),
+    )
+}
+
+fn write_batch(inner: &Inner, batch: Vec<PendingPut>) {
+    let mut conn = inner.conn();
+    let committed = (|| -> Result<Vec<Result<String, StoreError>>, rusqlite::Error> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut results = Vec::with_capacity(batch.len());
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
+                 messages_json, metadata_json, message_count, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for put in &batch {
+                let (id, json) = &put.encoded;
+                let page = &put.page;
+                let written = insert
+                    .execute(params![
+                        id,
+                        page.thread_id,
+                        page.strategy,
+                        page.source_format,
+                        json,
+                        page.metadata_json,
+                        to_i64(page.messages.len() as u64),
+                        to_i64(now_secs()),
+                    ])
+                    .map(|_| id.clone())
                     .map_err(|e| {
                         StoreError::backend(&inner.location, format!("write page {id}"), e)
-                    })?;
-                Ok(id)
+                    });
+                results.push(written);
+            }
+        }
+        tx.commit()?;
+        Ok(results)
+    })();
+    drop(conn);
+    match committed {
+        Ok(results) => {
+            for (put, result) in batch.into_iter().zip(results) {
+                let _ = put.reply.send(result);
+            }
+        }
+        Err(e) => {
+            let error = StoreError::backend(&inner.location, "write pages", e);
+            for put in batch {
+                let _ = put.reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+impl PageStore for SqliteStore {
+    /// Writes are group-committed: concurrent puts queue up, and one blocking flusher writes
+    /// everything queued in a single transaction (one fsync for the batch, full durability),
+    /// then answers each caller. Under load this turns thousands of fsyncs into a few.
+    fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>> {
+        async move {
+            // Serializing and hashing is CPU work done by the caller, so concurrent puts
+            // spread it over the runtime's threads; the flusher only runs SQL. Large pages
+            // are encoded off the executor.
+            let encoded = if page.messages.len() > 64 {
+                let messages = page.messages.clone();
+                self.run("encode a page".to_owned(), move |_| Ok(encode(&messages)))
+                    .await?
+            } else {
+                encode(&page.messages)
+            };
+            let (reply, answer) = oneshot::channel();
+            lock(&self.inner.pending).push(PendingPut {
+                page,
+                encoded,
+                reply,
+            });
+            if !self.inner.flushing.swap(true, Ordering::AcqRel) {
+                let inner = Arc::clone(&self.inner);
+                let flushed = self
+                    .run("write pages".to_owned(), move |_| {
+                        flush_pending(&inner);
+                        Ok(())
+                    })
+                    .await;
+                if let Err(e) = flushed {
+                    // The flusher never ran (the runtime is shutting down): let a later put
+                    // start one rather than wait forever.
+                    self.inner.flushing.store(false, Ordering::Release);
+                    return Err(e);
+                }
+            }
+            answer.await.unwrap_or_else(|_| {
+                Err(StoreError::backend(
+                    &self.inner.location,
+                    "write a page",
+                    "the writer stopped before answering",
+                ))
             })
-            .await
         }
         .boxed()
     }
