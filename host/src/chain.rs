@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tamp_plugin_api::{Budget, CompactRequest, Conversation, FfiResult, Message, StageReport, StrategyBox, Usage};
+use tamp_plugin_api::{
+    Budget, CompactRequest, Conversation, FfiResult, Message, StageReport, StrategyBox, Usage,
+};
 use tokio::sync::Semaphore;
 
 use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, Trigger};
@@ -215,7 +217,11 @@ impl ChainBuilder {
         validate_against_schema(&plugin.meta().config_schema, &config)?;
         let strategy = plugin.instantiate(&config).map_err(|e| StageConfigError {
             pointer: None,
-            message: format!("plugin {} refused the config: {}", plugin.meta().name, e.message),
+            message: format!(
+                "plugin {} refused the config: {}",
+                plugin.meta().name,
+                e.message
+            ),
         })?;
         self.stages.push(Stage {
             name: name.to_string(),
@@ -232,11 +238,15 @@ impl ChainBuilder {
         self.budget.validate().map_err(ChainError::Setup)?;
         let store = match self.store {
             Some(s) => s,
-            None => Arc::new(SqliteStore::in_memory().map_err(|e| ChainError::Setup(e.to_string()))?),
+            None => {
+                Arc::new(SqliteStore::in_memory().map_err(|e| ChainError::Setup(e.to_string()))?)
+            }
         };
         let tokens = match self.tokens {
             Some(t) => t,
-            None => Arc::new(TokenCounter::new(crate::tokens::Encoding::O200kBase).map_err(ChainError::Setup)?),
+            None => Arc::new(
+                TokenCounter::new(crate::tokens::Encoding::O200kBase).map_err(ChainError::Setup)?,
+            ),
         };
         Ok(Chain {
             stages: self.stages,
@@ -267,7 +277,10 @@ impl std::fmt::Display for StageConfigError {
     }
 }
 
-fn validate_against_schema(schema: &serde_json::Value, config: &serde_json::Value) -> Result<(), StageConfigError> {
+fn validate_against_schema(
+    schema: &serde_json::Value,
+    config: &serde_json::Value,
+) -> Result<(), StageConfigError> {
     let validator = jsonschema::validator_for(schema).map_err(|e| StageConfigError {
         pointer: None,
         message: format!("the plugin's config schema is not valid JSON Schema: {e}"),
@@ -323,14 +336,19 @@ impl Chain {
         Self::from_loaded(&file, overrides)
     }
 
-    pub fn from_loaded(file: &LoadedChainFile, overrides: FileOverrides) -> Result<Chain, ChainError> {
+    pub fn from_loaded(
+        file: &LoadedChainFile,
+        overrides: FileOverrides,
+    ) -> Result<Chain, ChainError> {
         let cfg = &file.file;
         let provider: Arc<dyn Provider> = match cfg.provider.kind.as_str() {
             "scripted" => {
-                let script = file.resolve_path(cfg.provider.script.as_deref().unwrap_or(Path::new("")));
-                Arc::new(ScriptedProvider::from_file(&script).map_err(|e| {
-                    file.error(None, format!("provider.script: {e}"))
-                })?)
+                let script =
+                    file.resolve_path(cfg.provider.script.as_deref().unwrap_or(Path::new("")));
+                Arc::new(
+                    ScriptedProvider::from_file(&script)
+                        .map_err(|e| file.error(None, format!("provider.script: {e}")))?,
+                )
             }
             _ => Arc::new(ExtractiveSummarizer::default()),
         };
@@ -339,7 +357,8 @@ impl Chain {
             .encoding
             .parse()
             .map_err(|e| file.error(None, format!("tokenizer.encoding: {e}")))?;
-        let tokens = TokenCounter::new(encoding).map_err(|e| file.error(None, format!("tokenizer: {e}")))?;
+        let tokens =
+            TokenCounter::new(encoding).map_err(|e| file.error(None, format!("tokenizer: {e}")))?;
         let store_path = overrides
             .store_path
             .clone()
@@ -362,10 +381,17 @@ impl Chain {
             let path = resolve_plugin(&stage.plugin, &base, &cfg.plugin_dirs).map_err(|e| {
                 file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name))
             })?;
-            let plugin = load_plugin(&path)
-                .map_err(|e| file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name)))?;
+            let plugin = load_plugin(&path).map_err(|e| {
+                file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name))
+            })?;
             builder = builder
-                .stage(&stage.name, plugin, stage.config_json(), stage.trigger, stage.timeout())
+                .stage(
+                    &stage.name,
+                    plugin,
+                    stage.config_json(),
+                    stage.trigger,
+                    stage.timeout(),
+                )
                 .map_err(|e| {
                     let key = e
                         .pointer
@@ -374,7 +400,10 @@ impl Chain {
                         .filter(|k| !k.is_empty());
                     // For an unknown field the pointer is the parent; name the offending key.
                     let key = key.or_else(|| unknown_field_in(&e.message));
-                    file.error(file.stage_config_line(i, key), format!("stage \"{}\": {}", stage.name, e.message))
+                    file.error(
+                        file.stage_config_line(i, key),
+                        format!("stage \"{}\": {}", stage.name, e.message),
+                    )
                 })?;
         }
         builder.build()
@@ -398,9 +427,15 @@ impl Chain {
 
     /// Runs the chain on `conversation`. An invalid conversation is an error; a stage that
     /// fails is rolled back and reported, never an error of the whole call.
-    pub async fn compact(&self, conversation: Conversation, options: &CompactOptions) -> Result<Compacted, ChainError> {
+    pub async fn compact(
+        &self,
+        conversation: Conversation,
+        options: &CompactOptions,
+    ) -> Result<Compacted, ChainError> {
         let started = Instant::now();
-        let format = options.format.unwrap_or_else(|| infer_format(&conversation.messages));
+        let format = options
+            .format
+            .unwrap_or_else(|| infer_format(&conversation.messages));
         check_tool_pairing(&conversation.messages, format)?;
         let budget_cfg = options.budget.unwrap_or(self.budget);
         budget_cfg.validate().map_err(ChainError::Setup)?;
@@ -423,10 +458,12 @@ impl Chain {
         for stage in &self.stages {
             let not_run = |why: String| StageRun::not_run(stage, why, tokens);
             let run = match stage.trigger {
-                Trigger::OverBudget if !over_budget => not_run("the chain is not over budget".into()),
-                Trigger::OverBudget if tokens <= low && !options.force => {
-                    not_run(format!("already under the low watermark ({tokens} <= {low})"))
+                Trigger::OverBudget if !over_budget => {
+                    not_run("the chain is not over budget".into())
                 }
+                Trigger::OverBudget if tokens <= low && !options.force => not_run(format!(
+                    "already under the low watermark ({tokens} <= {low})"
+                )),
                 _ => {
                     let budget = Budget {
                         max_tokens: budget_cfg.max_tokens,
@@ -516,7 +553,12 @@ impl Chain {
                 rule: None,
             }),
             Ok(Ok(FfiResult::RErr(e))) => Err(StageFailure {
-                kind: if e.kind == tamp_plugin_api::ErrorKind::Panicked { "panicked" } else { "error" }.into(),
+                kind: if e.kind == tamp_plugin_api::ErrorKind::Panicked {
+                    "panicked"
+                } else {
+                    "error"
+                }
+                .into(),
                 message: e.to_string(),
                 rule: None,
             }),
@@ -567,24 +609,39 @@ impl Chain {
         let format = infer_format(&input.messages);
         let keep_recent = budget.keep_recent as usize;
         let mut pages = services.archived_pages();
-        let mut checked = check_stage_output(&input.messages, &output.messages, keep_recent, format, &pages);
+        let mut checked = check_stage_output(
+            &input.messages,
+            &output.messages,
+            keep_recent,
+            format,
+            &pages,
+        );
         if matches!(&checked, Err(v) if v.rule == crate::invariants::Rule::NothingLost) {
             // The summaries may refer to pages archived by earlier runs: load those too.
             for id in referenced_pages(&output.messages) {
-                if !pages.contains_key(&id) {
-                    if let Ok(stored) = self.ctx.store.get_page(&id).await {
-                        pages.insert(id, stored.page.messages.into());
+                if let std::collections::hash_map::Entry::Vacant(slot) = pages.entry(id) {
+                    if let Ok(stored) = self.ctx.store.get_page(slot.key()).await {
+                        slot.insert(stored.page.messages.into());
                     }
                 }
             }
-            checked = check_stage_output(&input.messages, &output.messages, keep_recent, format, &pages);
+            checked = check_stage_output(
+                &input.messages,
+                &output.messages,
+                keep_recent,
+                format,
+                &pages,
+            );
         }
         checked.map_err(invariant_failure)?;
         let tokens_after = self.ctx.tokens.count_messages(&output.messages);
         if tokens_after > budget.current_tokens {
             return Err(invariant_failure(Violation {
                 rule: crate::invariants::Rule::NoGrowth,
-                detail: format!("the output has {tokens_after} tokens, more than the {} it received", budget.current_tokens),
+                detail: format!(
+                    "the output has {tokens_after} tokens, more than the {} it received",
+                    budget.current_tokens
+                ),
             }));
         }
         Ok((Some(output), outcome.report, tokens_after))
@@ -637,7 +694,11 @@ impl StageRun {
     }
 
     fn apply_report(&mut self, report: StageReport) {
-        self.status = if report.acted { StageStatus::Acted } else { StageStatus::Skipped };
+        self.status = if report.acted {
+            StageStatus::Acted
+        } else {
+            StageStatus::Skipped
+        };
         self.reason = report.reason.into();
         self.pages = report.pages.into_iter().map(String::from).collect();
         self.messages_removed = report.messages_removed;
@@ -646,7 +707,8 @@ impl StageRun {
         self.details = if report.details_json.is_empty() {
             serde_json::Value::Null
         } else {
-            serde_json::from_str(&report.details_json).unwrap_or(serde_json::Value::String(report.details_json.into()))
+            serde_json::from_str(&report.details_json)
+                .unwrap_or(serde_json::Value::String(report.details_json.into()))
         };
     }
 }

@@ -66,9 +66,14 @@ impl BudgetConfig {
         if self.max_tokens == 0 {
             return Err("budget.max_tokens: must be greater than 0".into());
         }
-        for (name, v) in [("high_watermark", self.high_watermark), ("low_watermark", self.low_watermark)] {
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(format!("budget.{name}: must be a fraction of max_tokens in (0, 1], got {v}"));
+        for (name, v) in [
+            ("high_watermark", self.high_watermark),
+            ("low_watermark", self.low_watermark),
+        ] {
+            if v.is_nan() || v <= 0.0 || v > 1.0 {
+                return Err(format!(
+                    "budget.{name}: must be a fraction of max_tokens in (0, 1], got {v}"
+                ));
             }
         }
         if self.low_watermark >= self.high_watermark {
@@ -234,13 +239,14 @@ impl LoadedChainFile {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
-        self.file
-            .budget
-            .validate()
-            .map_err(|m| {
-                let field = m.split(':').next().and_then(|f| f.strip_prefix("budget.")).unwrap_or("");
-                self.error_at_key("budget", field, m.clone())
-            })?;
+        self.file.budget.validate().map_err(|m| {
+            let field = m
+                .split(':')
+                .next()
+                .and_then(|f| f.strip_prefix("budget."))
+                .unwrap_or("");
+            self.error_at_key("budget", field, m.clone())
+        })?;
         let provider = &self.file.provider;
         match (provider.kind.as_str(), &provider.script) {
             ("extractive", None) | ("scripted", Some(_)) => {}
@@ -259,12 +265,26 @@ impl LoadedChainFile {
             }
         }
         if provider.max_concurrency == 0 {
-            return Err(self.error_at_key("provider", "max_concurrency", "provider.max_concurrency: must be at least 1".into()));
+            return Err(self.error_at_key(
+                "provider",
+                "max_concurrency",
+                "provider.max_concurrency: must be at least 1".into(),
+            ));
         }
-        if !(provider.timeout_secs > 0.0) {
-            return Err(self.error_at_key("provider", "timeout_secs", "provider.timeout_secs: must be positive".into()));
+        if provider.timeout_secs.is_nan() || provider.timeout_secs <= 0.0 {
+            return Err(self.error_at_key(
+                "provider",
+                "timeout_secs",
+                "provider.timeout_secs: must be positive".into(),
+            ));
         }
-        if self.file.tokenizer.encoding.parse::<crate::tokens::Encoding>().is_err() {
+        if self
+            .file
+            .tokenizer
+            .encoding
+            .parse::<crate::tokens::Encoding>()
+            .is_err()
+        {
             return Err(self.error_at_key(
                 "tokenizer",
                 "encoding",
@@ -279,10 +299,19 @@ impl LoadedChainFile {
             let line = Some(line_of(&self.source, stage.span().start));
             let s = stage.get_ref();
             if !names.insert(s.name.as_str()) {
-                return Err(self.error(line, format!("stage[{i}].name: \"{}\" is used by an earlier stage", s.name)));
+                return Err(self.error(
+                    line,
+                    format!(
+                        "stage[{i}].name: \"{}\" is used by an earlier stage",
+                        s.name
+                    ),
+                ));
             }
-            if !(s.timeout_secs > 0.0) {
-                return Err(self.error(line, format!("stage \"{}\": timeout_secs must be positive", s.name)));
+            if s.timeout_secs.is_nan() || s.timeout_secs <= 0.0 {
+                return Err(self.error(
+                    line,
+                    format!("stage \"{}\": timeout_secs must be positive", s.name),
+                ));
             }
         }
         Ok(())
@@ -299,23 +328,26 @@ impl LoadedChainFile {
     /// An error pointing at `key = ...` inside `[table]`, or at the table, when found.
     fn error_at_key(&self, table: &str, key: &str, message: String) -> ConfigError {
         let header = format!("[{table}]");
-        let line = self
-            .source
-            .find(&header)
-            .map(|start| {
-                let section_end = self.source[start + header.len()..]
-                    .find("\n[")
-                    .map(|e| start + header.len() + e)
-                    .unwrap_or(self.source.len());
-                find_key_line(&self.source, start..section_end, key).unwrap_or_else(|| line_of(&self.source, start))
-            });
+        let line = self.source.find(&header).map(|start| {
+            let section_end = self.source[start + header.len()..]
+                .find("\n[")
+                .map(|e| start + header.len() + e)
+                .unwrap_or(self.source.len());
+            find_key_line(&self.source, start..section_end, key)
+                .unwrap_or_else(|| line_of(&self.source, start))
+        });
         self.error(line, message)
     }
 
     /// The line of `key` inside stage `index`'s config table (or of the stage).
     pub fn stage_config_line(&self, index: usize, key: Option<&str>) -> Option<usize> {
         let stage = self.file.stages.get(index)?;
-        let span = stage.get_ref().config.as_ref().map(|c| c.span()).unwrap_or(stage.span());
+        let span = stage
+            .get_ref()
+            .config
+            .as_ref()
+            .map(|c| c.span())
+            .unwrap_or(stage.span());
         // A table's span may cover only its header: search on to the next table header.
         let end = self.source[span.start..]
             .find("\n[")
@@ -329,7 +361,10 @@ impl LoadedChainFile {
 
     /// The line where stage `index` starts.
     pub fn stage_line(&self, index: usize) -> Option<usize> {
-        self.file.stages.get(index).map(|s| line_of(&self.source, s.span().start))
+        self.file
+            .stages
+            .get(index)
+            .map(|s| line_of(&self.source, s.span().start))
     }
 
     /// Resolves a path written in the file (relative to the file's directory).
@@ -396,23 +431,31 @@ mod tests {
 
     #[test]
     fn watermark_order_is_checked_and_located() {
-        let err = parse("[budget]\nmax_tokens = 100\nhigh_watermark = 0.4\nlow_watermark = 0.6\n").unwrap_err();
+        let err = parse("[budget]\nmax_tokens = 100\nhigh_watermark = 0.4\nlow_watermark = 0.6\n")
+            .unwrap_err();
         assert!(err.message.starts_with("budget.low_watermark"), "{err}");
         assert_eq!(err.line, Some(4));
     }
 
     #[test]
     fn stage_config_lines_are_found() {
-        let text = "[[stage]]\nname = \"a\"\nplugin = \"x\"\n[stage.config]\nfoo = 1\nbar = \"z\"\n";
+        let text =
+            "[[stage]]\nname = \"a\"\nplugin = \"x\"\n[stage.config]\nfoo = 1\nbar = \"z\"\n";
         let f = parse(text).unwrap();
         assert_eq!(f.stage_config_line(0, Some("bar")), Some(6));
         assert_eq!(f.stage_line(0), Some(1));
-        assert_eq!(f.file.stages[0].get_ref().config_json(), serde_json::json!({"foo": 1, "bar": "z"}));
+        assert_eq!(
+            f.file.stages[0].get_ref().config_json(),
+            serde_json::json!({"foo": 1, "bar": "z"})
+        );
     }
 
     #[test]
     fn duplicate_stage_names_and_bad_provider_are_rejected() {
-        let err = parse("[[stage]]\nname = \"a\"\nplugin = \"x\"\n[[stage]]\nname = \"a\"\nplugin = \"y\"\n").unwrap_err();
+        let err = parse(
+            "[[stage]]\nname = \"a\"\nplugin = \"x\"\n[[stage]]\nname = \"a\"\nplugin = \"y\"\n",
+        )
+        .unwrap_err();
         assert!(err.message.contains("used by an earlier stage"), "{err}");
         assert_eq!(err.line, Some(4));
         let err = parse("[provider]\nkind = \"magic\"\n").unwrap_err();

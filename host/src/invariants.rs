@@ -74,13 +74,18 @@ pub fn check_stage_output(
     // System prompt and protected tail.
     let head = input.iter().take_while(|m| m.role == Role::System).count();
     if output.len() < head || output[..head] != input[..head] {
-        return violation(Rule::ProtectedUntouched, "the leading system messages were changed".into());
+        return violation(
+            Rule::ProtectedUntouched,
+            "the leading system messages were changed".into(),
+        );
     }
     let tail_start = compactable_range(input, keep_recent).end;
     let tail = &input[tail_start..];
     if output.len() < tail.len() || output[output.len() - tail.len()..] != *tail {
         let first_changed = (0..tail.len())
-            .find(|&k| output.len() < tail.len() - k || output[output.len() - (tail.len() - k)] != tail[k])
+            .find(|&k| {
+                output.len() < tail.len() - k || output[output.len() - (tail.len() - k)] != tail[k]
+            })
             .unwrap_or(0);
         return violation(
             Rule::ProtectedUntouched,
@@ -159,12 +164,24 @@ mod tests {
 
     fn msgs(n: usize) -> Vec<Message> {
         let mut v = vec![Message::text(Role::System, "sys")];
-        v.extend((1..n).map(|i| Message::text(if i % 2 == 1 { Role::User } else { Role::Assistant }, format!("m{i}"))));
+        v.extend((1..n).map(|i| {
+            Message::text(
+                if i % 2 == 1 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                },
+                format!("m{i}"),
+            )
+        }));
         v
     }
 
     fn pages(entries: &[(&str, &[Message])]) -> HashMap<String, Vec<Message>> {
-        entries.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect()
+        entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect()
     }
 
     #[test]
@@ -194,11 +211,13 @@ mod tests {
         let input = msgs(6);
         let mut output = input.clone();
         output[5] = Message::text(Role::Assistant, "changed");
-        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new())
+            .unwrap_err();
         assert_eq!(v.rule, Rule::ProtectedUntouched);
         let mut output = input.clone();
         output[0] = Message::text(Role::System, "other");
-        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new())
+            .unwrap_err();
         assert_eq!(v.rule, Rule::ProtectedUntouched);
     }
 
@@ -207,11 +226,13 @@ mod tests {
         let input = msgs(8);
         let mut output = input.clone();
         output.swap(1, 2);
-        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new())
+            .unwrap_err();
         assert_eq!(v.rule, Rule::OrderKept);
         let mut output = input.clone();
         output[2] = Message::text(Role::Assistant, "made up");
-        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap_err();
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new())
+            .unwrap_err();
         assert_eq!(v.rule, Rule::OrderKept);
     }
 

@@ -146,7 +146,7 @@ fn load_module(path: &Path) -> Result<PluginModuleRef, LoadError> {
         )),
         other => not_a_plugin(first_line(&other.to_string())),
     })?;
-    check_plugin_api_version(path, &header.version_strings().version.to_string())?;
+    check_plugin_api_version(path, header.version_strings().version.as_ref())?;
     header
         .init_root_module::<PluginModuleRef>()
         .map_err(|e| classify_init_error(path, e))
@@ -164,7 +164,9 @@ fn check_plugin_api_version(path: &Path, plugin_version: &str) -> Result<(), Loa
     };
     let compatible = match (parse(plugin_version), parse(host_version)) {
         (Some((0, p_minor)), Some((0, h_minor))) => p_minor == h_minor,
-        (Some((p_major, p_minor)), Some((h_major, h_minor))) => p_major == h_major && p_minor <= h_minor,
+        (Some((p_major, p_minor)), Some((h_major, h_minor))) => {
+            p_major == h_major && p_minor <= h_minor
+        }
         _ => false,
     };
     if compatible {

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
 use tamp_plugin_api::{
-    ErrorKind, FfiFuture, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, HostError, HostServices, HostServicesBox,
-    HostServices_TO, IntoFfiFuture as _, LlmRequest, LlmResponse, Message, Page, PageDraft, PluginError,
-    ProgressEvent, Usage,
+    ErrorKind, FfiFuture, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, HostError, HostServices,
+    HostServicesBox, HostServices_TO, IntoFfiFuture as _, LlmRequest, LlmResponse, Message, Page,
+    PageDraft, PluginError, ProgressEvent, Usage,
 };
 use tokio::sync::Semaphore;
 
@@ -62,7 +62,12 @@ pub struct StageUsage {
 }
 
 impl StageServices {
-    pub fn new(ctx: Arc<HostContext>, stage: &str, thread_id: Option<String>, source_format: Option<WireFormat>) -> Self {
+    pub fn new(
+        ctx: Arc<HostContext>,
+        stage: &str,
+        thread_id: Option<String>,
+        source_format: Option<WireFormat>,
+    ) -> Self {
         StageServices(Arc::new(StageState {
             ctx,
             stage: stage.to_string(),
@@ -77,7 +82,10 @@ impl StageServices {
 
     /// The ABI object to hand the plugin.
     pub fn to_ffi(&self) -> HostServicesBox {
-        HostServices_TO::from_ptr(abi_stable::std_types::RArc::new(self.clone()), tamp_plugin_api::TD_Opaque)
+        HostServices_TO::from_ptr(
+            abi_stable::std_types::RArc::new(self.clone()),
+            tamp_plugin_api::TD_Opaque,
+        )
     }
 
     /// Pages archived through these services in this run, by id.
@@ -145,7 +153,10 @@ where
         Ok(r) => r,
         Err(p) => Err(PluginError::new(
             ErrorKind::Host,
-            format!("host {what} panicked: {}", tamp_plugin_api::strategy::panic_message(&*p)),
+            format!(
+                "host {what} panicked: {}",
+                tamp_plugin_api::strategy::panic_message(&*p)
+            ),
         )),
     }
 }
@@ -153,7 +164,12 @@ where
 impl HostServices for StageServices {
     fn complete(&self, request: LlmRequest) -> FfiFuture<FfiResult<LlmResponse, HostError>> {
         let this = self.clone();
-        async move { contained("LLM call", this.complete_one(request)).await.into() }.into_ffi()
+        async move {
+            contained("LLM call", this.complete_one(request))
+                .await
+                .into()
+        }
+        .into_ffi()
     }
 
     fn complete_all(
@@ -194,12 +210,17 @@ impl HostServices for StageServices {
     }
 
     fn count_tokens(&self, text: FfiStr<'_>) -> u64 {
-        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.ctx.tokens.count_text(text.as_str()))).unwrap_or(0)
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.0.ctx.tokens.count_text(text.as_str())
+        }))
+        .unwrap_or(0)
     }
 
     fn count_message_tokens(&self, messages: FfiSlice<'_, Message>) -> u64 {
-        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.ctx.tokens.count_messages(messages.as_slice())))
-            .unwrap_or(0)
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.0.ctx.tokens.count_messages(messages.as_slice())
+        }))
+        .unwrap_or(0)
     }
 
     fn archive_page(&self, page: PageDraft) -> FfiFuture<FfiResult<FfiString, HostError>> {

@@ -36,9 +36,13 @@ impl Role {
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToolResultPart {
-    Text { text: RString },
+    Text {
+        text: RString,
+    },
     /// Any other part (an image, a document), kept as its original JSON.
-    Opaque { json: RString },
+    Opaque {
+        json: RString,
+    },
 }
 
 /// One content block of a message.

@@ -96,8 +96,12 @@ impl Host {
     fn record(&self, response: &Result<LlmResponse, HostError>) {
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         if let Ok(r) = response {
-            self.stats.input_tokens.fetch_add(r.usage.input_tokens, Ordering::Relaxed);
-            self.stats.output_tokens.fetch_add(r.usage.output_tokens, Ordering::Relaxed);
+            self.stats
+                .input_tokens
+                .fetch_add(r.usage.input_tokens, Ordering::Relaxed);
+            self.stats
+                .output_tokens
+                .fetch_add(r.usage.output_tokens, Ordering::Relaxed);
         }
     }
 

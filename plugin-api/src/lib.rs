@@ -37,6 +37,8 @@ pub use strategy::{
     StrategyAdapter, StrategyBox, StrategyFfi, StrategyFfi_TO,
 };
 
+/// The erasure marker host implementations use with `HostServices_TO::from_value`.
+pub use abi_stable::sabi_trait::TD_Opaque;
 /// ABI string, vector, option and result types, under tamp's names.
 pub use abi_stable::std_types::{
     ROption as FfiOption, RResult as FfiResult, RSlice as FfiSlice, RStr as FfiStr,
@@ -44,16 +46,14 @@ pub use abi_stable::std_types::{
 };
 /// The future type that crosses the boundary, and the conversion into it.
 pub use async_ffi::{FfiFuture, FutureExt as IntoFfiFuture};
-/// The erasure marker host implementations use with `HostServices_TO::from_value`.
-pub use abi_stable::sabi_trait::TD_Opaque;
 
 /// Re-exports for the code plugins generate with [`export_plugin!`]; not a public API.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::module::plugin_module;
     pub use abi_stable::library::{
-        CheckTypeLayout, LibHeader, RootModuleResult,
-        __call_root_module_loader as call_root_module_loader,
+        __call_root_module_loader as call_root_module_loader, CheckTypeLayout, LibHeader,
+        RootModuleResult,
     };
 }
 
@@ -61,9 +61,9 @@ pub mod __private {
 pub mod prelude {
     pub use crate::sdk::{self, Replacement, Unit, UnitKind};
     pub use crate::{
-        export_plugin, Budget, CompactOutcome, Compaction, ContentBlock, Conversation,
-        ErrorKind, FfiString, FfiVec, Host, LlmRequest, Message, PluginError, Role,
-        StageReport, Strategy, SummaryStatus, ToolResultPart,
+        export_plugin, Budget, CompactOutcome, Compaction, ContentBlock, Conversation, ErrorKind,
+        FfiString, FfiVec, Host, LlmRequest, Message, PluginError, Role, StageReport, Strategy,
+        SummaryStatus, ToolResultPart,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

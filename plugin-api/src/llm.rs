@@ -23,7 +23,11 @@ pub struct LlmRequest {
 }
 
 impl LlmRequest {
-    pub fn new(system: impl Into<RString>, prompt: impl Into<RString>, max_output_tokens: u32) -> Self {
+    pub fn new(
+        system: impl Into<RString>,
+        prompt: impl Into<RString>,
+        max_output_tokens: u32,
+    ) -> Self {
         LlmRequest {
             system: system.into(),
             prompt: prompt.into(),

@@ -75,7 +75,12 @@ pub fn plugin_info<S: Strategy>(version: &str) -> Result<PluginInfo, PluginError
 extern "C" fn info_entry<S: Strategy>() -> RResult<PluginInfo, PluginError> {
     let version = PLUGIN_VERSION.get().copied().unwrap_or("0.0.0");
     catch_unwind(|| plugin_info::<S>(version))
-        .unwrap_or_else(|p| Err(PluginError::new(crate::ErrorKind::Panicked, panic_message(&*p))))
+        .unwrap_or_else(|p| {
+            Err(PluginError::new(
+                crate::ErrorKind::Panicked,
+                panic_message(&*p),
+            ))
+        })
         .into()
 }
 
@@ -84,7 +89,9 @@ extern "C" fn set_log_sink_entry<S: Strategy>(sink: LogSink) {
     let _ = catch_unwind(AssertUnwindSafe(|| install_log_bridge(S::NAME, sink)));
 }
 
-extern "C" fn new_strategy_entry<S: Strategy>(config: RStr<'_>) -> RResult<StrategyBox, PluginError> {
+extern "C" fn new_strategy_entry<S: Strategy>(
+    config: RStr<'_>,
+) -> RResult<StrategyBox, PluginError> {
     new_strategy::<S>(config.as_str()).into()
 }
 

@@ -42,7 +42,10 @@ mode = "ok"
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Every input message is in the output or, through summaries' page refs, in a page.
@@ -58,7 +61,11 @@ async fn assert_nothing_lost(chain: &Chain, input: &Conversation, output: &Conve
         if !seen.insert(id.clone()) {
             continue;
         }
-        let page = chain.store().get_page(&id).await.expect("referenced page exists");
+        let page = chain
+            .store()
+            .get_page(&id)
+            .await
+            .expect("referenced page exists");
         for m in page.page.messages.iter() {
             if let Some(s) = m.summary_info() {
                 pending.push(s.page_ref.to_string());
@@ -67,7 +74,10 @@ async fn assert_nothing_lost(chain: &Chain, input: &Conversation, output: &Conve
         }
     }
     for (i, m) in input.messages.iter().enumerate() {
-        assert!(reachable.contains(m), "input message {i} is neither in the output nor in a page");
+        assert!(
+            reachable.contains(m),
+            "input message {i} is neither in the output nor in a page"
+        );
     }
 }
 
@@ -79,19 +89,33 @@ fn two_plugins_compact_every_corpus_conversation_in_both_formats() {
         for format in ["anthropic", "openai"] {
             let text = corpus(format, &name);
             let (input, fmt) = wire::parse_str(&text, None).unwrap();
-            let options = CompactOptions { format: Some(fmt), ..Default::default() };
+            let options = CompactOptions {
+                format: Some(fmt),
+                ..Default::default()
+            };
             let out = rt.block_on(chain.compact(input.clone(), &options)).unwrap();
             let report = &out.report;
             let ctx = format!("{name} ({format})");
             assert_eq!(report.stages.len(), 2, "{ctx}");
-            assert_eq!(report.stages[0].status, StageStatus::Acted, "{ctx}: {:?}", report.stages[0]);
+            assert_eq!(
+                report.stages[0].status,
+                StageStatus::Acted,
+                "{ctx}: {:?}",
+                report.stages[0]
+            );
             assert!(
-                matches!(report.stages[1].status, StageStatus::Acted | StageStatus::Skipped),
+                matches!(
+                    report.stages[1].status,
+                    StageStatus::Acted | StageStatus::Skipped
+                ),
                 "{ctx}: {:?}",
                 report.stages[1]
             );
             assert!(report.tokens_after < report.tokens_before, "{ctx}");
-            assert!(out.conversation.messages.len() < input.messages.len(), "{ctx}");
+            assert!(
+                out.conversation.messages.len() < input.messages.len(),
+                "{ctx}"
+            );
 
             // The output is valid in its wire format and reads back to the same conversation.
             let json = wire::to_string_pretty(&out.conversation, fmt);
@@ -108,10 +132,17 @@ fn two_plugins_compact_every_corpus_conversation_in_both_formats() {
 #[test]
 fn same_input_same_output_even_from_many_tasks_at_once() {
     let chain = Arc::new(two_plugin_chain("det"));
-    let (input, fmt) = wire::parse_str(&corpus("openai", "msa_deepseek_django-14752"), None).unwrap();
+    let (input, fmt) =
+        wire::parse_str(&corpus("openai", "msa_deepseek_django-14752"), None).unwrap();
     let rt = rt();
     let first = rt
-        .block_on(chain.compact(input.clone(), &CompactOptions { format: Some(fmt), ..Default::default() }))
+        .block_on(chain.compact(
+            input.clone(),
+            &CompactOptions {
+                format: Some(fmt),
+                ..Default::default()
+            },
+        ))
         .unwrap();
     let outputs = rt.block_on(async {
         let tasks: Vec<_> = (0..64)
@@ -120,7 +151,13 @@ fn same_input_same_output_even_from_many_tasks_at_once() {
                 let input = input.clone();
                 tokio::spawn(async move {
                     chain
-                        .compact(input, &CompactOptions { format: Some(fmt), ..Default::default() })
+                        .compact(
+                            input,
+                            &CompactOptions {
+                                format: Some(fmt),
+                                ..Default::default()
+                            },
+                        )
                         .await
                         .unwrap()
                         .conversation
@@ -141,13 +178,25 @@ fn same_input_same_output_even_from_many_tasks_at_once() {
 #[test]
 fn under_the_high_watermark_nothing_runs_unless_always() {
     let chain = two_plugin_chain("under");
-    let (input, fmt) = wire::parse_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"), None).unwrap();
+    let (input, fmt) = wire::parse_str(
+        &corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
+        None,
+    )
+    .unwrap();
     let mut budget = *chain.budget();
     budget.max_tokens = 1_000_000;
-    let options = CompactOptions { format: Some(fmt), budget: Some(budget), ..Default::default() };
+    let options = CompactOptions {
+        format: Some(fmt),
+        budget: Some(budget),
+        ..Default::default()
+    };
     let out = rt().block_on(chain.compact(input, &options)).unwrap();
     assert_eq!(out.report.stages[0].status, StageStatus::NotRun);
-    assert!(out.report.reason.contains("not above the high watermark"), "{}", out.report.reason);
+    assert!(
+        out.report.reason.contains("not above the high watermark"),
+        "{}",
+        out.report.reason
+    );
     // The `always` stage still ran.
     assert_ne!(out.report.stages[1].status, StageStatus::NotRun);
 }
@@ -155,32 +204,53 @@ fn under_the_high_watermark_nothing_runs_unless_always() {
 #[test]
 fn a_malformed_conversation_is_refused_with_its_path() {
     let chain = two_plugin_chain("bad-input");
-    let mut v: serde_json::Value = serde_json::from_str(&corpus("openai", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&corpus("openai", "taubench_gpt4o_airline_task2_trial2")).unwrap();
     // Drop the first tool message: its call is left unanswered.
     let messages = v["messages"].as_array_mut().unwrap();
     let idx = messages.iter().position(|m| m["role"] == "tool").unwrap();
     messages.remove(idx);
-    let err = wire::parse_value(v, None).err().expect("refused");
+    let err = wire::parse_value(v, None).expect_err("refused");
     assert!(err.path.starts_with("messages["), "{err}");
     // A conversation built in Rust that breaks the pairing rules is refused by the chain too.
-    let (mut conv, _) = wire::parse_str(&corpus("openai", "taubench_gpt4o_airline_task2_trial2"), None).unwrap();
-    let idx = conv.messages.iter().position(|m| m.role == tamp_plugin_api::Role::Tool).unwrap();
+    let (mut conv, _) = wire::parse_str(
+        &corpus("openai", "taubench_gpt4o_airline_task2_trial2"),
+        None,
+    )
+    .unwrap();
+    let idx = conv
+        .messages
+        .iter()
+        .position(|m| m.role == tamp_plugin_api::Role::Tool)
+        .unwrap();
     conv.messages.remove(idx);
-    let err = rt().block_on(chain.compact(conv, &CompactOptions::default())).err().expect("refused");
-    assert!(err.to_string().starts_with("invalid conversation: messages["), "{err}");
+    let err = rt()
+        .block_on(chain.compact(conv, &CompactOptions::default()))
+        .expect_err("refused");
+    assert!(
+        err.to_string()
+            .starts_with("invalid conversation: messages["),
+        "{err}"
+    );
 }
 
 #[test]
 fn an_invalid_stage_config_is_rejected_with_the_field_and_line() {
     let dir = scratch_dir("badcfg");
     let custom = plugin("tamp_custom_strategy");
-    for (bad, field) in [("keep_exchanges = \"many\"", "keep_exchanges"), ("keep_exchangez = 3", "keep_exchangez")] {
+    for (bad, field) in [
+        ("keep_exchanges = \"many\"", "keep_exchanges"),
+        ("keep_exchangez = 3", "keep_exchangez"),
+    ] {
         let toml = format!(
             "[[stage]]\nname = \"a\"\nplugin = \"{}\"\n[stage.config]\nsummarize = true\n{bad}\n",
             custom.display()
         );
         let path = write_chain(&dir, &toml);
-        let err = Chain::from_file(&path, FileOverrides::default()).err().expect("refused").to_string();
+        let err = Chain::from_file(&path, FileOverrides::default())
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(err.contains(field), "{err}");
         assert!(err.contains("chain.toml:6:"), "{err}");
         assert!(err.contains("stage \"a\""), "{err}");

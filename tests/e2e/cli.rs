@@ -5,7 +5,11 @@ use std::process::{Command, Output};
 use tamp_e2e::{plugin, scratch_dir, tamp_bin, workspace_root, write_chain};
 
 fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
-    Command::new(tamp_bin()).args(args).current_dir(dir).output().expect("run tamp")
+    Command::new(tamp_bin())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run tamp")
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -35,11 +39,18 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
     );
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("stage archive-old-tool-calls (custom-strategy 0.1.0): acted"), "{stderr}");
+    assert!(
+        stderr.contains("stage archive-old-tool-calls (custom-strategy 0.1.0): acted"),
+        "{stderr}"
+    );
 
     let compacted: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
-    let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&sample).unwrap()).unwrap();
-    assert_eq!(compacted["system"], original["system"], "the system prompt is untouched");
+    let original: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&sample).unwrap()).unwrap();
+    assert_eq!(
+        compacted["system"], original["system"],
+        "the system prompt is untouched"
+    );
     let before = original["messages"].as_array().unwrap().len();
     let after = compacted["messages"].as_array().unwrap().len();
     assert!(after < before, "{after} < {before}");
@@ -47,13 +58,22 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     assert!(report["tokens_after"].as_u64() < report["tokens_before"].as_u64());
-    let page = report["stages"][0]["pages"][0].as_str().expect("a page").to_string();
+    let page = report["stages"][0]["pages"][0]
+        .as_str()
+        .expect("a page")
+        .to_string();
 
     // The summary in the output carries the page ref on the wire.
     let wire = serde_json::to_string(&compacted).unwrap();
-    assert!(wire.contains(&format!("page=\\\"{page}\\\"")), "page ref not in output");
+    assert!(
+        wire.contains(&format!("page=\\\"{page}\\\"")),
+        "page ref not in output"
+    );
 
-    let shown = tamp(&["pages", "show", &page, "--store", store.to_str().unwrap()], &dir);
+    let shown = tamp(
+        &["pages", "show", &page, "--store", store.to_str().unwrap()],
+        &dir,
+    );
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown["id"], page.as_str());
@@ -62,7 +82,10 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
     assert!(!archived.is_empty());
     // The archived messages are verbatim originals.
     for m in archived {
-        assert!(original["messages"].as_array().unwrap().contains(m), "not an original: {m}");
+        assert!(
+            original["messages"].as_array().unwrap().contains(m),
+            "not an original: {m}"
+        );
     }
 }
 
@@ -86,13 +109,21 @@ fn openai_in_openai_out() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v.get("system").is_none());
     assert_eq!(v["messages"][0]["role"], "system");
-    assert!(v["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool"));
+    assert!(v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["role"] == "tool"));
 }
 
 #[test]
 fn bad_input_gets_a_clear_error_and_exit_status() {
     let dir = scratch_dir("cli-bad");
-    std::fs::write(dir.join("broken.json"), "{\"messages\": [ {\"role\": \"user\", ").unwrap();
+    std::fs::write(
+        dir.join("broken.json"),
+        "{\"messages\": [ {\"role\": \"user\", ",
+    )
+    .unwrap();
     let out = tamp(&["compact", "broken.json"], &dir);
     assert!(!out.status.success());
     let err = text(&out.stderr);
@@ -107,10 +138,21 @@ fn bad_input_gets_a_clear_error_and_exit_status() {
     let out = tamp(&["compact", "orphan.json"], &dir);
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("messages[1].content[0]") && err.contains("toolu_9"), "{err}");
+    assert!(
+        err.contains("messages[1].content[0]") && err.contains("toolu_9"),
+        "{err}"
+    );
 
     let chain = write_chain(&dir, "[budget]\nmax_tokens = 0\n");
-    let out = tamp(&["compact", "orphan.json", "--config", chain.to_str().unwrap()], &dir);
+    let out = tamp(
+        &[
+            "compact",
+            "orphan.json",
+            "--config",
+            chain.to_str().unwrap(),
+        ],
+        &dir,
+    );
     let err = text(&out.stderr);
     assert!(err.contains("chain.toml:2: budget.max_tokens"), "{err}");
 }
@@ -126,20 +168,32 @@ fn plugins_describe_prints_metadata_and_schema() {
     assert!(s.contains("version:     0.1.0"), "{s}");
     assert!(s.contains("\"keep_exchanges\""), "{s}");
 
-    let out = tamp(&["plugins", "describe", "tamp_custom_strategy", "--json"], &dir);
+    let out = tamp(
+        &["plugins", "describe", "tamp_custom_strategy", "--json"],
+        &dir,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["name"], "custom-strategy");
 
     let out = tamp(&["plugins", "describe", "no_such_plugin"], &dir);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("libno_such_plugin.so"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("libno_such_plugin.so"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
 fn help_explains_each_command() {
     let dir = scratch_dir("cli-help");
-    for args in [vec!["--help"], vec!["compact", "--help"], vec!["plugins", "describe", "--help"], vec!["pages", "show", "--help"]] {
+    for args in [
+        vec!["--help"],
+        vec!["compact", "--help"],
+        vec!["plugins", "describe", "--help"],
+        vec!["pages", "show", "--help"],
+    ] {
         let out = tamp(&args, &dir);
         assert!(out.status.success());
         let s = text(&out.stdout);

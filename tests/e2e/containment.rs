@@ -22,15 +22,23 @@ fn stage(name: &str, mode: &str, extra: &str) -> String {
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Runs `mode` as the only stage on a real conversation and checks it was rolled back.
 fn rolled_back(mode: &str, extra: &str, expect_kind: &str) -> String {
     let chain = chain_with(mode, &stage(mode, mode, extra));
     let input = corpus_conversation("anthropic", "taubench_gpt4o_airline_task2_trial2");
-    let out = rt().block_on(chain.compact(input.clone(), &CompactOptions::default())).expect("compacts");
-    assert_eq!(out.conversation, input, "{mode}: the conversation must come back unchanged");
+    let out = rt()
+        .block_on(chain.compact(input.clone(), &CompactOptions::default()))
+        .expect("compacts");
+    assert_eq!(
+        out.conversation, input,
+        "{mode}: the conversation must come back unchanged"
+    );
     let run = &out.report.stages[0];
     assert_eq!(run.status, StageStatus::RolledBack, "{mode}: {run:?}");
     let failure = run.error.as_ref().expect("failure recorded");
@@ -74,17 +82,29 @@ fn invariant_breakers_are_rolled_back_with_the_rule() {
 fn a_panicking_constructor_fails_the_chain_build_naming_the_stage() {
     let dir = scratch_dir("ctor");
     let path = write_chain(&dir, &stage("boom", "panic_in_new", ""));
-    let err = Chain::from_file(&path, FileOverrides::default()).err().expect("refused").to_string();
-    assert!(err.contains("stage \"boom\"") && err.contains("panic in constructor"), "{err}");
+    let err = Chain::from_file(&path, FileOverrides::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("stage \"boom\"") && err.contains("panic in constructor"),
+        "{err}"
+    );
     assert!(err.contains("chain.toml:"), "{err}");
 }
 
 #[test]
 fn after_a_failed_stage_the_chain_goes_on() {
-    let stages = format!("{}{}", stage("bad", "panic_in_compact", ""), stage("good", "ok", ""));
+    let stages = format!(
+        "{}{}",
+        stage("bad", "panic_in_compact", ""),
+        stage("good", "ok", "")
+    );
     let chain = chain_with("goes-on", &stages);
     let input = corpus_conversation("openai", "taubench_gpt4o_airline_task2_trial2");
-    let out = rt().block_on(chain.compact(input.clone(), &CompactOptions::default())).unwrap();
+    let out = rt()
+        .block_on(chain.compact(input.clone(), &CompactOptions::default()))
+        .unwrap();
     assert_eq!(out.report.stages[0].status, StageStatus::RolledBack);
     assert_eq!(out.report.stages[1].status, StageStatus::Acted);
     assert_ne!(out.conversation, input);

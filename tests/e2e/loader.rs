@@ -32,7 +32,10 @@ fn two_plugins_live_side_by_side() {
 fn a_missing_file_says_so() {
     let err = LoadedPlugin::load(std::path::Path::new("/nonexistent/libnope.so")).unwrap_err();
     assert!(matches!(err, LoadError::NotFound { .. }), "{err}");
-    assert_eq!(err.to_string(), "plugin /nonexistent/libnope.so: no such file");
+    assert_eq!(
+        err.to_string(),
+        "plugin /nonexistent/libnope.so: no such file"
+    );
 }
 
 #[test]
@@ -43,31 +46,53 @@ fn a_file_that_is_not_a_library_is_not_a_plugin() {
     let err = LoadedPlugin::load(&path).unwrap_err();
     assert!(matches!(err, LoadError::NotAPlugin { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("libfake.so") && text.contains("cannot be loaded as a shared library"), "{text}");
+    assert!(
+        text.contains("libfake.so") && text.contains("cannot be loaded as a shared library"),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_library_without_a_root_module_is_not_a_plugin() {
     let err = LoadedPlugin::load(&plugin("tamp_test_not_a_plugin")).unwrap_err();
     assert!(matches!(err, LoadError::NotAPlugin { .. }), "{err}");
-    assert!(err.to_string().contains("exports no tamp root module"), "{err}");
+    assert!(
+        err.to_string().contains("exports no tamp root module"),
+        "{err}"
+    );
 }
 
 #[test]
 fn an_incompatible_plugin_api_is_refused_naming_both_versions() {
     let err = LoadedPlugin::load(&plugin("tamp_test_incompatible_abi")).unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, LoadError::IncompatibleVersion { .. }), "{text}");
+    assert!(
+        matches!(err, LoadError::IncompatibleVersion { .. }),
+        "{text}"
+    );
     assert!(text.contains("tamp-plugin-api 0.9.0"), "{text}");
-    assert!(text.contains(&format!("tamp-plugin-api {}", tamp_plugin_api::PLUGIN_API_VERSION)), "{text}");
+    assert!(
+        text.contains(&format!(
+            "tamp-plugin-api {}",
+            tamp_plugin_api::PLUGIN_API_VERSION
+        )),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_panicking_constructor_is_an_error_not_a_crash() {
     let p = LoadedPlugin::load(&plugin("tamp_test_misbehaving")).unwrap();
-    let err = p.instantiate(&serde_json::json!({"mode": "panic_in_new"})).err().expect("refused");
+    let err = p
+        .instantiate(&serde_json::json!({"mode": "panic_in_new"}))
+        .err()
+        .expect("refused");
     assert_eq!(err.kind, tamp_plugin_api::ErrorKind::Panicked);
-    assert!(err.message.contains("panic in constructor"), "{}", err.message);
+    assert!(
+        err.message.contains("panic in constructor"),
+        "{}",
+        err.message
+    );
     // The host is alive and the plugin still usable.
     p.instantiate(&serde_json::json!({"mode": "ok"})).unwrap();
 }
@@ -75,10 +100,20 @@ fn a_panicking_constructor_is_an_error_not_a_crash() {
 #[test]
 fn an_invalid_config_is_refused_by_the_plugin_with_the_field() {
     let p = LoadedPlugin::load(&plugin("tamp_custom_strategy")).unwrap();
-    let err = p.instantiate(&serde_json::json!({"keep_exchanges": "many"})).err().expect("refused");
+    let err = p
+        .instantiate(&serde_json::json!({"keep_exchanges": "many"}))
+        .err()
+        .expect("refused");
     assert_eq!(err.kind, tamp_plugin_api::ErrorKind::InvalidConfig);
-    assert!(err.message.starts_with("keep_exchanges:"), "{}", err.message);
-    let err = p.instantiate(&serde_json::json!({"min_exchanges": 0})).err().expect("refused");
+    assert!(
+        err.message.starts_with("keep_exchanges:"),
+        "{}",
+        err.message
+    );
+    let err = p
+        .instantiate(&serde_json::json!({"min_exchanges": 0}))
+        .err()
+        .expect("refused");
     assert!(err.message.contains("min_exchanges"), "{}", err.message);
 }
 
@@ -89,5 +124,8 @@ fn a_layout_mismatch_is_refused_with_a_short_summary() {
     assert!(matches!(err, LoadError::LayoutMismatch { .. }), "{text}");
     assert!(text.contains("ABI layout does not match"), "{text}");
     assert!(text.contains("more lines; TAMP_LOG=debug"), "{text}");
-    assert!(text.lines().count() == 1 && text.len() < 1_000, "summarized: {text}");
+    assert!(
+        text.lines().count() == 1 && text.len() < 1_000,
+        "summarized: {text}"
+    );
 }

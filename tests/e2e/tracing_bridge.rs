@@ -36,17 +36,38 @@ fn plugin_events_reach_the_host_subscriber_with_the_plugin_name() {
         plugin("tamp_test_misbehaving").display()
     );
     let chain = Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let input = corpus_conversation("anthropic", "taubench_gpt4o_airline_task2_trial2");
-    rt.block_on(chain.compact(input, &CompactOptions::default())).unwrap();
+    rt.block_on(chain.compact(input, &CompactOptions::default()))
+        .unwrap();
 
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let line = |needle: &str| text.lines().find(|l| l.contains(needle)).map(str::to_string);
-    let error = line("misbehaving error event").unwrap_or_else(|| panic!("no error event in:\n{text}"));
-    assert!(error.contains("ERROR") && error.contains("plugin=\"misbehaving\""), "{error}");
-    assert!(error.contains("mode=\"log\""), "fields are forwarded: {error}");
-    assert!(line("misbehaving warn event").is_some_and(|l| l.contains("WARN")), "{text}");
-    assert!(line("misbehaving info event").is_some_and(|l| l.contains("count=3")), "{text}");
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .map(str::to_string)
+    };
+    let error =
+        line("misbehaving error event").unwrap_or_else(|| panic!("no error event in:\n{text}"));
+    assert!(
+        error.contains("ERROR") && error.contains("plugin=\"misbehaving\""),
+        "{error}"
+    );
+    assert!(
+        error.contains("mode=\"log\""),
+        "fields are forwarded: {error}"
+    );
+    assert!(
+        line("misbehaving warn event").is_some_and(|l| l.contains("WARN")),
+        "{text}"
+    );
+    assert!(
+        line("misbehaving info event").is_some_and(|l| l.contains("count=3")),
+        "{text}"
+    );
     // Filtered by the host's level: no debug events.
     assert!(line("misbehaving debug event").is_none(), "{text}");
 }

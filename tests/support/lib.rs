@@ -19,7 +19,10 @@ const PACKAGES: &[&str] = &[
 ];
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// target/<profile> of the running test binary (it lives in target/<profile>/deps).
@@ -36,7 +39,9 @@ pub fn ensure_built() -> &'static Path {
         let dir = artifact_dir();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(workspace_root()).arg("build").arg("--quiet");
+        cmd.current_dir(workspace_root())
+            .arg("build")
+            .arg("--quiet");
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
@@ -80,7 +85,11 @@ pub fn corpus_names() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok())
-        .filter_map(|e| e.path().file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter_map(|e| {
+            e.path()
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
         .collect();
     names.sort();
     names
@@ -88,7 +97,9 @@ pub fn corpus_names() -> Vec<String> {
 
 /// Parses a corpus conversation.
 pub fn corpus_conversation(format: &str, name: &str) -> Conversation {
-    tamp_host::wire::parse_str(&corpus(format, name), None).expect("corpus parses").0
+    tamp_host::wire::parse_str(&corpus(format, name), None)
+        .expect("corpus parses")
+        .0
 }
 
 /// A fresh scratch directory under the system temp dir.
@@ -106,4 +117,54 @@ pub fn write_chain(dir: &Path, toml: &str) -> PathBuf {
     let path = dir.join("chain.toml");
     std::fs::write(&path, toml).expect("write chain file");
     path
+}
+
+/// A conversation of about `n` messages (at least the system prompt and whole tool
+/// exchanges) made of real corpus text: the Anthropic corpus conversations' messages one after
+/// another, tool ids suffixed so they stay unique, cut at a unit boundary.
+pub fn corpus_mix(n: usize) -> Conversation {
+    use tamp_plugin_api::{sdk, ContentBlock, Message, Role};
+    let mut messages: Vec<Message> = Vec::new();
+    let mut round = 0;
+    'outer: loop {
+        for name in corpus_names() {
+            let conv = corpus_conversation("anthropic", &name);
+            let body: Vec<Message> = conv
+                .messages
+                .iter()
+                .filter(|m| m.role != Role::System)
+                .cloned()
+                .collect();
+            if messages.is_empty() {
+                messages.extend(
+                    conv.messages
+                        .iter()
+                        .filter(|m| m.role == Role::System)
+                        .cloned(),
+                );
+            }
+            for unit in sdk::units(&body) {
+                if messages.len() + unit.len() > n {
+                    break 'outer;
+                }
+                for m in &body[unit.range.clone()] {
+                    let mut m = m.clone();
+                    for block in m.content.iter_mut() {
+                        match block {
+                            ContentBlock::ToolUse { id, .. } => {
+                                *id = format!("{id}_{round}").into()
+                            }
+                            ContentBlock::ToolResult { tool_use_id, .. } => {
+                                *tool_use_id = format!("{tool_use_id}_{round}").into()
+                            }
+                            _ => {}
+                        }
+                    }
+                    messages.push(m);
+                }
+            }
+            round += 1;
+        }
+    }
+    Conversation::new(messages)
 }

@@ -59,7 +59,9 @@ impl Strategy for ArchiveOldToolCalls {
 
     fn new(config: Config) -> Result<Self, PluginError> {
         if config.min_exchanges == 0 {
-            return Err(PluginError::invalid_config("min_exchanges: must be at least 1"));
+            return Err(PluginError::invalid_config(
+                "min_exchanges: must be at least 1",
+            ));
         }
         Ok(ArchiveOldToolCalls { config })
     }
@@ -209,7 +211,13 @@ impl ArchiveOldToolCalls {
 fn tool_list(tools: &BTreeMap<String, usize>) -> String {
     tools
         .iter()
-        .map(|(name, n)| if *n == 1 { name.clone() } else { format!("{name} ×{n}") })
+        .map(|(name, n)| {
+            if *n == 1 {
+                name.clone()
+            } else {
+                format!("{name} ×{n}")
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -245,7 +253,10 @@ mod tests {
 
     #[test]
     fn runs_split_at_user_messages_and_keep_the_newest() {
-        let mut msgs = vec![Message::text(Role::System, "s"), Message::text(Role::User, "go")];
+        let mut msgs = vec![
+            Message::text(Role::System, "s"),
+            Message::text(Role::User, "go"),
+        ];
         msgs.extend(exchange("a", "bash"));
         msgs.extend(exchange("b", "bash"));
         msgs.push(Message::text(Role::User, "more"));

@@ -37,7 +37,12 @@ async fn main() -> anyhow::Result<()> {
     }
 
     // Every summary carries a page ref: the originals are one call away.
-    if let Some(info) = compacted.conversation.messages.iter().find_map(|m| m.summary_info()) {
+    if let Some(info) = compacted
+        .conversation
+        .messages
+        .iter()
+        .find_map(|m| m.summary_info())
+    {
         let page = chain.store().get_page(&info.page_ref).await?;
         println!(
             "page {} holds {} original message(s) archived by {}",

@@ -66,7 +66,10 @@ pub fn render_messages(messages: &[Message], opts: &RenderOptions) -> String {
                     is_error,
                     ..
                 } => {
-                    let name = tool_names.get(tool_use_id.as_str()).copied().unwrap_or("tool");
+                    let name = tool_names
+                        .get(tool_use_id.as_str())
+                        .copied()
+                        .unwrap_or("tool");
                     let verb = if *is_error { "failed" } else { "returned" };
                     let _ = writeln!(out, "{name} {verb}: {}", cap(&result_text(content), opts));
                 }
@@ -103,19 +106,21 @@ pub fn render_template(template: &str, vars: &[(&str, &str)]) -> Result<String, 
     while let Some(pos) = rest.find(['{', '}']) {
         out.push_str(&rest[..pos]);
         let tail = &rest[pos..];
-        if tail.starts_with("{{") {
+        if let Some(after) = tail.strip_prefix("{{") {
             out.push('{');
-            rest = &tail[2..];
-        } else if tail.starts_with("}}") {
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("}}") {
             out.push('}');
-            rest = &tail[2..];
+            rest = after;
         } else if tail.starts_with('}') {
             return Err(PluginError::invalid_config(
                 "prompt template: unmatched `}` (write `}}` for a literal brace)",
             ));
         } else {
             let close = tail.find('}').ok_or_else(|| {
-                PluginError::invalid_config("prompt template: unclosed `{` (write `{{` for a literal brace)")
+                PluginError::invalid_config(
+                    "prompt template: unclosed `{` (write `{{` for a literal brace)",
+                )
             })?;
             let name = &tail[1..close];
             let value = vars
@@ -174,7 +179,10 @@ mod tests {
                 Role::Tool,
                 vec![ContentBlock::ToolResult {
                     tool_use_id: "c1".into(),
-                    content: vec![ToolResultPart::Text { text: "etc usr".into() }].into(),
+                    content: vec![ToolResultPart::Text {
+                        text: "etc usr".into(),
+                    }]
+                    .into(),
                     is_error: true,
                     extra_json: Default::default(),
                 }],

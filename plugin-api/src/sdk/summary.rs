@@ -8,7 +8,12 @@ use crate::conversation::{Message, Role, SummaryInfo, SummaryStatus};
 pub const SUMMARY_ROLE: Role = Role::User;
 
 /// A summary message standing for the page `page_ref`.
-pub fn summary_message(text: &str, page_ref: &str, strategy: &str, status: SummaryStatus) -> Message {
+pub fn summary_message(
+    text: &str,
+    page_ref: &str,
+    strategy: &str,
+    status: SummaryStatus,
+) -> Message {
     let mut message = Message::text(SUMMARY_ROLE, text);
     message.summary = ROption::RSome(SummaryInfo {
         page_ref: page_ref.into(),

@@ -2,7 +2,6 @@
 //! real loaded library. `mode` picks the misbehaviour; `ok` is a well-behaved strategy that
 //! archives the oldest compactable unit.
 
-
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::tracing;
 
@@ -28,6 +27,9 @@ pub enum Mode {
     TouchRecent,
     /// Emit log events at every level, then behave like `ok`.
     Log,
+    /// Only wait: three LLM calls at once through the host, then return the conversation
+    /// unchanged (measures the async plumbing, with no work of its own).
+    AwaitLlm,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -88,9 +90,18 @@ impl Strategy for Misbehaving {
                 };
                 // Archive only the call, leaving its result orphaned.
                 let call = unit.range.start..unit.range.start + 1;
-                let page = host.archive_page(messages[call.clone()].to_vec(), None).await?;
-                let summary = sdk::summary_message("call archived", &page, Self::NAME, SummaryStatus::Final);
-                let out = sdk::splice(&messages, vec![Replacement { range: call, message: summary }]);
+                let page = host
+                    .archive_page(messages[call.clone()].to_vec(), None)
+                    .await?;
+                let summary =
+                    sdk::summary_message("call archived", &page, Self::NAME, SummaryStatus::Final);
+                let out = sdk::splice(
+                    &messages,
+                    vec![Replacement {
+                        range: call,
+                        message: summary,
+                    }],
+                );
                 return Ok(acted(&conversation, out));
             }
             Mode::TouchRecent => {
@@ -99,6 +110,17 @@ impl Strategy for Misbehaving {
                     last.content.push(ContentBlock::text("tampered"));
                 }
                 return Ok(acted(&conversation, out));
+            }
+            Mode::AwaitLlm => {
+                let requests = (0..3)
+                    .map(|i| LlmRequest::new("", format!("call {i}"), 16))
+                    .collect();
+                let answers = host.complete_all(requests, 3).await;
+                let ok = answers.iter().filter(|a| a.is_ok()).count();
+                return Ok(CompactOutcome::unchanged(
+                    conversation,
+                    format!("{ok}/3 LLM calls answered"),
+                ));
             }
             Mode::Log => {
                 tracing::error!(mode = "log", "misbehaving error event");
@@ -115,16 +137,27 @@ impl Strategy for Misbehaving {
                 && matches!(u.kind, UnitKind::Message | UnitKind::ToolExchange)
         });
         let Some(unit) = unit else {
-            return Ok(CompactOutcome::unchanged(conversation, "nothing compactable"));
+            return Ok(CompactOutcome::unchanged(
+                conversation,
+                "nothing compactable",
+            ));
         };
-        let page = host.archive_page(messages[unit.range.clone()].to_vec(), None).await?;
+        let page = host
+            .archive_page(messages[unit.range.clone()].to_vec(), None)
+            .await?;
         let summary = sdk::summary_message(
             &format!("{} message(s) archived", unit.range.len()),
             &page,
             Self::NAME,
             SummaryStatus::Final,
         );
-        let out = sdk::splice(&messages, vec![Replacement { range: unit.range, message: summary }]);
+        let out = sdk::splice(
+            &messages,
+            vec![Replacement {
+                range: unit.range,
+                message: summary,
+            }],
+        );
         Ok(acted(&conversation, out))
     }
 }
@@ -150,6 +183,5 @@ async fn tokio_free_yield() {
     })
     .await
 }
-
 
 export_plugin!(Misbehaving);

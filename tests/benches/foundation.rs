@@ -1,0 +1,341 @@
+//! Foundation benchmarks (issue 2). Each prints figures measured side by side in one run, as
+//! ratios: the machine is shared and noisy, so only comparisons mean anything.
+//!
+//! - FFI tax: the template strategy linked statically vs loaded as a plugin (1,000 messages).
+//! - Concurrency: 10,000 compactions at once, each awaiting LLM calls answered after 200 ms.
+//! - Host overhead: a two-stage chain on 1,000 messages vs merely parsing and re-serializing.
+//!
+//! Run: `cargo bench -p tamp-e2e --bench foundation` (add `-- quick` for fewer iterations).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tamp_custom_strategy::ArchiveOldToolCalls;
+use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain};
+use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, FileOverrides};
+use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_host::loader::LoadedPlugin;
+use tamp_host::providers::ScriptedProvider;
+use tamp_host::services::{HostContext, StageServices};
+use tamp_host::store::SqliteStore;
+use tamp_host::tokens::{Encoding, TokenCounter};
+use tamp_host::wire::{self, WireFormat};
+use tamp_plugin_api::{Budget, CompactRequest, Compaction, Conversation, Host, Strategy};
+use tokio::sync::Semaphore;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+/// Resets the kernel's peak-RSS mark, so a later reading covers only what follows.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn budget(keep_recent: u32, current: u64) -> Budget {
+    Budget {
+        max_tokens: 1_000,
+        high_watermark: 750,
+        low_watermark: 500,
+        keep_recent,
+        current_tokens: current,
+    }
+}
+
+fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
+    let conversation = corpus_mix(1_000);
+    let config = serde_json::json!({"keep_exchanges": 3, "summarize": false});
+    let ctx = Arc::new(HostContext {
+        provider: Arc::new(ScriptedProvider::always("unused")),
+        store: Arc::new(SqliteStore::in_memory().unwrap()),
+        tokens: Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()),
+        llm_permits: Arc::new(Semaphore::new(16)),
+        llm_timeout: Duration::from_secs(10),
+        progress: None,
+    });
+    let statically =
+        ArchiveOldToolCalls::new(serde_json::from_value(config.clone()).unwrap()).unwrap();
+    let loaded = LoadedPlugin::load(&plugin("tamp_custom_strategy")).unwrap();
+    let dynamically = loaded.instantiate(&config).unwrap();
+
+    let run_static = |conv: Conversation| {
+        let services = StageServices::new(Arc::clone(&ctx), "bench", None, None);
+        let input = Compaction {
+            conversation: conv,
+            budget: budget(10, 0),
+            host: Host::new(services.to_ffi(), "custom-strategy"),
+            stage: "bench".into(),
+        };
+        rt.block_on(async {
+            let t = Instant::now();
+            let out = statically.compact(input).await.unwrap();
+            (t.elapsed(), out.conversation.messages.len())
+        })
+    };
+    let run_plugin = |conv: Conversation| {
+        let services = StageServices::new(Arc::clone(&ctx), "bench", None, None);
+        let request = CompactRequest {
+            conversation: conv,
+            budget: budget(10, 0),
+            host: services.to_ffi(),
+            stage: "bench".into(),
+        };
+        rt.block_on(async {
+            let t = Instant::now();
+            let out = dynamically.compact(request).await.into_result().unwrap();
+            (t.elapsed(), out.conversation.messages.len())
+        })
+    };
+    // Warm up both (page store, token memo, caches), then alternate so noise hits both alike.
+    let (_, a) = run_static(conversation.clone());
+    let (_, b) = run_plugin(conversation.clone());
+    assert_eq!(a, b, "both paths must do the same work");
+    let (mut st, mut dy) = (Vec::new(), Vec::new());
+    for i in 0..iterations {
+        let (first, second) = (conversation.clone(), conversation.clone());
+        if i % 2 == 0 {
+            st.push(run_static(first).0.as_secs_f64());
+            dy.push(run_plugin(second).0.as_secs_f64());
+        } else {
+            dy.push(run_plugin(first).0.as_secs_f64());
+            st.push(run_static(second).0.as_secs_f64());
+        }
+    }
+    let (s, d) = (median(st), median(dy));
+    println!(
+        "ffi tax (template strategy, {} messages → {a}, median of {iterations} alternating runs):",
+        conversation.messages.len()
+    );
+    println!(
+        "  static {:.3} ms   plugin {:.3} ms   ratio plugin/static {:.3}x (target <= 1.02x)",
+        s * 1e3,
+        d * 1e3,
+        d / s
+    );
+}
+
+/// `compactions` compactions of a 50-message real conversation at once through a chain with
+/// one stage of `plugin` (`config`), every LLM call answered after 200 ms. Prints total time,
+/// its ratio to 200 ms, and the peak RSS of the run.
+fn concurrency_run(
+    rt: &tokio::runtime::Runtime,
+    compactions: usize,
+    label: &str,
+    plugin_lib: &str,
+    config: serde_json::Value,
+) {
+    let delay = Duration::from_millis(200);
+    let conversation = {
+        // 50 messages of a real customer-service conversation (tool runs between user turns).
+        let conv =
+            tamp_e2e::corpus_conversation("anthropic", "taubench_gpt4o_airline_task23_trial3");
+        let units = tamp_plugin_api::sdk::units(&conv.messages);
+        let end = units
+            .iter()
+            .map(|u| u.range.end)
+            .take_while(|&e| e <= 50)
+            .last()
+            .unwrap();
+        conv.with_messages(conv.messages[..end].to_vec())
+    };
+    let dir = scratch_dir("bench-concurrency");
+    let provider = ScriptedProvider::always("A short summary of the tool calls.")
+        .with_delay(delay)
+        .without_request_log();
+    let chain = ChainBuilder::new(BudgetConfig {
+        max_tokens: 1_000,
+        keep_recent: 4,
+        ..Default::default()
+    })
+    .provider(Arc::new(provider))
+    .store(Arc::new(
+        SqliteStore::open(&dir.join("pages.sqlite3")).unwrap(),
+    ))
+    .llm_concurrency(1_000_000)
+    .stage(
+        "stage",
+        LoadedPlugin::load(&plugin(plugin_lib)).unwrap(),
+        config,
+        Trigger::Always,
+        Duration::from_secs(120),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let chain = Arc::new(chain);
+    let options = CompactOptions {
+        force: true,
+        ..Default::default()
+    };
+    // One run first: checks the stage makes its calls, and warms the token memo and store.
+    let probe = rt
+        .block_on(chain.compact(conversation.clone(), &options))
+        .unwrap();
+    let calls = probe.report.llm_calls;
+    assert!(
+        calls > 0 && probe.report.stages[0].error.is_none(),
+        "{:?}",
+        probe.report.stages[0]
+    );
+
+    reset_peak_rss();
+    let started = Instant::now();
+    let total_calls = rt.block_on(async {
+        let tasks: Vec<_> = (0..compactions)
+            .map(|_| {
+                let chain = Arc::clone(&chain);
+                let conv = conversation.clone();
+                let options = options.clone();
+                tokio::spawn(async move {
+                    chain
+                        .compact(conv, &options)
+                        .await
+                        .map(|c| c.report.llm_calls)
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap().unwrap();
+        }
+        total
+    });
+    let elapsed = started.elapsed();
+    println!(
+        "concurrency, {label}: {compactions} compactions of {} messages at once, {calls} LLM call(s) each ({total_calls} in all) answered after {} ms:",
+        conversation.messages.len(),
+        delay.as_millis()
+    );
+    println!(
+        "  total {:.0} ms   ratio total/200ms {:.2}x (target <= 1.5x)   {:.1} us per compaction beyond the wait   peak RSS {:.0} MiB",
+        elapsed.as_secs_f64() * 1e3,
+        elapsed.as_secs_f64() / delay.as_secs_f64(),
+        (elapsed.saturating_sub(delay)).as_secs_f64() * 1e6 / compactions as f64,
+        peak_rss_mib()
+    );
+}
+
+fn concurrency(rt: &tokio::runtime::Runtime, compactions: usize) {
+    concurrency_run(
+        rt,
+        compactions,
+        "waiting only (plugin awaits 3 parallel host LLM calls)",
+        "tamp_test_misbehaving",
+        serde_json::json!({"mode": "await_llm"}),
+    );
+    concurrency_run(
+        rt,
+        compactions,
+        "full work (template plugin: pages, summaries, invariant checks)",
+        "tamp_custom_strategy",
+        serde_json::json!({"keep_exchanges": 0, "summarize": true, "max_concurrency": 8}),
+    );
+}
+
+fn host_overhead(rt: &tokio::runtime::Runtime, iterations: usize) {
+    let conversation = corpus_mix(1_000);
+    let json = wire::to_string_pretty(&conversation, WireFormat::Anthropic);
+    let dir = scratch_dir("bench-overhead");
+    let toml = format!(
+        "[budget]\nmax_tokens = 20000\nkeep_recent = 10\n[store]\npath = \"pages.sqlite3\"\n\
+         [[stage]]\nname = \"archive\"\nplugin = \"{}\"\n[stage.config]\nkeep_exchanges = 3\nsummarize = false\n\
+         [[stage]]\nname = \"oldest\"\nplugin = \"{}\"\ntrigger = \"always\"\n[stage.config]\nmode = \"ok\"\n",
+        plugin("tamp_custom_strategy").display(),
+        plugin("tamp_test_misbehaving").display()
+    );
+    let chain = Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).unwrap();
+    let options = CompactOptions {
+        format: Some(WireFormat::Anthropic),
+        force: true,
+        ..Default::default()
+    };
+
+    let parse_only = || {
+        let t = Instant::now();
+        let (conv, fmt) = wire::parse_str(&json, None).unwrap();
+        let out = wire::to_string_pretty(&conv, fmt);
+        (t.elapsed(), out.len())
+    };
+    let with_chain = || {
+        let t = Instant::now();
+        let (conv, fmt) = wire::parse_str(&json, None).unwrap();
+        let compacted = rt.block_on(chain.compact(conv, &options)).unwrap();
+        let out = wire::to_string_pretty(&compacted.conversation, fmt);
+        (t.elapsed(), out.len(), compacted.report)
+    };
+    let (_, _, report) = with_chain();
+    assert_eq!(report.llm_calls, 0);
+    assert!(
+        report.stages.iter().all(|s| s.error.is_none()),
+        "{report:?}"
+    );
+    let (mut p, mut c) = (Vec::new(), Vec::new());
+    for i in 0..iterations {
+        if i % 2 == 0 {
+            p.push(parse_only().0.as_secs_f64());
+            c.push(with_chain().0.as_secs_f64());
+        } else {
+            c.push(with_chain().0.as_secs_f64());
+            p.push(parse_only().0.as_secs_f64());
+        }
+    }
+    let (p, c) = (median(p), median(c));
+    println!(
+        "host overhead (two-stage chain, {} messages, {} KiB JSON, no LLM calls, median of {iterations}):",
+        conversation.messages.len(),
+        json.len() / 1024
+    );
+    println!(
+        "  parse+serialize {:.2} ms   parse+chain+serialize {:.2} ms   ratio {:.2}x   chain alone {:.2} ms",
+        p * 1e3,
+        c * 1e3,
+        c / p,
+        (c - p) * 1e3
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "quick");
+    // `only=NAME` runs one benchmark (for profiling).
+    let only = args
+        .iter()
+        .find_map(|a| a.strip_prefix("only="))
+        .map(str::to_string);
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if wanted("ffi") {
+        ffi_tax(&rt, if quick { 20 } else { 200 });
+    }
+    if wanted("overhead") {
+        host_overhead(&rt, if quick { 10 } else { 60 });
+    }
+    if wanted("concurrency") {
+        concurrency(&rt, if quick { 1_000 } else { 10_000 });
+    }
+    if wanted("waiting") {
+        // The waiting-only half of the concurrency benchmark, alone (for profiling).
+        concurrency_run(
+            &rt,
+            if quick { 1_000 } else { 10_000 },
+            "waiting only",
+            "tamp_test_misbehaving",
+            serde_json::json!({"mode": "await_llm"}),
+        );
+    }
+}
