@@ -1,6 +1,6 @@
 //! Anthropic Messages: `{"system": str | [text blocks], "messages": [...], ...}`.
 
-use abi_stable::std_types::{ROption, RString, RVec};
+use abi_stable::std_types::{RString, RVec};
 use serde_json::{Map, Value};
 
 use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
@@ -11,7 +11,7 @@ use super::json::{
     Path, Raw,
 };
 use super::pairing::{self, Locator};
-use super::{read_summary, written_blocks, Top, WireError, WireFormat};
+use super::{finish_message, written_blocks, Top, WireError, WireFormat};
 
 /// The keys the writer puts first, in this order (see [`json::mark_key_order`]).
 const MESSAGE_KEYS: &[&str] = &["role", "content"];
@@ -71,9 +71,7 @@ fn parse_system(raw: Raw<'_>) -> Result<Message, WireError> {
     };
     let mut extra = ObjText::new();
     mark_shape(&mut extra, &blocks, shape);
-    let mut message = message(Role::System, blocks, extra);
-    read_summary(&mut message);
-    Ok(message)
+    Ok(finish_message(Role::System, blocks, extra))
 }
 
 fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
@@ -127,18 +125,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         }
     };
     mark_shape(&mut extra, &blocks, shape);
-    let mut message = message(role, blocks, extra);
-    read_summary(&mut message);
-    Ok(message)
-}
-
-fn message(role: Role, blocks: Vec<ContentBlock>, extra: ObjText) -> Message {
-    Message {
-        role,
-        content: RVec::from(blocks),
-        summary: ROption::RNone,
-        extra_json: extra.finish(),
-    }
+    Ok(finish_message(role, blocks, extra))
 }
 
 /// Records the content shape when it is not the default.

@@ -491,6 +491,23 @@ fn value_kind(value: &Value) -> &'static str {
 // Shared by both formats
 
 /// Turns a message whose only content is a summary marker into a summary message.
+/// A parsed message: its blocks and recorded extras, read back as a summary if its text is a
+/// `<tamp-summary>` marker. Both wire readers end each message here.
+pub(crate) fn finish_message(
+    role: crate::plugin_api::Role,
+    blocks: Vec<ContentBlock>,
+    extra: json::ObjText,
+) -> Message {
+    let mut message = Message {
+        role,
+        content: abi_stable::std_types::RVec::from(blocks),
+        summary: ROption::RNone,
+        extra_json: extra.finish(),
+    };
+    read_summary(&mut message);
+    message
+}
+
 fn read_summary(message: &mut Message) {
     let [ContentBlock::Text { text, .. }] = &mut message.content[..] else {
         return;

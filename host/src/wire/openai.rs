@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions: `{"messages": [...], ...}` with roles `system`, `developer`,
 //! `user`, `assistant` (`tool_calls`) and `tool`.
 
-use abi_stable::std_types::{ROption, RString, RVec};
+use abi_stable::std_types::{RString, RVec};
 use serde_json::{Map, Value};
 
 use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
@@ -13,7 +13,7 @@ use super::json::{
     Path, Raw,
 };
 use super::pairing::{self, Locator};
-use super::{read_summary, written_blocks, Top, WireError, WireFormat};
+use super::{finish_message, written_blocks, Top, WireError, WireFormat};
 
 /// The keys the writer puts first, in this order (see [`json::mark_key_order`]).
 const MESSAGE_KEYS: &[&str] = &["role", "content", "tool_calls"];
@@ -102,7 +102,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
             is_error: false,
             extra_json: result_extra.finish(),
         };
-        return Ok(message(role, vec![result], extra));
+        return Ok(finish_message(role, vec![result], extra));
     }
 
     let content_path = path.key("content");
@@ -143,18 +143,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
             other => return Err(expected(&calls_path, "an array", &other)),
         }
     }
-    let mut message = message(role, blocks, extra);
-    read_summary(&mut message);
-    Ok(message)
-}
-
-fn message(role: Role, blocks: Vec<ContentBlock>, extra: ObjText) -> Message {
-    Message {
-        role,
-        content: RVec::from(blocks),
-        summary: ROption::RNone,
-        extra_json: extra.finish(),
-    }
+    Ok(finish_message(role, blocks, extra))
 }
 
 /// A content part: `text` (other fields kept in `extra_json`), anything else opaque.
