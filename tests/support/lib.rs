@@ -11,6 +11,8 @@ use tamp_plugin_api::Conversation;
 /// Packages whose artifacts the tests load or run.
 const PACKAGES: &[&str] = &[
     "tamp-host",
+    "tamp-buffered-tool-call",
+    "tamp-map-reduce-adaptive",
     "tamp-custom-strategy",
     "tamp-test-misbehaving",
     "tamp-test-not-a-plugin",

@@ -1,7 +1,9 @@
 //! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
 //! parts of a conversation, summary messages, and prompt rendering.
 
+pub mod chunk;
 pub mod exchanges;
+pub mod groups;
 pub mod prompt;
 pub mod protect;
 pub mod splice;
