@@ -5,10 +5,12 @@
 //! says what happened. The chain stops early once the conversation is under the low watermark.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
 use serde::Serialize;
 use tamp_plugin_api::{
     Budget, CompactRequest, Conversation, FfiResult, Message, StageReport, StrategyBox, Usage,
@@ -531,25 +533,22 @@ impl Chain {
             host: services.to_ffi(),
             stage: stage.name.as_str().into(),
         };
-        // Polled on its own task: a panic that escapes the plugin's future surfaces as a
-        // JoinError here instead of unwinding through the chain, and a stage that never
-        // finishes is cut off by the timeout and aborted.
-        let mut task = tokio::spawn(stage.strategy.compact(request));
-        let outcome = match tokio::time::timeout(stage.timeout, &mut task).await {
-            Err(_) => {
-                task.abort();
-                Err(StageFailure {
-                    kind: "timeout".into(),
-                    message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
-                    rule: None,
-                })
-            }
-            Ok(Err(join)) => Err(StageFailure {
+        // Polled here under `catch_unwind`: a panic that escapes the plugin's future (an
+        // `FfiFuture` re-raises a plugin-side panic when polled) is caught at this frame
+        // instead of unwinding through the chain, and a stage that never finishes is cut off
+        // by the timeout and dropped. Polling inline rather than on a spawned task saves a
+        // task and a cross-thread wake per stage, which matters with thousands of
+        // compactions in flight.
+        let guarded = AssertUnwindSafe(stage.strategy.compact(request)).catch_unwind();
+        let outcome = match tokio::time::timeout(stage.timeout, guarded).await {
+            Err(_) => Err(StageFailure {
+                kind: "timeout".into(),
+                message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
+                rule: None,
+            }),
+            Ok(Err(payload)) => Err(StageFailure {
                 kind: "panicked".into(),
-                message: match join.try_into_panic() {
-                    Ok(p) => tamp_plugin_api::strategy::panic_message(&*p),
-                    Err(e) => e.to_string(),
-                },
+                message: tamp_plugin_api::strategy::panic_message(&*payload),
                 rule: None,
             }),
             Ok(Ok(FfiResult::RErr(e))) => Err(StageFailure {

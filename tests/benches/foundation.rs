@@ -227,6 +227,85 @@ fn concurrency_run(
     );
 }
 
+/// Where one compaction's CPU time goes, on the concurrency benchmark's 50-message
+/// conversation, one compaction at a time (no waiting: the provider answers at once).
+fn breakdown(rt: &tokio::runtime::Runtime, iterations: usize) {
+    let conv = tamp_e2e::corpus_conversation("anthropic", "taubench_gpt4o_airline_task23_trial3");
+    let units = tamp_plugin_api::sdk::units(&conv.messages);
+    let end = units
+        .iter()
+        .map(|u| u.range.end)
+        .take_while(|&e| e <= 50)
+        .last()
+        .unwrap();
+    let conversation = conv.with_messages(conv.messages[..end].to_vec());
+    let tokens = TokenCounter::new(Encoding::O200kBase).unwrap();
+    let time = |f: &mut dyn FnMut()| {
+        f();
+        let t = Instant::now();
+        for _ in 0..iterations {
+            f();
+        }
+        t.elapsed().as_secs_f64() * 1e6 / iterations as f64
+    };
+    let clone = time(&mut || drop(std::hint::black_box(conversation.clone())));
+    let count = time(&mut || {
+        std::hint::black_box(tokens.count_messages(&conversation.messages));
+    });
+    let pairing = time(&mut || {
+        wire::check_tool_pairing(&conversation.messages, WireFormat::Anthropic).unwrap()
+    });
+    let chain_for = |lib: &str, config: serde_json::Value| {
+        ChainBuilder::new(BudgetConfig {
+            max_tokens: 1_000,
+            keep_recent: 4,
+            ..Default::default()
+        })
+        .provider(Arc::new(
+            ScriptedProvider::always("A short summary.").without_request_log(),
+        ))
+        .tokens(Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()))
+        .stage(
+            "stage",
+            LoadedPlugin::load(&plugin(lib)).unwrap(),
+            config,
+            Trigger::Always,
+            Duration::from_secs(60),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+    };
+    let options = CompactOptions {
+        force: true,
+        ..Default::default()
+    };
+    let waiting = chain_for(
+        "tamp_test_misbehaving",
+        serde_json::json!({"mode": "await_llm"}),
+    );
+    let wait_only = time(&mut || {
+        rt.block_on(waiting.compact(conversation.clone(), &options))
+            .unwrap();
+    });
+    let full = chain_for(
+        "tamp_custom_strategy",
+        serde_json::json!({"keep_exchanges": 0, "summarize": true}),
+    );
+    let full_work = time(&mut || {
+        rt.block_on(full.compact(conversation.clone(), &options))
+            .unwrap();
+    });
+    println!(
+        "breakdown, one compaction of {} messages at a time (us each, mean of {iterations}):",
+        conversation.messages.len()
+    );
+    println!(
+        "  clone {clone:.1}   count tokens (memoized) {count:.1}   pairing check {pairing:.1}   \
+         chain, waiting-only plugin {wait_only:.1}   chain, template plugin {full_work:.1}"
+    );
+}
+
 fn concurrency(rt: &tokio::runtime::Runtime, compactions: usize) {
     concurrency_run(
         rt,
@@ -327,6 +406,9 @@ fn main() {
     }
     if wanted("concurrency") {
         concurrency(&rt, if quick { 1_000 } else { 10_000 });
+    }
+    if wanted("breakdown") {
+        breakdown(&rt, if quick { 200 } else { 2_000 });
     }
     if wanted("waiting") {
         // The waiting-only half of the concurrency benchmark, alone (for profiling).
