@@ -256,3 +256,94 @@ fn an_invalid_stage_config_is_rejected_with_the_field_and_line() {
         assert!(err.contains("stage \"a\""), "{err}");
     }
 }
+
+#[test]
+fn a_scripted_provider_from_the_chain_file_answers_records_and_fails_on_cue() {
+    let dir = scratch_dir("scripted");
+    // The first summary call fails; the second answers with an over-long text that must be
+    // cut; every request is recorded to a file.
+    let long = "x".repeat(5_000);
+    std::fs::write(
+        dir.join("script.json"),
+        serde_json::json!({
+            "mode": "sequence",
+            "responses": [
+                {"error": {"kind": "server", "message": "boom"}},
+                {"text": long}
+            ],
+            "default": {"text": "fine"},
+            "record_to": "requests.jsonl"
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let toml = format!(
+        r#"
+[budget]
+max_tokens = 2000
+keep_recent = 4
+[provider]
+kind = "scripted"
+script = "script.json"
+[store]
+path = "pages.sqlite3"
+[[stage]]
+name = "archive"
+plugin = "{}"
+[stage.config]
+keep_exchanges = 0
+max_concurrency = 1
+max_summary_chars = 100
+"#,
+        plugin("tamp_custom_strategy").display()
+    );
+    let chain = Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).unwrap();
+    // A customer-service conversation: tool runs separated by user turns, so several runs.
+    let (input, fmt) = wire::parse_str(
+        &corpus("openai", "taubench_gpt4o_airline_task23_trial3"),
+        None,
+    )
+    .unwrap();
+    let out = rt()
+        .block_on(chain.compact(
+            input,
+            &CompactOptions {
+                format: Some(fmt),
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+    let run = &out.report.stages[0];
+    assert_eq!(run.status, StageStatus::Acted, "{run:?}");
+    assert!(run.llm_calls >= 2, "{run:?}");
+    assert_eq!(run.failed_llm_calls, 1, "{run:?}");
+    assert!(
+        run.warnings.iter().any(|w| w.contains("boom")),
+        "{:?}",
+        run.warnings
+    );
+
+    // The over-long answer was cut to the cap before entering the conversation.
+    let summaries: Vec<String> = out
+        .conversation
+        .messages
+        .iter()
+        .filter(|m| m.is_summary())
+        .map(|m| m.joined_text())
+        .collect();
+    let cut = summaries
+        .iter()
+        .find(|t| t.contains("xxx"))
+        .expect("the long answer is used");
+    let answer = cut.lines().last().unwrap();
+    assert_eq!(answer.chars().count(), 100, "{answer}");
+    assert!(answer.ends_with('…'));
+
+    let recorded = std::fs::read_to_string(dir.join("requests.jsonl")).unwrap();
+    assert_eq!(recorded.lines().count() as u32, run.llm_calls);
+    let first: serde_json::Value = serde_json::from_str(recorded.lines().next().unwrap()).unwrap();
+    assert!(
+        first["prompt"].as_str().unwrap().contains("<content>"),
+        "{first}"
+    );
+}

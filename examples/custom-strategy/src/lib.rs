@@ -27,9 +27,13 @@ pub struct Config {
     pub min_exchanges: usize,
     /// Ask the host's LLM for a short summary of each archived run, not just the tool names.
     pub summarize: bool,
-    /// Upper bound on each summary, in tokens.
+    /// Upper bound on each summary, in tokens (asked of the LLM).
     #[schemars(range(min = 16, max = 4096))]
     pub summary_tokens: u32,
+    /// Hard cap on each summary's length, in characters: an LLM answer is cut here before it
+    /// enters the conversation, whatever it says its length is.
+    #[schemars(range(min = 1))]
+    pub max_summary_chars: usize,
     /// At most this many summary requests run at once.
     #[schemars(range(min = 1, max = 256))]
     pub max_concurrency: usize,
@@ -42,6 +46,7 @@ impl Default for Config {
             min_exchanges: 1,
             summarize: true,
             summary_tokens: 200,
+            max_summary_chars: 2_000,
             max_concurrency: 8,
         }
     }
@@ -111,7 +116,7 @@ impl Strategy for ArchiveOldToolCalls {
             match llm_text {
                 Some(Ok(text)) => {
                     note.push('\n');
-                    note.push_str(text.trim());
+                    note.push_str(&sdk::cap_chars(text.trim(), self.config.max_summary_chars));
                 }
                 Some(Err(e)) => report.warn(format!("summary of page {page} failed: {e}")),
                 None => {}
