@@ -14,6 +14,7 @@ use abi_stable::sabi_trait;
 use abi_stable::std_types::{RArc, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::StableAbi;
 use async_ffi::FfiFuture;
+use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
 use crate::conversation::Message;
@@ -63,6 +64,17 @@ pub trait HostServices: Clone + Send + Sync + 'static {
     /// Reports progress of long work (shown by the CLI, counted by `tamp serve`).
     #[sabi(last_prefix_field)]
     fn progress(&self, event: ProgressEvent);
+}
+
+/// One request of [`Host::complete_all_with_progress`] has finished.
+#[derive(Debug)]
+pub struct CallFinished<'a> {
+    /// Requests finished so far, this one included.
+    pub done: usize,
+    pub total: usize,
+    /// This request's position in the list passed in.
+    pub index: usize,
+    pub answer: &'a Result<LlmResponse, HostError>,
 }
 
 /// The host services trait object as it crosses the boundary.
@@ -129,6 +141,51 @@ impl Host {
             .collect()
     }
 
+    /// Runs `requests` through [`Host::complete`], at most `max_concurrency` at once (0: all at
+    /// once), and returns the answers in request order. As each request finishes, in whatever
+    /// order, `describe` words a progress event for it, which is emitted at once with the
+    /// count of finished requests.
+    ///
+    /// Unlike [`Host::complete_all`], the plugin words the progress (`3/12 groups
+    /// summarized`), and a new request starts whenever any running one finishes, so one slow
+    /// answer does not hold back the requests queued behind it.
+    pub async fn complete_all_with_progress<F>(
+        &self,
+        requests: Vec<LlmRequest>,
+        max_concurrency: usize,
+        mut describe: F,
+    ) -> Vec<Result<LlmResponse, HostError>>
+    where
+        F: FnMut(CallFinished<'_>) -> String + Send,
+    {
+        let total = requests.len();
+        let limit = match max_concurrency {
+            0 => total.max(1),
+            n => n,
+        };
+        let mut answers: Vec<Option<Result<LlmResponse, HostError>>> =
+            (0..total).map(|_| None).collect();
+        let mut finishing = futures::stream::iter(requests.into_iter().enumerate())
+            .map(|(index, request)| async move { (index, self.complete(request).await) })
+            .buffer_unordered(limit);
+        let mut done = 0;
+        while let Some((index, answer)) = finishing.next().await {
+            done += 1;
+            let message = describe(CallFinished {
+                done,
+                total,
+                index,
+                answer: &answer,
+            });
+            self.progress(done, total, message);
+            answers[index] = Some(answer);
+        }
+        answers
+            .into_iter()
+            .map(|answer| answer.expect("the stream yields every request exactly once"))
+            .collect()
+    }
+
     pub fn count_tokens(&self, text: &str) -> u64 {
         self.services.count_tokens(text.into())
     }
@@ -153,6 +210,18 @@ impl Host {
             .await
             .into_result()
             .map(String::from)
+    }
+
+    /// Archives several pages at once (a store that commits in groups writes them together);
+    /// the page ids, or errors, come back in the order given.
+    pub async fn archive_pages(
+        &self,
+        pages: Vec<(Vec<Message>, Option<serde_json::Value>)>,
+    ) -> Vec<Result<String, HostError>> {
+        futures::future::join_all(pages.into_iter().map(|(messages, metadata)| async move {
+            self.archive_page(messages, metadata.as_ref()).await
+        }))
+        .await
     }
 
     pub async fn load_page(&self, id: &str) -> Result<Page, HostError> {
@@ -184,5 +253,217 @@ impl Host {
     /// The raw ABI object (for adapters and tests).
     pub fn services(&self) -> &HostServicesBox {
         &self.services
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll};
+
+    use abi_stable::sabi_trait::TD_Opaque;
+    use abi_stable::std_types::ROption;
+    use async_ffi::FutureExt as _;
+
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::llm::Usage;
+
+    /// Pending `n` times (waking itself each time), then ready: lets a test decide which
+    /// of several concurrent calls finishes first without a runtime or timers.
+    struct YieldTimes(usize);
+
+    impl Future for YieldTimes {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 == 0 {
+                return Poll::Ready(());
+            }
+            self.0 -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct FakeHost {
+        progress: Arc<Mutex<Vec<ProgressEvent>>>,
+        in_flight: Arc<AtomicU32>,
+        most_in_flight: Arc<AtomicU32>,
+        pages: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl HostServices for FakeHost {
+        /// Answers the prompt back; a prompt `slow:N` takes N polls, `fail` fails.
+        fn complete(&self, request: LlmRequest) -> FfiFuture<RResult<LlmResponse, HostError>> {
+            let this = self.clone();
+            async move {
+                let now = this.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                this.most_in_flight.fetch_max(now, Ordering::SeqCst);
+                let prompt = request.prompt.to_string();
+                let polls = prompt
+                    .strip_prefix("slow:")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                YieldTimes(polls).await;
+                this.in_flight.fetch_sub(1, Ordering::SeqCst);
+                if prompt == "fail" {
+                    return RResult::RErr(HostError::new(ErrorKind::Llm, "scripted failure"));
+                }
+                RResult::ROk(LlmResponse {
+                    text: prompt.into(),
+                    structured_json: ROption::RNone,
+                    usage: Usage {
+                        input_tokens: 3,
+                        output_tokens: 2,
+                        ..Usage::default()
+                    },
+                    model: "fake".into(),
+                    stop_reason: "end_turn".into(),
+                })
+            }
+            .into_ffi()
+        }
+
+        fn complete_all(
+            &self,
+            _requests: RVec<LlmRequest>,
+            _max_concurrency: u32,
+        ) -> FfiFuture<RVec<RResult<LlmResponse, HostError>>> {
+            async { RVec::new() }.into_ffi()
+        }
+
+        fn count_tokens(&self, text: RStr<'_>) -> u64 {
+            text.len() as u64
+        }
+
+        fn count_message_tokens(&self, messages: RSlice<'_, Message>) -> u64 {
+            messages.len() as u64
+        }
+
+        fn archive_page(&self, page: PageDraft) -> FfiFuture<RResult<RString, HostError>> {
+            let this = self.clone();
+            async move {
+                let n = page.messages.len();
+                YieldTimes(10 - n).await;
+                this.pages.lock().unwrap().push(n);
+                RResult::ROk(RString::from(format!("pg_{n}")))
+            }
+            .into_ffi()
+        }
+
+        fn load_page(&self, _id: RString) -> FfiFuture<RResult<Page, HostError>> {
+            async { RResult::RErr(HostError::new(ErrorKind::Host, "no pages here")) }.into_ffi()
+        }
+
+        fn progress(&self, event: ProgressEvent) {
+            self.progress.lock().unwrap().push(event);
+        }
+    }
+
+    fn host_of(fake: &FakeHost) -> Host {
+        Host::new(
+            HostServices_TO::from_ptr(RArc::new(fake.clone()), TD_Opaque),
+            "test",
+        )
+    }
+
+    #[test]
+    fn answers_keep_request_order_while_progress_follows_completion() {
+        let fake = FakeHost::default();
+        let host = host_of(&fake);
+        // The first request is the slowest and the last the fastest.
+        let prompts = ["slow:30", "slow:20", "fail", "slow:10", "slow:0"];
+        let requests = prompts
+            .iter()
+            .map(|p| LlmRequest::new("", *p, 10))
+            .collect();
+        let mut finished_order = Vec::new();
+        let answers =
+            futures::executor::block_on(host.complete_all_with_progress(requests, 0, |f| {
+                finished_order.push(f.index);
+                let verdict = if f.answer.is_ok() { "ok" } else { "failed" };
+                format!("{}/{} {verdict}", f.done, f.total)
+            }));
+        let texts: Vec<String> = answers
+            .iter()
+            .map(|a| match a {
+                Ok(r) => r.text.to_string(),
+                Err(e) => e.message.to_string(),
+            })
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                "slow:30",
+                "slow:20",
+                "scripted failure",
+                "slow:10",
+                "slow:0"
+            ]
+        );
+        assert_eq!(finished_order, [2, 4, 3, 1, 0]);
+        let events = fake.progress.lock().unwrap().clone();
+        let shown: Vec<String> = events.iter().map(|e| e.message.to_string()).collect();
+        assert_eq!(
+            shown,
+            ["1/5 failed", "2/5 ok", "3/5 ok", "4/5 ok", "5/5 ok"]
+        );
+        assert!(events.iter().all(|e| e.total == 5));
+        // Every call is counted for the stage report, failed ones included.
+        assert_eq!(host.llm_stats(), (5, 12, 8));
+    }
+
+    #[test]
+    fn at_most_max_concurrency_calls_run_at_once() {
+        let fake = FakeHost::default();
+        let host = host_of(&fake);
+        let requests = (0..12)
+            .map(|i| LlmRequest::new("", format!("slow:{}", 12 - i), 10))
+            .collect();
+        let answers =
+            futures::executor::block_on(
+                host.complete_all_with_progress(requests, 3, |f| f.done.to_string()),
+            );
+        assert_eq!(answers.len(), 12);
+        assert_eq!(fake.most_in_flight.load(Ordering::SeqCst), 3);
+
+        let unlimited = FakeHost::default();
+        let requests = (0..12).map(|_| LlmRequest::new("", "slow:5", 10)).collect();
+        futures::executor::block_on(host_of(&unlimited).complete_all_with_progress(
+            requests,
+            0,
+            |_| String::new(),
+        ));
+        assert_eq!(unlimited.most_in_flight.load(Ordering::SeqCst), 12);
+        // No requests, no progress, no hang.
+        let none = futures::executor::block_on(host.complete_all_with_progress(
+            Vec::new(),
+            0,
+            |_| unreachable!(),
+        ));
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn pages_come_back_in_the_order_given() {
+        let fake = FakeHost::default();
+        let host = host_of(&fake);
+        let page = |n: usize| {
+            (
+                (0..n)
+                    .map(|i| Message::text(crate::Role::User, i.to_string()))
+                    .collect::<Vec<_>>(),
+                None,
+            )
+        };
+        let ids = futures::executor::block_on(host.archive_pages(vec![page(1), page(5), page(3)]));
+        let ids: Vec<String> = ids.into_iter().map(Result::unwrap).collect();
+        assert_eq!(ids, ["pg_1", "pg_5", "pg_3"]);
+        // Written concurrently: the fake store takes more polls the smaller the page, so the
+        // pages were stored largest first, yet the ids keep the order given.
+        assert_eq!(*fake.pages.lock().unwrap(), [5, 3, 1]);
     }
 }
