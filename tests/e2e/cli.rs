@@ -202,3 +202,43 @@ fn help_explains_each_command() {
     let s = text(&tamp(&["compact", "--help"], &dir).stdout);
     assert!(s.contains("--config") && s.contains("--report"), "{s}");
 }
+
+#[test]
+fn the_shipped_strategies_sample_chain_runs_both_plugins() {
+    let dir = scratch_dir("cli-shipped");
+    let root = workspace_root();
+    let chain = root.join("examples/chains/shipped.toml");
+    let run = |sample: &str, extra: &[&str]| {
+        let report = dir.join(format!("{sample}.report.json"));
+        let sample_path = root.join("examples/conversations").join(sample);
+        let store = dir.join("s.sqlite3");
+        let mut args = vec![
+            "compact",
+            sample_path.to_str().unwrap(),
+            "--config",
+            chain.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--report-json",
+            report.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = tamp(&args, &dir);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+        assert!(
+            report["tokens_after"].as_u64() < report["tokens_before"].as_u64(),
+            "{report}"
+        );
+        report
+    };
+    // A tool-heavy coding session: the buffered tool-call stage brings it under the watermark.
+    let report = run("ponyc-4588.anthropic.json", &[]);
+    assert_eq!(report["stages"][0]["plugin"], "buffered-tool-call");
+    assert_eq!(report["stages"][0]["status"], "acted", "{report}");
+    // A customer-service chat with few tool calls: the map-reduce stage folds the old turns.
+    let report = run("airline-task33.openai.json", &["--force"]);
+    assert_eq!(report["stages"][1]["plugin"], "map-reduce-adaptive");
+    assert_eq!(report["stages"][1]["status"], "acted", "{report}");
+}
