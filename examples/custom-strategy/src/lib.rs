@@ -5,10 +5,8 @@
 //! Everything it needs comes from `tamp-plugin-api`: the conversation model, the SDK's
 //! tool-exchange grouping and protected range, and the host's LLM and page services.
 
-use std::collections::BTreeMap;
-use std::ops::Range;
-
 use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::sdk::groups::Group;
 use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
 
 /// The stage config (`[stage.config]` in a chain file). Its JSON Schema is derived, so the
@@ -80,7 +78,7 @@ impl Strategy for ArchiveOldToolCalls {
         } = input;
         let messages = &conversation.messages;
         let runs = self.runs_to_archive(messages, budget.keep_recent as usize);
-        let exchanges: usize = runs.iter().map(|r| r.exchanges).sum();
+        let exchanges: usize = runs.iter().map(|r| r.units.len()).sum();
         if exchanges < self.config.min_exchanges {
             let reason = format!(
                 "{exchanges} tool exchange(s) old enough to archive, {} needed",
@@ -108,10 +106,12 @@ impl Strategy for ArchiveOldToolCalls {
         ));
         let mut replacements = Vec::with_capacity(runs.len());
         for ((run, page), llm_text) in runs.iter().zip(&pages).zip(llm_texts) {
+            // The SDK names the tools (in first-call order) and counts the calls.
+            let activity = sdk::groups::tool_activity(&messages[run.range.clone()]);
             let mut note = format!(
                 "Archived {} tool call(s): {}.",
-                run.calls,
-                tool_list(&run.tools)
+                activity.calls(),
+                activity.tool_list()
             );
             match llm_text {
                 Some(Ok(text)) => {
@@ -137,51 +137,18 @@ impl Strategy for ArchiveOldToolCalls {
     }
 }
 
-/// A run of adjacent tool exchanges to archive as one page.
-#[derive(Debug)]
-struct Run {
-    range: Range<usize>,
-    exchanges: usize,
-    calls: usize,
-    tools: BTreeMap<String, usize>,
-}
-
 impl ArchiveOldToolCalls {
     /// The oldest tool exchanges in the compactable range, beyond the newest
-    /// `keep_exchanges`, grouped into runs of adjacent exchanges.
-    fn runs_to_archive(&self, messages: &[Message], keep_recent: usize) -> Vec<Run> {
+    /// `keep_exchanges`, grouped into runs of adjacent exchanges (the SDK's grouping).
+    fn runs_to_archive(&self, messages: &[Message], keep_recent: usize) -> Vec<Group> {
         let range = sdk::compactable_range(messages, keep_recent);
-        let exchanges: Vec<Unit> = sdk::units(messages)
-            .into_iter()
-            .filter(|u| range.start <= u.range.start && u.range.end <= range.end)
+        let units = sdk::units(messages);
+        let exchanges: Vec<Unit> = sdk::groups::units_within(&units, &range)
             .filter(|u| u.kind == UnitKind::ToolExchange)
+            .cloned()
             .collect();
         let archive = exchanges.len().saturating_sub(self.config.keep_exchanges);
-
-        let mut runs: Vec<Run> = Vec::new();
-        for unit in &exchanges[..archive] {
-            let adjacent = runs.last().is_some_and(|r| r.range.end == unit.range.start);
-            if !adjacent {
-                runs.push(Run {
-                    range: unit.range.clone(),
-                    exchanges: 0,
-                    calls: 0,
-                    tools: BTreeMap::new(),
-                });
-            }
-            let run = runs.last_mut().expect("a run was just pushed");
-            run.range.end = unit.range.end;
-            run.exchanges += 1;
-            for message in &messages[unit.range.clone()] {
-                for block in message.content.iter() {
-                    if let ContentBlock::ToolUse { name, .. } = block {
-                        run.calls += 1;
-                        *run.tools.entry(name.to_string()).or_default() += 1;
-                    }
-                }
-            }
-        }
-        runs
+        sdk::groups::adjacent_runs(&exchanges[..archive])
     }
 
     /// One LLM request per run, made concurrently through the host.
@@ -189,7 +156,7 @@ impl ArchiveOldToolCalls {
         &self,
         host: &Host,
         messages: &[Message],
-        runs: &[Run],
+        runs: &[Group],
     ) -> Vec<Option<Result<String, PluginError>>> {
         let total = runs.len();
         let requests = runs
@@ -211,20 +178,6 @@ impl ArchiveOldToolCalls {
             .map(|answer| Some(answer.map(|r| r.text.into())))
             .collect()
     }
-}
-
-fn tool_list(tools: &BTreeMap<String, usize>) -> String {
-    tools
-        .iter()
-        .map(|(name, n)| {
-            if *n == 1 {
-                name.clone()
-            } else {
-                format!("{name} ×{n}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 export_plugin!(ArchiveOldToolCalls);
@@ -276,8 +229,9 @@ mod tests {
         let runs = s.runs_to_archive(&msgs, 1);
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].range, 2..6);
-        assert_eq!(runs[0].tools.get("bash"), Some(&2));
+        assert_eq!(runs[0].units.len(), 2);
         assert_eq!(runs[1].range, 7..9);
-        assert_eq!(tool_list(&runs[0].tools), "bash ×2");
+        let activity = sdk::groups::tool_activity(&msgs[runs[0].range.clone()]);
+        assert_eq!(activity.tool_list(), "bash ×2");
     }
 }
