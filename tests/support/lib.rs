@@ -13,6 +13,7 @@ const PACKAGES: &[&str] = &[
     "tamp-host",
     "tamp-buffered-tool-call",
     "tamp-map-reduce-adaptive",
+    "tamp-anchored-structured",
     "tamp-custom-strategy",
     "tamp-test-misbehaving",
     "tamp-test-not-a-plugin",
