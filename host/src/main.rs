@@ -13,6 +13,25 @@ use tamp_host::loader::{resolve_plugin, LoadedPlugin};
 use tamp_host::store::{PageStore, SqliteStore};
 use tamp_host::wire::{self, WireFormat};
 
+/// Prints a line to stdout. A closed pipe (`tamp pages list | head`) ends the program quietly
+/// instead of panicking as `println!` would.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        write_stdout(format_args!($($arg)*))
+    };
+}
+
+fn write_stdout(line: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// The chain used when `--config` is not given.
 const DEFAULT_CHAIN: &str = include_str!("default_chain.toml");
 const DEFAULT_STORE: &str = ".tamp/store.sqlite3";
@@ -229,10 +248,7 @@ fn compact(args: CompactArgs) -> Result<()> {
     match &args.output {
         Some(path) => std::fs::write(path, out + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?,
-        None => {
-            let mut stdout = std::io::stdout().lock();
-            writeln!(stdout, "{out}").context("cannot write to stdout")?;
-        }
+        None => out!("{out}"),
     }
     if args.report {
         eprint!("{}", render_report(&compacted.report));
@@ -310,25 +326,25 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
             let p = find_plugin(&plugin)?;
             let meta = p.meta();
             if json {
-                println!("{}", serde_json::to_string_pretty(meta)?);
+                out!("{}", serde_json::to_string_pretty(meta)?);
             } else {
-                println!("name:        {}", meta.name);
-                println!("version:     {}", meta.version);
-                println!("description: {}", meta.description);
-                println!("plugin-api:  {}", meta.plugin_api_version);
-                println!("file:        {}", p.path().display());
-                println!(
+                out!("name:        {}", meta.name);
+                out!("version:     {}", meta.version);
+                out!("description: {}", meta.description);
+                out!("plugin-api:  {}", meta.plugin_api_version);
+                out!("file:        {}", p.path().display());
+                out!(
                     "default config:\n{}",
                     serde_json::to_string_pretty(&meta.default_config)?
                 );
-                println!(
+                out!(
                     "config schema:\n{}",
                     serde_json::to_string_pretty(&meta.config_schema)?
                 );
             }
         }
         PluginsCommand::Schema { plugin } => {
-            println!(
+            out!(
                 "{}",
                 serde_json::to_string_pretty(&find_plugin(&plugin)?.meta().config_schema)?
             );
@@ -354,7 +370,7 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
                     match tamp_host::chain::load_plugin(path) {
                         Ok(p) => {
                             found += 1;
-                            println!(
+                            out!(
                                 "{:<24} {:<10} {}",
                                 p.meta().name,
                                 p.meta().version,
@@ -440,7 +456,7 @@ fn pages(cmd: PagesCommand) -> Result<()> {
                 "metadata": serde_json::from_str::<serde_json::Value>(&page.metadata_json).unwrap_or(serde_json::Value::Null),
                 "messages": messages,
             });
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            out!("{}", serde_json::to_string_pretty(&out)?);
         }
         PagesCommand::List { store, limit } => {
             let store = open_store(&store)?;
@@ -449,7 +465,7 @@ fn pages(cmd: PagesCommand) -> Result<()> {
                 eprintln!("no pages in {}", store.describe());
             }
             for p in pages {
-                println!("{}", serde_json::to_string(&p)?);
+                out!("{}", serde_json::to_string(&p)?);
             }
         }
     }

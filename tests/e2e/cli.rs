@@ -242,3 +242,38 @@ fn the_shipped_strategies_sample_chain_runs_both_plugins() {
     assert_eq!(report["stages"][1]["plugin"], "map-reduce-adaptive");
     assert_eq!(report["stages"][1]["status"], "acted", "{report}");
 }
+
+#[test]
+fn a_closed_stdout_pipe_ends_tamp_quietly() {
+    use std::io::Read as _;
+    let dir = scratch_dir("cli-pipe");
+    let sample = workspace_root().join("examples/conversations/ponyc-4588.anthropic.json");
+    // Under the high watermark nothing is compacted, so the whole ~95 KB conversation is
+    // written back: more than a pipe buffer, so the write hits the closed pipe.
+    let mut child = Command::new(tamp_bin())
+        .args([
+            "compact",
+            sample.to_str().unwrap(),
+            "--max-tokens",
+            "10000000",
+            "--store",
+        ])
+        .arg(dir.join("s.sqlite3"))
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?} {stderr}", out.status);
+}
