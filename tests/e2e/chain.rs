@@ -347,3 +347,55 @@ max_summary_chars = 100
         "{first}"
     );
 }
+
+#[test]
+fn a_five_megabyte_tool_result_is_compacted_and_kept_whole_in_its_page() {
+    use tamp_plugin_api::{ContentBlock, Role, ToolResultPart};
+    let chain = two_plugin_chain("huge");
+    let (mut conv, fmt) =
+        wire::parse_str(&corpus("anthropic", "msa_deepseek_django-14752"), None).unwrap();
+    // Blow up the first tool result to 5 MB of log-like text.
+    let huge: String = (0..100_000)
+        .map(|i| format!("line {i:06}: DEBUG value={}\n", i * 7))
+        .collect();
+    assert!(huge.len() > 3_000_000);
+    let idx = conv
+        .messages
+        .iter()
+        .position(|m| {
+            m.content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+        })
+        .unwrap();
+    for block in conv.messages[idx].content.iter_mut() {
+        if let ContentBlock::ToolResult { content, .. } = block {
+            *content = vec![ToolResultPart::Text {
+                text: huge.as_str().into(),
+            }]
+            .into();
+        }
+    }
+    assert_eq!(conv.messages[idx].role, Role::User);
+    let out = rt()
+        .block_on(chain.compact(
+            conv.clone(),
+            &CompactOptions {
+                format: Some(fmt),
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+    assert_eq!(
+        out.report.stages[0].status,
+        StageStatus::Acted,
+        "{:?}",
+        out.report.stages[0]
+    );
+    assert!(
+        out.report.tokens_after * 10 < out.report.tokens_before,
+        "{:?}",
+        out.report
+    );
+    rt().block_on(assert_nothing_lost(&chain, &conv, &out.conversation));
+}
