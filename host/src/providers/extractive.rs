@@ -42,6 +42,13 @@
 //!    The header is always there when the budget holds it; a budget too small for it gets the
 //!    header cut, with stop reason `max_tokens`.
 //!
+//! ## Structured requests
+//!
+//! A request with `response_schema_json` gets an *extractive fill* of the schema instead
+//! ([`fill_schema`]): string properties get the best sentences, array-of-string properties
+//! what their names ask for (file paths, decisions, questions, next steps), an empty array when
+//! nothing fits; the text answer says `[extractive structured fill: …; nothing generated]`.
+//!
 //! Everything is counted in characters (`char`s), never bytes, and the result is deterministic.
 //! The work is done synchronously when the future is polled: about 5 ms for 200 KB of material
 //! in a release build.
@@ -75,8 +82,10 @@ const MAX_MENTION_CHARS: usize = 120;
 
 /// The offline, deterministic extractive summarizer (provider name `extractive`).
 ///
-/// It cannot fill a JSON Schema: a request with `response_schema_json` set fails with
-/// [`ProviderErrorKind::InvalidRequest`].
+/// A request with `response_schema_json` gets an *extractive fill* of the schema (see
+/// [`fill_schema`]): only material copied from the prompt's content, never generated text; the
+/// text answer says it is a fill. A schema it cannot fill (not an object of string and
+/// array-of-string properties) fails with [`ProviderErrorKind::InvalidRequest`].
 #[derive(Debug, Clone, Default)]
 pub struct ExtractiveSummarizer {
     _private: (),
@@ -92,16 +101,39 @@ impl ExtractiveSummarizer {
     /// `usage` is **estimated** from characters: input ≈ (system + prompt chars) / 4, output ≈
     /// answer chars / 4 (see [`super::estimate_tokens`]).
     pub fn answer(&self, request: &LlmRequest) -> Result<LlmResponse, ProviderError> {
-        if let FfiOption::RSome(_) = &request.response_schema_json {
-            return Err(ProviderError::new(
-                EXTRACTIVE_NAME,
-                ProviderErrorKind::InvalidRequest,
-                "the extractive summarizer cannot produce structured output (the request has a \
-                 response schema); configure an LLM provider for this stage",
-            ));
-        }
         let material = content_section(request.prompt.as_str());
         let budget = (request.max_output_tokens as usize).saturating_mul(CHARS_PER_TOKEN);
+        if let FfiOption::RSome(schema) = &request.response_schema_json {
+            let fill = fill_schema(schema.as_str(), material, budget).map_err(|reason| {
+                ProviderError::new(
+                    EXTRACTIVE_NAME,
+                    ProviderErrorKind::InvalidRequest,
+                    format!(
+                        "the extractive summarizer cannot fill this response schema: {reason}; \
+                         configure an LLM provider for this stage"
+                    ),
+                )
+            })?;
+            let json = fill.value.to_string();
+            let text = format!(
+                "[extractive structured fill: {} of {} properties filled with text copied from \
+                 the material; nothing generated]",
+                fill.filled, fill.properties
+            );
+            let usage = Usage {
+                input_tokens: estimate_tokens(request.system.as_str())
+                    + estimate_tokens(request.prompt.as_str()),
+                output_tokens: estimate_tokens(&json),
+                ..Usage::default()
+            };
+            return Ok(LlmResponse {
+                text: text.into(),
+                structured_json: FfiOption::RSome(json.into()),
+                usage,
+                model: EXTRACTIVE_NAME.into(),
+                stop_reason: "end_turn".into(),
+            });
+        }
         let summary = summarize(material, budget);
         let usage = Usage {
             input_tokens: estimate_tokens(request.system.as_str())
@@ -204,6 +236,205 @@ pub fn summarize(material: &str, budget_chars: usize) -> Summary {
         units_kept: picked.len(),
         truncated: false,
     }
+}
+
+/// The result of [`fill_schema`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchemaFill {
+    /// The JSON object answering the schema.
+    pub value: serde_json::Value,
+    /// Properties in the schema, and how many got something other than `""` or `[]`.
+    pub properties: usize,
+    pub filled: usize,
+}
+
+/// List entries when the schema sets no `maxItems`.
+const DEFAULT_MAX_ITEMS: usize = 20;
+
+/// Words that make a sentence a decision, and a next step.
+const DECISION_WORDS: &[&str] = &["because", "decide", "decided", "decides", "decision"];
+const NEXT_STEP_WORDS: &[&str] = &["next", "should", "todo", "will"];
+
+/// Fills a JSON Schema of an object whose properties are strings or arrays of strings, with
+/// text copied from `material` only:
+///
+/// - a string property gets the best extractive sentences (as [`summarize`] picks them) within
+///   its `maxLength`, or a share of `budget_chars`;
+/// - an array-of-string property is filled by what its name asks for: file paths for names
+///   mentioning `file` or `path`; sentences saying decide/decision/because for `decision`;
+///   questions (ending in `?`) for `question`; sentences (not questions) saying
+///   next/todo/will/should for `next`, `step` or `todo`; an empty array for any other name (nothing is guessed);
+/// - `maxItems` and the items' `maxLength` are kept (entries cut with `…`).
+///
+/// Other property types are an error when required, and left out otherwise.
+pub fn fill_schema(
+    schema: &str,
+    material: &str,
+    budget_chars: usize,
+) -> Result<SchemaFill, String> {
+    use serde_json::{Map, Value};
+    let schema: Value = serde_json::from_str(schema).map_err(|e| format!("not JSON: {e}"))?;
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .filter(|_| schema.get("type").and_then(Value::as_str) == Some("object"))
+        .ok_or("not an object schema with `properties`")?;
+    let required: HashSet<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let units: Vec<&str> = split_units(material)
+        .into_iter()
+        .map(strip_speaker)
+        .filter(|u| !u.is_empty())
+        .collect();
+    let max_len = |p: &Value| {
+        p.get("maxLength")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+    };
+    let string_share = budget_chars / properties.len().max(1);
+    let mut out = Map::new();
+    let mut filled = 0;
+    for (name, property) in properties {
+        let kind = property.get("type").and_then(Value::as_str);
+        let items = property.get("items");
+        let value = match kind {
+            Some("string") => {
+                let limit = max_len(property).unwrap_or(usize::MAX).min(string_share);
+                let text = best_sentences(&units, limit);
+                Value::String(text)
+            }
+            Some("array")
+                if items.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("string") =>
+            {
+                let max_items = property
+                    .get("maxItems")
+                    .and_then(Value::as_u64)
+                    .map_or(DEFAULT_MAX_ITEMS, |n| n as usize);
+                let item_len = items.and_then(max_len).unwrap_or(MAX_UNIT_CHARS);
+                let entries = list_for(name, material, &units);
+                let mut seen = HashSet::new();
+                Value::Array(
+                    entries
+                        .into_iter()
+                        // Exact repeats only: entries differing in a number (`handler_1.rs`,
+                        // `handler_2.rs`) are different facts.
+                        .filter(|e| seen.insert(e.to_lowercase()))
+                        .take(max_items)
+                        .map(|e| Value::String(cut_marked(e, item_len)))
+                        .collect(),
+                )
+            }
+            other if required.contains(name.as_str()) => {
+                return Err(format!(
+                    "required property `{name}` has type {}, not string or array of strings",
+                    other.unwrap_or("(none)")
+                ))
+            }
+            _ => continue,
+        };
+        let empty = match &value {
+            Value::String(s) => s.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            _ => false,
+        };
+        if !empty {
+            filled += 1;
+        }
+        out.insert(name.clone(), value);
+    }
+    Ok(SchemaFill {
+        value: Value::Object(out),
+        properties: properties.len(),
+        filled,
+    })
+}
+
+/// A unit without the `user: ` / `assistant: ` prefix rendered conversations carry.
+fn strip_speaker(unit: &str) -> &str {
+    let unit = unit.trim();
+    for prefix in ["user: ", "assistant: ", "system: "] {
+        if let Some(rest) = unit.strip_prefix(prefix) {
+            return rest.trim();
+        }
+    }
+    unit
+}
+
+/// The best units of `units` (in their original order, joined by spaces) within `limit`
+/// characters.
+fn best_sentences(units: &[&str], limit: usize) -> String {
+    if units.is_empty() || limit == 0 {
+        return String::new();
+    }
+    let analysis = analyze(units);
+    // `pick` charges a newline per unit; the join uses a space, so the same count fits.
+    let picked = pick(units, &analysis, limit.saturating_add(1));
+    cut_marked(&picked.join(" "), limit)
+}
+
+/// The entries of a list property, chosen by its name.
+fn list_for<'a>(name: &str, material: &'a str, units: &[&'a str]) -> Vec<&'a str> {
+    let name = name.to_lowercase();
+    let is_question = |unit: &str| unit.trim_end_matches(['"', '\'', ')']).ends_with('?');
+    let has_word = |unit: &str, words: &[&str]| {
+        unit.split(|c: char| !c.is_alphanumeric())
+            .any(|w| words.contains(&w.to_lowercase().as_str()))
+    };
+    if name.contains("file") || name.contains("path") {
+        material
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .map(trim_token)
+            .filter_map(as_path)
+            .filter(|p| looks_like_a_file(p))
+            .collect()
+    } else if name.contains("decision") {
+        units
+            .iter()
+            .copied()
+            .filter(|u| has_word(u, DECISION_WORDS))
+            .collect()
+    } else if name.contains("question") {
+        units.iter().copied().filter(|u| is_question(u)).collect()
+    } else if name.contains("next") || name.contains("step") || name.contains("todo") {
+        units
+            .iter()
+            .copied()
+            // A question saying "should" is open, not a step decided on.
+            .filter(|u| has_word(u, NEXT_STEP_WORDS) && !is_question(u))
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Whether a path [`as_path`] found names a file: not a URL, not a one-segment absolute path
+/// without an extension (`</error>` reads as `/error`), not a drive letter before an escape
+/// (`e:\n` inside quoted JSON).
+fn looks_like_a_file(path: &str) -> bool {
+    if path.contains("://") {
+        return false;
+    }
+    if let Some(rest) = path.strip_prefix('/') {
+        if !rest.contains('/') && !rest.contains('.') {
+            return false;
+        }
+    }
+    !(path.contains('\\') && path.chars().count() < 6)
+}
+
+/// `s` cut to at most `max` characters, the cut marked with `…`.
+fn cut_marked(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out = cut_chars(s, max.saturating_sub(1));
+    if max > 0 {
+        out.push('…');
+    }
+    out
 }
 
 fn header(kept: usize, total: usize) -> String {
@@ -1637,14 +1868,136 @@ mod tests {
         );
     }
 
+    const ANCHORED_SCHEMA: &str = r#"{"type": "object",
+        "required": ["session_intent", "files_modified", "decisions_made", "open_questions",
+                     "next_steps", "owners"],
+        "properties": {
+            "session_intent": {"type": "string", "maxLength": 200},
+            "files_modified": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+            "decisions_made": {"type": "array", "items": {"type": "string", "maxLength": 40}},
+            "open_questions": {"type": "array", "items": {"type": "string"}},
+            "next_steps": {"type": "array", "items": {"type": "string"}},
+            "owners": {"type": "array", "items": {"type": "string"}}
+        }}"#;
+
+    fn structured_request(material: &str, schema: &str) -> LlmRequest {
+        let prompt = format!("Fill the schema.\n{}", wrap_content(material));
+        let mut req = request(&prompt, 500);
+        req.response_schema_json = FfiOption::RSome(schema.into());
+        req
+    }
+
     #[test]
-    fn schema_is_refused() {
-        let mut req = request("hello world", 100);
-        req.response_schema_json = FfiOption::RSome("{\"type\":\"object\"}".into());
-        let err = ExtractiveSummarizer::new().answer(&req).unwrap_err();
-        assert_eq!(err.kind, ProviderErrorKind::InvalidRequest);
-        assert_eq!(err.provider, "extractive");
-        assert!(err.message.contains("structured"), "{err}");
+    fn schema_is_filled_from_the_material_only() {
+        let material = "user: Please fix the flaky deploy in deploy/run.sh and src/app/main.py.\n\
+            assistant: We decided to pin the image because latest broke the build.\n\
+            assistant: I edited deploy/run.sh and config/app.toml.\n\
+            user: Should we also pin the base image?\n\
+            assistant: Next I will rerun the pipeline.\n";
+        let r = ExtractiveSummarizer::new()
+            .answer(&structured_request(material, ANCHORED_SCHEMA))
+            .unwrap();
+        assert!(
+            r.text.starts_with("[extractive structured fill: 5 of 6"),
+            "{}",
+            r.text
+        );
+        let FfiOption::RSome(json) = &r.structured_json else {
+            panic!("no structured answer")
+        };
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let intent = v["session_intent"].as_str().unwrap();
+        assert!(
+            !intent.is_empty() && intent.chars().count() <= 200,
+            "{intent}"
+        );
+        assert!(
+            material.contains(intent.split(". ").next().unwrap()),
+            "{intent}"
+        );
+        // maxItems 2 and duplicates removed.
+        assert_eq!(
+            v["files_modified"],
+            serde_json::json!(["deploy/run.sh", "src/app/main.py"])
+        );
+        let decision = v["decisions_made"][0].as_str().unwrap();
+        assert_eq!(decision.chars().count(), 40);
+        assert!(decision.starts_with("We decided to pin the image") && decision.ends_with('…'));
+        assert_eq!(
+            v["open_questions"],
+            serde_json::json!(["Should we also pin the base image?"])
+        );
+        assert_eq!(
+            v["next_steps"],
+            serde_json::json!(["Next I will rerun the pipeline."])
+        );
+        // Nothing in the material says who owns what: an empty list, never a guess.
+        assert_eq!(v["owners"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn tags_escapes_and_urls_are_not_files() {
+        for not_a_file in ["/error", "e:\\n", "https://example.com/a/b.html"] {
+            assert!(!looks_like_a_file(not_a_file), "{not_a_file}");
+        }
+        for file in [
+            "/etc/hosts",
+            "/setup.py",
+            "src/a.rs",
+            "C:\\work\\main.rs",
+            "Cargo.toml",
+        ] {
+            assert!(looks_like_a_file(file), "{file}");
+        }
+    }
+
+    #[test]
+    fn lists_stay_empty_when_nothing_fits() {
+        let r = ExtractiveSummarizer::new()
+            .answer(&structured_request(
+                "user: The sky is blue today.\n",
+                ANCHORED_SCHEMA,
+            ))
+            .unwrap();
+        let FfiOption::RSome(json) = &r.structured_json else {
+            panic!("no structured answer")
+        };
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v["session_intent"], "The sky is blue today.");
+        for list in [
+            "files_modified",
+            "decisions_made",
+            "open_questions",
+            "next_steps",
+        ] {
+            assert_eq!(v[list], serde_json::json!([]), "{list}");
+        }
+    }
+
+    #[test]
+    fn unfillable_schemas_are_refused() {
+        for schema in [
+            r#"{"type":"object"}"#,
+            r#"{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}"#,
+            "not json",
+        ] {
+            let err = ExtractiveSummarizer::new()
+                .answer(&structured_request("hello world", schema))
+                .unwrap_err();
+            assert_eq!(err.kind, ProviderErrorKind::InvalidRequest);
+            assert_eq!(err.provider, "extractive");
+            assert!(err.message.contains("cannot fill"), "{err}");
+        }
+        // An optional property of another type is left out rather than refused.
+        let schema =
+            r#"{"type":"object","properties":{"n":{"type":"integer"},"s":{"type":"string"}}}"#;
+        let r = ExtractiveSummarizer::new()
+            .answer(&structured_request("Hello world.", schema))
+            .unwrap();
+        assert_eq!(
+            r.structured_json,
+            FfiOption::RSome(r#"{"s":"Hello world."}"#.into())
+        );
     }
 
     #[test]
