@@ -1,1 +1,636 @@
-//! (being written)
+//! The anchored-structured plugin, built as a `.so`, loaded by the real loader and run through
+//! the real chain: with the scripted provider (structured answers, invalid and incomplete
+//! answers, errors), with the offline extractive provider (its structured fill), and on real
+//! corpus conversations in both wire formats.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tamp_e2e::{corpus, corpus_names, plugin};
+use tamp_host::chain::{
+    load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus,
+};
+use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_host::providers::{
+    ExtractiveSummarizer, Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse,
+};
+use tamp_host::tokens::{Encoding, TokenCounter};
+use tamp_host::wire;
+use tamp_plugin_api::{
+    ContentBlock, Conversation, FfiOption, Message, Role, SummaryStatus, ToolResultPart,
+};
+
+const NAME: &str = "anchored-structured";
+
+/// What the prompts of each kind of call contain (the scripted provider matches on it).
+const STRUCTURED_CALL: &str = "Write the anchored summary";
+const PROSE_CALL: &str = "Summarize this agent session";
+const PROSE_OF_CHUNKS_CALL: &str = "Summarize these summaries";
+const CHUNK_CALL: &str = "Summarize part ";
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn stage_chain(config: Value, provider: Arc<dyn Provider>) -> Chain {
+    ChainBuilder::new(BudgetConfig {
+        max_tokens: 10_000_000,
+        keep_recent: 2,
+        ..Default::default()
+    })
+    .provider(provider)
+    .tokens(Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()))
+    .llm_concurrency(64)
+    .stage(
+        "anchor",
+        load_plugin(&plugin("tamp_anchored_structured")).unwrap(),
+        config,
+        Trigger::Always,
+        Duration::from_secs(60),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+}
+
+fn compact(chain: &Chain, input: &Conversation) -> Compacted {
+    rt().block_on(chain.compact(input.clone(), &CompactOptions::default()))
+        .expect("compacts")
+}
+
+fn stage(out: &Compacted) -> &StageRun {
+    &out.report.stages[0]
+}
+
+/// A coding session: a request, tool exchanges touching files, a decision, a question, a
+/// plan; then a protected two-message tail.
+fn session(topic: &str) -> Conversation {
+    let mut messages = vec![Message::text(Role::System, "You are a coding agent.")];
+    messages.push(Message::text(
+        Role::User,
+        format!("The {topic} tests fail on CI; please find out why and fix them."),
+    ));
+    for (i, path) in ["src/config/loader.rs", "tests/loader_test.rs"]
+        .iter()
+        .enumerate()
+    {
+        let id = format!("call_{topic}_{i}");
+        messages.push(Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: id.clone().into(),
+                name: "read_file".into(),
+                input_json: json!({ "path": path }).to_string().into(),
+                extra_json: Default::default(),
+            }],
+        ));
+        messages.push(Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: id.into(),
+                content: vec![ToolResultPart::Text {
+                    text: format!("// {path}\nfn load() {{ /* {} lines of code */ }}", 40 + i)
+                        .into(),
+                }]
+                .into(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        ));
+    }
+    messages.push(Message::text(
+        Role::Assistant,
+        "We decided to apply defaults before validation because the optional table may be \
+         missing. I edited src/config/loader.rs accordingly. Should the ini format get the same \
+         fix? Next I will add a regression test.",
+    ));
+    messages.push(Message::text(Role::User, "Sounds good, go on."));
+    messages.push(Message::text(Role::Assistant, "Working on it."));
+    Conversation::new(messages)
+}
+
+fn anchored(intent: &str, files: &[&str], next: &[&str]) -> Value {
+    json!({
+        "session_intent": intent,
+        "files_modified": files,
+        "decisions_made": ["Decision: defaults before validation — Reason: optional table may be missing"],
+        "open_questions": ["Should the ini format get the same fix?"],
+        "next_steps": next,
+    })
+}
+
+fn summary_of(out: &Compacted) -> &Message {
+    out.conversation
+        .messages
+        .iter()
+        .find(|m| {
+            m.summary_info()
+                .is_some_and(|s| s.strategy.as_str() == NAME)
+        })
+        .expect("an anchored summary")
+}
+
+fn page_metadata(chain: &Chain, out: &Compacted) -> Value {
+    let page_ref = summary_of(out).summary_info().unwrap().page_ref.to_string();
+    let page = rt().block_on(chain.store().get_page(&page_ref)).unwrap();
+    serde_json::from_str(page.page.metadata_json.as_str()).unwrap()
+}
+
+/// Checks what every acting run must hold: one summary with its page, holding exactly the
+/// messages removed, and the rest untouched.
+fn check_replacement(chain: &Chain, input: &Conversation, out: &Compacted) {
+    let run = stage(out);
+    assert_eq!(run.status, StageStatus::Acted, "{run:?}");
+    let removed = run.messages_removed as usize;
+    assert_eq!(
+        out.conversation.messages.len(),
+        input.messages.len() - removed + 1
+    );
+    assert_eq!(out.conversation.messages[0], input.messages[0]);
+    let summary = &out.conversation.messages[1];
+    let info = summary
+        .summary_info()
+        .expect("summary after the system prompt");
+    assert_eq!(info.status, SummaryStatus::Final);
+    let page = rt()
+        .block_on(chain.store().get_page(&info.page_ref))
+        .unwrap();
+    assert_eq!(
+        page.page.messages.as_slice(),
+        &input.messages[1..1 + removed]
+    );
+    assert_eq!(
+        out.conversation.messages[2..],
+        input.messages[1 + removed..]
+    );
+    assert!(summary.joined_text().starts_with("# Anchored summary"));
+    assert!(summary.joined_text().contains(info.page_ref.as_str()));
+}
+
+#[test]
+fn structured_answer_is_rendered_and_kept_in_the_page() {
+    let answer = anchored(
+        "Fix the failing loader tests.",
+        &["src/config/loader.rs"],
+        &["Add a regression test."],
+    );
+    let provider = Arc::new(ScriptedProvider::sequence([ScriptedResponse::structured(
+        answer.clone(),
+    )]));
+    let chain = stage_chain(json!({}), provider.clone());
+    let input = session("loader");
+    let out = compact(&chain, &input);
+    check_replacement(&chain, &input, &out);
+    let run = stage(&out);
+    assert_eq!(run.details["path"], "structured");
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+
+    // One structured call, carrying the plugin's schema, which the host validated against.
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    let FfiOption::RSome(schema) = &requests[0].response_schema_json else {
+        panic!("no schema in the request")
+    };
+    let schema: Value = serde_json::from_str(schema).unwrap();
+    assert_eq!(schema["required"].as_array().unwrap().len(), 5);
+    assert!(requests[0]
+        .prompt
+        .contains("An empty list is the right answer"));
+    assert!(requests[0].prompt.contains("Never invent"));
+
+    let text = summary_of(&out).joined_text();
+    assert!(
+        text.contains("## Session intent\nFix the failing loader tests."),
+        "{text}"
+    );
+    assert!(
+        text.contains("## Files modified\n- src/config/loader.rs\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("## Decisions made\n- Decision: defaults"),
+        "{text}"
+    );
+    assert!(
+        text.contains("## Open questions\n- Should the ini"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("## Next steps\n- Add a regression test."),
+        "{text}"
+    );
+    // The JSON reads back section by section from the page.
+    let metadata = page_metadata(&chain, &out);
+    assert_eq!(metadata["anchored_summary"], answer);
+    assert_eq!(metadata["path"], "structured");
+}
+
+#[test]
+fn empty_sections_are_omitted() {
+    let provider = Arc::new(ScriptedProvider::sequence([ScriptedResponse::structured(
+        json!({
+            "session_intent": "Fix the loader.",
+            "files_modified": [],
+            "decisions_made": [],
+            "open_questions": [],
+            "next_steps": ["Run the suite."],
+        }),
+    )]));
+    let chain = stage_chain(json!({}), provider);
+    let out = compact(&chain, &session("loader"));
+    let text = summary_of(&out).joined_text();
+    assert!(
+        !text.contains("## Files") && !text.contains("## Decisions"),
+        "{text}"
+    );
+    assert!(!text.contains("## Open questions"), "{text}");
+    assert!(text.contains("## Next steps\n- Run the suite."), "{text}");
+}
+
+#[test]
+fn incomplete_answer_falls_back_to_prose() {
+    let incomplete = anchored("Fix the loader.", &["src/config/loader.rs"], &[]);
+    let provider = Arc::new(ScriptedProvider::sequence([
+        ScriptedResponse::structured(incomplete),
+        ScriptedResponse::text("The agent fixed the loader defaults.").matching(PROSE_CALL),
+    ]));
+    let chain = stage_chain(json!({}), provider.clone());
+    let input = session("loader");
+    let out = compact(&chain, &input);
+    check_replacement(&chain, &input, &out);
+    let run = stage(&out);
+    assert_eq!(run.details["path"], "prose");
+    assert!(
+        run.warnings
+            .iter()
+            .any(|w| w.contains("incomplete answer: next_steps empty")
+                && w.contains("falling back to a prose summary")),
+        "{:?}",
+        run.warnings
+    );
+    assert_eq!(provider.requests().len(), 2);
+    assert!(matches!(
+        provider.requests()[1].response_schema_json,
+        FfiOption::RNone
+    ));
+    let text = summary_of(&out).joined_text();
+    assert!(
+        text.contains("## Summary\nThe agent fixed the loader defaults."),
+        "{text}"
+    );
+    // No structured answer was accepted and there is no prior: no JSON claimed in the page.
+    assert!(page_metadata(&chain, &out)["anchored_summary"].is_null());
+}
+
+#[test]
+fn invalid_json_falls_back_to_prose() {
+    // Three ways an answer is not the JSON asked for: no structured JSON at all, a value of
+    // the wrong shape (a string), and an entry over the schema's length limit.
+    let too_long = anchored("Fix.", &[&"x".repeat(501)], &["Go on."]);
+    for (bad, why) in [
+        (ScriptedResponse::text("{not json"), "no structured JSON"),
+        (
+            ScriptedResponse::structured(json!("{not json")),
+            "does not satisfy the schema",
+        ),
+        (ScriptedResponse::structured(too_long), "/files_modified/0"),
+    ] {
+        let provider = Arc::new(ScriptedProvider::sequence([
+            bad,
+            ScriptedResponse::text("Prose summary of the session.").matching(PROSE_CALL),
+        ]));
+        let chain = stage_chain(json!({}), provider);
+        let out = compact(&chain, &session("loader"));
+        let run = stage(&out);
+        assert_eq!(run.details["path"], "prose", "{why}");
+        assert!(
+            run.warnings.iter().any(|w| w.contains(why)),
+            "{why}: {:?}",
+            run.warnings
+        );
+    }
+}
+
+#[test]
+fn llm_errors_fall_back_down_to_the_no_llm_summary() {
+    let provider = Arc::new(ScriptedProvider::failing(
+        ProviderErrorKind::Server,
+        "overloaded",
+    ));
+    let chain = stage_chain(json!({}), provider.clone());
+    let input = session("loader");
+    let out = compact(&chain, &input);
+    check_replacement(&chain, &input, &out);
+    let run = stage(&out);
+    assert_eq!(run.details["path"], "no_llm");
+    assert_eq!(provider.requests().len(), 2, "structured, then prose");
+    assert_eq!(run.warnings.len(), 2, "{:?}", run.warnings);
+    assert!(run.warnings[0].contains("structured summary unusable"));
+    assert!(run.warnings[1].contains("prose summary failed"));
+    assert!(run.warnings[1].contains("built without the LLM"));
+    let text = summary_of(&out).joined_text();
+    assert!(text.contains("## What the messages show"), "{text}");
+    assert!(text.contains("2 tool call(s): read_file ×2"), "{text}");
+    assert!(
+        text.contains("file paths mentioned: src/config/loader.rs, tests/loader_test.rs"),
+        "{text}"
+    );
+}
+
+#[test]
+fn structured_false_starts_at_prose() {
+    let provider = Arc::new(ScriptedProvider::always("A prose summary."));
+    let chain = stage_chain(
+        json!({"structured": false, "extra_instruction": "keep every error message"}),
+        provider.clone(),
+    );
+    let out = compact(&chain, &session("loader"));
+    assert_eq!(stage(&out).details["path"], "prose");
+    assert_eq!(provider.requests().len(), 1);
+    assert!(provider.requests()[0]
+        .prompt
+        .contains("Also: keep every error message"));
+    assert!(stage(&out).warnings.is_empty());
+}
+
+/// A session long enough to be chunked at `chunk_tokens = 256`.
+fn long_session() -> Conversation {
+    let mut messages: Vec<Message> = session("loader").messages.into();
+    let filler: Vec<Message> = (0..12)
+        .map(|i| {
+            Message::text(
+                if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                },
+                format!(
+                    "Step {i}: looked at module_{i} in src/mod_{i}.rs and found that the \
+                     configuration is read twice, once at startup and once per request, which \
+                     is slow but correct; nothing to change there for now, moving on."
+                ),
+            )
+        })
+        .collect();
+    let tail = messages.split_off(messages.len() - 2);
+    messages.extend(filler);
+    messages.extend(tail);
+    Conversation::new(messages)
+}
+
+#[test]
+fn chunked_path_summarizes_chunks_then_validates_the_consolidation() {
+    let good = anchored("Fix the loader.", &["src/config/loader.rs"], &["Test it."]);
+    let provider = Arc::new(ScriptedProvider::matching([
+        ScriptedResponse::text("Chunk summary {n}.").matching(CHUNK_CALL),
+        ScriptedResponse::structured(good.clone()).matching(STRUCTURED_CALL),
+    ]));
+    let chain = stage_chain(
+        json!({"chunk_tokens": 256, "max_concurrency": 2}),
+        provider.clone(),
+    );
+    let input = long_session();
+    let out = compact(&chain, &input);
+    check_replacement(&chain, &input, &out);
+    let run = stage(&out);
+    assert_eq!(run.details["path"], "structured");
+    let chunks = run.details["chunks"].as_u64().unwrap() as usize;
+    assert!(chunks >= 2, "{chunks}");
+    let requests = provider.requests();
+    assert_eq!(requests.len(), chunks + 1);
+    assert!(requests[..chunks]
+        .iter()
+        .all(|r| matches!(r.response_schema_json, FfiOption::RNone)));
+    let last = &requests[chunks];
+    assert!(matches!(last.response_schema_json, FfiOption::RSome(_)));
+    assert!(last.prompt.contains("Part 1:\nChunk summary"));
+    assert_eq!(page_metadata(&chain, &out)["anchored_summary"], good);
+
+    // The consolidation is validated like a single pass: an incomplete one falls back to a
+    // prose summary of the chunk summaries.
+    let incomplete = anchored("Fix the loader.", &[], &[]);
+    let provider = Arc::new(ScriptedProvider::matching([
+        ScriptedResponse::text("Chunk summary {n}.").matching(CHUNK_CALL),
+        ScriptedResponse::structured(incomplete).matching(STRUCTURED_CALL),
+        ScriptedResponse::text("Prose of the chunks.").matching(PROSE_OF_CHUNKS_CALL),
+    ]));
+    let chain = stage_chain(json!({"chunk_tokens": 256}), provider);
+    let out = compact(&chain, &input);
+    let run = stage(&out);
+    assert_eq!(run.details["path"], "prose");
+    assert!(
+        run.warnings[0].contains("incomplete answer"),
+        "{:?}",
+        run.warnings
+    );
+    assert!(summary_of(&out)
+        .joined_text()
+        .contains("Prose of the chunks."));
+
+    // A failed chunk call skips to the summary built without the LLM.
+    let provider = Arc::new(ScriptedProvider::matching([ScriptedResponse::error(
+        ProviderErrorKind::Server,
+        "down",
+    )
+    .matching(CHUNK_CALL)]));
+    let chain = stage_chain(json!({"chunk_tokens": 256}), provider);
+    let out = compact(&chain, &input);
+    assert_eq!(stage(&out).details["path"], "no_llm");
+}
+
+#[test]
+fn the_cap_holds_on_every_path() {
+    let huge = "word ".repeat(2_000);
+    let big_answer = json!({
+        "session_intent": "i".repeat(2_000),
+        "files_modified": (0..50).map(|i| format!("src/{i}/{}.rs", "f".repeat(400))).collect::<Vec<_>>(),
+        "decisions_made": [],
+        "open_questions": [],
+        "next_steps": ["n".repeat(500)],
+    });
+    let mut input = long_session();
+    // Enough content that even a 500-character summary is smaller than the span.
+    input
+        .messages
+        .insert(1, Message::text(Role::User, huge.clone()));
+    let providers: [(Arc<dyn Provider>, &str); 3] = [
+        (
+            Arc::new(ScriptedProvider::sequence([ScriptedResponse::structured(
+                big_answer,
+            )])),
+            "structured",
+        ),
+        (Arc::new(ScriptedProvider::always(huge.clone())), "prose"),
+        (
+            Arc::new(ScriptedProvider::failing(ProviderErrorKind::Server, "down")),
+            "no_llm",
+        ),
+    ];
+    for (provider, path) in providers {
+        let config = if path == "prose" {
+            json!({"max_summary_chars": 500, "structured": false, "chunk_tokens": 100000})
+        } else {
+            json!({"max_summary_chars": 500, "chunk_tokens": 100000})
+        };
+        let chain = stage_chain(config, provider);
+        let out = compact(&chain, &input);
+        assert_eq!(stage(&out).details["path"], path);
+        let chars = summary_of(&out).joined_text().chars().count();
+        assert!(chars <= 500, "{path}: {chars} characters");
+    }
+}
+
+#[test]
+fn a_prior_anchored_summary_is_merged() {
+    let first = anchored(
+        "Fix the loader.",
+        &["src/config/loader.rs"],
+        &["Add a test."],
+    );
+    let second = json!({
+        "session_intent": "Fix the loader and the ini format.",
+        "files_modified": ["src/config/loader.rs", "src/config/ini.rs"],
+        "decisions_made": [],
+        "open_questions": [],
+        "next_steps": ["Add a test.", "Release 1.2."],
+    });
+    let provider = Arc::new(ScriptedProvider::sequence([
+        ScriptedResponse::structured(first.clone()),
+        ScriptedResponse::structured(second),
+    ]));
+    let chain = stage_chain(json!({}), provider.clone());
+    let once = compact(&chain, &session("loader")).conversation;
+    // The conversation grows; the next compaction meets the first summary.
+    let mut messages: Vec<Message> = once.messages.into();
+    let tail = messages.split_off(messages.len() - 2);
+    messages.extend(session("ini").messages.into_iter().skip(1));
+    messages.extend(tail);
+    let grown = Conversation::new(messages);
+    let out = compact(&chain, &grown);
+    check_replacement(&chain, &grown, &out);
+    assert_eq!(stage(&out).details["prior_merged"], true);
+
+    // The prior's JSON is shown to the model, not its Markdown as material.
+    let request = &provider.requests()[1];
+    assert!(request.prompt.contains("An earlier anchored summary"));
+    let material = request.prompt.rsplit("<content>").next().unwrap();
+    assert!(!material.contains("# Anchored summary"), "{material}");
+
+    let merged = &page_metadata(&chain, &out)["anchored_summary"];
+    assert_eq!(
+        merged["session_intent"],
+        "Fix the loader and the ini format."
+    );
+    assert_eq!(
+        merged["files_modified"],
+        json!(["src/config/loader.rs", "src/config/ini.rs"])
+    );
+    assert_eq!(merged["decisions_made"], first["decisions_made"]);
+    assert_eq!(merged["open_questions"], first["open_questions"]);
+    assert_eq!(merged["next_steps"], json!(["Add a test.", "Release 1.2."]));
+    // The prior summary message went into the new page with the rest of the span.
+    let page_ref = summary_of(&out)
+        .summary_info()
+        .unwrap()
+        .page_ref
+        .to_string();
+    let page = rt().block_on(chain.store().get_page(&page_ref)).unwrap();
+    assert!(page.page.messages[0]
+        .summary_info()
+        .is_some_and(|s| s.strategy.as_str() == NAME));
+
+    let text = summary_of(&out).joined_text();
+    assert!(text.contains("- src/config/ini.rs"), "{text}");
+
+    // With the script exhausted every call fails: the summary built without the LLM still
+    // carries the prior's sections forward.
+    let down = compact(&chain, &grown);
+    assert_eq!(stage(&down).details["path"], "no_llm");
+    let text = summary_of(&down).joined_text();
+    assert!(
+        text.contains("## Files modified\n- src/config/loader.rs"),
+        "{text}"
+    );
+    assert!(text.contains("## Next steps\n- Add a test."), "{text}");
+}
+
+#[test]
+fn extractive_provider_fills_the_schema_offline() {
+    let chain = stage_chain(json!({}), Arc::new(ExtractiveSummarizer::default()));
+    let input = long_session();
+    let out = compact(&chain, &input);
+    check_replacement(&chain, &input, &out);
+    let run = stage(&out);
+    assert_eq!(run.details["path"], "structured", "{:?}", run.warnings);
+    let merged = &page_metadata(&chain, &out)["anchored_summary"];
+    let files = merged["files_modified"].as_array().unwrap();
+    assert!(files.contains(&json!("src/config/loader.rs")), "{merged}");
+    assert!(merged["decisions_made"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("We decided to apply defaults"));
+    assert_eq!(
+        merged["open_questions"],
+        json!(["Should the ini format get the same fix?"])
+    );
+    assert_eq!(
+        merged["next_steps"],
+        json!(["Next I will add a regression test."])
+    );
+}
+
+#[test]
+fn real_conversations_in_both_wire_formats() {
+    let chain = stage_chain(json!({}), Arc::new(ExtractiveSummarizer::default()));
+    let rt = rt();
+    let name = &corpus_names()[0];
+    for format in ["anthropic", "openai"] {
+        let ctx = format!("{name} ({format})");
+        let (input, fmt) = wire::parse_str(&corpus(format, name), None).unwrap();
+        let options = CompactOptions {
+            format: Some(fmt),
+            ..Default::default()
+        };
+        let out = rt.block_on(chain.compact(input.clone(), &options)).unwrap();
+        let run = &out.report.stages[0];
+        assert_eq!(run.status, StageStatus::Acted, "{ctx}: {run:?}");
+        assert!(out.report.tokens_after < out.report.tokens_before, "{ctx}");
+        let summary = summary_of(&out);
+        assert!(
+            summary.joined_text().starts_with("# Anchored summary"),
+            "{ctx}"
+        );
+        let json = wire::to_string_pretty(&out.conversation, fmt);
+        let (back, back_fmt) = wire::parse_str(&json, None).unwrap();
+        assert_eq!(back_fmt, fmt, "{ctx}");
+        assert_eq!(back, out.conversation, "{ctx}");
+        wire::check_tool_pairing(&back.messages, fmt).unwrap();
+    }
+}
+
+#[test]
+fn invalid_configs_are_refused_naming_the_field() {
+    let plugin = load_plugin(&plugin("tamp_anchored_structured")).unwrap();
+    for (config, field) in [
+        (json!({"chunk_tokens": 10}), "chunk_tokens"),
+        (json!({"max_concurrency": 0}), "max_concurrency"),
+        (json!({"structured": "yes"}), "structured"),
+        (json!({"extra": "x"}), "extra"),
+    ] {
+        let err = ChainBuilder::new(BudgetConfig::default())
+            .stage(
+                "s",
+                plugin.clone(),
+                config.clone(),
+                Trigger::Always,
+                Duration::from_secs(1),
+            )
+            .err()
+            .unwrap_or_else(|| panic!("{config} accepted"));
+        assert!(err.message.contains(field), "{config}: {}", err.message);
+    }
+}

@@ -1,0 +1,94 @@
+//! The stage config (`[stage.config]` in a chain file) and the rules its schema cannot express.
+
+use tamp_plugin_api::prelude::*;
+
+/// The stage config. Every key is optional; see `docs/plugins/anchored-structured.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(crate = "tamp_plugin_api::serde", deny_unknown_fields, default)]
+#[schemars(crate = "tamp_plugin_api::schemars")]
+pub struct Config {
+    /// Ask for the typed summary first (`false`: start at the prose fallback).
+    pub structured: bool,
+    /// Content above this many tokens is cut into chunks of at most this many, summarized as
+    /// prose concurrently, then consolidated by one structured call.
+    #[schemars(range(min = 256))]
+    pub chunk_tokens: u64,
+    /// At most this many of this stage's LLM calls at once.
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_concurrency: usize,
+    /// The rendered summary is cut to this many characters, on every path.
+    #[schemars(range(min = 500))]
+    pub max_summary_chars: usize,
+    /// An extra instruction added to every prompt, e.g. "keep every error message verbatim".
+    pub extra_instruction: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            structured: true,
+            chunk_tokens: 4_096,
+            max_concurrency: 4,
+            max_summary_chars: 16_000,
+            extra_instruction: None,
+        }
+    }
+}
+
+impl Config {
+    /// Checks what the schema cannot (or what a caller building a `Config` in Rust skipped);
+    /// the error names the field.
+    pub fn validate(&self) -> Result<(), PluginError> {
+        if self.chunk_tokens < 256 {
+            return Err(PluginError::invalid_config(
+                "chunk_tokens: must be at least 256",
+            ));
+        }
+        if self.max_concurrency == 0 {
+            return Err(PluginError::invalid_config(
+                "max_concurrency: must be at least 1",
+            ));
+        }
+        // Room for the header, the line naming the page and a little content.
+        if self.max_summary_chars < 500 {
+            return Err(PluginError::invalid_config(
+                "max_summary_chars: must be at least 500",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_as_documented() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert!(c.structured);
+        assert_eq!((c.chunk_tokens, c.max_concurrency), (4_096, 4));
+        assert_eq!(c.max_summary_chars, 16_000);
+        assert!(c.extra_instruction.is_none());
+    }
+
+    #[test]
+    fn parses_and_rejects_unknown_keys_and_bad_values() {
+        let c: Config = tamp_plugin_api::parse_config(
+            r#"{"structured": false, "extra_instruction": "keep every error message"}"#,
+        )
+        .unwrap();
+        assert!(!c.structured);
+        assert!(tamp_plugin_api::parse_config::<Config>(r#"{"chunk_token": 1}"#).is_err());
+        let bad = Config {
+            max_concurrency: 0,
+            ..Config::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .message
+            .starts_with("max_concurrency"));
+    }
+}
