@@ -23,14 +23,11 @@
 //! Run: `cargo bench -p tamp-e2e --bench anchored_structured`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{json, Value};
-use tamp_e2e::plugin;
-use tamp_host::chain::{load_plugin, Chain, ChainBuilder, CompactOptions};
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_e2e::StageChain;
+use tamp_host::chain::{Chain, CompactOptions};
 use tamp_host::providers::{ExtractiveSummarizer, Provider, ScriptedProvider, ScriptedResponse};
-use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 
 const ROUNDS: usize = 5;
@@ -144,23 +141,9 @@ fn scripted_answer(part: usize) -> ScriptedResponse {
 }
 
 fn chain(provider: Arc<dyn Provider>, config: Value) -> Chain {
-    ChainBuilder::new(BudgetConfig {
-        max_tokens: 10_000_000,
-        keep_recent: KEEP_RECENT,
-        ..Default::default()
-    })
-    .provider(provider)
-    .tokens(Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()))
-    .stage(
-        "anchor",
-        load_plugin(&plugin("tamp_anchored_structured")).unwrap(),
-        config,
-        Trigger::Always,
-        Duration::from_secs(120),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
+    StageChain::new("tamp_anchored_structured", config, provider)
+        .keep_recent(KEEP_RECENT)
+        .build()
 }
 
 struct Retention {

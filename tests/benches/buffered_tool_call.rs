@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus_conversation, corpus_names, plugin};
-use tamp_host::chain::{load_plugin, Chain, ChainBuilder, CompactOptions, StageStatus};
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_e2e::{corpus_conversation, corpus_names, StageChain};
+use tamp_host::chain::{Chain, CompactOptions, StageStatus};
 use tamp_host::providers::ScriptedProvider;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::WireFormat;
@@ -76,24 +75,15 @@ fn start_of_trace() -> Vec<Message> {
 /// The plugin as the only stage of a chain, run on every compaction (`always`), so that its own
 /// triggers decide; every LLM call answered by `provider`.
 fn chain(config: Value, provider: ScriptedProvider, llm_concurrency: usize) -> Chain {
-    ChainBuilder::new(BudgetConfig {
-        max_tokens: 128_000,
-        keep_recent: KEEP_RECENT,
-        ..Default::default()
-    })
-    .provider(Arc::new(provider.without_request_log()))
-    .tokens(Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()))
-    .llm_concurrency(llm_concurrency)
-    .stage(
-        "buffered",
-        load_plugin(&plugin("tamp_buffered_tool_call")).unwrap(),
+    StageChain::new(
+        "tamp_buffered_tool_call",
         config,
-        Trigger::Always,
-        Duration::from_secs(120),
+        Arc::new(provider.without_request_log()),
     )
-    .unwrap()
+    .max_tokens(128_000)
+    .keep_recent(KEEP_RECENT)
+    .llm_concurrency(llm_concurrency)
     .build()
-    .unwrap()
 }
 
 struct TraceRun {

@@ -18,9 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus_mix, plugin};
-use tamp_host::chain::{load_plugin, Chain, ChainBuilder, CompactOptions, Compacted};
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_e2e::{corpus_mix, StageChain};
+use tamp_host::chain::{Chain, CompactOptions, Compacted};
 use tamp_host::providers::{ExtractiveSummarizer, Provider, ScriptedProvider};
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_plugin_api::{Conversation, LlmRequest};
@@ -56,25 +55,12 @@ fn conversation(tokens: &TokenCounter) -> Conversation {
 }
 
 fn chain(provider: Arc<dyn Provider>, config: Value) -> Chain {
-    ChainBuilder::new(BudgetConfig {
-        max_tokens: 10_000_000,
-        keep_recent: KEEP_RECENT,
-        ..Default::default()
-    })
-    .provider(provider)
-    .tokens(Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()))
-    // The stage's own `max_concurrency` is what is measured, not the host's limit.
-    .llm_concurrency(100_000)
-    .stage(
-        "summarize",
-        load_plugin(&plugin("tamp_map_reduce_adaptive")).unwrap(),
-        config,
-        Trigger::Always,
-        Duration::from_secs(600),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
+    StageChain::new("tamp_map_reduce_adaptive", config, provider)
+        .keep_recent(KEEP_RECENT)
+        // The stage's own `max_concurrency` is what is measured, not the host's limit.
+        .llm_concurrency(100_000)
+        .timeout(Duration::from_secs(600))
+        .build()
 }
 
 fn scripted() -> Arc<ScriptedProvider> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus, corpus_names, plugin};
+use tamp_e2e::{corpus, corpus_names, plugin, StageChain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus,
 };
@@ -15,7 +15,6 @@ use tamp_host::config::{BudgetConfig, Trigger};
 use tamp_host::providers::{
     ExtractiveSummarizer, Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse,
 };
-use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire;
 use tamp_plugin_api::{
     ContentBlock, Conversation, FfiOption, Message, Role, SummaryStatus, ToolResultPart,
@@ -37,24 +36,10 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn stage_chain(config: Value, provider: Arc<dyn Provider>) -> Chain {
-    ChainBuilder::new(BudgetConfig {
-        max_tokens: 10_000_000,
-        keep_recent: 2,
-        ..Default::default()
-    })
-    .provider(provider)
-    .tokens(Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()))
-    .llm_concurrency(64)
-    .stage(
-        "anchor",
-        load_plugin(&plugin("tamp_anchored_structured")).unwrap(),
-        config,
-        Trigger::Always,
-        Duration::from_secs(60),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
+    StageChain::new("tamp_anchored_structured", config, provider)
+        .llm_concurrency(64)
+        .timeout(Duration::from_secs(60))
+        .build()
 }
 
 fn compact(chain: &Chain, input: &Conversation) -> Compacted {

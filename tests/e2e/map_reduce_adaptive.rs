@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus, corpus_mix, corpus_names, plugin};
+use tamp_e2e::{corpus, corpus_mix, corpus_names, plugin, StageChain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus,
 };
@@ -42,24 +42,10 @@ fn stage_chain(
     encoding: Encoding,
     keep_recent: u32,
 ) -> Chain {
-    ChainBuilder::new(BudgetConfig {
-        max_tokens: 10_000_000,
-        keep_recent,
-        ..Default::default()
-    })
-    .provider(provider)
-    .tokens(Arc::new(TokenCounter::new(encoding).unwrap()))
-    .llm_concurrency(256)
-    .stage(
-        "summarize",
-        load_plugin(&plugin("tamp_map_reduce_adaptive")).unwrap(),
-        config,
-        Trigger::Always,
-        Duration::from_secs(120),
-    )
-    .unwrap()
-    .build()
-    .unwrap()
+    StageChain::new("tamp_map_reduce_adaptive", config, provider)
+        .encoding(encoding)
+        .keep_recent(keep_recent)
+        .build()
 }
 
 fn compact(chain: &Chain, input: &Conversation) -> Compacted {

@@ -171,3 +171,88 @@ pub fn corpus_mix(n: usize) -> Conversation {
     }
     Conversation::new(messages)
 }
+
+/// A chain of one plugin stage that runs on every compaction (`always`), so the plugin's own
+/// triggers decide, with every LLM call answered by `provider`. Defaults: a budget far above
+/// any test conversation, `keep_recent` 2, `o200k_base`, 256 LLM calls at once, 120 s.
+pub struct StageChain {
+    plugin_lib: &'static str,
+    config: serde_json::Value,
+    provider: std::sync::Arc<dyn tamp_host::providers::Provider>,
+    max_tokens: u64,
+    keep_recent: u32,
+    encoding: tamp_host::tokens::Encoding,
+    llm_concurrency: usize,
+    timeout: std::time::Duration,
+}
+
+impl StageChain {
+    pub fn new(
+        plugin_lib: &'static str,
+        config: serde_json::Value,
+        provider: std::sync::Arc<dyn tamp_host::providers::Provider>,
+    ) -> Self {
+        StageChain {
+            plugin_lib,
+            config,
+            provider,
+            max_tokens: 10_000_000,
+            keep_recent: 2,
+            encoding: tamp_host::tokens::Encoding::O200kBase,
+            llm_concurrency: 256,
+            timeout: std::time::Duration::from_secs(120),
+        }
+    }
+
+    pub fn max_tokens(mut self, n: u64) -> Self {
+        self.max_tokens = n;
+        self
+    }
+
+    pub fn keep_recent(mut self, n: u32) -> Self {
+        self.keep_recent = n;
+        self
+    }
+
+    pub fn encoding(mut self, encoding: tamp_host::tokens::Encoding) -> Self {
+        self.encoding = encoding;
+        self
+    }
+
+    pub fn llm_concurrency(mut self, n: usize) -> Self {
+        self.llm_concurrency = n;
+        self
+    }
+
+    pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn build(self) -> tamp_host::chain::Chain {
+        use std::sync::Arc;
+        use tamp_host::chain::{load_plugin, ChainBuilder};
+        use tamp_host::config::{BudgetConfig, Trigger};
+        use tamp_host::tokens::TokenCounter;
+        ChainBuilder::new(BudgetConfig {
+            max_tokens: self.max_tokens,
+            keep_recent: self.keep_recent,
+            ..Default::default()
+        })
+        .provider(self.provider)
+        .tokens(Arc::new(
+            TokenCounter::new(self.encoding).expect("tokenizer"),
+        ))
+        .llm_concurrency(self.llm_concurrency)
+        .stage(
+            "stage",
+            load_plugin(&plugin(self.plugin_lib)).expect("plugin loads"),
+            self.config,
+            Trigger::Always,
+            self.timeout,
+        )
+        .expect("stage config is valid")
+        .build()
+        .expect("chain builds")
+    }
+}
