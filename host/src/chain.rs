@@ -571,7 +571,7 @@ impl Chain {
 
         let result = match outcome {
             Err(failure) => Err(failure),
-            Ok(outcome) => self.verify(input, outcome, &services, budget).await,
+            Ok(outcome) => self.verify(input, outcome, &services, budget, format).await,
         };
         run.duration_ms = started.elapsed().as_secs_f64() * 1e3;
         match result {
@@ -590,13 +590,15 @@ impl Chain {
         }
     }
 
-    /// Checks a stage's output; returns it (None if unchanged), its report and its tokens.
+    /// Checks a stage's output against the rules of `format` (the wire format the chain
+    /// resolved for this call); returns it (None if unchanged), its report and its tokens.
     async fn verify(
         &self,
         input: &Conversation,
         outcome: tamp_plugin_api::CompactOutcome,
         services: &StageServices,
         budget: Budget,
+        format: WireFormat,
     ) -> Result<(Option<Conversation>, StageReport, u64), StageFailure> {
         let mut output = outcome.conversation;
         // The thread and request metadata belong to the caller, not the stage.
@@ -605,7 +607,6 @@ impl Chain {
         if output.messages == input.messages {
             return Ok((None, outcome.report, budget.current_tokens));
         }
-        let format = infer_format(&input.messages);
         let keep_recent = budget.keep_recent as usize;
         let mut pages = services.archived_pages();
         let mut checked = check_stage_output(

@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tamp_custom_strategy::ArchiveOldToolCalls;
-use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain};
-use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, FileOverrides};
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain, StageChain};
+use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
 use tamp_host::loader::LoadedPlugin;
 use tamp_host::providers::ScriptedProvider;
 use tamp_host::services::{HostContext, StageServices};
@@ -133,47 +132,24 @@ fn concurrency_run(
     rt: &tokio::runtime::Runtime,
     compactions: usize,
     label: &str,
-    plugin_lib: &str,
+    plugin_lib: &'static str,
     config: serde_json::Value,
 ) {
     let delay = Duration::from_millis(200);
-    let conversation = {
-        // 50 messages of a real customer-service conversation (tool runs between user turns).
-        let conv =
-            tamp_e2e::corpus_conversation("anthropic", "taubench_gpt4o_airline_task23_trial3");
-        let units = tamp_plugin_api::sdk::units(&conv.messages);
-        let end = units
-            .iter()
-            .map(|u| u.range.end)
-            .take_while(|&e| e <= 50)
-            .last()
-            .unwrap();
-        conv.with_messages(conv.messages[..end].to_vec())
-    };
+    // 50 messages of a real customer-service conversation (tool runs between user turns).
+    let conversation = tamp_e2e::fifty_message_conversation();
     let dir = scratch_dir("bench-concurrency");
     let provider = ScriptedProvider::always("A short summary of the tool calls.")
         .with_delay(delay)
         .without_request_log();
-    let chain = ChainBuilder::new(BudgetConfig {
-        max_tokens: 1_000,
-        keep_recent: 4,
-        ..Default::default()
-    })
-    .provider(Arc::new(provider))
-    .store(Arc::new(
-        SqliteStore::open(&dir.join("pages.sqlite3")).unwrap(),
-    ))
-    .llm_concurrency(1_000_000)
-    .stage(
-        "stage",
-        LoadedPlugin::load(&plugin(plugin_lib)).unwrap(),
-        config,
-        Trigger::Always,
-        Duration::from_secs(120),
-    )
-    .unwrap()
-    .build()
-    .unwrap();
+    let chain = StageChain::new(plugin_lib, config, Arc::new(provider))
+        .max_tokens(1_000)
+        .keep_recent(4)
+        .store(Arc::new(
+            SqliteStore::open(&dir.join("pages.sqlite3")).unwrap(),
+        ))
+        .llm_concurrency(1_000_000)
+        .build();
     let chain = Arc::new(chain);
     let options = CompactOptions {
         force: true,
@@ -230,15 +206,7 @@ fn concurrency_run(
 /// Where one compaction's CPU time goes, on the concurrency benchmark's 50-message
 /// conversation, one compaction at a time (no waiting: the provider answers at once).
 fn breakdown(rt: &tokio::runtime::Runtime, iterations: usize) {
-    let conv = tamp_e2e::corpus_conversation("anthropic", "taubench_gpt4o_airline_task23_trial3");
-    let units = tamp_plugin_api::sdk::units(&conv.messages);
-    let end = units
-        .iter()
-        .map(|u| u.range.end)
-        .take_while(|&e| e <= 50)
-        .last()
-        .unwrap();
-    let conversation = conv.with_messages(conv.messages[..end].to_vec());
+    let conversation = tamp_e2e::fifty_message_conversation();
     let tokens = TokenCounter::new(Encoding::O200kBase).unwrap();
     let time = |f: &mut dyn FnMut()| {
         f();
@@ -255,26 +223,13 @@ fn breakdown(rt: &tokio::runtime::Runtime, iterations: usize) {
     let pairing = time(&mut || {
         wire::check_tool_pairing(&conversation.messages, WireFormat::Anthropic).unwrap()
     });
-    let chain_for = |lib: &str, config: serde_json::Value| {
-        ChainBuilder::new(BudgetConfig {
-            max_tokens: 1_000,
-            keep_recent: 4,
-            ..Default::default()
-        })
-        .provider(Arc::new(
-            ScriptedProvider::always("A short summary.").without_request_log(),
-        ))
-        .tokens(Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()))
-        .stage(
-            "stage",
-            LoadedPlugin::load(&plugin(lib)).unwrap(),
-            config,
-            Trigger::Always,
-            Duration::from_secs(60),
-        )
-        .unwrap()
-        .build()
-        .unwrap()
+    let chain_for = |lib: &'static str, config: serde_json::Value| {
+        let provider = ScriptedProvider::always("A short summary.").without_request_log();
+        StageChain::new(lib, config, Arc::new(provider))
+            .max_tokens(1_000)
+            .keep_recent(4)
+            .timeout(Duration::from_secs(60))
+            .build()
     };
     let options = CompactOptions {
         force: true,

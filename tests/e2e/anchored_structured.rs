@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus, corpus_names, plugin, StageChain};
+use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, StageChain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus,
 };
@@ -589,11 +589,7 @@ fn real_conversations_in_both_wire_formats() {
             summary.joined_text().starts_with("# Anchored summary"),
             "{ctx}"
         );
-        let json = wire::to_string_pretty(&out.conversation, fmt);
-        let (back, back_fmt) = wire::parse_str(&json, None).unwrap();
-        assert_eq!(back_fmt, fmt, "{ctx}");
-        assert_eq!(back, out.conversation, "{ctx}");
-        wire::check_tool_pairing(&back.messages, fmt).unwrap();
+        assert_wire_round_trip(&out.conversation, fmt, &ctx);
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus, plugin, scratch_dir, write_chain};
+use tamp_e2e::{assert_wire_round_trip, corpus, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, FileOverrides, StageRun,
     StageStatus,
@@ -730,11 +730,7 @@ fn openai_input_with_parallel_calls_comes_back_valid_openai() {
     assert!(first.contains("read_file returned: [package]"), "{first}");
     assert!(first.contains("grep returned: src/lib.rs:12"), "{first}");
 
-    let json = wire::to_string_pretty(&out.conversation, WireFormat::OpenAi);
-    let (back, back_format) = wire::parse_str(&json, None).unwrap();
-    assert_eq!(back_format, WireFormat::OpenAi);
-    assert_eq!(back, out.conversation);
-    wire::check_tool_pairing(&back.messages, WireFormat::OpenAi).unwrap();
+    assert_wire_round_trip(&out.conversation, WireFormat::OpenAi, "openai output");
 }
 
 #[test]

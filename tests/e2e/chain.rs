@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use tamp_e2e::{corpus, corpus_names, plugin, scratch_dir, write_chain};
+use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::wire;
 use tamp_plugin_api::{Conversation, Message};
@@ -118,11 +118,7 @@ fn two_plugins_compact_every_corpus_conversation_in_both_formats() {
             );
 
             // The output is valid in its wire format and reads back to the same conversation.
-            let json = wire::to_string_pretty(&out.conversation, fmt);
-            let (back, back_fmt) = wire::parse_str(&json, None).unwrap();
-            assert_eq!(back_fmt, fmt, "{ctx}");
-            assert_eq!(back, out.conversation, "{ctx}");
-            wire::check_tool_pairing(&back.messages, fmt).unwrap();
+            assert_wire_round_trip(&out.conversation, fmt, &ctx);
 
             rt.block_on(assert_nothing_lost(&chain, &input, &out.conversation));
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus, corpus_mix, corpus_names, plugin, StageChain};
+use tamp_e2e::{assert_wire_round_trip, corpus, corpus_mix, corpus_names, plugin, StageChain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus,
 };
@@ -820,11 +820,7 @@ fn real_conversations_in_both_wire_formats() {
             );
 
             // Valid in its wire format, and reads back to the same conversation.
-            let json = wire::to_string_pretty(&out.conversation, fmt);
-            let (back, back_fmt) = wire::parse_str(&json, None).unwrap();
-            assert_eq!(back_fmt, fmt, "{ctx}");
-            assert_eq!(back, out.conversation, "{ctx}");
-            wire::check_tool_pairing(&back.messages, fmt).unwrap();
+            assert_wire_round_trip(&out.conversation, fmt, &ctx);
         }
     }
 }

@@ -184,6 +184,7 @@ pub struct StageChain {
     encoding: tamp_host::tokens::Encoding,
     llm_concurrency: usize,
     timeout: std::time::Duration,
+    store: Option<std::sync::Arc<dyn tamp_host::store::PageStore>>,
 }
 
 impl StageChain {
@@ -201,7 +202,14 @@ impl StageChain {
             encoding: tamp_host::tokens::Encoding::O200kBase,
             llm_concurrency: 256,
             timeout: std::time::Duration::from_secs(120),
+            store: None,
         }
+    }
+
+    /// Archive pages here instead of a fresh in-memory store.
+    pub fn store(mut self, store: std::sync::Arc<dyn tamp_host::store::PageStore>) -> Self {
+        self.store = Some(store);
+        self
     }
 
     pub fn max_tokens(mut self, n: u64) -> Self {
@@ -234,25 +242,58 @@ impl StageChain {
         use tamp_host::chain::{load_plugin, ChainBuilder};
         use tamp_host::config::{BudgetConfig, Trigger};
         use tamp_host::tokens::TokenCounter;
-        ChainBuilder::new(BudgetConfig {
+        let mut builder = ChainBuilder::new(BudgetConfig {
             max_tokens: self.max_tokens,
             keep_recent: self.keep_recent,
             ..Default::default()
-        })
-        .provider(self.provider)
-        .tokens(Arc::new(
-            TokenCounter::new(self.encoding).expect("tokenizer"),
-        ))
-        .llm_concurrency(self.llm_concurrency)
-        .stage(
-            "stage",
-            load_plugin(&plugin(self.plugin_lib)).expect("plugin loads"),
-            self.config,
-            Trigger::Always,
-            self.timeout,
-        )
-        .expect("stage config is valid")
-        .build()
-        .expect("chain builds")
+        });
+        if let Some(store) = self.store {
+            builder = builder.store(store);
+        }
+        builder
+            .provider(self.provider)
+            .tokens(Arc::new(
+                TokenCounter::new(self.encoding).expect("tokenizer"),
+            ))
+            .llm_concurrency(self.llm_concurrency)
+            .stage(
+                "stage",
+                load_plugin(&plugin(self.plugin_lib)).expect("plugin loads"),
+                self.config,
+                Trigger::Always,
+                self.timeout,
+            )
+            .expect("stage config is valid")
+            .build()
+            .expect("chain builds")
     }
+}
+
+/// Asserts `conversation` is valid on the wire in `format`: written out and read back, it is
+/// detected as `format`, equals itself, and keeps that format's tool-pairing rules.
+pub fn assert_wire_round_trip(
+    conversation: &Conversation,
+    format: tamp_host::wire::WireFormat,
+    ctx: &str,
+) {
+    use tamp_host::wire;
+    let json = wire::to_string_pretty(conversation, format);
+    let (back, back_format) = wire::parse_str(&json, None).unwrap();
+    assert_eq!(back_format, format, "{ctx}");
+    assert_eq!(&back, conversation, "{ctx}");
+    wire::check_tool_pairing(&back.messages, format).unwrap();
+}
+
+/// The first (about) 50 messages of a real customer-service conversation, cut at a unit
+/// boundary: tool runs between user turns.
+pub fn fifty_message_conversation() -> Conversation {
+    let conv = corpus_conversation("anthropic", "taubench_gpt4o_airline_task23_trial3");
+    let units = tamp_plugin_api::sdk::units(&conv.messages);
+    let end = units
+        .iter()
+        .map(|u| u.range.end)
+        .take_while(|&e| e <= 50)
+        .last()
+        .expect("a unit ends by message 50");
+    conv.with_messages(conv.messages[..end].to_vec())
 }
