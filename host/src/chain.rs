@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, Trigger};
 use crate::invariants::{check_stage_output, infer_format, Violation};
 use crate::loader::{resolve_plugin, LoadError, LoadedPlugin};
-use crate::providers::{ExtractiveSummarizer, Provider, ScriptedProvider};
+use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageServices};
 use crate::store::{PageStore, SqliteStore};
 use crate::tokens::TokenCounter;
@@ -343,17 +343,7 @@ impl Chain {
         overrides: FileOverrides,
     ) -> Result<Chain, ChainError> {
         let cfg = &file.file;
-        let provider: Arc<dyn Provider> = match cfg.provider.kind.as_str() {
-            "scripted" => {
-                let script =
-                    file.resolve_path(cfg.provider.script.as_deref().unwrap_or(Path::new("")));
-                Arc::new(
-                    ScriptedProvider::from_file(&script)
-                        .map_err(|e| file.error(None, format!("provider.script: {e}")))?,
-                )
-            }
-            _ => Arc::new(ExtractiveSummarizer::default()),
-        };
+        let provider = crate::providers::from_config(file)?;
         let encoding = cfg
             .tokenizer
             .encoding

@@ -24,6 +24,8 @@ pub struct ChainFile {
     pub provider: ProviderConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    #[serde(default)]
+    pub cache: CacheConfig,
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
@@ -106,14 +108,35 @@ impl Default for TokenizerConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProviderConfig {
-    /// `extractive` (offline, the default) or `scripted` (answers from `script`, for tests).
+    /// `extractive` (offline, the default), `scripted` (answers from `script`, for tests),
+    /// `anthropic` (Messages API) or `openai` (any Chat Completions server: OpenAI, vLLM,
+    /// llama.cpp, Ollama's `/v1`).
     pub kind: String,
     /// The scripted provider's script file.
     pub script: Option<PathBuf>,
+    /// The model name sent to the API (`anthropic`, `openai`).
+    pub model: Option<String>,
+    /// The API's base URL; defaults to the provider's public endpoint.
+    pub base_url: Option<String>,
+    /// The environment variable that holds the API key. The key itself never goes in the file.
+    pub api_key_env: Option<String>,
+    /// How structured answers are asked for: `auto` (the provider's native JSON-schema output),
+    /// `native`, `tool` (Anthropic: a forced tool whose input schema is the schema) or `prompt`
+    /// ("reply with JSON only", then parse; for servers without schema support).
+    pub structured_output: String,
     /// At most this many calls in flight at once.
     pub max_concurrency: usize,
-    /// Per-call timeout, in seconds.
+    /// Per-call timeout, in seconds (each attempt).
     pub timeout_secs: f64,
+    /// Retries after the first attempt for transient failures (408, 409, 429, 5xx, 529,
+    /// connection errors).
+    pub max_retries: u32,
+    /// The first retry's backoff, in milliseconds; doubled per attempt, with jitter.
+    pub retry_initial_ms: u64,
+    /// The longest backoff between two attempts, in milliseconds.
+    pub retry_max_ms: u64,
+    /// Prices that turn token usage into an estimated cost in the report.
+    pub price: Option<PriceConfig>,
 }
 
 impl Default for ProviderConfig {
@@ -121,9 +144,57 @@ impl Default for ProviderConfig {
         ProviderConfig {
             kind: "extractive".into(),
             script: None,
+            model: None,
+            base_url: None,
+            api_key_env: None,
+            structured_output: "auto".into(),
             max_concurrency: 16,
             timeout_secs: 120.0,
+            max_retries: 4,
+            retry_initial_ms: 500,
+            retry_max_ms: 30_000,
+            price: None,
         }
+    }
+}
+
+/// `[provider.price]`: US dollars per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriceConfig {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    /// Prompt-cache reads; defaults to a tenth of the input price.
+    pub cache_read_per_mtok: Option<f64>,
+    /// Prompt-cache writes; defaults to 1.25 × the input price.
+    pub cache_write_per_mtok: Option<f64>,
+    /// The factor batch calls are billed at (0.5: half price).
+    pub batch_factor: f64,
+}
+
+impl Default for PriceConfig {
+    fn default() -> Self {
+        PriceConfig {
+            input_per_mtok: 0.0,
+            output_per_mtok: 0.0,
+            cache_read_per_mtok: None,
+            cache_write_per_mtok: None,
+            batch_factor: 0.5,
+        }
+    }
+}
+
+/// `[cache]`: the summary cache (no summary paid for twice).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Answer repeated LLM requests and already-summarized message ranges from the store.
+    pub enabled: bool,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { enabled: true }
     }
 }
 

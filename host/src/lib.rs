@@ -7,13 +7,16 @@
 //! - [`chain`]: runs stages in order, rolls back a stage that fails or breaks an invariant.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter.
+//! - [`serve`]: `tamp serve`, the HTTP API with hot reload; [`conformance`]: the plugin kit.
 
 pub mod chain;
 pub mod config;
+pub mod conformance;
 pub mod invariants;
 pub mod loader;
 pub mod logging;
 pub mod providers;
+pub mod serve;
 pub mod services;
 pub mod store;
 pub mod tokens;

@@ -67,6 +67,12 @@ enum Command {
     /// Read archived pages: the original messages behind a summary's page ref.
     #[command(subcommand)]
     Pages(PagesCommand),
+    /// Serve the chain over HTTP, reloading it when its file changes.
+    Serve(tamp_host::serve::ServeArgs),
+    /// Validate a chain file (plugins loaded, stage configs checked) without serving.
+    CheckConfig(tamp_host::serve::CheckConfigArgs),
+    /// Check a plugin library against tamp's plugin specification.
+    Conformance(tamp_host::conformance::ConformanceArgs),
 }
 
 #[derive(Args)]
@@ -164,6 +170,12 @@ fn main() -> ExitCode {
         Command::Compact(args) => compact(args),
         Command::Plugins(cmd) => plugins(cmd),
         Command::Pages(cmd) => pages(cmd),
+        Command::Serve(args) => tamp_host::serve::run_cli(args),
+        Command::CheckConfig(args) => tamp_host::serve::check_config_cli(args),
+        Command::Conformance(args) => match tamp_host::conformance::run_cli(args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

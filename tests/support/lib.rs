@@ -8,6 +8,11 @@ use std::sync::OnceLock;
 
 use tamp_plugin_api::Conversation;
 
+/// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
+pub mod mock_llm;
+/// Starting and driving a real `tamp serve` process.
+pub mod serve_support;
+
 /// Packages whose artifacts the tests load or run.
 const PACKAGES: &[&str] = &[
     "tamp-host",

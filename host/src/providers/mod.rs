@@ -31,6 +31,23 @@ pub use scripted::{
     ScriptedUsage,
 };
 
+/// Builds the provider a chain file's `[provider]` section describes.
+pub fn from_config(
+    file: &crate::config::LoadedChainFile,
+) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
+    let cfg = &file.file.provider;
+    Ok(match cfg.kind.as_str() {
+        "scripted" => {
+            let script = file.resolve_path(cfg.script.as_deref().unwrap_or(std::path::Path::new("")));
+            Arc::new(
+                ScriptedProvider::from_file(&script)
+                    .map_err(|e| file.error(None, format!("provider.script: {e}")))?,
+            )
+        }
+        _ => Arc::new(ExtractiveSummarizer::default()),
+    })
+}
+
 /// What went wrong in a provider call; decides whether the host retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

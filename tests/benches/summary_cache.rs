@@ -1,0 +1,2 @@
+//! Placeholder: filled in by its issue's work.
+fn main() {}
