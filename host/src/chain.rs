@@ -87,7 +87,12 @@ pub struct ChainReport {
     pub reason: String,
     pub stages: Vec<StageRun>,
     pub llm_calls: u32,
+    /// LLM requests answered from the summary cache (no call made).
+    pub cache_hits: u32,
     pub usage: Usage,
+    /// The estimated cost of the calls, in US dollars, when the chain file has a price table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     pub duration_ms: f64,
 }
 
@@ -129,7 +134,15 @@ pub struct StageRun {
     pub duration_ms: f64,
     pub llm_calls: u32,
     pub failed_llm_calls: u32,
+    /// LLM requests answered from the summary cache (no call made).
+    pub cache_hits: u32,
     pub usage: Usage,
+    /// The estimated cost of the stage's calls, in US dollars, when priced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// The providers' own words for calls that failed (secrets removed), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub llm_errors: Vec<String>,
     pub pages: Vec<String>,
     pub messages_removed: u32,
     pub summaries_added: u32,
@@ -492,7 +505,9 @@ impl Chain {
             },
             reason,
             llm_calls: runs.iter().map(|r| r.llm_calls).sum(),
+            cache_hits: runs.iter().map(|r| r.cache_hits).sum(),
             usage,
+            cost_usd: None,
             stages: runs,
             duration_ms: started.elapsed().as_secs_f64() * 1e3,
         };
@@ -674,7 +689,10 @@ impl StageRun {
             duration_ms: 0.0,
             llm_calls: 0,
             failed_llm_calls: 0,
+            cache_hits: 0,
             usage: Usage::default(),
+            cost_usd: None,
+            llm_errors: Vec::new(),
             pages: Vec::new(),
             messages_removed: 0,
             summaries_added: 0,
