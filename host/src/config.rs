@@ -158,6 +158,49 @@ impl Default for ProviderConfig {
     }
 }
 
+impl ProviderConfig {
+    /// Whether calls to this provider are retried (the HTTP providers are).
+    pub fn retries(&self) -> bool {
+        matches!(self.kind.as_str(), "anthropic" | "openai")
+    }
+
+    /// How long the host waits for one call, retries and their backoff included: every
+    /// attempt may take `timeout_secs`, and every retry may wait up to `retry_max_ms`.
+    /// Providers that make one attempt (extractive, scripted) get `timeout_secs` alone.
+    pub fn overall_timeout(&self) -> Duration {
+        if !self.retries() {
+            return Duration::from_secs_f64(self.timeout_secs.max(0.0));
+        }
+        let attempts = f64::from(self.max_retries) + 1.0;
+        let backoff = self.retry_max_ms as f64 / 1000.0 * f64::from(self.max_retries);
+        Duration::from_secs_f64((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
+    }
+}
+
+impl PriceConfig {
+    /// The estimated cost of `usage`, in US dollars, at the synchronous rate.
+    pub fn cost_of(&self, usage: &tamp_plugin_api::Usage) -> f64 {
+        let per_token = |per_mtok: f64| per_mtok / 1_000_000.0;
+        usage.input_tokens as f64 * per_token(self.input_per_mtok)
+            + usage.output_tokens as f64 * per_token(self.output_per_mtok)
+            + usage.cache_read_tokens as f64
+                * per_token(
+                    self.cache_read_per_mtok
+                        .unwrap_or(self.input_per_mtok * 0.1),
+                )
+            + usage.cache_write_tokens as f64
+                * per_token(
+                    self.cache_write_per_mtok
+                        .unwrap_or(self.input_per_mtok * 1.25),
+                )
+    }
+
+    /// The same usage billed through a batch API.
+    pub fn batch_cost_of(&self, usage: &tamp_plugin_api::Usage) -> f64 {
+        self.cost_of(usage) * self.batch_factor
+    }
+}
+
 /// `[provider.price]`: US dollars per million tokens.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -318,37 +361,7 @@ impl LoadedChainFile {
                 .unwrap_or("");
             self.error_at_key("budget", field, m.clone())
         })?;
-        let provider = &self.file.provider;
-        match (provider.kind.as_str(), &provider.script) {
-            ("extractive", None) | ("scripted", Some(_)) => {}
-            ("scripted", None) => {
-                return Err(self.error_at_key("provider", "kind", "provider.script: required when kind = \"scripted\"".into()))
-            }
-            ("extractive", Some(_)) => {
-                return Err(self.error_at_key("provider", "script", "provider.script: only for kind = \"scripted\"".into()))
-            }
-            (other, _) => {
-                return Err(self.error_at_key(
-                    "provider",
-                    "kind",
-                    format!("provider.kind: unknown provider \"{other}\"; expected \"extractive\" or \"scripted\""),
-                ))
-            }
-        }
-        if provider.max_concurrency == 0 {
-            return Err(self.error_at_key(
-                "provider",
-                "max_concurrency",
-                "provider.max_concurrency: must be at least 1".into(),
-            ));
-        }
-        if provider.timeout_secs.is_nan() || provider.timeout_secs <= 0.0 {
-            return Err(self.error_at_key(
-                "provider",
-                "timeout_secs",
-                "provider.timeout_secs: must be positive".into(),
-            ));
-        }
+        self.check_provider()?;
         if self
             .file
             .tokenizer
@@ -388,6 +401,109 @@ impl LoadedChainFile {
         Ok(())
     }
 
+    /// The `[provider]` rules; each error names the field (`provider.model: ...`).
+    fn check_provider(&self) -> Result<(), ConfigError> {
+        let provider = &self.file.provider;
+        let fail = |key: &str, message: String| {
+            Err(self.error_at_key("provider", key, format!("provider.{key}: {message}")))
+        };
+        let kind = provider.kind.as_str();
+        let http = matches!(kind, "anthropic" | "openai");
+        if !matches!(kind, "extractive" | "scripted") && !http {
+            return fail(
+                "kind",
+                format!("unknown provider \"{kind}\"; expected \"extractive\", \"scripted\", \"anthropic\" or \"openai\""),
+            );
+        }
+        match (kind, &provider.script) {
+            ("scripted", None) => {
+                return Err(self.error_at_key(
+                    "provider",
+                    "kind",
+                    "provider.script: required when kind = \"scripted\"".into(),
+                ))
+            }
+            (k, Some(_)) if k != "scripted" => {
+                return fail("script", "only for kind = \"scripted\"".into())
+            }
+            _ => {}
+        }
+        for (key, set) in [
+            ("model", provider.model.is_some()),
+            ("base_url", provider.base_url.is_some()),
+            ("api_key_env", provider.api_key_env.is_some()),
+        ] {
+            if set && !http {
+                return fail(key, "only for kind = \"anthropic\" or \"openai\"".into());
+            }
+        }
+        if http {
+            match &provider.model {
+                None => return fail("model", format!("required when kind = \"{kind}\"")),
+                Some(m) if m.trim().is_empty() => return fail("model", "must not be empty".into()),
+                Some(_) => {}
+            }
+            if kind == "anthropic" && provider.api_key_env.is_none() {
+                return fail(
+                    "api_key_env",
+                    "required when kind = \"anthropic\": the name of the environment variable that holds the key, e.g. \"ANTHROPIC_API_KEY\"".into(),
+                );
+            }
+        }
+        if let Some(var) = &provider.api_key_env {
+            // Never echo the value: someone may have pasted the key itself here.
+            let is_name = !var.is_empty()
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !is_name {
+                return fail(
+                    "api_key_env",
+                    "must be the name of an environment variable (letters, digits and _), not the key itself".into(),
+                );
+            }
+        }
+        if let Some(url) = &provider.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return fail(
+                    "base_url",
+                    format!("must be an http:// or https:// URL, got \"{url}\""),
+                );
+            }
+        }
+        match provider.structured_output.as_str() {
+            "auto" | "native" | "prompt" => {}
+            "tool" if kind == "anthropic" || !http => {}
+            "tool" => {
+                return fail(
+                    "structured_output",
+                    "\"tool\" is for kind = \"anthropic\"; use \"auto\", \"native\" or \"prompt\"".into(),
+                )
+            }
+            other => {
+                return fail(
+                    "structured_output",
+                    format!("unknown mode \"{other}\"; expected \"auto\", \"native\", \"tool\" or \"prompt\""),
+                )
+            }
+        }
+        if provider.max_concurrency == 0 {
+            return fail("max_concurrency", "must be at least 1".into());
+        }
+        if provider.timeout_secs.is_nan() || provider.timeout_secs <= 0.0 {
+            return fail("timeout_secs", "must be positive".into());
+        }
+        if provider.retry_max_ms < provider.retry_initial_ms {
+            return fail(
+                "retry_max_ms",
+                format!(
+                    "must be at least retry_initial_ms ({} < {})",
+                    provider.retry_max_ms, provider.retry_initial_ms
+                ),
+            );
+        }
+        Ok(())
+    }
+
     pub fn error(&self, line: Option<usize>, message: String) -> ConfigError {
         ConfigError {
             file: self.path.clone(),
@@ -397,7 +513,7 @@ impl LoadedChainFile {
     }
 
     /// An error pointing at `key = ...` inside `[table]`, or at the table, when found.
-    fn error_at_key(&self, table: &str, key: &str, message: String) -> ConfigError {
+    pub(crate) fn error_at_key(&self, table: &str, key: &str, message: String) -> ConfigError {
         let header = format!("[{table}]");
         let line = self.source.find(&header).map(|start| {
             let section_end = self.source[start + header.len()..]
@@ -534,5 +650,92 @@ mod tests {
         assert_eq!(err.line, Some(2));
         let err = parse("[provider]\nkind = \"scripted\"\n").unwrap_err();
         assert!(err.message.contains("provider.script"), "{err}");
+    }
+
+    #[test]
+    fn http_providers_are_accepted_with_their_fields() {
+        let f = parse(
+            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-x\"\napi_key_env = \"ANTHROPIC_API_KEY\"\nstructured_output = \"tool\"\n",
+        )
+        .unwrap();
+        assert_eq!(f.file.provider.model.as_deref(), Some("claude-x"));
+        assert_eq!(f.file.provider.max_retries, 4);
+        parse("[provider]\nkind = \"openai\"\nmodel = \"llama\"\nbase_url = \"http://127.0.0.1:8080/v1\"\n")
+            .unwrap();
+    }
+
+    #[test]
+    fn provider_errors_name_the_field_and_line() {
+        let cases = [
+            (
+                "kind = \"anthropic\"\napi_key_env = \"K\"\n",
+                "provider.model: required when kind = \"anthropic\"",
+                1,
+            ),
+            (
+                "kind = \"openai\"\nmodel = \"  \"\n",
+                "provider.model: must not be empty",
+                3,
+            ),
+            (
+                "kind = \"anthropic\"\nmodel = \"m\"\n",
+                "provider.api_key_env: required when kind = \"anthropic\"",
+                1,
+            ),
+            (
+                "kind = \"openai\"\nmodel = \"m\"\nstructured_output = \"json\"\n",
+                "provider.structured_output: unknown mode \"json\"",
+                4,
+            ),
+            (
+                "kind = \"openai\"\nmodel = \"m\"\nstructured_output = \"tool\"\n",
+                "provider.structured_output: \"tool\" is for kind = \"anthropic\"",
+                4,
+            ),
+            (
+                "kind = \"openai\"\nmodel = \"m\"\nbase_url = \"127.0.0.1:8080\"\n",
+                "provider.base_url: must be an http:// or https:// URL",
+                4,
+            ),
+            (
+                "kind = \"extractive\"\nmodel = \"m\"\n",
+                "provider.model: only for kind = \"anthropic\" or \"openai\"",
+                3,
+            ),
+            (
+                "retry_initial_ms = 100\nretry_max_ms = 50\n",
+                "provider.retry_max_ms: must be at least retry_initial_ms (50 < 100)",
+                3,
+            ),
+            (
+                "timeout_secs = 0\n",
+                "provider.timeout_secs: must be positive",
+                2,
+            ),
+            (
+                "max_concurrency = 0\n",
+                "provider.max_concurrency: must be at least 1",
+                2,
+            ),
+        ];
+        for (body, want, line) in cases {
+            let err = parse(&format!("[provider]\n{body}")).unwrap_err();
+            assert!(err.message.starts_with(want), "{body}: {err}");
+            assert_eq!(err.line, Some(line), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_key_pasted_into_api_key_env_is_not_echoed() {
+        let err = parse(
+            "[provider]\nkind = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"sk-ant-api03-secret\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.message
+                .starts_with("provider.api_key_env: must be the name of an environment variable"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 }

@@ -111,6 +111,10 @@ struct CompactArgs {
     /// Print progress events (LLM calls finished) to stderr.
     #[arg(long)]
     progress: bool,
+    /// The conversation's thread id: summary-cache entries and pages are kept per thread.
+    /// Without it, cached summaries are shared by content alone.
+    #[arg(long, value_name = "ID")]
+    thread_id: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -227,8 +231,11 @@ fn compact(args: CompactArgs) -> Result<()> {
     } else {
         args.input.as_str()
     };
-    let (conversation, format) =
+    let (mut conversation, format) =
         wire::parse_str(&text, format).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+    if let Some(id) = &args.thread_id {
+        conversation.thread_id = tamp_host::plugin_api::FfiOption::RSome(id.as_str().into());
+    }
 
     let progress: Option<tamp_host::services::ProgressFn> = args.progress.then(|| {
         Arc::new(|stage: &str, e: &tamp_host::plugin_api::ProgressEvent| {

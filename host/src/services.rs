@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
 use tamp_plugin_api::{
-    ErrorKind, FfiFuture, FfiOption, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, HostError,
-    HostServices, HostServicesBox, HostServices_TO, IntoFfiFuture as _, LlmRequest, LlmResponse,
-    Message, Page, PageDraft, PluginError, ProgressEvent, Usage,
+    CachedSummary, ErrorKind, FfiFuture, FfiOption, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec,
+    HostError, HostServices, HostServicesBox, HostServices_TO, IntoFfiFuture as _, LlmRequest,
+    LlmResponse, Message, Page, PageDraft, PluginError, ProgressEvent, Usage,
 };
 use tokio::sync::Semaphore;
 
 use crate::providers::Provider;
-use crate::store::{NewPage, PageStore};
+use crate::store::{CacheScope, NewPage, PageStore, SummaryCache};
 use crate::tokens::TokenCounter;
 use crate::wire::WireFormat;
 
@@ -31,6 +31,8 @@ pub type ProgressFn = Arc<dyn Fn(&str, &ProgressEvent) + Send + Sync>;
 pub struct HostContext {
     pub provider: Arc<dyn Provider>,
     pub store: Arc<dyn PageStore>,
+    /// The summary cache; `None` when `[cache] enabled = false`.
+    pub cache: Option<Arc<dyn SummaryCache>>,
     pub tokens: Arc<TokenCounter>,
     /// The provider's concurrency limit, shared by every compaction using this chain.
     pub llm_permits: Arc<Semaphore>,
@@ -47,36 +49,64 @@ struct StageState {
     stage: String,
     thread_id: Option<String>,
     source_format: Option<WireFormat>,
+    /// Where this stage's cache entries live: its thread, strategy and config.
+    scope: CacheScope,
     archived: Mutex<HashMap<String, Vec<Message>>>,
     usage: Mutex<Usage>,
     calls: AtomicU32,
     failed_calls: AtomicU32,
+    cache_hits: AtomicU32,
+    errors: Mutex<Vec<String>>,
 }
 
 /// What a stage run did through its services.
 #[derive(Debug, Clone, Default)]
 pub struct StageUsage {
+    /// Calls made to the provider (cache hits not included).
     pub llm_calls: u32,
     pub failed_llm_calls: u32,
+    /// Requests answered from the summary cache.
+    pub cache_hits: u32,
     pub usage: Usage,
+    /// The failed calls' errors, in the order they failed.
+    pub errors: Vec<String>,
+}
+
+/// Who a stage run is, for the cache and the pages it writes.
+#[derive(Debug, Clone, Default)]
+pub struct StageIdentity {
+    /// The stage's name in the chain (reports, logs, progress).
+    pub stage: String,
+    /// The plugin's name: the strategy cache entries belong to.
+    pub strategy: String,
+    /// The hash of the stage's config (`store::cache::config_hash`).
+    pub config_hash: String,
 }
 
 impl StageServices {
     pub fn new(
         ctx: Arc<HostContext>,
-        stage: &str,
+        identity: StageIdentity,
         thread_id: Option<String>,
         source_format: Option<WireFormat>,
     ) -> Self {
+        let scope = CacheScope::new(
+            thread_id.as_deref(),
+            &identity.strategy,
+            &identity.config_hash,
+        );
         StageServices(Arc::new(StageState {
             ctx,
-            stage: stage.to_string(),
+            stage: identity.stage,
             thread_id,
             source_format,
+            scope,
             archived: Mutex::new(HashMap::new()),
             usage: Mutex::new(Usage::default()),
             calls: AtomicU32::new(0),
             failed_calls: AtomicU32::new(0),
+            cache_hits: AtomicU32::new(0),
+            errors: Mutex::new(Vec::new()),
         }))
     }
 
@@ -97,12 +127,60 @@ impl StageServices {
         StageUsage {
             llm_calls: self.0.calls.load(Ordering::Relaxed),
             failed_llm_calls: self.0.failed_calls.load(Ordering::Relaxed),
+            cache_hits: self.0.cache_hits.load(Ordering::Relaxed),
             usage: *lock(&self.0.usage),
+            errors: lock(&self.0.errors).clone(),
+        }
+    }
+
+    /// The cache, when enabled and worth using for this provider.
+    fn cache(&self) -> Option<&Arc<dyn SummaryCache>> {
+        self.0
+            .ctx
+            .cache
+            .as_ref()
+            .filter(|_| self.0.ctx.provider.cacheable())
+    }
+
+    /// The cached answer to `request`, if any. A cache that fails is logged and skipped: the
+    /// call is then made, so a broken cache costs money, never a compaction.
+    async fn cached_answer(&self, request: &LlmRequest) -> Option<LlmResponse> {
+        let cache = self.cache()?;
+        let key = self
+            .0
+            .scope
+            .request_key(self.0.ctx.provider.name(), request);
+        match cache.get_answer(key).await {
+            Ok(Some(mut answer)) => {
+                self.0.cache_hits.fetch_add(1, Ordering::Relaxed);
+                // Nothing was paid for this answer this time.
+                answer.usage = Usage::default();
+                Some(answer)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(stage = %self.0.stage, "summary cache unavailable: {e}");
+                None
+            }
+        }
+    }
+
+    async fn remember_answer(&self, request: &LlmRequest, answer: &LlmResponse) {
+        let Some(cache) = self.cache() else { return };
+        let key = self
+            .0
+            .scope
+            .request_key(self.0.ctx.provider.name(), request);
+        if let Err(e) = cache.put_answer(key, answer.clone()).await {
+            tracing::warn!(stage = %self.0.stage, "cannot write the summary cache: {e}");
         }
     }
 
     async fn complete_one(&self, request: LlmRequest) -> Result<LlmResponse, HostError> {
         let state = &self.0;
+        if let Some(answer) = self.cached_answer(&request).await {
+            return Ok(answer);
+        }
         let _permit = state
             .ctx
             .llm_permits
@@ -134,9 +212,13 @@ impl StageServices {
             )),
         };
         match &result {
-            Ok(r) => lock(&state.usage).add(&r.usage),
+            Ok(r) => {
+                lock(&state.usage).add(&r.usage);
+                self.remember_answer(&request, r).await;
+            }
             Err(e) => {
                 state.failed_calls.fetch_add(1, Ordering::Relaxed);
+                lock(&state.errors).push(e.message.to_string());
                 tracing::warn!(stage = %state.stage, label = %request.label, "LLM call failed: {e}");
             }
         }
@@ -326,6 +408,62 @@ impl HostServices for StageServices {
 
     fn progress(&self, event: ProgressEvent) {
         let _ = std::panic::catch_unwind(AssertUnwindSafe(|| self.emit_progress(&event)));
+    }
+
+    fn cached_summary(
+        &self,
+        messages: FfiSlice<'_, Message>,
+    ) -> FfiFuture<FfiOption<CachedSummary>> {
+        // Keys are computed now, while the plugin's messages are borrowed; the lookup waits.
+        let keys = match (self.0.ctx.cache.is_some(), messages.is_empty()) {
+            (true, false) => std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.0.scope.range_keys(messages.as_slice())
+            }))
+            .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let this = self.clone();
+        async move {
+            let Some(cache) = this.0.ctx.cache.as_ref().filter(|_| !keys.is_empty()) else {
+                return FfiOption::RNone;
+            };
+            match cache.longest_range(keys).await {
+                Ok(Some((covered, text))) => {
+                    this.0.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    FfiOption::RSome(CachedSummary {
+                        messages_covered: u32::try_from(covered).unwrap_or(u32::MAX),
+                        text: text.into(),
+                    })
+                }
+                Ok(None) => FfiOption::RNone,
+                Err(e) => {
+                    tracing::warn!(stage = %this.0.stage, "summary cache unavailable: {e}");
+                    FfiOption::RNone
+                }
+            }
+        }
+        .into_ffi()
+    }
+
+    fn cache_summary(&self, messages: FfiSlice<'_, Message>, summary: FfiString) -> FfiFuture<()> {
+        let key = match (self.0.ctx.cache.is_some(), messages.is_empty()) {
+            (true, false) => std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.0.scope.range_keys(messages.as_slice()).pop()
+            }))
+            .unwrap_or_default(),
+            _ => None,
+        };
+        let len = messages.len();
+        let this = self.clone();
+        async move {
+            let (Some(cache), Some(key)) = (this.0.ctx.cache.as_ref(), key) else {
+                return;
+            };
+            if let Err(e) = cache.put_range(key, len, summary.into()).await {
+                tracing::warn!(stage = %this.0.stage, "cannot write the summary cache: {e}");
+            }
+        }
+        .into_ffi()
     }
 }
 

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use abi_stable::sabi_trait;
-use abi_stable::std_types::{RArc, RResult, RSlice, RStr, RString, RVec};
+use abi_stable::std_types::{RArc, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::StableAbi;
-use async_ffi::FfiFuture;
+use async_ffi::{FfiFuture, FutureExt as _};
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +64,31 @@ pub trait HostServices: Clone + Send + Sync + 'static {
     /// Reports progress of long work (shown by the CLI, counted by `tamp serve`).
     #[sabi(last_prefix_field)]
     fn progress(&self, event: ProgressEvent);
+
+    /// The summary cache: the longest leading run of `messages` this strategy, with this
+    /// config, already summarized in this thread (or, without a thread id, anywhere), and that
+    /// summary. The host computes the key (thread, strategy, config hash, the messages' content
+    /// hashes) while the call is made, so the messages need not outlive it.
+    ///
+    /// Added after `progress`: a host without it answers "nothing cached".
+    fn cached_summary(&self, _messages: RSlice<'_, Message>) -> FfiFuture<ROption<CachedSummary>> {
+        async { ROption::RNone }.into_ffi()
+    }
+
+    /// Records `summary` as the summary of exactly `messages` (see [`Self::cached_summary`]).
+    /// Best effort: a store failure is logged by the host, never returned.
+    fn cache_summary(&self, _messages: RSlice<'_, Message>, _summary: RString) -> FfiFuture<()> {
+        async {}.into_ffi()
+    }
+}
+
+/// A summary the host had cached for a leading run of the messages asked about.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedSummary {
+    /// How many of the messages asked about (from the first) the summary covers.
+    pub messages_covered: u32,
+    pub text: RString,
 }
 
 /// One request of [`Host::complete_all_with_progress`] has finished.
@@ -234,6 +259,22 @@ impl Host {
             total: u32::try_from(total).unwrap_or(u32::MAX),
             message: RString::from(message.into()),
         });
+    }
+
+    /// The summary the host cached for the longest leading run of `messages` (this thread,
+    /// strategy and config), if any. See [`crate::sdk::incremental`] for the usual way to use it.
+    pub async fn cached_summary(&self, messages: &[Message]) -> Option<CachedSummary> {
+        self.services
+            .cached_summary(messages.into())
+            .await
+            .into_option()
+    }
+
+    /// Caches `summary` as the summary of exactly `messages`.
+    pub async fn cache_summary(&self, messages: &[Message], summary: &str) {
+        self.services
+            .cache_summary(messages.into(), summary.into())
+            .await
     }
 
     /// The strategy name pages and summaries are attributed to.

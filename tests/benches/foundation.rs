@@ -15,7 +15,7 @@ use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain, StageChain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
 use tamp_host::loader::LoadedPlugin;
 use tamp_host::providers::ScriptedProvider;
-use tamp_host::services::{HostContext, StageServices};
+use tamp_host::services::{HostContext, StageIdentity, StageServices};
 use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
@@ -56,9 +56,15 @@ fn budget(keep_recent: u32, current: u64) -> Budget {
 fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
     let conversation = corpus_mix(1_000);
     let config = serde_json::json!({"keep_exchanges": 3, "summarize": false});
+    let bench_identity = || StageIdentity {
+        stage: "bench".into(),
+        strategy: "custom-strategy".into(),
+        config_hash: String::new(),
+    };
     let ctx = Arc::new(HostContext {
         provider: Arc::new(ScriptedProvider::always("unused")),
         store: Arc::new(SqliteStore::in_memory().unwrap()),
+        cache: None,
         tokens: Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()),
         llm_permits: Arc::new(Semaphore::new(16)),
         llm_timeout: Duration::from_secs(10),
@@ -70,7 +76,7 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
     let dynamically = loaded.instantiate(&config).unwrap();
 
     let run_static = |conv: Conversation| {
-        let services = StageServices::new(Arc::clone(&ctx), "bench", None, None);
+        let services = StageServices::new(Arc::clone(&ctx), bench_identity(), None, None);
         let input = Compaction {
             conversation: conv,
             budget: budget(10, 0),
@@ -84,7 +90,7 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
         })
     };
     let run_plugin = |conv: Conversation| {
-        let services = StageServices::new(Arc::clone(&ctx), "bench", None, None);
+        let services = StageServices::new(Arc::clone(&ctx), bench_identity(), None, None);
         let request = CompactRequest {
             conversation: conv,
             budget: budget(10, 0),

@@ -531,9 +531,18 @@ fn a_prior_anchored_summary_is_merged() {
     let text = summary_of(&out).joined_text();
     assert!(text.contains("- src/config/ini.rs"), "{text}");
 
-    // With the script exhausted every call fails: the summary built without the LLM still
-    // carries the prior's sections forward.
-    let down = compact(&chain, &grown);
+    // Asked again, the same request is answered from the summary cache: no call is made.
+    let again = compact(&chain, &grown);
+    assert_eq!(again.report.llm_calls, 0);
+    assert_eq!(again.report.cache_hits, 1);
+    assert_eq!(again.conversation, out.conversation);
+
+    // Without the cache (same pages), with the script exhausted every call fails: the
+    // summary built without the LLM still carries the prior's sections forward.
+    let uncached = StageChain::new("tamp_anchored_structured", json!({}), provider.clone())
+        .store(Arc::clone(chain.store()))
+        .build();
+    let down = compact(&uncached, &grown);
     assert_eq!(stage(&down).details["path"], "no_llm");
     let text = summary_of(&down).joined_text();
     assert!(

@@ -161,6 +161,11 @@ impl Provider for ExtractiveSummarizer {
         EXTRACTIVE_NAME
     }
 
+    /// Local, deterministic and free: answering again costs less than a store round trip.
+    fn cacheable(&self) -> bool {
+        false
+    }
+
     fn complete<'a>(
         &'a self,
         request: &'a LlmRequest,

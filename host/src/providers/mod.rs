@@ -1,11 +1,14 @@
 //! LLM providers: the backends that answer the [`LlmRequest`]s plugins make through the host.
 //!
-//! - [`Provider`]: the interface every backend implements; the host's services wrap it with
-//!   retries, timeouts and the response cache.
+//! - [`Provider`]: the interface every backend implements. [`from_config`] wraps the HTTP
+//!   ones in [`Retrying`]; the host's services add the overall deadline and the cache.
 //! - [`ExtractiveSummarizer`] (`extractive`): the default. Offline and deterministic, it picks
 //!   the most informative sentences of the material, so everything runs without a key.
 //! - [`ScriptedProvider`] (`scripted`): answers from a script, records every request, and can
 //!   inject errors and delays; for tests and benchmarks.
+//! - [`AnthropicProvider`] (`anthropic`, the Messages API) and [`OpenAiProvider`] (`openai`,
+//!   any Chat Completions server), over HTTP ([`http`]: keys, the error mapping), with
+//!   structured output ([`structured`], [`schema`]), wrapped in [`Retrying`] ([`retry`]).
 //!
 //! ## The `<content>` convention
 //!
@@ -22,29 +25,90 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tamp_plugin_api::{LlmRequest, LlmResponse};
 
+pub mod anthropic;
 pub mod extractive;
+pub mod http;
+pub mod openai;
+pub mod retry;
+pub mod schema;
 pub mod scripted;
+pub mod structured;
 
+pub use anthropic::AnthropicProvider;
 pub use extractive::{summarize, ExtractiveSummarizer, Summary};
+pub use http::{ApiKey, ClientSettings};
+pub use openai::OpenAiProvider;
+pub use retry::{RetryPolicy, Retrying};
 pub use scripted::{
     Script, ScriptError, ScriptMode, ScriptedError, ScriptedProvider, ScriptedResponse,
     ScriptedUsage,
 };
+pub use structured::StructuredMode;
 
-/// Builds the provider a chain file's `[provider]` section describes.
+/// Builds the provider a chain file's `[provider]` section describes. The HTTP providers
+/// (`anthropic`, `openai`) are wrapped in [`Retrying`]; their key is read from the
+/// environment variable `api_key_env` names, now, so a missing key fails here, naming the
+/// variable.
 pub fn from_config(
     file: &crate::config::LoadedChainFile,
 ) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
     let cfg = &file.file.provider;
     Ok(match cfg.kind.as_str() {
         "scripted" => {
-            let script = file.resolve_path(cfg.script.as_deref().unwrap_or(std::path::Path::new("")));
+            let script =
+                file.resolve_path(cfg.script.as_deref().unwrap_or(std::path::Path::new("")));
             Arc::new(
                 ScriptedProvider::from_file(&script)
                     .map_err(|e| file.error(None, format!("provider.script: {e}")))?,
             )
         }
+        "anthropic" | "openai" => http_provider(file)?,
         _ => Arc::new(ExtractiveSummarizer::default()),
+    })
+}
+
+fn http_provider(
+    file: &crate::config::LoadedChainFile,
+) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
+    let cfg = &file.file.provider;
+    let error = |key: &str, message: String| {
+        file.error_at_key("provider", key, format!("provider.{key}: {message}"))
+    };
+    let key = match &cfg.api_key_env {
+        Some(var) => Some(ApiKey::from_env(var).map_err(|m| error("api_key_env", m))?),
+        None => None,
+    };
+    let structured = StructuredMode::parse(&cfg.structured_output).ok_or_else(|| {
+        error(
+            "structured_output",
+            format!("unknown mode \"{}\"", cfg.structured_output),
+        )
+    })?;
+    let anthropic = cfg.kind == "anthropic";
+    let settings = ClientSettings {
+        model: cfg
+            .model
+            .clone()
+            .ok_or_else(|| error("model", format!("required when kind = \"{}\"", cfg.kind)))?,
+        base_url: cfg.base_url.clone().unwrap_or_else(|| {
+            if anthropic {
+                anthropic::DEFAULT_BASE_URL
+            } else {
+                openai::DEFAULT_BASE_URL
+            }
+            .to_string()
+        }),
+        key,
+        structured,
+        timeout: Duration::from_secs_f64(cfg.timeout_secs),
+    };
+    let policy = RetryPolicy::from_config(cfg);
+    Ok(if anthropic {
+        let client = AnthropicProvider::new(settings).map_err(|m| error("kind", m))?;
+        Arc::new(Retrying::new(client, policy))
+    } else {
+        let client = OpenAiProvider::new(settings).map_err(|m| error("kind", m))?;
+        Arc::new(Retrying::new(client, policy))
     })
 }
 
@@ -193,11 +257,21 @@ pub trait Provider: Send + Sync {
         &'a self,
         request: &'a LlmRequest,
     ) -> BoxFuture<'a, Result<LlmResponse, ProviderError>>;
+
+    /// Whether answers are worth keeping in the summary cache. A provider that answers
+    /// locally and for free (the extractive summarizer) says no, so the store does not fill
+    /// with answers that cost nothing to make again.
+    fn cacheable(&self) -> bool {
+        true
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Arc<P> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn cacheable(&self) -> bool {
+        (**self).cacheable()
     }
     fn complete<'a>(
         &'a self,
@@ -210,6 +284,9 @@ impl<P: Provider + ?Sized> Provider for Arc<P> {
 impl<P: Provider + ?Sized> Provider for Box<P> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn cacheable(&self) -> bool {
+        (**self).cacheable()
     }
     fn complete<'a>(
         &'a self,

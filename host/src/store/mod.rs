@@ -18,8 +18,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tamp_plugin_api::{Message, Page, PageDraft};
 
+pub mod cache;
 mod sqlite;
 
+pub use cache::{CacheScope, SummaryCache};
 pub use sqlite::SqliteStore;
 
 /// A page to archive.

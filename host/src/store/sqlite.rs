@@ -18,9 +18,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use tamp_plugin_api::{FfiOption, Message, Page};
+use tamp_plugin_api::{FfiOption, LlmResponse, Message, Page};
 use tokio::sync::oneshot;
 
+use super::cache::{CacheKey, SummaryCache};
 use super::{
     canonical_json, page_id_of_json, NewPage, PageStore, PageSummary, StoreError, StoredPage,
 };
@@ -45,6 +46,18 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX pages_by_created_at ON pages (created_at);
     CREATE INDEX pages_by_thread ON pages (thread_id, created_at);",
+    // 1 -> 2: the summary cache (see `store::cache`).
+    "CREATE TABLE llm_answers (
+        key         BLOB PRIMARY KEY NOT NULL,
+        answer_json TEXT NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE TABLE range_summaries (
+        key           BLOB PRIMARY KEY NOT NULL,
+        message_count INTEGER NOT NULL,
+        summary       TEXT NOT NULL,
+        created_at    INTEGER NOT NULL
+    );",
 ];
 
 /// The schema version this build writes and reads.
@@ -460,6 +473,103 @@ impl PageStore for SqliteStore {
     }
 }
 
+/// Range keys looked up per query: well under SQLite's bound on parameters.
+const RANGE_KEYS_PER_QUERY: usize = 500;
+
+impl SummaryCache for SqliteStore {
+    fn get_answer(&self, key: CacheKey) -> BoxFuture<'_, Result<Option<LlmResponse>, StoreError>> {
+        self.run("read the summary cache".to_owned(), move |inner| {
+            let json: Option<String> = inner
+                .conn()
+                .query_row(
+                    "SELECT answer_json FROM llm_answers WHERE key = ?1",
+                    params![&key[..]],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(|e| StoreError::backend(&inner.location, "read the summary cache", e))?;
+            match json {
+                None => Ok(None),
+                // An entry this build cannot read is a miss, not an error: the call is made.
+                Some(json) => Ok(serde_json::from_str(&json).ok()),
+            }
+        })
+        .boxed()
+    }
+
+    fn put_answer(
+        &self,
+        key: CacheKey,
+        answer: LlmResponse,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.run("write the summary cache".to_owned(), move |inner| {
+            let json = serde_json::to_string(&answer)
+                .map_err(|e| StoreError::backend(&inner.location, "encode a cached answer", e))?;
+            inner
+                .conn()
+                .execute(
+                    "INSERT OR IGNORE INTO llm_answers (key, answer_json, created_at)
+                     VALUES (?1, ?2, ?3)",
+                    params![&key[..], json, to_i64(now_secs())],
+                )
+                .map_err(|e| StoreError::backend(&inner.location, "write the summary cache", e))?;
+            Ok(())
+        })
+        .boxed()
+    }
+
+    fn longest_range(
+        &self,
+        range_keys: Vec<CacheKey>,
+    ) -> BoxFuture<'_, Result<Option<(usize, String)>, StoreError>> {
+        self.run("read the summary cache".to_owned(), move |inner| {
+            let fail = |e| StoreError::backend(&inner.location, "read the summary cache", e);
+            let conn = inner.conn();
+            // From the longest runs down: the first chunk with a hit holds the longest one.
+            for chunk in range_keys.rchunks(RANGE_KEYS_PER_QUERY) {
+                let placeholders = vec!["?"; chunk.len()].join(",");
+                let sql = format!(
+                    "SELECT message_count, summary FROM range_summaries WHERE key IN \
+                     ({placeholders}) ORDER BY message_count DESC LIMIT 1"
+                );
+                let mut stmt = conn.prepare_cached(&sql).map_err(fail)?;
+                let found = stmt
+                    .query_row(
+                        rusqlite::params_from_iter(chunk.iter().map(|k| &k[..])),
+                        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+                    )
+                    .optional()
+                    .map_err(fail)?;
+                if let Some((count, summary)) = found {
+                    return Ok(Some((usize::try_from(count).unwrap_or(0), summary)));
+                }
+            }
+            Ok(None)
+        })
+        .boxed()
+    }
+
+    fn put_range(
+        &self,
+        key: CacheKey,
+        len: usize,
+        summary: String,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.run("write the summary cache".to_owned(), move |inner| {
+            inner
+                .conn()
+                .execute(
+                    "INSERT OR REPLACE INTO range_summaries (key, message_count, summary, created_at)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![&key[..], to_i64(len as u64), summary, to_i64(now_secs())],
+                )
+                .map_err(|e| StoreError::backend(&inner.location, "write the summary cache", e))?;
+            Ok(())
+        })
+        .boxed()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -777,5 +887,105 @@ mod tests {
         assert_send_sync::<SqliteStore>();
         let store: Arc<dyn PageStore> = Arc::new(SqliteStore::in_memory().unwrap());
         assert_eq!(store.describe(), "sqlite::memory:");
+    }
+
+    mod summary_cache {
+        use super::*;
+        use crate::store::cache::{CacheScope, SummaryCache};
+        use tamp_plugin_api::{LlmRequest, Usage};
+
+        fn answer(text: &str) -> LlmResponse {
+            LlmResponse {
+                text: text.into(),
+                structured_json: FfiOption::RNone,
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 2,
+                    ..Usage::default()
+                },
+                model: "scripted".into(),
+                stop_reason: "end_turn".into(),
+            }
+        }
+
+        #[tokio::test]
+        async fn answers_round_trip_and_the_first_one_stands() {
+            let store = SqliteStore::in_memory().unwrap();
+            let key = CacheScope::new(Some("t"), "s", "c")
+                .request_key("scripted", &LlmRequest::new("", "summarize", 50));
+            assert_eq!(store.get_answer(key).await.unwrap(), None);
+            store.put_answer(key, answer("first")).await.unwrap();
+            store.put_answer(key, answer("second")).await.unwrap();
+            assert_eq!(store.get_answer(key).await.unwrap(), Some(answer("first")));
+        }
+
+        #[tokio::test]
+        async fn the_longest_cached_leading_run_wins_across_query_chunks() {
+            let store = SqliteStore::in_memory().unwrap();
+            let scope = CacheScope::new(None, "s", "c");
+            let messages: Vec<Message> = (0..1_200)
+                .map(|i| Message::text(Role::User, format!("message {i}")))
+                .collect();
+            let keys = scope.range_keys(&messages);
+            assert_eq!(store.longest_range(keys.clone()).await.unwrap(), None);
+            // Runs of 3, 450 and 700 messages: 700 lies in another query chunk than 3.
+            for len in [3, 450, 700] {
+                store
+                    .put_range(keys[len - 1], len, format!("summary of {len}"))
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(
+                store.longest_range(keys.clone()).await.unwrap(),
+                Some((700, "summary of 700".to_string()))
+            );
+            assert_eq!(
+                store.longest_range(keys[..600].to_vec()).await.unwrap(),
+                Some((450, "summary of 450".to_string()))
+            );
+            // A different second message: only the run of its first message could match.
+            let mut changed = messages.clone();
+            changed[1] = Message::text(Role::User, "edited");
+            assert_eq!(
+                store
+                    .longest_range(scope.range_keys(&changed))
+                    .await
+                    .unwrap(),
+                None
+            );
+        }
+
+        #[tokio::test]
+        async fn a_version_one_store_is_migrated_and_keeps_its_pages() {
+            let dir = TempDir::new("migrate");
+            let path = dir.0.join("store.sqlite3");
+            let messages = conversation("v1");
+            let id = {
+                let store = SqliteStore::open(&path).unwrap();
+                store.put_page(new_page(messages.clone())).await.unwrap()
+            };
+            {
+                // Back to version 1: the pages table alone.
+                let conn = Connection::open(&path).unwrap();
+                conn.execute_batch("DROP TABLE llm_answers; DROP TABLE range_summaries;")
+                    .unwrap();
+                conn.pragma_update(None, "user_version", 1).unwrap();
+            }
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(
+                store.get_page(&id).await.unwrap().page.messages.as_slice(),
+                messages.as_slice()
+            );
+            let key =
+                CacheScope::new(None, "s", "c").request_key("p", &LlmRequest::new("", "x", 1));
+            store
+                .put_answer(key, answer("after migration"))
+                .await
+                .unwrap();
+            assert_eq!(
+                store.get_answer(key).await.unwrap(),
+                Some(answer("after migration"))
+            );
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::ChunkOptions;
+pub use tamp_plugin_api::sdk::incremental::Reuse;
 
 /// What the material is, which decides what the prompts ask to keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -67,6 +68,11 @@ pub struct Config {
     /// Cut each text, tool input and tool result to this many characters before summarizing
     /// (0: summarize everything).
     pub max_block_chars: usize,
+    /// When the host has cached the summary of a leading part of the content (a client that
+    /// resends its whole history): `merge` summarizes only the new messages with that
+    /// summary as context, `append` summarizes them alone and appends, `off` summarizes
+    /// everything again.
+    pub reuse: Reuse,
 }
 
 impl Default for Config {
@@ -83,6 +89,7 @@ impl Default for Config {
             min_summary_tokens: 50,
             max_summary_tokens: 500,
             max_block_chars: 0,
+            reuse: Reuse::Merge,
         }
     }
 }

@@ -34,7 +34,8 @@ use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
 use tamp_plugin_api::serde_json::{json, Value};
 use tamp_plugin_api::{HostError, LlmResponse};
 
-pub use config::{Config, ContentType};
+pub use config::{Config, ContentType, Reuse};
+use tamp_plugin_api::sdk::incremental::Plan;
 
 /// The strategy's name: in pages, summary messages and logs.
 pub const NAME: &str = "map-reduce-adaptive";
@@ -53,6 +54,8 @@ pub enum Level {
     Brief,
     /// Map, collapse as needed, synthesize.
     MapReduce,
+    /// Nothing new worth a call: the cached summary of the older part is used as it is.
+    Cached,
 }
 
 impl Level {
@@ -72,6 +75,7 @@ impl Level {
             Level::None => "none",
             Level::Brief => "brief",
             Level::MapReduce => "map-reduce",
+            Level::Cached => "cached",
         }
     }
 }
@@ -88,6 +92,28 @@ struct Selection {
     prior: Option<String>,
     /// The rest of the span, one rendered unit (message or tool exchange) per piece.
     pieces: Vec<String>,
+    /// The messages of each piece.
+    piece_ranges: Vec<Range<usize>>,
+}
+
+impl Selection {
+    /// Keeps the first `n` pieces and ends the span after the last one kept.
+    fn truncate(&mut self, n: usize) {
+        if let Some(last) = n.checked_sub(1).and_then(|i| self.piece_ranges.get(i)) {
+            self.span.end = last.end;
+        }
+        self.pieces.truncate(n);
+        self.piece_ranges.truncate(n);
+    }
+}
+
+/// How the summary cache shaped this compaction.
+struct Reused {
+    /// Content messages (from the first) whose cached summary was used.
+    messages: usize,
+    /// Pieces those messages make up.
+    pieces: usize,
+    summary: String,
 }
 
 /// What the LLM calls produced.
@@ -118,18 +144,34 @@ impl Strategy for MapReduceAdaptive {
             host,
             ..
         } = input;
-        let selection = self.select(&conversation.messages, budget.keep_recent as usize);
+        let mut selection = self.select(&conversation.messages, budget.keep_recent as usize);
+        let reused = self
+            .reusable(&host, &conversation.messages, &selection)
+            .await;
+        let cached_whole = reused
+            .as_ref()
+            .is_some_and(|r| r.pieces == selection.pieces.len());
         let count = |text: &str| host.count_tokens(text);
-        let content = selection.pieces.concat();
+        let new_pieces = &selection.pieces[reused.as_ref().map_or(0, |r| r.pieces)..];
+        let content = new_pieces.concat();
         let content_tokens = if content.is_empty() {
             0
         } else {
             count(&content)
         };
-        let prior = selection.prior.as_deref();
+        // With a cached summary to merge into, it is the prior summary of the new content.
+        let prior = match (&reused, self.config.reuse) {
+            (Some(r), Reuse::Merge) => Some(r.summary.as_str()),
+            _ => selection.prior.as_deref(),
+        };
         let prior_tokens = prior.map_or(0, count);
         let input_tokens = content_tokens + prior_tokens;
-        let level = Level::for_tokens(content_tokens, &self.config);
+        let mut level = Level::for_tokens(content_tokens, &self.config);
+        if reused.is_some() && level == Level::None {
+            // Too little new content: the cached summary stands for what it covers, and the
+            // new messages stay as they are until there is enough of them.
+            level = Level::Cached;
+        }
         let mut details = json!({
             "level": level.as_str(),
             "content_type": self.config.content_type.as_str(),
@@ -137,6 +179,7 @@ impl Strategy for MapReduceAdaptive {
             "content_tokens": content_tokens,
             "prior_summary_tokens": prior_tokens,
             "input_tokens": input_tokens,
+            "reused_messages": reused.as_ref().map_or(0, |r| r.messages),
         });
         tamp_plugin_api::tracing::debug!(
             level = level.as_str(),
@@ -147,6 +190,19 @@ impl Strategy for MapReduceAdaptive {
         );
 
         let summarized = match level {
+            _ if cached_whole || level == Level::Cached => {
+                let reused = reused
+                    .as_ref()
+                    .expect("a cached level has a reused summary");
+                selection.truncate(reused.pieces);
+                Summarized {
+                    text: reused.summary.clone(),
+                    calls: 0,
+                    chunks: 0,
+                    depth: 0,
+                    warnings: Vec::new(),
+                }
+            }
             Level::None => {
                 let reason = if selection.span.is_empty() {
                     "level none: no messages outside the system prompt and the protected recent \
@@ -166,17 +222,22 @@ impl Strategy for MapReduceAdaptive {
                 self.brief(&host, &content, content_tokens, prior, prior_tokens)
                     .await?
             }
-            Level::MapReduce => {
-                self.map_reduce(
-                    &host,
-                    &selection.pieces,
-                    content_tokens,
-                    prior,
-                    prior_tokens,
-                )
-                .await?
+            Level::MapReduce | Level::Cached => {
+                self.map_reduce(&host, new_pieces, content_tokens, prior, prior_tokens)
+                    .await?
             }
         };
+        let summarized = match (&reused, self.config.reuse) {
+            (Some(r), Reuse::Append) if !cached_whole && level != Level::Cached => Summarized {
+                text: sdk::incremental::append(&r.summary, &summarized.text),
+                ..summarized
+            },
+            _ => summarized,
+        };
+        if self.config.reuse != Reuse::Off && selection.prior.is_none() {
+            let span = &conversation.messages[selection.span.clone()];
+            host.cache_summary(span, &summarized.text).await;
+        }
 
         let output_tokens = count(&summarized.text);
         let ratio = output_tokens as f64 / input_tokens.max(1) as f64;
@@ -240,6 +301,37 @@ impl Strategy for MapReduceAdaptive {
 }
 
 impl MapReduceAdaptive {
+    /// The cached summary of the longest leading part of the span, when the span is plain
+    /// content (no earlier summary of this strategy to merge, which the cache does not key)
+    /// and the part ends on a piece boundary.
+    async fn reusable(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        selection: &Selection,
+    ) -> Option<Reused> {
+        if self.config.reuse == Reuse::Off || selection.prior.is_some() {
+            return None;
+        }
+        let span = &messages[selection.span.clone()];
+        let (covered, summary) = match sdk::incremental::plan(host, span, self.config.reuse).await {
+            Plan::Cached(summary) => (span.len(), summary),
+            Plan::Extend { covered, summary } => (covered, summary),
+            Plan::Fresh => return None,
+        };
+        let end = selection.span.start + covered;
+        let pieces = selection
+            .piece_ranges
+            .iter()
+            .position(|r| r.end == end)
+            .map(|i| i + 1)?;
+        Some(Reused {
+            messages: covered,
+            pieces,
+            summary,
+        })
+    }
+
     /// The span to replace: from the start of the compactable range to its end or to the
     /// first system message inside it, whichever comes first (one contiguous run, so one
     /// page and one summary; the older part first, so what is summarized does not depend on
@@ -252,6 +344,7 @@ impl MapReduceAdaptive {
         let mut end = range.start;
         let mut prior: Vec<String> = Vec::new();
         let mut pieces = Vec::new();
+        let mut piece_ranges = Vec::new();
         let inside = sdk::units(messages)
             .into_iter()
             .filter(|u| range.start <= u.range.start && u.range.end <= range.end);
@@ -266,7 +359,10 @@ impl MapReduceAdaptive {
                 {
                     prior.push(run[0].joined_text());
                 }
-                _ => pieces.push(render_messages(run, &render)),
+                _ => {
+                    pieces.push(render_messages(run, &render));
+                    piece_ranges.push(unit.range.clone());
+                }
             }
             end = unit.range.end;
         }
@@ -275,6 +371,7 @@ impl MapReduceAdaptive {
             span: range.start..end,
             prior: (!prior.is_empty()).then(|| prior.join("\n\n")),
             pieces,
+            piece_ranges,
         }
     }
 

@@ -1,0 +1,117 @@
+//! How the HTTP providers ask for structured answers (`provider.structured_output`), and the
+//! "reply with JSON only" mode for servers without schema support: the prompt addition and
+//! the reading of JSON out of free text.
+
+use serde_json::Value;
+
+/// `provider.structured_output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StructuredMode {
+    /// The provider's native JSON-schema output; OpenAI-compatible servers that reject
+    /// `response_format` are switched to [`StructuredMode::Prompt`] (once, remembered).
+    Auto,
+    /// Native JSON-schema output only.
+    Native,
+    /// Anthropic: a forced tool whose `input_schema` is the schema.
+    Tool,
+    /// "Reply with JSON only" in the prompt, then the JSON is read out of the text.
+    Prompt,
+}
+
+impl StructuredMode {
+    /// The config values, for messages.
+    pub const NAMES: [&'static str; 4] = ["auto", "native", "tool", "prompt"];
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Some(match value {
+            "auto" => StructuredMode::Auto,
+            "native" => StructuredMode::Native,
+            "tool" => StructuredMode::Tool,
+            "prompt" => StructuredMode::Prompt,
+            _ => return None,
+        })
+    }
+}
+
+/// `prompt` with the instruction to answer with JSON satisfying `schema` (the request's schema
+/// with its limits: here the text is the model's only guide).
+pub fn prompt_with_json_instruction(prompt: &str, schema: &Value) -> String {
+    format!(
+        "{prompt}\n\nReply with JSON only: one JSON object that satisfies the JSON Schema below, \
+         with no other text before or after it.\n\n{}",
+        serde_json::to_string_pretty(schema).unwrap_or_else(|_| schema.to_string())
+    )
+}
+
+/// The JSON object in a free-text answer: the whole text, else the first fenced code block
+/// that parses (```` ```json ````), else the span from the first `{` to the last `}`.
+pub fn extract_json(text: &str) -> Option<Value> {
+    let parse = |s: &str| {
+        serde_json::from_str::<Value>(s.trim())
+            .ok()
+            .filter(Value::is_object)
+    };
+    if let Some(v) = parse(text) {
+        return Some(v);
+    }
+    let mut rest = text;
+    while let Some(open) = rest.find("```") {
+        let after = &rest[open + 3..];
+        // Skip the info string (`json`) up to the end of the line.
+        let body_start = after.find('\n').map(|i| i + 1).unwrap_or(after.len());
+        let body = &after[body_start..];
+        let Some(close) = body.find("```") else { break };
+        if let Some(v) = parse(&body[..close]) {
+            return Some(v);
+        }
+        rest = &body[close + 3..];
+    }
+    let start = text.find('{')?;
+    let end = text.rfind('}')?;
+    (end > start).then(|| parse(&text[start..=end])).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn modes_parse() {
+        for name in StructuredMode::NAMES {
+            assert!(StructuredMode::parse(name).is_some(), "{name}");
+        }
+        assert_eq!(StructuredMode::parse("json"), None);
+    }
+
+    #[test]
+    fn json_is_found_bare_fenced_or_embedded() {
+        let want = json!({"a": [1, 2], "b": "x}"});
+        assert_eq!(
+            extract_json(r#" {"a": [1, 2], "b": "x}"} "#),
+            Some(want.clone())
+        );
+        assert_eq!(
+            extract_json("Here it is:\n```json\n{\"a\": [1, 2], \"b\": \"x}\"}\n```\nDone."),
+            Some(want.clone())
+        );
+        assert_eq!(
+            extract_json("```\nnot json\n```\n```json\n{\"a\": [1, 2], \"b\": \"x}\"}\n```"),
+            Some(want.clone())
+        );
+        assert_eq!(
+            extract_json("Sure! {\"a\": [1, 2], \"b\": \"x}\"} Hope that helps."),
+            Some(want)
+        );
+        assert_eq!(extract_json("no json here"), None);
+        assert_eq!(extract_json("[1, 2]"), None);
+        assert_eq!(extract_json("{\"truncated\": "), None);
+    }
+
+    #[test]
+    fn the_instruction_quotes_the_schema() {
+        let p = prompt_with_json_instruction("Summarize.", &json!({"type": "object"}));
+        assert!(p.starts_with("Summarize.\n\nReply with JSON only"));
+        assert!(p.ends_with("{\n  \"type\": \"object\"\n}"));
+    }
+}
