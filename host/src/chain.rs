@@ -4,10 +4,9 @@
 //! rolled back: the chain goes on from the conversation that stage received, and the report
 //! says what happened. The chain stops early once the conversation is under the low watermark.
 
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt as _;
@@ -17,12 +16,13 @@ use tamp_plugin_api::{
 };
 use tokio::sync::Semaphore;
 
-use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, Trigger};
+use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, PriceConfig, Trigger};
 use crate::invariants::{check_stage_output, infer_format, Violation};
 use crate::loader::{resolve_plugin, LoadError, LoadedPlugin};
 use crate::providers::{ExtractiveSummarizer, Provider};
-use crate::services::{HostContext, ProgressFn, StageServices};
-use crate::store::{PageStore, SqliteStore};
+use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
+use crate::store::cache::config_hash;
+use crate::store::{PageStore, SqliteStore, SummaryCache};
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
@@ -46,6 +46,8 @@ pub struct Stage {
     pub config: serde_json::Value,
     pub trigger: Trigger,
     pub timeout: Duration,
+    /// The hash of `config` (key order ignored): part of every summary-cache key.
+    pub config_hash: String,
     strategy: Arc<StrategyBox>,
 }
 
@@ -53,6 +55,7 @@ pub struct Stage {
 pub struct Chain {
     stages: Vec<Stage>,
     budget: BudgetConfig,
+    price: Option<PriceConfig>,
     ctx: Arc<HostContext>,
 }
 
@@ -167,6 +170,10 @@ pub struct ChainBuilder {
     budget: BudgetConfig,
     provider: Arc<dyn Provider>,
     store: Option<Arc<dyn PageStore>>,
+    /// `None`: the default (a cache in the built-in store when no store is given);
+    /// `Some(None)`: no cache.
+    cache: Option<Option<Arc<dyn SummaryCache>>>,
+    price: Option<PriceConfig>,
     tokens: Option<Arc<TokenCounter>>,
     llm_concurrency: usize,
     llm_timeout: Duration,
@@ -180,6 +187,8 @@ impl ChainBuilder {
             budget,
             provider: Arc::new(ExtractiveSummarizer::default()),
             store: None,
+            cache: None,
+            price: None,
             tokens: None,
             llm_concurrency: 16,
             llm_timeout: Duration::from_secs(120),
@@ -195,6 +204,19 @@ impl ChainBuilder {
 
     pub fn store(mut self, store: Arc<dyn PageStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// The summary cache (`None`: no cache). Without this call, a chain with the built-in
+    /// in-memory store caches in it, and a chain given a store has no cache.
+    pub fn cache(mut self, cache: Option<Arc<dyn SummaryCache>>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Prices that turn the report's token usage into an estimated cost.
+    pub fn price(mut self, price: PriceConfig) -> Self {
+        self.price = Some(price);
         self
     }
 
@@ -240,6 +262,7 @@ impl ChainBuilder {
         })?;
         self.stages.push(Stage {
             name: name.to_string(),
+            config_hash: config_hash(&config),
             plugin,
             config,
             trigger,
@@ -251,10 +274,17 @@ impl ChainBuilder {
 
     pub fn build(self) -> Result<Chain, ChainError> {
         self.budget.validate().map_err(ChainError::Setup)?;
-        let store = match self.store {
-            Some(s) => s,
+        let (store, cache): (Arc<dyn PageStore>, Option<Arc<dyn SummaryCache>>) = match self.store {
+            Some(store) => (store, self.cache.flatten()),
             None => {
-                Arc::new(SqliteStore::in_memory().map_err(|e| ChainError::Setup(e.to_string()))?)
+                let built_in = Arc::new(
+                    SqliteStore::in_memory().map_err(|e| ChainError::Setup(e.to_string()))?,
+                );
+                let cache = match self.cache {
+                    Some(explicit) => explicit,
+                    None => Some(Arc::clone(&built_in) as Arc<dyn SummaryCache>),
+                };
+                (built_in, cache)
             }
         };
         let tokens = match self.tokens {
@@ -266,9 +296,11 @@ impl ChainBuilder {
         Ok(Chain {
             stages: self.stages,
             budget: self.budget,
+            price: self.price,
             ctx: Arc::new(HostContext {
                 provider: self.provider,
                 store,
+                cache,
                 tokens,
                 llm_permits: Arc::new(Semaphore::new(self.llm_concurrency)),
                 llm_timeout: self.llm_timeout,
@@ -316,23 +348,10 @@ fn validate_against_schema(
     Ok(())
 }
 
-/// Plugins loaded in this process, by canonical path: the same file is loaded once and shared
-/// by every chain (a library is never unloaded, so loading it again would gain nothing).
-fn plugin_registry() -> &'static Mutex<HashMap<PathBuf, Arc<LoadedPlugin>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<PathBuf, Arc<LoadedPlugin>>>> = OnceLock::new();
-    REGISTRY.get_or_init(Default::default)
-}
-
-/// Loads the plugin at `path`, or returns the one already loaded from it.
+/// Loads the plugin at `path`, or returns the one already loaded from the same file content
+/// (a changed file is loaded from a private copy; see [`crate::loader::load_shared`]).
 pub fn load_plugin(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
-    let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    let mut registry = plugin_registry().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = registry.get(&key) {
-        return Ok(Arc::clone(p));
-    }
-    let plugin = LoadedPlugin::load(&key)?;
-    registry.insert(key, Arc::clone(&plugin));
-    Ok(plugin)
+    crate::loader::load_shared(path)
 }
 
 /// Settings a caller may impose on a chain built from a file.
@@ -371,12 +390,21 @@ impl Chain {
             .unwrap_or_else(|| PathBuf::from(".tamp/store.sqlite3"));
         let store = SqliteStore::open(&store_path).map_err(|e| ChainError::Setup(e.to_string()))?;
 
+        let store = Arc::new(store);
+        let cache = cfg
+            .cache
+            .enabled
+            .then(|| Arc::clone(&store) as Arc<dyn SummaryCache>);
         let mut builder = ChainBuilder::new(cfg.budget)
             .provider(provider)
-            .store(Arc::new(store))
+            .store(store)
+            .cache(cache)
             .tokens(Arc::new(tokens))
             .llm_concurrency(cfg.provider.max_concurrency)
-            .llm_timeout(Duration::from_secs_f64(cfg.provider.timeout_secs));
+            .llm_timeout(cfg.provider.overall_timeout());
+        if let Some(price) = cfg.provider.price {
+            builder = builder.price(price);
+        }
         if let Some(p) = overrides.progress {
             builder = builder.progress(p);
         }
@@ -506,8 +534,8 @@ impl Chain {
             reason,
             llm_calls: runs.iter().map(|r| r.llm_calls).sum(),
             cache_hits: runs.iter().map(|r| r.cache_hits).sum(),
+            cost_usd: self.price.map(|p| p.cost_of(&usage)),
             usage,
-            cost_usd: None,
             stages: runs,
             duration_ms: started.elapsed().as_secs_f64() * 1e3,
         };
@@ -528,7 +556,11 @@ impl Chain {
         let started = Instant::now();
         let services = StageServices::new(
             Arc::clone(&self.ctx),
-            &stage.name,
+            StageIdentity {
+                stage: stage.name.clone(),
+                strategy: stage.plugin.meta().name.clone(),
+                config_hash: stage.config_hash.clone(),
+            },
             input.thread_id().map(str::to_string),
             Some(format),
         );
@@ -572,7 +604,10 @@ impl Chain {
         let used = services.usage();
         run.llm_calls = used.llm_calls;
         run.failed_llm_calls = used.failed_llm_calls;
+        run.cache_hits = used.cache_hits;
         run.usage = used.usage;
+        run.cost_usd = self.price.map(|p| p.cost_of(&used.usage));
+        run.llm_errors = used.errors;
 
         let result = match outcome {
             Err(failure) => Err(failure),

@@ -6,11 +6,13 @@
 //! code runs. A loaded library is never unloaded (abi_stable leaks it on purpose): types and
 //! function pointers from it may live anywhere in the host.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use abi_stable::library::{lib_header_from_path, LibraryError, RootModule};
 use serde::Serialize;
+use sha2::Digest as _;
 use tamp_plugin_api::{PluginModuleRef, StrategyBox, PLUGIN_API_VERSION};
 
 use crate::logging::plugin_log_sink;
@@ -57,7 +59,12 @@ pub struct PluginMeta {
 
 /// A loaded plugin library: its metadata and its constructor.
 pub struct LoadedPlugin {
+    /// The file the library was loaded from: `source` itself, or a private copy of it.
     path: PathBuf,
+    /// The plugin file the chain named (canonical).
+    source: PathBuf,
+    /// What identifies the loaded bytes (see [`LoadedPlugin::identity`]).
+    identity: String,
     meta: PluginMeta,
     module: PluginModuleRef,
 }
@@ -74,7 +81,22 @@ impl std::fmt::Debug for LoadedPlugin {
 
 impl LoadedPlugin {
     /// Loads the plugin at `path`, checking its ABI, and reads its metadata.
+    ///
+    /// The dynamic linker knows a library by its path: loading a path again returns the
+    /// library already loaded from it, whatever the file holds now. Use
+    /// [`crate::chain::load_plugin`] to load a file that may have changed since.
     pub fn load(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+        let identity = FileStamp::of(path)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        Self::load_as(path, path, identity)
+    }
+
+    fn load_as(
+        path: &Path,
+        source: &Path,
+        identity: String,
+    ) -> Result<Arc<LoadedPlugin>, LoadError> {
         if !path.is_file() {
             return Err(LoadError::NotFound {
                 path: path.to_path_buf(),
@@ -105,13 +127,27 @@ impl LoadedPlugin {
         tracing::debug!(path = %path.display(), name = %meta.name, version = %meta.version, "plugin loaded");
         Ok(Arc::new(LoadedPlugin {
             path: path.to_path_buf(),
+            source: source.to_path_buf(),
+            identity,
             meta,
             module,
         }))
     }
 
+    /// The file the library was loaded from (a private copy in `tamp serve`).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The plugin file as the chain named it (canonical path).
+    pub fn source_path(&self) -> &Path {
+        &self.source
+    }
+
+    /// What identifies the loaded bytes: their SHA-256 prefix when they were read (private
+    /// copies), else the file's device, inode, size and modification time at load.
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     pub fn meta(&self) -> &PluginMeta {
@@ -284,9 +320,233 @@ pub fn resolve_plugin(
         })
 }
 
+/// A file's identity on disk without reading it: device, inode, size and modification time.
+/// `cargo build` (new inode), `cp` over it (same inode, new size or time) and a rename onto
+/// the path all change it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified_ns: i128,
+}
+
+impl FileStamp {
+    pub fn of(path: &Path) -> std::io::Result<FileStamp> {
+        let meta = std::fs::metadata(path)?;
+        let modified_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i128);
+        #[cfg(unix)]
+        let (dev, ino) = {
+            use std::os::unix::fs::MetadataExt as _;
+            (meta.dev(), meta.ino())
+        };
+        #[cfg(not(unix))]
+        let (dev, ino) = (0, 0);
+        Ok(FileStamp {
+            dev,
+            ino,
+            len: meta.len(),
+            modified_ns,
+        })
+    }
+}
+
+impl std::fmt::Display for FileStamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "file:{}:{}:{}:{}",
+            self.dev, self.ino, self.len, self.modified_ns
+        )
+    }
+}
+
+/// Every plugin loaded in this process. A library is never unloaded (types and function
+/// pointers from it may live anywhere in the host), so each distinct file content is loaded
+/// once and shared by every chain that names it.
+#[derive(Default)]
+struct Registry {
+    /// By canonical path and the file's stamp when it was loaded: the fast path, no reading.
+    by_stamp: HashMap<(PathBuf, FileStamp), Arc<LoadedPlugin>>,
+    /// By canonical path and content hash: a file touched or copied over with the same bytes
+    /// is not loaded a second time.
+    by_content: HashMap<(PathBuf, String), Arc<LoadedPlugin>>,
+    /// Paths some library was loaded from in place.
+    loaded_in_place: HashSet<PathBuf>,
+    /// Where private copies go, when every load must use one (`tamp serve`).
+    private_dir: Option<PathBuf>,
+}
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// The directory private copies of plugin files go to in this process:
+/// `<temp>/tamp-plugins-<pid>`.
+pub fn private_copy_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("tamp-plugins-{}", std::process::id()))
+}
+
+/// From now on, load every plugin from a private copy of its file (what `tamp serve` does).
+///
+/// Why always, not only once a file has changed: a library loaded in place keeps the file
+/// mapped, and writing new bytes into that same file (`cp new.so plugin.so` truncates and
+/// rewrites the inode) changes the code under the running process, which then crashes. A
+/// private copy is never written again, so whatever happens to the original, the loaded code
+/// stays intact, and a changed original is loaded as a new copy beside the old one (which
+/// stays loaded for the requests still using it).
+pub fn load_from_private_copies() {
+    registry().private_dir = Some(private_copy_dir());
+}
+
+/// Deletes this process's private copies, at exit (the loaded libraries stay mapped: Linux
+/// keeps an unlinked file's pages until they are unmapped).
+pub fn remove_private_copies() {
+    let _ = std::fs::remove_dir_all(private_copy_dir());
+}
+
+/// Loads the plugin at `path`, or returns the one already loaded from the same file content.
+///
+/// The first load of a path is in place (what `tamp compact` and embedding hosts do), unless
+/// [`load_from_private_copies`] was called. A path loaded before whose file has changed since
+/// is loaded from a private copy at a unique path (`<stem>-<sha256 prefix>.so` in
+/// [`private_copy_dir`]): the dynamic linker matches libraries by path, so loading the same
+/// path again would return the old library.
+pub fn load_shared(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+    let canonical = path.canonicalize().map_err(|_| LoadError::NotFound {
+        path: path.to_path_buf(),
+    })?;
+    let stamp = FileStamp::of(&canonical).map_err(|_| LoadError::NotFound {
+        path: path.to_path_buf(),
+    })?;
+    // Held across the load: two chains naming the same new file load it once.
+    let mut reg = registry();
+    if let Some(p) = reg.by_stamp.get(&(canonical.clone(), stamp)) {
+        return Ok(Arc::clone(p));
+    }
+    let private_dir = match &reg.private_dir {
+        Some(dir) => Some(dir.clone()),
+        None if reg.loaded_in_place.contains(&canonical) => Some(private_copy_dir()),
+        None => None,
+    };
+    let plugin = match private_dir {
+        None => {
+            let plugin = LoadedPlugin::load_as(&canonical, &canonical, stamp.to_string())?;
+            reg.loaded_in_place.insert(canonical.clone());
+            plugin
+        }
+        Some(dir) => {
+            let (bytes, hash) = read_stable(&canonical, stamp)?;
+            if let Some(p) = reg.by_content.get(&(canonical.clone(), hash.clone())) {
+                let p = Arc::clone(p);
+                reg.by_stamp.insert((canonical, stamp), Arc::clone(&p));
+                return Ok(p);
+            }
+            let copy = write_private_copy(&dir, &canonical, &hash, &bytes)?;
+            let plugin = LoadedPlugin::load_as(&copy, &canonical, format!("sha256:{hash}"))?;
+            reg.by_content
+                .insert((canonical.clone(), hash), Arc::clone(&plugin));
+            plugin
+        }
+    };
+    reg.by_stamp.insert((canonical, stamp), Arc::clone(&plugin));
+    Ok(plugin)
+}
+
+/// The file's bytes and their SHA-256 prefix (32 hex digits), refusing a file that changed
+/// while it was read (a `cp` still writing it): the next change event retries.
+fn read_stable(path: &Path, stamp: FileStamp) -> Result<(Vec<u8>, String), LoadError> {
+    let bytes = std::fs::read(path).map_err(|e| LoadError::Other {
+        path: path.to_path_buf(),
+        detail: format!("cannot read: {e}"),
+    })?;
+    if FileStamp::of(path).ok() != Some(stamp) || bytes.len() as u64 != stamp.len {
+        return Err(LoadError::Other {
+            path: path.to_path_buf(),
+            detail: "the file changed while it was being read (still being written?)".into(),
+        });
+    }
+    let digest = sha2::Sha256::digest(&bytes);
+    Ok((bytes, hex::encode(&digest[..16])))
+}
+
+fn write_private_copy(
+    dir: &Path,
+    source: &Path,
+    hash: &str,
+    bytes: &[u8],
+) -> Result<PathBuf, LoadError> {
+    let fail = |what: &str, e: std::io::Error| LoadError::Other {
+        path: source.to_path_buf(),
+        detail: format!("cannot {what} a private copy in {}: {e}", dir.display()),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| fail("create the directory for", e))?;
+    let stem = source
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".into());
+    let copy = dir.join(format!(
+        "{stem}-{}{}",
+        &hash[..16],
+        std::env::consts::DLL_SUFFIX
+    ));
+    if !copy.is_file() {
+        // Written aside and renamed, so the copy at its final path is always complete.
+        let partial = copy.with_extension("partial");
+        std::fs::write(&partial, bytes).map_err(|e| fail("write", e))?;
+        std::fs::rename(&partial, &copy).map_err(|e| fail("write", e))?;
+    }
+    Ok(copy)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_copies_are_named_by_content_and_written_once() {
+        let dir = std::env::temp_dir().join(format!("tamp-loader-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("libthing.so");
+        std::fs::write(&source, b"first bytes").unwrap();
+        let (bytes, hash) = read_stable(&source, FileStamp::of(&source).unwrap()).unwrap();
+        assert_eq!(bytes, b"first bytes");
+        let copies = dir.join("copies");
+        let copy = write_private_copy(&copies, &source, &hash, &bytes).unwrap();
+        assert_eq!(
+            copy.file_name().unwrap().to_string_lossy(),
+            format!("libthing-{}{}", &hash[..16], std::env::consts::DLL_SUFFIX)
+        );
+        assert_eq!(std::fs::read(&copy).unwrap(), b"first bytes");
+        // The same content maps to the same copy; new content to another one.
+        assert_eq!(
+            write_private_copy(&copies, &source, &hash, &bytes).unwrap(),
+            copy
+        );
+        std::fs::write(&source, b"second, longer bytes").unwrap();
+        let stamp = FileStamp::of(&source).unwrap();
+        let (bytes2, hash2) = read_stable(&source, stamp).unwrap();
+        assert_ne!(hash2, hash);
+        assert_ne!(
+            write_private_copy(&copies, &source, &hash2, &bytes2).unwrap(),
+            copy
+        );
+        assert_eq!(std::fs::read(&copy).unwrap(), b"first bytes");
+        // A file that changed since it was stamped is refused (it may be half-written).
+        std::fs::write(&source, b"third").unwrap();
+        let err = read_stable(&source, stamp).unwrap_err();
+        assert!(err.to_string().contains("changed while"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn version_rule_is_semver_for_plugins() {
