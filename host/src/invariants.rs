@@ -25,6 +25,13 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// The bare id, e.g. `TAMP-INV-01` (what [`Rule::id`] starts with).
+    pub fn code(self) -> &'static str {
+        let id = self.id();
+        &id[..id.find(' ').unwrap_or(id.len())]
+    }
+
+    /// The id and its short title, e.g. `TAMP-INV-01 nothing lost`.
     pub fn id(self) -> &'static str {
         match self {
             Rule::NothingLost => "TAMP-INV-01 nothing lost",
@@ -64,6 +71,7 @@ pub fn infer_format(messages: &[Message]) -> WireFormat {
 
 /// Checks a stage's `output` against its `input`. `pages` holds the messages of every page a
 /// summary in the output refers to (pages the stage archived, and older ones it kept).
+/// Returns the first broken rule, in the order protected, order, nothing lost, pairing.
 pub fn check_stage_output(
     input: &[Message],
     output: &[Message],
@@ -71,12 +79,85 @@ pub fn check_stage_output(
     format: WireFormat,
     pages: &HashMap<String, Vec<Message>>,
 ) -> Result<(), Violation> {
-    // System prompt and protected tail.
+    check_protected(input, output, keep_recent)?;
+    let removed = check_order(input, output)?;
+    check_nothing_lost(input, output, &removed, pages)?;
+    check_pairing(output, format)
+}
+
+/// Every rule [`check_stage_output`] and [`check_no_growth`] check, each on its own: all the
+/// rules the output breaks, not just the first (the conformance kit reports by rule). When
+/// the order is broken, the removed messages are those of the input missing from the output.
+pub fn stage_violations(
+    input: &[Message],
+    output: &[Message],
+    keep_recent: usize,
+    format: WireFormat,
+    pages: &HashMap<String, Vec<Message>>,
+    tokens: Option<(u64, u64)>,
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let repaired;
+    let output = match check_protected(input, output, keep_recent) {
+        Ok(()) => output,
+        Err(v) => {
+            found.push(v);
+            // Judge the other rules as if the protected messages had been left alone, so
+            // touching them is reported once, as what it is.
+            repaired = restore_protected(input, output, keep_recent);
+            &repaired
+        }
+    };
+    let removed = match check_order(input, output) {
+        Ok(removed) => removed,
+        Err(v) => {
+            found.push(v);
+            missing_from(input, output)
+        }
+    };
+    if let Err(v) = check_nothing_lost(input, output, &removed, pages) {
+        found.push(v);
+    }
+    if let Err(v) = check_pairing(output, format) {
+        found.push(v);
+    }
+    if let Some((before, after)) = tokens {
+        if let Err(v) = check_no_growth(before, after) {
+            found.push(v);
+        }
+    }
+    found
+}
+
+/// `output` with the input's leading system messages and protected tail put back in place
+/// of as many messages at its ends (unchanged when it is too short for that).
+fn restore_protected(input: &[Message], output: &[Message], keep_recent: usize) -> Vec<Message> {
+    let head = input.iter().take_while(|m| m.role == Role::System).count();
+    let tail_start = compactable_range(input, keep_recent).end;
+    let tail = input.len() - tail_start;
+    if output.len() < head + tail {
+        return output.to_vec();
+    }
+    let mut repaired = input[..head].to_vec();
+    repaired.extend_from_slice(&output[head..output.len() - tail]);
+    repaired.extend_from_slice(&input[tail_start..]);
+    repaired
+}
+
+/// TAMP-INV-03: the leading system messages and the protected recent tail are unchanged.
+pub fn check_protected(
+    input: &[Message],
+    output: &[Message],
+    keep_recent: usize,
+) -> Result<(), Violation> {
     let head = input.iter().take_while(|m| m.role == Role::System).count();
     if output.len() < head || output[..head] != input[..head] {
+        let first = (0..head)
+            .find(|&i| output.get(i) != Some(&input[i]))
+            .unwrap_or(0);
         return violation(
             Rule::ProtectedUntouched,
-            "the leading system messages were changed".into(),
+            format!("input message {first} is a leading system message but was changed or removed"),
         );
     }
     let tail_start = compactable_range(input, keep_recent).end;
@@ -96,9 +177,13 @@ pub fn check_stage_output(
             ),
         );
     }
+    Ok(())
+}
 
-    // Walk the output against the input: each output message is either the next kept input
-    // message (in order) or a summary that was not in the input.
+/// TAMP-INV-04: walks the output against the input: each output message is either the next
+/// kept input message (in order) or a summary that was not in the input. Returns the indices
+/// of the input messages the output no longer has.
+pub fn check_order(input: &[Message], output: &[Message]) -> Result<Vec<usize>, Violation> {
     let input_set: HashSet<&Message> = input.iter().collect();
     let mut removed: Vec<usize> = Vec::new();
     let mut next = 0;
@@ -107,20 +192,50 @@ pub fn check_stage_output(
             removed.extend(next..next + offset);
             next += offset + 1;
         } else if input_set.contains(message) {
-            return violation(
-                Rule::OrderKept,
-                format!("output message {j} is an input message moved out of its original order"),
-            );
+            return Err(Violation {
+                rule: Rule::OrderKept,
+                detail: format!(
+                    "output message {j} is an input message moved out of its original order"
+                ),
+            });
         } else if message.summary_info().is_none() {
-            return violation(
-                Rule::OrderKept,
-                format!("output message {j} is new but not a summary (a changed message, or one made up)"),
-            );
+            return Err(Violation {
+                rule: Rule::OrderKept,
+                detail: format!(
+                    "output message {j} is new but not a summary (a changed message, or one made up)"
+                ),
+            });
         }
     }
     removed.extend(next..input.len());
+    Ok(removed)
+}
 
-    // Every removed message must be in a page that a summary in the output refers to.
+/// Input messages (by index) that the output does not contain, counting duplicates.
+fn missing_from(input: &[Message], output: &[Message]) -> Vec<usize> {
+    let mut present: HashMap<&Message, usize> = HashMap::new();
+    for m in output {
+        *present.entry(m).or_default() += 1;
+    }
+    (0..input.len())
+        .filter(|&i| match present.get_mut(&input[i]) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
+        .collect()
+}
+
+/// TAMP-INV-01: every removed input message (by index) is in a page that a summary in the
+/// output refers to.
+pub fn check_nothing_lost(
+    input: &[Message],
+    output: &[Message],
+    removed: &[usize],
+    pages: &HashMap<String, Vec<Message>>,
+) -> Result<(), Violation> {
     let referenced: HashSet<&str> = output
         .iter()
         .filter_map(|m| m.summary_info().map(|s| s.page_ref.as_str()))
@@ -131,7 +246,7 @@ pub fn check_stage_output(
             *archived.entry(m).or_default() += 1;
         }
     }
-    for &i in &removed {
+    for &i in removed {
         let message = &input[i];
         // A summary may be rewritten (a pending one finalized) while its page stays referenced.
         if let Some(info) = message.summary_info() {
@@ -149,11 +264,28 @@ pub fn check_stage_output(
             }
         }
     }
+    Ok(())
+}
 
+/// TAMP-INV-02: the output keeps the tool-pairing rules of `format`.
+pub fn check_pairing(output: &[Message], format: WireFormat) -> Result<(), Violation> {
     check_tool_pairing(output, format).map_err(|e| Violation {
         rule: Rule::ToolExchangesIntact,
         detail: e.to_string(),
     })
+}
+
+/// TAMP-INV-06: the output has no more tokens than the input.
+pub fn check_no_growth(tokens_before: u64, tokens_after: u64) -> Result<(), Violation> {
+    if tokens_after > tokens_before {
+        return violation(
+            Rule::NoGrowth,
+            format!(
+                "the output has {tokens_after} tokens, more than the {tokens_before} it received"
+            ),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -243,5 +375,57 @@ mod tests {
         let mut output = input.clone();
         output[1] = summary_message("final text", "pg_9", "b", SummaryStatus::Final);
         check_stage_output(&input, &output, 2, WireFormat::Anthropic, &HashMap::new()).unwrap();
+    }
+
+    #[test]
+    fn all_violations_are_reported_each_by_its_rule() {
+        let input = msgs(8);
+        // Swapped and one dropped: order broken, and message 1 is lost.
+        let mut output = input.clone();
+        output.swap(2, 3);
+        output.remove(1);
+        let found = stage_violations(
+            &input,
+            &output,
+            2,
+            WireFormat::Anthropic,
+            &HashMap::new(),
+            Some((10, 11)),
+        );
+        let rules: Vec<Rule> = found.iter().map(|v| v.rule).collect();
+        assert_eq!(
+            rules,
+            [Rule::OrderKept, Rule::NothingLost, Rule::NoGrowth],
+            "{found:?}"
+        );
+        assert!(found[1].detail.contains("input message 1"), "{}", found[1]);
+        assert!(stage_violations(
+            &input,
+            &input,
+            2,
+            WireFormat::Anthropic,
+            &HashMap::new(),
+            Some((5, 5))
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn touching_a_protected_message_is_reported_once_as_what_it_is() {
+        let input = msgs(6);
+        let mut output = input.clone();
+        output[5] = Message::text(Role::Assistant, "changed");
+        let found = stage_violations(
+            &input,
+            &output,
+            2,
+            WireFormat::Anthropic,
+            &HashMap::new(),
+            None,
+        );
+        let rules: Vec<Rule> = found.iter().map(|v| v.rule).collect();
+        assert_eq!(rules, [Rule::ProtectedUntouched], "{found:?}");
+        assert!(found[0].detail.contains("input message 5"), "{}", found[0]);
+        assert_eq!(Rule::NothingLost.code(), "TAMP-INV-01");
     }
 }

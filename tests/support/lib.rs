@@ -24,6 +24,8 @@ const PACKAGES: &[&str] = &[
     "tamp-test-not-a-plugin",
     "tamp-test-incompatible-abi",
     "tamp-test-layout-mismatch",
+    "tamp-test-rule-breaker",
+    "tamp-test-bad-metadata",
 ];
 
 pub fn workspace_root() -> PathBuf {
@@ -190,6 +192,8 @@ pub struct StageChain {
     llm_concurrency: usize,
     timeout: std::time::Duration,
     store: Option<std::sync::Arc<dyn tamp_host::store::PageStore>>,
+    cache: bool,
+    cache_store: Option<std::sync::Arc<dyn tamp_host::store::SummaryCache>>,
 }
 
 impl StageChain {
@@ -208,12 +212,27 @@ impl StageChain {
             llm_concurrency: 256,
             timeout: std::time::Duration::from_secs(120),
             store: None,
+            cache: true,
+            cache_store: None,
         }
     }
 
     /// Archive pages here instead of a fresh in-memory store.
     pub fn store(mut self, store: std::sync::Arc<dyn tamp_host::store::PageStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Without the summary cache (by default a chain on its own in-memory store caches there;
+    /// a chain given a store does not).
+    pub fn without_cache(mut self) -> Self {
+        self.cache = false;
+        self
+    }
+
+    /// Keep the summary cache here (e.g. the same file store as the pages).
+    pub fn cache_in(mut self, cache: std::sync::Arc<dyn tamp_host::store::SummaryCache>) -> Self {
+        self.cache_store = Some(cache);
         self
     }
 
@@ -254,6 +273,11 @@ impl StageChain {
         });
         if let Some(store) = self.store {
             builder = builder.store(store);
+        }
+        if !self.cache {
+            builder = builder.cache(None);
+        } else if let Some(cache) = self.cache_store {
+            builder = builder.cache(Some(cache));
         }
         builder
             .provider(self.provider)

@@ -1,0 +1,274 @@
+//! Test fixture for the conformance kit. With the default config it is a correct strategy:
+//! it replaces the oldest run of compactable units with an LLM summary (capped, and only
+//! when that makes the conversation smaller), archiving them first, and returns an error when
+//! the LLM fails. `break` names the one rule of `docs/plugin-spec.md` it should break, so the
+//! kit can show that each check catches what it should and nothing else:
+//!
+//! | `break` | what it does wrong |
+//! | --- | --- |
+//! | `TAMP-CFG-02` | panics in its constructor on a `max_summary_chars` above the schema's maximum |
+//! | `TAMP-INV-01` | leaves the last replaced message out of the page |
+//! | `TAMP-INV-02` | keeps a tool result whose call it replaced |
+//! | `TAMP-INV-03` | appends a block to the last (protected) message |
+//! | `TAMP-INV-04` | swaps two adjacent messages instead of summarizing |
+//! | `TAMP-INV-05` | on an LLM error, acts anyway with a stand-in text and says nothing |
+//! | `TAMP-INV-06` | pads its summary until the conversation is larger than it was |
+//! | `TAMP-INV-07` | numbers its summaries with a per-instance counter |
+//! | `TAMP-INV-09` | puts the LLM's answer into the conversation uncapped |
+//! | `TAMP-EDGE-03` | cuts a preview of the first replaced message at a byte index |
+//! | `TAMP-CONC-01` | keeps the conversation in instance state across an await |
+//! | `abort` | aborts the process in `compact` |
+//! | `hang` | blocks its thread forever in `compact` (not even the host's timeout fires) |
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
+
+const BREAKS: &[&str] = &[
+    "TAMP-CFG-02",
+    "TAMP-INV-01",
+    "TAMP-INV-02",
+    "TAMP-INV-03",
+    "TAMP-INV-04",
+    "TAMP-INV-05",
+    "TAMP-INV-06",
+    "TAMP-INV-07",
+    "TAMP-INV-09",
+    "TAMP-EDGE-03",
+    "TAMP-CONC-01",
+    "abort",
+    "hang",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(crate = "tamp_plugin_api::serde", deny_unknown_fields, default)]
+#[schemars(crate = "tamp_plugin_api::schemars")]
+pub struct Config {
+    /// The rule to break (see the crate docs), or none.
+    #[serde(rename = "break")]
+    pub break_rule: Option<String>,
+    /// Cap on the summary text, in characters.
+    #[schemars(range(min = 16, max = 100000))]
+    pub max_summary_chars: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            break_rule: None,
+            max_summary_chars: 400,
+        }
+    }
+}
+
+pub struct RuleBreaker {
+    config: Config,
+    breaks: &'static str,
+    counter: AtomicU64,
+    /// Only used by the `TAMP-CONC-01` break: state shared by every call on this instance.
+    slot: Mutex<Option<Vec<Message>>>,
+}
+
+impl Strategy for RuleBreaker {
+    type Config = Config;
+    const NAME: &'static str = "rule-breaker";
+    const DESCRIPTION: &'static str =
+        "Test fixture: summarizes the oldest messages, breaking the rule its config names.";
+
+    fn new(config: Config) -> Result<Self, PluginError> {
+        let breaks = match config.break_rule.as_deref() {
+            None => "",
+            Some(rule) => BREAKS.iter().copied().find(|b| *b == rule).ok_or_else(|| {
+                PluginError::invalid_config(format!(
+                    "break: unknown rule {rule:?}; one of {}",
+                    BREAKS.join(", ")
+                ))
+            })?,
+        };
+        if breaks == "TAMP-CFG-02" {
+            // The bug: trusting that the host validated the config against the schema.
+            assert!(
+                config.max_summary_chars <= 100_000,
+                "max_summary_chars out of range"
+            );
+        }
+        Ok(RuleBreaker {
+            config,
+            breaks,
+            counter: AtomicU64::new(0),
+            slot: Mutex::new(None),
+        })
+    }
+
+    async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
+        let Compaction {
+            conversation,
+            budget,
+            host,
+            ..
+        } = input;
+        match self.breaks {
+            "abort" => std::process::abort(),
+            "hang" => loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            },
+            _ => {}
+        }
+        let mut messages = conversation.messages.to_vec();
+        let range = sdk::compactable_range(&messages, budget.keep_recent as usize);
+        let candidates: Vec<Unit> = sdk::units(&messages)
+            .into_iter()
+            .filter(|u| {
+                range.start <= u.range.start
+                    && u.range.end <= range.end
+                    && u.kind != UnitKind::System
+            })
+            .collect();
+        let Some(first) = candidates.first() else {
+            return Ok(CompactOutcome::unchanged(
+                conversation,
+                "nothing compactable",
+            ));
+        };
+        if self.breaks == "TAMP-INV-04" {
+            return Ok(self.swap_two(&conversation, &candidates));
+        }
+        // The first run of adjacent compactable units.
+        let mut end = first.range.end;
+        for unit in &candidates[1..] {
+            if unit.range.start != end {
+                break;
+            }
+            end = unit.range.end;
+        }
+        let run = first.range.start..end;
+
+        if self.breaks == "TAMP-CONC-01" {
+            *self.slot.lock().unwrap() = Some(messages.clone());
+            yield_once().await;
+            if let Some(stashed) = self.slot.lock().unwrap().take() {
+                messages = stashed;
+            }
+        }
+        let material = render_messages(&messages[run.clone()], &RenderOptions::default());
+        let request = LlmRequest::new(
+            "",
+            format!(
+                "Summarize this conversation excerpt briefly.\n<content>\n{material}</content>"
+            ),
+            200,
+        );
+        let mut text = match host.complete(request).await {
+            Ok(answer) if self.breaks == "TAMP-INV-09" => answer.text.to_string(),
+            Ok(answer) => sdk::cap_chars(answer.text.trim(), self.config.max_summary_chars),
+            Err(_) if self.breaks == "TAMP-INV-05" => "summary unavailable".to_string(),
+            Err(e) => return Err(e),
+        };
+        if self.breaks == "TAMP-EDGE-03" {
+            let first_text = messages[run.start].joined_text();
+            let preview = &first_text[..first_text.len().min(9)];
+            text = format!("{preview}: {text}");
+        }
+        if self.breaks == "TAMP-INV-07" {
+            let n = self.counter.fetch_add(1, Ordering::Relaxed);
+            text = format!("summary #{n}: {text}");
+        }
+
+        let mut archived = messages[run.clone()].to_vec();
+        if self.breaks == "TAMP-INV-01" {
+            archived.pop();
+        }
+        let page = if archived.is_empty() {
+            "pg_missing".to_string()
+        } else {
+            host.archive_page(archived, None).await?
+        };
+        let summary = sdk::summary_message(&text, &page, Self::NAME, SummaryStatus::Final);
+        let mut out = sdk::splice(
+            &messages,
+            vec![Replacement {
+                range: run.clone(),
+                message: summary,
+            }],
+        );
+        match self.breaks {
+            "TAMP-INV-02" => {
+                let exchange = candidates
+                    .iter()
+                    .find(|u| u.kind == UnitKind::ToolExchange && u.range.end <= run.end);
+                if let Some(exchange) = exchange {
+                    // Keep the last result message of a replaced exchange right after the summary.
+                    let result = messages[exchange.range.end - 1].clone();
+                    out.insert(run.start + 1, result);
+                }
+            }
+            "TAMP-INV-03" => {
+                if let Some(last) = out.last_mut() {
+                    last.content.push(ContentBlock::text("tampered"));
+                }
+            }
+            "TAMP-INV-06" => {
+                let before = host.count_message_tokens(&conversation.messages);
+                while host.count_message_tokens(&out) <= before {
+                    let missing = before + 1 - host.count_message_tokens(&out);
+                    text.push_str(&" pad".repeat(missing as usize + 1));
+                    out[run.start] =
+                        sdk::summary_message(&text, &page, Self::NAME, SummaryStatus::Final);
+                }
+                return Ok(acted(&conversation, out, run.len()));
+            }
+            _ => {}
+        }
+        if host.count_message_tokens(&out) >= host.count_message_tokens(&conversation.messages) {
+            return Ok(CompactOutcome::unchanged(
+                conversation,
+                "a summary would not make the conversation smaller",
+            ));
+        }
+        Ok(acted(&conversation, out, run.len()))
+    }
+}
+
+impl RuleBreaker {
+    /// The `TAMP-INV-04` break: two adjacent single messages change places.
+    fn swap_two(&self, conversation: &Conversation, candidates: &[Unit]) -> CompactOutcome {
+        let pair = candidates.windows(2).find(|w| {
+            w.iter().all(|u| u.kind == UnitKind::Message) && w[0].range.end == w[1].range.start
+        });
+        let Some(pair) = pair else {
+            return CompactOutcome::unchanged(conversation.clone(), "no two adjacent messages");
+        };
+        let mut out = conversation.messages.to_vec();
+        out.swap(pair[0].range.start, pair[1].range.start);
+        acted(conversation, out, 0)
+    }
+}
+
+fn acted(conversation: &Conversation, messages: Vec<Message>, removed: usize) -> CompactOutcome {
+    let mut report = StageReport::acted(format!("summarized {removed} message(s)"));
+    report.messages_removed = removed as u32;
+    report.summaries_added = 1;
+    CompactOutcome {
+        conversation: conversation.with_messages(messages),
+        report,
+    }
+}
+
+/// Yields once to the executor (the plugin carries no runtime of its own).
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+export_plugin!(RuleBreaker);
