@@ -17,7 +17,7 @@ use tamp_plugin_api::{
 use tokio::sync::Semaphore;
 
 use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, PriceConfig, Trigger};
-use crate::invariants::{check_stage_output, infer_format, Violation};
+use crate::invariants::{check_no_growth, check_stage_output, infer_format, Violation};
 use crate::loader::{resolve_plugin, LoadError, LoadedPlugin};
 use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
@@ -675,15 +675,7 @@ impl Chain {
         }
         checked.map_err(invariant_failure)?;
         let tokens_after = self.ctx.tokens.count_messages(&output.messages);
-        if tokens_after > budget.current_tokens {
-            return Err(invariant_failure(Violation {
-                rule: crate::invariants::Rule::NoGrowth,
-                detail: format!(
-                    "the output has {tokens_after} tokens, more than the {} it received",
-                    budget.current_tokens
-                ),
-            }));
-        }
+        check_no_growth(budget.current_tokens, tokens_after).map_err(invariant_failure)?;
         Ok((Some(output), outcome.report, tokens_after))
     }
 }

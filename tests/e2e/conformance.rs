@@ -48,7 +48,7 @@ fn shipped_plugins_and_the_template_conform() {
     ] {
         // Default checks; a generous time limit, since the 5 MB message takes seconds in a
         // debug build and CI machines are shared (a slow plugin still fails at 60 s × 3).
-        let (code, report) = kit_json(&plugin(lib), &["--timeout", "60"]);
+        let (code, report) = kit_json(&plugin(lib), &["--timeout", "60", "--cases", "8"]);
         assert!(
             report.passed && code == 0,
             "{lib} does not conform (exit {code}):\n{}",

@@ -100,11 +100,9 @@ impl Strategy for ArchiveOldToolCalls {
             vec![None; runs.len()]
         };
 
-        let mut report = StageReport::acted(format!(
-            "archived {exchanges} tool exchange(s) in {} run(s)",
-            runs.len()
-        ));
+        let mut report = StageReport::acted(String::new());
         let mut replacements = Vec::with_capacity(runs.len());
+        let mut archived = 0;
         for ((run, page), llm_text) in runs.iter().zip(&pages).zip(llm_texts) {
             // The SDK names the tools (in first-call order) and counts the calls.
             let activity = sdk::groups::tool_activity(&messages[run.range.clone()]);
@@ -113,22 +111,54 @@ impl Strategy for ArchiveOldToolCalls {
                 activity.calls(),
                 activity.tool_list()
             );
+            let originals = &messages[run.range.clone()];
             match llm_text {
                 Some(Ok(text)) => {
-                    note.push('\n');
-                    note.push_str(&sdk::cap_chars(text.trim(), self.config.max_summary_chars));
+                    let summarized = format!(
+                        "{note}\n{}",
+                        sdk::cap_chars(text.trim(), self.config.max_summary_chars)
+                    );
+                    // A summary must not outweigh what it replaces (an LLM may answer far more
+                    // than it was asked for): then the plain note stands alone.
+                    if self.shorter_than(&host, &summarized, originals) {
+                        note = summarized;
+                    } else {
+                        report.warn(format!(
+                            "summary of page {page} is longer than the exchanges it replaces; \
+                             kept the plain note"
+                        ));
+                    }
                 }
                 Some(Err(e)) => report.warn(format!("summary of page {page} failed: {e}")),
                 None => {}
+            }
+            if !self.shorter_than(&host, &note, originals) {
+                // Even the plain note outweighs these exchanges: leave them as they are. The
+                // page stays in the store unreferenced, which loses nothing.
+                continue;
             }
             replacements.push(Replacement {
                 range: run.range.clone(),
                 message: sdk::summary_message(&note, page, Self::NAME, SummaryStatus::Final),
             });
+            archived += run.units.len();
             report.messages_removed += run.range.len() as u32;
             report.summaries_added += 1;
             report.pages.push(page.as_str().into());
         }
+        if replacements.is_empty() {
+            let mut outcome = CompactOutcome::unchanged(
+                conversation,
+                "no run of tool exchanges outweighs its summary; nothing archived",
+            );
+            outcome.report.warnings = report.warnings;
+            return Ok(outcome);
+        }
+        report.reason = format!(
+            "archived {archived} tool exchange(s) in {} run(s)",
+            replacements.len()
+        )
+        .into();
         let new_messages = sdk::splice(messages, replacements);
         Ok(CompactOutcome {
             conversation: conversation.with_messages(new_messages),
@@ -138,6 +168,18 @@ impl Strategy for ArchiveOldToolCalls {
 }
 
 impl ArchiveOldToolCalls {
+    /// Whether a summary with `text` costs fewer tokens than `originals`.
+    fn shorter_than(&self, host: &Host, text: &str, originals: &[Message]) -> bool {
+        let summary = sdk::summary_message(
+            text,
+            "pg_00000000000000000000000000000000",
+            Self::NAME,
+            SummaryStatus::Final,
+        );
+        host.count_message_tokens(std::slice::from_ref(&summary))
+            < host.count_message_tokens(originals)
+    }
+
     /// The oldest tool exchanges in the compactable range, beyond the newest
     /// `keep_exchanges`, grouped into runs of adjacent exchanges (the SDK's grouping).
     fn runs_to_archive(&self, messages: &[Message], keep_recent: usize) -> Vec<Group> {

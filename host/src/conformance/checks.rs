@@ -419,17 +419,7 @@ impl Ctx {
 
     /// Invariant breaks and panics in `run`, reported under their own ids.
     fn judge(&self, run: &Run, what: &str, out: &mut CheckOutput) {
-        self.judge_structure(run, what, out, false)
-    }
-
-    /// [`Self::judge`]; with `skip_growth`, the no-growth rule is not judged (when the kit's
-    /// LLM answers far more than the request allowed, a capped summary may still outgrow a
-    /// small exchange; growth is judged with answers that respect the request).
-    fn judge_structure(&self, run: &Run, what: &str, out: &mut CheckOutput, skip_growth: bool) {
         for v in self.harness.violations(run) {
-            if skip_growth && v.rule == crate::invariants::Rule::NoGrowth {
-                continue;
-            }
             out.findings.push(self.violation_finding(&v, run, what));
         }
         if let Some(m) = run.panicked() {
@@ -660,7 +650,7 @@ impl Ctx {
             let run = self
                 .run_case(&strategy, &case, Answers::Huge(ANSWER_CHARS))
                 .await;
-            self.judge_structure(&run, what, &mut out, true);
+            self.judge(&run, what, &mut out);
             let Some(output) = run.changed_output() else {
                 continue;
             };
