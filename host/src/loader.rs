@@ -407,6 +407,31 @@ pub fn load_from_private_copies() {
     registry().private_dir = Some(private_copy_dir());
 }
 
+/// Deletes the private-copy directories of processes that no longer run (a server killed
+/// without a chance to clean up leaves its copies behind). Linux only: elsewhere there is no
+/// cheap way to tell whether a pid is alive, and the directories are left to the system.
+pub fn remove_stale_private_copies() {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("tamp-plugins-"))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
 /// Deletes this process's private copies, at exit (the loaded libraries stay mapped: Linux
 /// keeps an unlinked file's pages until they are unmapped).
 pub fn remove_private_copies() {

@@ -1,1 +1,262 @@
-//! Placeholder: filled in by its issue's work.
+//! Starting the real `tamp serve` binary on a free loopback port, talking to it, stopping it.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running `tamp serve` process; killed when dropped.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    log: Arc<Mutex<String>>,
+    pub client: reqwest::Client,
+}
+
+impl Server {
+    /// `tamp serve --config <config> --listen 127.0.0.1:0` with `extra_args`.
+    pub fn start(config: &Path, extra_args: &[&str]) -> Server {
+        Self::start_with_env(config, extra_args, &[])
+    }
+
+    /// Like [`Server::start`], with extra environment variables.
+    pub fn start_with_env(config: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = Command::new(crate::tamp_bin());
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn tamp serve");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        {
+            let log = Arc::clone(&log);
+            // Drains stderr for the process's whole life (a full pipe would block it).
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(addr) = line.strip_prefix("tamp serve: listening on ") {
+                        let _ = tx.send(addr.trim().to_string());
+                    }
+                    let mut log = log.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
+        let base = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(base) => base,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "tamp serve did not start; its output:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+        };
+        Server {
+            child,
+            base,
+            log,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// Everything the server wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM (graceful shutdown) without waiting.
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit, at most `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tamp serve did not exit within {timeout:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process has exited (and how).
+    pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    /// `POST /v1/compact` with `body`; the status and the JSON answer.
+    pub async fn compact(&self, body: &Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(self.url("/v1/compact"))
+            .json(body)
+            .send()
+            .await
+            .expect("POST /v1/compact");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("JSON answer"))
+    }
+
+    /// `GET path` as JSON, asserting 200.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let response = self
+            .client
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        assert_eq!(response.status().as_u16(), 200, "GET {path}");
+        response.json().await.expect("JSON answer")
+    }
+
+    /// `GET /metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    /// Polls `GET /v1/chain` until `done` holds for it, failing after `timeout`.
+    pub async fn wait_for_chain(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let chain = self.get_json("/v1/chain").await;
+            if done(&chain) {
+                return chain;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; /v1/chain: {chain:#}\nlog:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    /// Stops the server gracefully (so it removes its private plugin copies), killing it if
+    /// it has not exited within 10 s.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The stage names of a `/v1/chain` answer, in order.
+pub fn chain_stage_names(chain: &Value) -> Vec<String> {
+    chain["stages"]
+        .as_array()
+        .map(|stages| {
+            stages
+                .iter()
+                .filter_map(|s| s["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The stage names of a compaction report, in order.
+pub fn report_stage_names(answer: &Value) -> Vec<String> {
+    answer["report"]["stages"]
+        .as_array()
+        .map(|stages| {
+            stages
+                .iter()
+                .filter_map(|s| s["stage"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Replaces `path`'s content the way editors save: write a temporary file beside it, then
+/// rename it over `path` (a new inode).
+pub fn write_atomically(path: &Path, content: &[u8]) {
+    let tmp = path.with_extension("tmp-save");
+    std::fs::write(&tmp, content).expect("write temporary file");
+    std::fs::rename(&tmp, path).expect("rename over the file");
+}
+
+/// A [`crate::scratch_dir`] removed when dropped, unless the test is failing (then it stays
+/// for a look). The serve tests copy plugin libraries (tens of MB) into theirs.
+pub struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    pub fn new(tag: &str) -> ScratchDir {
+        ScratchDir(crate::scratch_dir(tag))
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
