@@ -26,7 +26,10 @@ pub use conversation::{
     ContentBlock, Conversation, Message, Role, SummaryInfo, SummaryStatus, ToolResultPart,
 };
 pub use error::{ErrorKind, HostError, PluginError};
-pub use host::{CachedSummary, CallFinished, Host, HostServices, HostServicesBox, HostServices_TO, ProgressEvent};
+pub use host::{
+    CachedSummary, CallFinished, Host, HostServices, HostServicesBox, HostServices_TO,
+    ProgressEvent,
+};
 pub use llm::{LlmRequest, LlmResponse, Usage};
 pub use logging::{LogLevel, LogSink};
 pub use module::{PluginInfo, PluginModule, PluginModuleRef, PLUGIN_API_VERSION};
