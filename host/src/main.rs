@@ -46,7 +46,7 @@ const DEFAULT_STORE: &str = ".tamp/store.sqlite3";
         LLM provider and the page store. Conversations are Anthropic Messages or OpenAI Chat \
         Completions JSON; the output is in the input's format. Every message a stage removes is \
         archived in a page (see `tamp pages show`).\n\n\
-        Example:\n  tamp compact examples/conversations/swe-agent-anthropic.json \\\n    \
+        Example:\n  tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
         --config examples/chains/default.toml --report"
 )]
 struct Cli {
