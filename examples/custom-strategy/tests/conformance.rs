@@ -5,13 +5,25 @@
 
 use std::path::PathBuf;
 
-/// The plugin library cargo built next to this test binary (`target/<profile>/`).
+/// The plugin library, built by cargo into `target/<profile>/`. `cargo test` links the
+/// crate into this test as an rlib but does not lay the cdylib down there, so build it first
+/// (quick when it is up to date).
 fn built_plugin() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("test binaries live in target/<profile>/deps");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = std::process::Command::new(cargo);
+    build
+        .args(["build", "--quiet", "-p", env!("CARGO_PKG_NAME")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    let status = build.status().expect("run cargo build");
+    assert!(status.success(), "cargo build of the plugin failed");
     let name = format!(
         "{}tamp_custom_strategy{}",
         std::env::consts::DLL_PREFIX,
