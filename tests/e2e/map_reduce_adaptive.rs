@@ -42,9 +42,13 @@ fn stage_chain(
     encoding: Encoding,
     keep_recent: u32,
 ) -> Chain {
+    // These tests look at the requests the plugin makes, in the order it makes them, so no
+    // cache answers any (and no cache lookup delays one); tests/e2e/summary_cache.rs covers
+    // the cache with this plugin.
     StageChain::new("tamp_map_reduce_adaptive", config, provider)
         .encoding(encoding)
         .keep_recent(keep_recent)
+        .without_cache()
         .build()
 }
 
