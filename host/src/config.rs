@@ -26,6 +26,8 @@ pub struct ChainFile {
     pub store: StoreConfig,
     #[serde(default)]
     pub cache: CacheConfig,
+    #[serde(default)]
+    pub batch: BatchConfig,
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
@@ -241,6 +243,99 @@ impl Default for CacheConfig {
     }
 }
 
+/// `[batch]`: the deferred-summary worker and the Message Batches API it uses (see
+/// `crate::deferred`). Model, base URL and key come from `[provider]` when it is
+/// `anthropic`; set them here to batch through another account or endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchConfig {
+    /// At most this many requests per batch (the API allows 100,000).
+    pub max_batch_requests: usize,
+    /// How often queued requests are sent, in seconds (fractions allowed).
+    pub submit_interval_secs: f64,
+    /// How often open batches are polled, in seconds (fractions allowed).
+    pub poll_interval_secs: f64,
+    /// Attempts per request: an errored result (of a transient type) or a failed
+    /// submission is retried in a later batch until this many attempts were made.
+    pub max_attempts: u32,
+    /// A request whose batch result was canceled or expired twice is answered by a
+    /// synchronous call through `[provider]` instead of failing.
+    pub sync_fallback: bool,
+    /// A batch still running after this many seconds is canceled; its requests are handled
+    /// as expired.
+    pub batch_timeout_secs: f64,
+    /// The model; default `provider.model` when `provider.kind = "anthropic"`.
+    pub model: Option<String>,
+    /// The API's base URL; default `provider.base_url`, else the public endpoint.
+    pub base_url: Option<String>,
+    /// The environment variable holding the key; default `provider.api_key_env`.
+    pub api_key_env: Option<String>,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_batch_requests: 100,
+            submit_interval_secs: 60.0,
+            poll_interval_secs: 60.0,
+            max_attempts: 3,
+            sync_fallback: true,
+            batch_timeout_secs: 86_400.0,
+            model: None,
+            base_url: None,
+            api_key_env: None,
+        }
+    }
+}
+
+impl BatchConfig {
+    /// The checks of `[batch]` on its own; each error names the field (`batch.max_attempts:
+    /// ...`). Whether a model and key can be found is checked when a worker is built.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_batch_requests == 0 || self.max_batch_requests > 100_000 {
+            return Err(format!(
+                "batch.max_batch_requests: must be between 1 and 100000 (the API's limit), got {}",
+                self.max_batch_requests
+            ));
+        }
+        for (name, v) in [
+            ("submit_interval_secs", self.submit_interval_secs),
+            ("poll_interval_secs", self.poll_interval_secs),
+            ("batch_timeout_secs", self.batch_timeout_secs),
+        ] {
+            if v.is_nan() || v <= 0.0 || v > 30.0 * 86_400.0 {
+                return Err(format!(
+                    "batch.{name}: must be a positive number of seconds (at most 30 days), got {v}"
+                ));
+            }
+        }
+        if self.max_attempts == 0 {
+            return Err("batch.max_attempts: must be at least 1".into());
+        }
+        if let Some(m) = &self.model {
+            if m.trim().is_empty() {
+                return Err("batch.model: must not be empty".into());
+            }
+        }
+        if let Some(url) = &self.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "batch.base_url: must be an http:// or https:// URL, got \"{url}\""
+                ));
+            }
+        }
+        if let Some(var) = &self.api_key_env {
+            let is_name = !var.is_empty()
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !is_name {
+                return Err("batch.api_key_env: must be the name of an environment variable (letters, digits and _), not the key itself".into());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `[store]`: where pages live.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -362,6 +457,15 @@ impl LoadedChainFile {
             self.error_at_key("budget", field, m.clone())
         })?;
         self.check_provider()?;
+        self.file.batch.validate().map_err(|m| {
+            let field = m
+                .split(':')
+                .next()
+                .and_then(|f| f.strip_prefix("batch."))
+                .unwrap_or("")
+                .to_string();
+            self.error_at_key("batch", &field, m)
+        })?;
         if self
             .file
             .tokenizer
@@ -598,6 +702,41 @@ mod tests {
 
     fn parse(text: &str) -> Result<LoadedChainFile, ConfigError> {
         LoadedChainFile::parse(Path::new("chain.toml"), text.to_string())
+    }
+
+    #[test]
+    fn batch_section_defaults_and_errors_name_the_field_and_line() {
+        let loaded = parse("").unwrap();
+        assert_eq!(loaded.file.batch, BatchConfig::default());
+        assert_eq!(loaded.file.batch.max_batch_requests, 100);
+        let ok = parse("[batch]\nmax_batch_requests = 5\npoll_interval_secs = 0.05\n").unwrap();
+        assert_eq!(ok.file.batch.max_batch_requests, 5);
+        for (text, field, line) in [
+            (
+                "[batch]\nmax_batch_requests = 0\n",
+                "batch.max_batch_requests",
+                2,
+            ),
+            ("[batch]\n\nmax_attempts = 0\n", "batch.max_attempts", 3),
+            (
+                "[batch]\npoll_interval_secs = -1\n",
+                "batch.poll_interval_secs",
+                2,
+            ),
+            (
+                "[batch]\napi_key_env = \"sk-ant-123\"\n",
+                "batch.api_key_env",
+                2,
+            ),
+            ("[batch]\nbase_url = \"ftp://x\"\n", "batch.base_url", 2),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.message.starts_with(field), "{text}: {e}");
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(!e.to_string().contains("sk-ant-123"), "{e}");
+        }
+        let unknown = parse("[batch]\nmax_batch = 3\n").unwrap_err();
+        assert!(unknown.message.contains("max_batch"), "{unknown}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 pub mod chain;
 pub mod config;
 pub mod conformance;
+pub mod deferred;
 pub mod invariants;
 pub mod loader;
 pub mod logging;

@@ -73,6 +73,9 @@ enum Command {
     CheckConfig(tamp_host::serve::CheckConfigArgs),
     /// Check a plugin library against tamp's plugin specification.
     Conformance(tamp_host::conformance::ConformanceArgs),
+    /// Deferred summaries: send queued requests as Message Batches and apply their results.
+    #[command(subcommand)]
+    Batch(tamp_host::deferred::BatchCommand),
 }
 
 #[derive(Args)]
@@ -176,6 +179,7 @@ fn main() -> ExitCode {
         Command::Pages(cmd) => pages(cmd),
         Command::Serve(args) => tamp_host::serve::run_cli(args),
         Command::CheckConfig(args) => tamp_host::serve::check_config_cli(args),
+        Command::Batch(cmd) => tamp_host::deferred::run_cli(cmd),
         Command::Conformance(args) => match tamp_host::conformance::run_cli(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -13,14 +13,15 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
 use tamp_plugin_api::{
-    CachedSummary, ErrorKind, FfiFuture, FfiOption, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec,
-    HostError, HostServices, HostServicesBox, HostServices_TO, IntoFfiFuture as _, LlmRequest,
-    LlmResponse, Message, Page, PageDraft, PluginError, ProgressEvent, Usage,
+    CachedSummary, DeferredRequest, DeferredState, DeferredStatus, ErrorKind, FfiFuture, FfiOption,
+    FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, HostError, HostServices, HostServicesBox,
+    HostServices_TO, IntoFfiFuture as _, LlmRequest, LlmResponse, Message, Page, PageDraft,
+    PluginError, ProgressEvent, Usage,
 };
 use tokio::sync::Semaphore;
 
 use crate::providers::Provider;
-use crate::store::{CacheScope, NewPage, PageStore, SummaryCache};
+use crate::store::{CacheScope, NewDeferred, NewPage, PageStore, QueueState, SummaryCache};
 use crate::tokens::TokenCounter;
 use crate::wire::WireFormat;
 
@@ -47,6 +48,8 @@ pub struct StageServices(Arc<StageState>);
 struct StageState {
     ctx: Arc<HostContext>,
     stage: String,
+    /// The plugin's name: deferred requests belong to it.
+    strategy: String,
     thread_id: Option<String>,
     source_format: Option<WireFormat>,
     /// Where this stage's cache entries live: its thread, strategy and config.
@@ -98,6 +101,7 @@ impl StageServices {
         StageServices(Arc::new(StageState {
             ctx,
             stage: identity.stage,
+            strategy: identity.strategy,
             thread_id,
             source_format,
             scope,
@@ -461,6 +465,95 @@ impl HostServices for StageServices {
             };
             if let Err(e) = cache.put_range(key, len, summary.into()).await {
                 tracing::warn!(stage = %this.0.stage, "cannot write the summary cache: {e}");
+            }
+        }
+        .into_ffi()
+    }
+
+    fn defer_summaries(
+        &self,
+        requests: FfiVec<DeferredRequest>,
+    ) -> FfiFuture<FfiResult<(), HostError>> {
+        let this = self.clone();
+        async move {
+            contained("deferred queue", async {
+                let host_error = |m: String| PluginError::new(ErrorKind::Host, m);
+                let queue = this.0.ctx.store.deferred_queue().ok_or_else(|| {
+                    host_error(format!(
+                        "the page store {} keeps no deferred queue",
+                        this.0.ctx.store.describe()
+                    ))
+                })?;
+                let items = requests
+                    .into_iter()
+                    .map(|r| NewDeferred {
+                        page_id: r.page_id.into(),
+                        strategy: this.0.strategy.clone(),
+                        thread_id: this.0.thread_id.clone(),
+                        request: r.request,
+                    })
+                    .collect();
+                queue
+                    .enqueue(items)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| host_error(e.to_string()))
+            })
+            .await
+            .into()
+        }
+        .into_ffi()
+    }
+
+    fn deferred_results(&self, page_ids: FfiVec<FfiString>) -> FfiFuture<FfiVec<DeferredState>> {
+        let this = self.clone();
+        async move {
+            let ids: Vec<String> = page_ids.into_iter().map(String::from).collect();
+            let unknown = |ids: &[String]| {
+                ids.iter()
+                    .map(|id| DeferredState::unknown(id.as_str()))
+                    .collect()
+            };
+            let Some(queue) = this.0.ctx.store.deferred_queue() else {
+                return unknown(&ids);
+            };
+            let found = AssertUnwindSafe(queue.lookup(this.0.strategy.clone(), ids.clone()))
+                .catch_unwind()
+                .await;
+            match found {
+                Ok(Ok(items)) => ids
+                    .iter()
+                    .zip(items)
+                    .map(|(id, item)| match item {
+                        None => DeferredState::unknown(id.as_str()),
+                        Some(item) => DeferredState {
+                            page_id: id.as_str().into(),
+                            status: match item.state {
+                                QueueState::Queued => DeferredStatus::Queued,
+                                QueueState::Submitted => DeferredStatus::Submitted,
+                                QueueState::Done => DeferredStatus::Done,
+                                QueueState::Failed => DeferredStatus::Failed,
+                            },
+                            text: item
+                                .text
+                                .filter(|_| item.state == QueueState::Done)
+                                .unwrap_or_default()
+                                .into(),
+                            reason: item
+                                .reason
+                                .filter(|_| item.state == QueueState::Failed)
+                                .unwrap_or_default()
+                                .into(),
+                        },
+                    })
+                    .collect(),
+                // An unreadable queue is "nothing known yet": the summaries stay pending
+                // and the next compaction asks again.
+                Ok(Err(e)) => {
+                    tracing::warn!(stage = %this.0.stage, "deferred queue unavailable: {e}");
+                    unknown(&ids)
+                }
+                Err(_) => unknown(&ids),
             }
         }
         .into_ffi()

@@ -18,7 +18,8 @@ use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 
 use crate::conversation::Message;
-use crate::error::HostError;
+use crate::deferred::{DeferredRequest, DeferredState};
+use crate::error::{ErrorKind, HostError};
 use crate::llm::{LlmRequest, LlmResponse};
 use crate::page::{Page, PageDraft};
 
@@ -79,6 +80,34 @@ pub trait HostServices: Clone + Send + Sync + 'static {
     /// Best effort: a store failure is logged by the host, never returned.
     fn cache_summary(&self, _messages: RSlice<'_, Message>, _summary: RString) -> FfiFuture<()> {
         async {}.into_ffi()
+    }
+
+    /// Queues each request to be answered later, through a batch, as the summary of its
+    /// page (see [`crate::deferred`]), all in one store write. Idempotent per page and
+    /// strategy: deferring a page again leaves the first request in place. Returns once the
+    /// requests are stored.
+    ///
+    /// Added after `cache_summary`: a host without it refuses, and the plugin must then
+    /// summarize some other way.
+    fn defer_summaries(
+        &self,
+        _requests: RVec<DeferredRequest>,
+    ) -> FfiFuture<RResult<(), HostError>> {
+        async {
+            RResult::RErr(HostError::new(
+                ErrorKind::Host,
+                "this host has no deferred-summary service",
+            ))
+        }
+        .into_ffi()
+    }
+
+    /// The states of the deferred requests of `page_ids` (this strategy's), in the order
+    /// asked. A host without the service answers `Unknown` for each.
+    fn deferred_results(&self, page_ids: RVec<RString>) -> FfiFuture<RVec<DeferredState>> {
+        let states: RVec<DeferredState> =
+            page_ids.into_iter().map(DeferredState::unknown).collect();
+        async move { states }.into_ffi()
     }
 }
 
@@ -275,6 +304,31 @@ impl Host {
         self.services
             .cache_summary(messages.into(), summary.into())
             .await
+    }
+
+    /// Queues `(page id, request)` pairs to be answered later through a batch, each as the
+    /// summary of its page (idempotent per page), in one store write. See [`crate::deferred`].
+    pub async fn defer_summaries(
+        &self,
+        requests: Vec<(String, LlmRequest)>,
+    ) -> Result<(), HostError> {
+        let requests: RVec<DeferredRequest> = requests
+            .into_iter()
+            .map(|(page_id, request)| DeferredRequest {
+                page_id: page_id.into(),
+                request,
+            })
+            .collect();
+        self.services.defer_summaries(requests).await.into_result()
+    }
+
+    /// Where the deferred requests of `page_ids` stand, in the order asked.
+    pub async fn deferred_results(&self, page_ids: &[String]) -> Vec<DeferredState> {
+        let ids: RVec<RString> = page_ids
+            .iter()
+            .map(|id| RString::from(id.as_str()))
+            .collect();
+        self.services.deferred_results(ids).await.into_vec()
     }
 
     /// The strategy name pages and summaries are attributed to.

@@ -11,6 +11,7 @@
 
 pub mod budget;
 pub mod conversation;
+pub mod deferred;
 pub mod error;
 pub mod host;
 pub mod llm;
@@ -25,6 +26,7 @@ pub use budget::Budget;
 pub use conversation::{
     ContentBlock, Conversation, Message, Role, SummaryInfo, SummaryStatus, ToolResultPart,
 };
+pub use deferred::{DeferredRequest, DeferredState, DeferredStatus};
 pub use error::{ErrorKind, HostError, PluginError};
 pub use host::{
     CachedSummary, CallFinished, Host, HostServices, HostServicesBox, HostServices_TO,

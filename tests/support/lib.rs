@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use tamp_plugin_api::Conversation;
 
 /// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
+pub mod mock_batches;
 pub mod mock_llm;
 /// Starting and driving a real `tamp serve` process.
 pub mod serve_support;
@@ -19,6 +20,7 @@ const PACKAGES: &[&str] = &[
     "tamp-buffered-tool-call",
     "tamp-map-reduce-adaptive",
     "tamp-anchored-structured",
+    "tamp-batch-deferred",
     "tamp-custom-strategy",
     "tamp-test-misbehaving",
     "tamp-test-not-a-plugin",

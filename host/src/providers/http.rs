@@ -196,7 +196,7 @@ pub(crate) async fn post_json(
 }
 
 /// A failure before a complete answer arrived.
-fn transport_error(
+pub(crate) fn transport_error(
     provider: &str,
     e: &reqwest::Error,
     scrub: &dyn Fn(String) -> String,

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use tamp_plugin_api::{LlmRequest, LlmResponse};
 
 pub mod anthropic;
+pub mod batches;
 pub mod extractive;
 pub mod http;
 pub mod openai;

@@ -19,9 +19,11 @@ use sha2::{Digest, Sha256};
 use tamp_plugin_api::{Message, Page, PageDraft};
 
 pub mod cache;
+pub mod queue;
 mod sqlite;
 
 pub use cache::{CacheScope, SummaryCache};
+pub use queue::{DeferredQueue, NewDeferred, QueueItem, QueueState, QueueStatus};
 pub use sqlite::SqliteStore;
 
 /// A page to archive.
@@ -150,6 +152,13 @@ pub trait PageStore: Send + Sync {
 
     /// Which store this is, for logs and `tamp` output, e.g. `sqlite:/path/to/store.sqlite3`.
     fn describe(&self) -> String;
+
+    /// The queue of deferred work kept in this store, when it has one (see
+    /// [`queue`]). Reached through the page store so every chain that has a store has its
+    /// queue, without another handle to thread through the host.
+    fn deferred_queue(&self) -> Option<std::sync::Arc<dyn DeferredQueue>> {
+        None
+    }
 }
 
 /// Length of the hex digest in a page id: 32 hex characters, the first 128 bits of SHA-256.

@@ -58,6 +58,8 @@ const MIGRATIONS: &[&str] = &[
         summary       TEXT NOT NULL,
         created_at    INTEGER NOT NULL
     );",
+    // 2 -> 3: the deferred-work queue (see `store::queue`).
+    super::queue::MIGRATION,
 ];
 
 /// The schema version this build writes and reads.
@@ -69,9 +71,9 @@ pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(super) struct Inner {
     /// The file path, or `:memory:`; used in `describe` and in every error message.
-    location: String,
+    pub(super) location: String,
     path: Option<PathBuf>,
     conn: Mutex<Connection>,
     /// Pages waiting to be written; see [`SqliteStore::put_page`].
@@ -91,7 +93,7 @@ struct PendingPut {
 impl Inner {
     /// The connection. Held only for the SQL itself: serializing, hashing and parsing pages
     /// happen outside the lock.
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    pub(super) fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves the connection usable (an open transaction
         // rolls back when dropped), so a poisoned lock is taken over.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
@@ -176,7 +178,7 @@ impl SqliteStore {
 
     /// Runs `op` on the blocking pool (inline when there is no tokio
     /// runtime, e.g. under `futures::executor::block_on`).
-    async fn run<T, F>(&self, operation: String, op: F) -> Result<T, StoreError>
+    pub(super) async fn run<T, F>(&self, operation: String, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
@@ -234,14 +236,14 @@ fn migrate(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
     tx.commit().map_err(|e| fail("migrate the schema", e))
 }
 
-fn now_secs() -> u64 {
+pub(super) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
-fn to_i64(n: u64) -> i64 {
+pub(super) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -470,6 +472,10 @@ impl PageStore for SqliteStore {
 
     fn describe(&self) -> String {
         format!("sqlite:{}", self.inner.location)
+    }
+
+    fn deferred_queue(&self) -> Option<Arc<dyn super::queue::DeferredQueue>> {
+        Some(Arc::new(self.clone()))
     }
 }
 
@@ -967,8 +973,11 @@ mod tests {
             {
                 // Back to version 1: the pages table alone.
                 let conn = Connection::open(&path).unwrap();
-                conn.execute_batch("DROP TABLE llm_answers; DROP TABLE range_summaries;")
-                    .unwrap();
+                conn.execute_batch(
+                    "DROP TABLE llm_answers; DROP TABLE range_summaries;
+                     DROP TABLE deferred_items; DROP TABLE deferred_events;",
+                )
+                .unwrap();
                 conn.pragma_update(None, "user_version", 1).unwrap();
             }
             let store = SqliteStore::open(&path).unwrap();

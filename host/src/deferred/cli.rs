@@ -1,0 +1,214 @@
+//! `tamp batch`: the deferred worker from the command line.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::{Args, Subcommand};
+
+use super::worker::Worker;
+use crate::config::LoadedChainFile;
+use crate::store::queue::{DeferredQueue, QueueStatus};
+use crate::store::SqliteStore;
+
+/// `tamp batch ...`
+#[derive(Debug, Subcommand)]
+pub enum BatchCommand {
+    /// Send every queued deferred request as Message Batches, poll the open batches once and
+    /// apply the results of those that ended, then exit (for cron).
+    ///
+    /// Example: tamp batch run-once --config chain.toml
+    RunOnce(RunArgs),
+    /// Run the worker until interrupted (Ctrl-C or SIGTERM): submit every
+    /// batch.submit_interval_secs, poll every batch.poll_interval_secs.
+    Work(RunArgs),
+    /// Show the queue: counts by state, the oldest unfinished item, open batches, tokens
+    /// billed through batches.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The chain file: its [batch] and [provider] sections and its store.
+    #[arg(short, long)]
+    pub config: PathBuf,
+    /// Use this store file instead of the chain file's.
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// Print the pass report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Take the store location (and prices) from this chain file.
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// The store file (default: the chain file's, else .tamp/store.sqlite3).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn store_path(file: Option<&LoadedChainFile>, store: Option<&Path>) -> PathBuf {
+    store
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            let file = file?;
+            file.file.store.path.as_ref().map(|p| file.resolve_path(p))
+        })
+        .unwrap_or_else(|| PathBuf::from(".tamp/store.sqlite3"))
+}
+
+fn open_queue(path: &Path) -> Result<Arc<dyn DeferredQueue>> {
+    Ok(Arc::new(SqliteStore::open(path)?))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Runs a `tamp batch` command.
+pub fn run_cli(command: BatchCommand) -> Result<()> {
+    match command {
+        BatchCommand::RunOnce(args) => {
+            let file = LoadedChainFile::read(&args.config)?;
+            let queue = open_queue(&store_path(Some(&file), args.store.as_deref()))?;
+            let rt = runtime()?;
+            let report = rt.block_on(async {
+                let worker = Worker::from_chain_file(&file, queue)?;
+                anyhow::Ok(worker.run_once().await?)
+            })?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+            Ok(())
+        }
+        BatchCommand::Work(args) => {
+            let file = LoadedChainFile::read(&args.config)?;
+            let queue = open_queue(&store_path(Some(&file), args.store.as_deref()))?;
+            let rt = runtime()?;
+            rt.block_on(async {
+                let worker = Worker::from_chain_file(&file, queue)?;
+                let metrics = worker.metrics();
+                let handle = worker.spawn(shutdown_signal());
+                eprintln!("tamp batch: worker running; Ctrl-C or SIGTERM stops it");
+                handle.join().await;
+                let snap = metrics.snapshot();
+                eprintln!(
+                    "tamp batch: stopped; {} submitted, {} succeeded, {} failed, {} fallbacks",
+                    snap.submitted, snap.succeeded, snap.failed, snap.fallbacks
+                );
+                anyhow::Ok(())
+            })
+        }
+        BatchCommand::Status(args) => {
+            let file = match &args.config {
+                Some(path) => Some(LoadedChainFile::read(path)?),
+                None => None,
+            };
+            let queue = open_queue(&store_path(file.as_ref(), args.store.as_deref()))?;
+            let status = runtime()?.block_on(queue.status())?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                let price = file.as_ref().and_then(|f| f.file.provider.price);
+                print!("{}", render_status(&status, price.as_ref()));
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+fn ago(ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let secs = now.saturating_sub(ms) / 1000;
+    match secs {
+        s if s < 120 => format!("{s}s ago"),
+        s if s < 7200 => format!("{}m ago", s / 60),
+        s => format!("{}h ago", s / 3600),
+    }
+}
+
+/// The text `tamp batch status` prints.
+pub fn render_status(status: &QueueStatus, price: Option<&crate::config::PriceConfig>) -> String {
+    let mut out = format!(
+        "queue: {} queued, {} submitted, {} done, {} failed\n",
+        status.queued, status.submitted, status.done, status.failed
+    );
+    match &status.oldest_unfinished {
+        Some((id, at, state)) => out.push_str(&format!(
+            "oldest unfinished: {id} ({}, queued {})\n",
+            state.as_str(),
+            ago(*at)
+        )),
+        None => out.push_str("oldest unfinished: none\n"),
+    }
+    if status.open_batches.is_empty() {
+        out.push_str("open batches: none\n");
+    } else {
+        out.push_str(&format!("open batches: {}\n", status.open_batches.len()));
+        for b in &status.open_batches {
+            out.push_str(&format!(
+                "  {} ({} request(s), submitted {})\n",
+                b.batch_id,
+                b.items,
+                ago(b.submitted_ms)
+            ));
+        }
+    }
+    let usage = |u: &tamp_plugin_api::Usage| {
+        format!(
+            "{} input + {} output tokens",
+            u.input_tokens, u.output_tokens
+        )
+    };
+    out.push_str(&format!(
+        "billed through batches: {}\nbilled through the sync fallback: {}\n",
+        usage(&status.batch_usage),
+        usage(&status.sync_usage)
+    ));
+    if let Some(price) = price {
+        out.push_str(&format!(
+            "estimated cost: ${:.4} through batches (${:.4} at the synchronous price), ${:.4} sync fallback\n",
+            price.batch_cost_of(&status.batch_usage),
+            price.cost_of(&status.batch_usage),
+            price.cost_of(&status.sync_usage)
+        ));
+    }
+    out
+}

@@ -1,0 +1,19 @@
+//! Deferred summarization: summaries a strategy asked for are made later, through the
+//! Anthropic Message Batches API (half price), while the compaction returns at once with a
+//! pending summary.
+//!
+//! - The queue lives in the store (`store::queue`): `queued → submitted(batch, custom id) →
+//!   done(text, usage) | failed(reason, attempts)`, every transition persisted with its time.
+//! - Plugins reach it through the `defer_summary` and `deferred_results` host services
+//!   (`services.rs`); `plugins/batch-deferred` is the strategy that uses them.
+//! - [`Worker`] sends queued items as batches and applies the results
+//!   (`providers::batches` is the API client); `tamp batch run-once|status|work` ([`cli`]).
+//!   `tamp serve` runs it as a task: `Worker::from_chain_file(..).spawn(shutdown)`.
+
+pub mod cli;
+pub mod metrics;
+pub mod worker;
+
+pub use cli::{run_cli, BatchCommand};
+pub use metrics::{DeferredMetrics, MetricsSnapshot};
+pub use worker::{PassReport, Worker, WorkerError, WorkerHandle};

@@ -1,0 +1,651 @@
+//! Batch-deferred summarization end to end: the real `batch-deferred` plugin `.so`, the real
+//! `tamp` binary and the host's deferred worker against a local Message Batches server that
+//! speaks the wire format (`support/mock_batches.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tamp_e2e::mock_batches::{MockBatches, Outcome};
+use tamp_e2e::{plugin, scratch_dir, tamp_bin, write_chain};
+use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
+use tamp_host::config::LoadedChainFile;
+use tamp_host::deferred::Worker;
+use tamp_host::store::queue::{Billing, DeferredQueue, NewDeferred, QueueState};
+use tamp_host::store::SqliteStore;
+use tamp_host::wire::{self, WireFormat};
+use tamp_plugin_api::{Conversation, LlmRequest, Message, Role, SummaryStatus};
+
+const KEY_VAR: &str = "TAMP_BATCH_TEST_KEY";
+
+/// A chain file in `dir`: one `batch-deferred` stage that compacts on every call, the
+/// Anthropic provider and the batches API both at `mock`, short intervals.
+fn chain_file(dir: &Path, mock: &MockBatches, batch_extra: &str, stage_extra: &str) -> PathBuf {
+    std::env::set_var(KEY_VAR, "sk-ant-test-key");
+    write_chain(
+        dir,
+        &format!(
+            r#"
+[budget]
+max_tokens = 10000000
+keep_recent = 4
+
+[provider]
+kind = "anthropic"
+model = "claude-test"
+base_url = "{url}"
+api_key_env = "{KEY_VAR}"
+max_retries = 1
+retry_initial_ms = 1
+retry_max_ms = 5
+
+[store]
+path = "store.sqlite3"
+
+[batch]
+submit_interval_secs = 0.05
+poll_interval_secs = 0.05
+{batch_extra}
+
+[[stage]]
+name = "defer"
+plugin = "{plugin}"
+trigger = "always"
+[stage.config]
+compact_when = "always"
+min_messages = 4
+{stage_extra}
+"#,
+            url = mock.url(),
+            plugin = plugin("tamp_batch_deferred").display(),
+        ),
+    )
+}
+
+fn conversation(turns: usize, tag: &str) -> Conversation {
+    let mut messages = vec![Message::text(Role::System, "You are a helpful agent.")];
+    for i in 0..turns {
+        messages.push(Message::text(
+            Role::User,
+            format!("{tag} question {i}: please look into the build failure number {i} in crate alpha-{i}, with all the details you can find about it"),
+        ));
+        messages.push(Message::text(
+            Role::Assistant,
+            format!("{tag} answer {i}: the failure {i} came from a missing feature flag in alpha-{i}; I enabled it and the build passed after a clean rebuild"),
+        ));
+    }
+    Conversation::new(messages)
+}
+
+fn tamp(dir: &Path, args: &[&str]) -> std::process::Output {
+    let out = Command::new(tamp_bin())
+        .current_dir(dir)
+        .env(KEY_VAR, "sk-ant-test-key")
+        .args(args)
+        .output()
+        .expect("run tamp");
+    assert!(
+        out.status.success(),
+        "tamp {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn summaries(conv: &Conversation) -> Vec<(usize, String, SummaryStatus, String)> {
+    conv.messages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let info = m.summary_info()?;
+            Some((i, info.page_ref.to_string(), info.status, m.joined_text()))
+        })
+        .collect()
+}
+
+fn read_conv(path: &Path) -> Conversation {
+    wire::parse_str(&std::fs::read_to_string(path).unwrap(), None)
+        .unwrap()
+        .0
+}
+
+#[test]
+fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
+    let mock = MockBatches::start();
+    mock.stall(true);
+    let dir = scratch_dir("batch-loop");
+    chain_file(&dir, &mock, "", "");
+    let input = conversation(12, "loop");
+    std::fs::write(
+        dir.join("in.json"),
+        wire::to_string_pretty(&input, WireFormat::Anthropic),
+    )
+    .unwrap();
+
+    // 1. Compaction: a pending summary at once, no LLM call, no batch yet.
+    tamp(
+        &dir,
+        &["compact", "in.json", "-c", "chain.toml", "-o", "out1.json"],
+    );
+    let out1 = read_conv(&dir.join("out1.json"));
+    let pending = summaries(&out1);
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let (at, page, status, text) = &pending[0];
+    assert_eq!((*at, *status), (1, SummaryStatus::Pending));
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with("[Pending summary: 20 messages, 10 user and 10 other turns]"),
+        "{text}"
+    );
+    assert!(text.contains("First (user): loop question 0"), "{text}");
+    assert!(text.contains("Last (assistant): loop answer 9"), "{text}");
+    assert_eq!(out1.messages.len(), 1 + 1 + 4);
+    assert_eq!(mock.sync_calls() + mock.creates(), 0);
+    let status =
+        String::from_utf8(tamp(&dir, &["batch", "status", "-c", "chain.toml"]).stdout).unwrap();
+    assert!(status.contains("1 queued, 0 submitted"), "{status}");
+
+    // 2. run-once submits; the server holds the batch in progress.
+    let run =
+        String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
+    assert!(
+        run.contains("submitted 1 request(s) in 1 new batch(es)"),
+        "{run}"
+    );
+    assert!(run.contains("1 still running"), "{run}");
+    let batches = mock.batches();
+    assert_eq!(batches.len(), 1);
+    assert!(batches[0].prompts[0].contains("loop question 0"));
+    // A compaction meanwhile keeps the placeholder as it is.
+    tamp(
+        &dir,
+        &[
+            "compact",
+            "out1.json",
+            "-c",
+            "chain.toml",
+            "-o",
+            "same.json",
+        ],
+    );
+    assert_eq!(read_conv(&dir.join("same.json")), out1);
+
+    // 3. The batch ends; run-once applies the result.
+    mock.end_all();
+    let run =
+        String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
+    assert!(run.contains("1 done"), "{run}");
+    let status =
+        String::from_utf8(tamp(&dir, &["batch", "status", "-c", "chain.toml"]).stdout).unwrap();
+    assert!(
+        status.contains("0 queued, 0 submitted, 1 done, 0 failed"),
+        "{status}"
+    );
+    assert!(status.contains("open batches: none"), "{status}");
+
+    // 4. The next compaction shows the final summary at the same place; nothing else moves.
+    tamp(
+        &dir,
+        &[
+            "compact",
+            "out1.json",
+            "-c",
+            "chain.toml",
+            "-o",
+            "out2.json",
+        ],
+    );
+    let out2 = read_conv(&dir.join("out2.json"));
+    let finals = summaries(&out2);
+    assert_eq!(finals.len(), 1);
+    let (at2, page2, status2, text2) = &finals[0];
+    assert_eq!((at2, page2, *status2), (at, page, SummaryStatus::Final));
+    assert!(
+        text2.starts_with("[Summary: 20 messages, 10 user and 10 other turns]\nBatch summary: "),
+        "{text2}"
+    );
+    assert!(text2.contains("loop question 0"), "{text2}");
+    assert_eq!(out2.messages.len(), out1.messages.len());
+    for (i, (a, b)) in out1.messages.iter().zip(&out2.messages).enumerate() {
+        if i != *at {
+            assert_eq!(a, b, "message {i} changed");
+        }
+    }
+    // The page still holds the originals.
+    let shown = String::from_utf8(
+        tamp(
+            &dir,
+            &[
+                "pages",
+                "show",
+                page,
+                "-c",
+                "chain.toml",
+                "--format",
+                "internal",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert!(shown.contains("loop answer 9"), "{shown}");
+    assert_eq!(mock.creates(), 1);
+    assert_eq!(mock.sync_calls(), 0);
+}
+
+fn queue_at(dir: &Path) -> Arc<SqliteStore> {
+    Arc::new(SqliteStore::open(&dir.join("store.sqlite3")).unwrap())
+}
+
+fn enqueue(queue: &SqliteStore, page: &str, material: &str) -> i64 {
+    futures::executor::block_on(queue.enqueue(vec![NewDeferred {
+        page_id: page.into(),
+        strategy: "batch-deferred".into(),
+        thread_id: None,
+        request: LlmRequest::new(
+            "sys",
+            format!("Summarize.\n<content>\n{material}\n</content>"),
+            64,
+        ),
+    }]))
+    .unwrap()[0]
+}
+
+fn worker(dir: &Path, chain: &Path) -> Worker {
+    let file = LoadedChainFile::read(chain).unwrap();
+    Worker::from_chain_file(&file, queue_at(dir)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_result_type_in_one_batch_then_retries_requeues_and_fallbacks() {
+    let mock = MockBatches::start();
+    let dir = scratch_dir("batch-types");
+    let chain = chain_file(&dir, &mock, "max_attempts = 2", "");
+    let queue = queue_at(&dir);
+    let ok = enqueue(&queue, "pg_ok", "all fine here");
+    let overloaded = enqueue(&queue, "pg_over", "overload-me once");
+    let invalid = enqueue(&queue, "pg_bad", "invalid-me always");
+    let expired = enqueue(&queue, "pg_exp", "expire-me always");
+    let canceled = enqueue(&queue, "pg_can", "cancel-me once");
+    mock.outcome_when(
+        "overload-me",
+        Outcome::Error("overloaded_error".into()),
+        Some(1),
+    );
+    mock.outcome_when(
+        "invalid-me",
+        Outcome::Error("invalid_request_error".into()),
+        None,
+    );
+    mock.outcome_when("expire-me", Outcome::Expire, None);
+    mock.outcome_when("cancel-me", Outcome::Cancel, Some(1));
+    let worker = worker(&dir, &chain);
+
+    // Pass 1: one batch of five; the results come back in another order, in pieces.
+    let first = worker.run_once().await.unwrap();
+    assert_eq!((first.submitted, first.batches_created), (5, 1), "{first}");
+    assert_eq!(
+        (first.done, first.requeued, first.failed),
+        (1, 3, 1),
+        "{first}"
+    );
+    let state = |id: i64| {
+        let page = ["pg_ok", "pg_over", "pg_bad", "pg_exp", "pg_can"][[
+            ok, overloaded, invalid, expired, canceled,
+        ]
+        .iter()
+        .position(|&x| x == id)
+        .unwrap()];
+        futures::executor::block_on(queue.lookup("batch-deferred".into(), vec![page.into()]))
+            .unwrap()
+            .remove(0)
+            .unwrap()
+    };
+    assert_eq!(state(ok).state, QueueState::Done);
+    assert!(state(ok)
+        .text
+        .unwrap()
+        .starts_with("Batch summary: all fine here"));
+    assert_eq!(state(ok).billing, Some(Billing::Batch));
+    assert_eq!(
+        (state(overloaded).state, state(overloaded).attempts),
+        (QueueState::Queued, 1)
+    );
+    let bad = state(invalid);
+    assert_eq!(bad.state, QueueState::Failed);
+    assert!(bad.reason.unwrap().contains("invalid_request_error"));
+    assert_eq!(
+        (state(expired).state, state(expired).requeues),
+        (QueueState::Queued, 1)
+    );
+    assert_eq!(
+        (state(canceled).state, state(canceled).requeues),
+        (QueueState::Queued, 1)
+    );
+
+    // An overloaded API (529) on the next call is retried by the client with backoff.
+    mock.fail_next(1, 529);
+    // Pass 2: the three re-queued go out together. The overload is gone and the cancel was
+    // once: both succeed by batch; the second expiry falls back to a synchronous call.
+    let second = worker.run_once().await.unwrap();
+    assert_eq!(
+        (second.submitted, second.batches_created),
+        (3, 1),
+        "{second}"
+    );
+    assert_eq!(
+        (second.done, second.fallbacks, second.failed),
+        (3, 1, 0),
+        "{second}"
+    );
+    assert_eq!(state(overloaded).billing, Some(Billing::Batch));
+    assert_eq!(state(canceled).billing, Some(Billing::Batch));
+    let fell_back = state(expired);
+    assert_eq!(
+        (fell_back.state, fell_back.billing),
+        (QueueState::Done, Some(Billing::Sync))
+    );
+    assert!(fell_back
+        .text
+        .unwrap()
+        .starts_with("Sync summary: expire-me"));
+    assert_eq!(mock.sync_calls(), 1);
+
+    let status = queue.status().await.unwrap();
+    assert_eq!(
+        (status.done, status.failed, status.queued, status.submitted),
+        (4, 1, 0, 0)
+    );
+    assert!(status.batch_usage.input_tokens > 0 && status.sync_usage.input_tokens > 0);
+    let metrics = worker.metrics().snapshot();
+    assert_eq!(
+        (
+            metrics.batches_created,
+            metrics.submitted,
+            metrics.succeeded,
+            metrics.failed,
+            metrics.fallbacks
+        ),
+        (2, 8, 3, 1, 1)
+    );
+    assert_eq!(metrics.batch_usage, status.batch_usage);
+    // The client lists batches newest first, page by page.
+    let client = tamp_host::providers::batches::BatchesClient::new(
+        tamp_host::providers::ClientSettings {
+            model: "claude-test".into(),
+            base_url: mock.url(),
+            key: Some(tamp_host::providers::ApiKey::new("sk-ant-test-key")),
+            structured: tamp_host::providers::StructuredMode::Auto,
+            timeout: Duration::from_secs(10),
+        },
+        tamp_host::providers::RetryPolicy {
+            max_retries: 0,
+            initial: Duration::from_millis(1),
+            max: Duration::from_millis(1),
+        },
+    )
+    .unwrap();
+    let page = client.list(1, None).await.unwrap();
+    let ids: Vec<String> = mock.batches().into_iter().map(|b| b.id).collect();
+    assert_eq!(page.data[0].id, ids[1]);
+    assert!(page.has_more);
+    let next = client.list(1, page.last_id.as_deref()).await.unwrap();
+    assert_eq!(next.data[0].id, ids[0]);
+    assert!(!next.has_more);
+    assert_eq!(next.data[0].request_counts.succeeded, 1);
+    assert_eq!(next.data[0].request_counts.errored, 2);
+    // A third pass finds nothing to do and downloads nothing again.
+    let downloads = mock.results_downloads();
+    let third = worker.run_once().await.unwrap();
+    assert_eq!(third, Default::default());
+    assert_eq!(mock.results_downloads(), downloads);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_results_gone_results_and_an_overdue_batch_are_handled_as_expired() {
+    let mock = MockBatches::start();
+    mock.stall(true);
+    let dir = scratch_dir("batch-partial");
+    let chain = chain_file(
+        &dir,
+        &mock,
+        "batch_timeout_secs = 0.2\nsync_fallback = false",
+        "",
+    );
+    let queue = queue_at(&dir);
+    let a = enqueue(&queue, "pg_a", "first part");
+    let worker = worker(&dir, &chain);
+    let r = worker.submit_pass().await.unwrap();
+    assert_eq!(r.submitted, 1);
+    // Overdue: the poll cancels it; the next poll sees it canceled and re-queues the item.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let r = worker.poll_pass().await.unwrap();
+    assert_eq!(r.batches_canceled, 1, "{r}");
+    let r = worker.poll_pass().await.unwrap();
+    assert_eq!(r.requeued, 1, "{r}");
+    let item = |id: i64| {
+        let all = ["pg_a", "pg_b"];
+        futures::executor::block_on(
+            queue.lookup("batch-deferred".into(), vec![all[(id - a) as usize].into()]),
+        )
+        .unwrap()
+        .remove(0)
+        .unwrap()
+    };
+    assert_eq!((item(a).state, item(a).requeues), (QueueState::Queued, 1));
+
+    // Results that are gone (past 29 days) count as a second expiry: without the sync
+    // fallback the item fails, saying why.
+    let b = enqueue(&queue, "pg_b", "second part");
+    worker.submit_pass().await.unwrap();
+    mock.end_all();
+    let batch = mock.batches().last().unwrap().id.clone();
+    mock.drop_results(&batch);
+    let r = worker.poll_pass().await.unwrap();
+    assert_eq!((r.failed, r.requeued), (1, 1), "{r}");
+    assert!(item(a).reason.unwrap().contains("no longer available"));
+    assert_eq!(item(a).state, QueueState::Failed);
+    assert_eq!((item(b).state, item(b).requeues), (QueueState::Queued, 1));
+}
+
+#[test]
+fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
+    let mock = MockBatches::start();
+    mock.stall(true);
+    let dir = scratch_dir("batch-kill");
+    chain_file(&dir, &mock, "", "max_page_messages = 6");
+    let input = conversation(15, "kill");
+    std::fs::write(
+        dir.join("in.json"),
+        wire::to_string_pretty(&input, WireFormat::Anthropic),
+    )
+    .unwrap();
+    tamp(
+        &dir,
+        &["compact", "in.json", "-c", "chain.toml", "-o", "out1.json"],
+    );
+    let out1 = read_conv(&dir.join("out1.json"));
+    let pending = summaries(&out1);
+    assert!(pending.len() >= 4, "{pending:?}");
+
+    // A long-running worker submits, then dies by SIGKILL before any result.
+    let mut child = Command::new(tamp_bin())
+        .current_dir(&dir)
+        .env(KEY_VAR, "sk-ant-test-key")
+        .args(["batch", "work", "-c", "chain.toml"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let queue = queue_at(&dir);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = futures::executor::block_on(queue.status()).unwrap();
+        if status.submitted == pending.len() as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker never submitted: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(mock.creates(), 1);
+
+    // Restart after the batch ended: the results are applied once, nothing resubmitted.
+    mock.end_all();
+    let run =
+        String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
+    assert!(run.contains(&format!("{} done", pending.len())), "{run}");
+    let run =
+        String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
+    assert!(
+        run.contains("submitted 0 request(s)") && run.contains("0 done"),
+        "{run}"
+    );
+    assert_eq!(mock.creates(), 1);
+    assert_eq!(mock.results_downloads(), 1);
+    let status = futures::executor::block_on(queue.status()).unwrap();
+    assert_eq!(
+        (status.done, status.queued, status.submitted),
+        (pending.len() as u64, 0, 0)
+    );
+    let batch_items = mock.batches()[0].custom_ids.clone();
+    for custom_id in batch_items {
+        let id: i64 = custom_id.trim_start_matches("dq_").parse().unwrap();
+        let events = futures::executor::block_on(queue.events(id)).unwrap();
+        let states: Vec<QueueState> = events.iter().map(|e| e.state).collect();
+        assert_eq!(
+            states,
+            [QueueState::Queued, QueueState::Submitted, QueueState::Done],
+            "{custom_id}"
+        );
+    }
+    tamp(
+        &dir,
+        &[
+            "compact",
+            "out1.json",
+            "-c",
+            "chain.toml",
+            "-o",
+            "out2.json",
+        ],
+    );
+    let finals = summaries(&read_conv(&dir.join("out2.json")));
+    assert_eq!(finals.len(), pending.len());
+    for (p, f) in pending.iter().zip(&finals) {
+        assert_eq!((p.0, &p.1), (f.0, &f.1));
+        assert_eq!(f.2, SummaryStatus::Final);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_pages_queued_at_once_go_out_in_one_batch() {
+    let mock = MockBatches::start();
+    mock.stall(true);
+    let dir = scratch_dir("batch-hundred");
+    let chain = chain_file(&dir, &mock, "", "max_page_messages = 8\npreview_chars = 20");
+    let compactor = Chain::from_file(&chain, FileOverrides::default()).unwrap();
+    // 1 system + 100 pages' worth of 8 messages + the 4 protected ones.
+    let input = conversation(402, "bulk");
+    let out = compactor
+        .compact(input, &CompactOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.report.stages[0].status,
+        StageStatus::Acted,
+        "{:?}",
+        out.report.stages[0]
+    );
+    let pending = summaries(&out.conversation);
+    assert_eq!(pending.len(), 100);
+    let queue = queue_at(&dir);
+    assert_eq!(queue.status().await.unwrap().queued, 100);
+    let worker = worker(&dir, &chain);
+    let report = worker.submit_pass().await.unwrap();
+    // max_batch_requests = 100: the hundred pages go out as one batch.
+    assert_eq!(
+        (report.batches_created, report.submitted),
+        (1, 100),
+        "{report}"
+    );
+    let sizes: Vec<usize> = mock.batches().iter().map(|b| b.custom_ids.len()).collect();
+    assert_eq!(sizes, [100]);
+    // Compacting the same conversation again defers nothing twice.
+    let again = compactor
+        .compact(conversation(402, "bulk"), &CompactOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(summaries(&again.conversation).len(), 100);
+    assert_eq!(queue.status().await.unwrap().submitted, 100);
+    assert_eq!(queue.status().await.unwrap().queued, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_submission_is_retried_then_answered_by_the_sync_fallback() {
+    let mock = MockBatches::start();
+    let dir = scratch_dir("batch-fail");
+    let chain = chain_file(&dir, &mock, "max_attempts = 2", "");
+    let queue = queue_at(&dir);
+    enqueue(&queue, "pg_f", "submission trouble");
+    // Every create fails: 500, then 429 (the client's one retry), then 503 and 500.
+    mock.fail_creates(1, 500);
+    mock.fail_creates(1, 429);
+    mock.fail_creates(2, 503);
+    let worker = worker(&dir, &chain);
+    let first = worker.run_once().await.unwrap();
+    assert_eq!((first.batches_created, first.requeued), (0, 1), "{first}");
+    assert!(first.errors[0].contains("HTTP 429"), "{first}");
+    let item = queue.queued(10).await.unwrap().remove(0);
+    assert_eq!(item.attempts, 1);
+    assert!(item.reason.unwrap().contains("submission failed"));
+    let second = worker.run_once().await.unwrap();
+    assert_eq!((second.fallbacks, second.done), (1, 1), "{second}");
+    assert_eq!(mock.creates(), 0);
+    assert_eq!(mock.sync_calls(), 1);
+    let status = queue.status().await.unwrap();
+    assert_eq!((status.done, status.sync_usage.input_tokens > 0), (1, true));
+}
+
+#[test]
+fn batch_commands_explain_a_missing_model_and_help() {
+    let dir = scratch_dir("batch-cli");
+    let chain = write_chain(
+        &dir,
+        "[provider]\nkind = \"extractive\"\n\n[batch]\nmax_attempts = 2\n",
+    );
+    let out = Command::new(tamp_bin())
+        .current_dir(&dir)
+        .args(["batch", "run-once", "-c"])
+        .arg(&chain)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("batch.model: required unless provider.kind = \"anthropic\""),
+        "{err}"
+    );
+    assert!(err.contains("chain.toml"), "{err}");
+    let help = Command::new(tamp_bin())
+        .args(["batch", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for sub in ["run-once", "status", "work"] {
+        assert!(help.contains(sub), "{help}");
+    }
+    // Status of an empty store.
+    let status = Command::new(tamp_bin())
+        .current_dir(&dir)
+        .args(["batch", "status", "--store", "s.sqlite3"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("0 queued, 0 submitted, 0 done, 0 failed")
+    );
+}
