@@ -649,3 +649,61 @@ fn batch_commands_explain_a_missing_model_and_help() {
         String::from_utf8_lossy(&status.stdout).contains("0 queued, 0 submitted, 0 done, 0 failed")
     );
 }
+
+/// `tamp serve` with a batch-deferred stage runs the worker itself: the placeholder from one
+/// request becomes the final summary in a later one, with no `tamp batch` command, and
+/// `/metrics` counts the batch.
+#[test]
+fn tamp_serve_runs_the_worker_and_reports_it_in_metrics() {
+    use tamp_e2e::serve_support::Server;
+    let mock = MockBatches::start();
+    let dir = scratch_dir("batch-serve");
+    let chain = chain_file(&dir, &mock, "", "");
+    let server = Server::start_with_env(&chain, &[], &[(KEY_VAR, "sk-ant-test-key")]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let input = wire::to_value(&conversation(12, "serve"), WireFormat::Anthropic);
+    let (status, first) =
+        rt.block_on(server.compact(&serde_json::json!({ "conversation": input })));
+    assert_eq!(status, 200, "{first}");
+    let out1 = wire::parse_value(first["conversation"].clone(), Some(WireFormat::Anthropic))
+        .unwrap()
+        .0;
+    let pending = summaries(&out1);
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].2, SummaryStatus::Pending);
+
+    // The worker submits, polls and applies on its own intervals.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = rt.block_on(server.metrics());
+        if metrics.contains("tamp_batch_requests_succeeded_total 1") {
+            assert!(
+                metrics.contains("tamp_batch_batches_created_total 1"),
+                "{metrics}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not finish the batch:\n{metrics}\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(server.log().contains("deferred-summary worker started"));
+
+    let body = serde_json::json!({ "conversation": first["conversation"].clone() });
+    let (status, second) = rt.block_on(server.compact(&body));
+    assert_eq!(status, 200, "{second}");
+    let out2 = wire::parse_value(second["conversation"].clone(), Some(WireFormat::Anthropic))
+        .unwrap()
+        .0;
+    let finals = summaries(&out2);
+    assert_eq!(finals.len(), 1, "{finals:?}");
+    let (at, page, status, _) = &finals[0];
+    assert_eq!(
+        (*at, page.as_str(), *status),
+        (pending[0].0, pending[0].1.as_str(), SummaryStatus::Final)
+    );
+    assert_eq!(mock.creates(), 1);
+}

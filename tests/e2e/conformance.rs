@@ -44,6 +44,7 @@ fn shipped_plugins_and_the_template_conform() {
         "tamp_buffered_tool_call",
         "tamp_map_reduce_adaptive",
         "tamp_anchored_structured",
+        "tamp_batch_deferred",
         "tamp_custom_strategy",
     ] {
         // Default checks; a generous time limit, since the 5 MB message takes seconds in a

@@ -15,5 +15,9 @@ pub mod metrics;
 pub mod worker;
 
 pub use cli::{run_cli, BatchCommand};
+
+/// The name of the shipped plugin that defers its summaries; `tamp serve` starts a worker
+/// when its chain has a stage of it.
+pub const PLUGIN_NAME: &str = "batch-deferred";
 pub use metrics::{DeferredMetrics, MetricsSnapshot};
 pub use worker::{PassReport, Worker, WorkerError, WorkerHandle};

@@ -114,6 +114,11 @@ impl WorkerHandle {
         self.metrics.snapshot()
     }
 
+    /// The live counters (for a `/metrics` endpoint that renders them on every request).
+    pub fn shared_metrics(&self) -> Arc<DeferredMetrics> {
+        Arc::clone(&self.metrics)
+    }
+
     /// Waits for the task to end (after its shutdown future resolved and the pass in hand
     /// finished).
     pub async fn join(self) {

@@ -30,6 +30,8 @@ pub struct AppState {
     /// The bearer token every route but `/healthz` requires, when one is configured.
     pub auth_token: Option<String>,
     pub in_flight: Arc<InFlight>,
+    /// The deferred-summary worker's counters, when this server runs one.
+    pub batch_metrics: Option<Arc<crate::deferred::DeferredMetrics>>,
 }
 
 /// The compactions running now; shutdown waits for them to finish.
@@ -220,11 +222,14 @@ async fn healthz() -> Json<Value> {
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let active = state.slot.current();
-    let text = state.metrics.render(
+    let mut text = state.metrics.render(
         &active.config_hash,
         active.loaded_at_unix(),
         state.in_flight.count(),
     );
+    if let Some(batch) = &state.batch_metrics {
+        text.push_str(&batch.snapshot().prometheus());
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -126,12 +126,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     let watcher = reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(args.debounce_ms))
         .with_context(|| format!("cannot watch {} for changes", args.config.display()))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = start_batch_worker(&slot, stop_rx.clone())?;
     let in_flight = Arc::new(api::InFlight::default());
     let state = Arc::new(api::AppState {
         slot,
         metrics,
         auth_token,
         in_flight: Arc::clone(&in_flight),
+        batch_metrics: worker.as_ref().map(|w| w.shared_metrics()),
     });
     let app = api::router(state, args.max_body);
 
@@ -143,7 +146,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("tamp serve: listening on http://{addr}");
     eprintln!("tamp serve: serving {summary}");
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, app).with_graceful_shutdown({
         let mut stop = stop_rx.clone();
         async move {
@@ -179,6 +181,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     signal.abort();
+    if let Some(worker) = worker {
+        // Its pass in hand finishes; whatever it leaves is resumed by the next worker.
+        worker.join().await;
+    }
     watcher.abort();
     let _ = watcher.await;
     // The chains (and with them the page stores, whose writes have all been committed by
@@ -186,6 +192,34 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     crate::loader::remove_private_copies();
     eprintln!("tamp serve: stopped");
     Ok(())
+}
+
+/// Starts the deferred-summary worker when the chain has a `batch-deferred` stage: its
+/// queue is the chain's store, its settings `[batch]` (read at start; a reload does not
+/// restart it). It stops when `stop` turns true.
+fn start_batch_worker(
+    slot: &reload::ChainSlot,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<crate::deferred::WorkerHandle>> {
+    let active = slot.current();
+    let defers = active
+        .chain
+        .stages()
+        .iter()
+        .any(|s| s.plugin.meta().name == crate::deferred::PLUGIN_NAME);
+    if !defers {
+        return Ok(None);
+    }
+    let Some(queue) = active.chain.store().deferred_queue() else {
+        bail!("the chain has a batch-deferred stage but its store keeps no deferred queue");
+    };
+    let file = crate::config::LoadedChainFile::read(&active.config_path)?;
+    let worker = crate::deferred::Worker::from_chain_file(&file, queue)?;
+    eprintln!("tamp serve: deferred-summary worker started");
+    let mut stop = stop;
+    Ok(Some(worker.spawn(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })))
 }
 
 async fn shutdown_signal() {
