@@ -21,6 +21,7 @@ use tamp_plugin_api::{
 use tokio::sync::Semaphore;
 
 use crate::providers::Provider;
+use crate::store::cache::CacheKey;
 use crate::store::{CacheScope, NewDeferred, NewPage, PageStore, QueueState, SummaryCache};
 use crate::tokens::TokenCounter;
 use crate::wire::WireFormat;
@@ -146,14 +147,19 @@ impl StageServices {
             .filter(|_| self.0.ctx.provider.cacheable())
     }
 
-    /// The cached answer to `request`, if any. A cache that fails is logged and skipped: the
-    /// call is then made, so a broken cache costs money, never a compaction.
-    async fn cached_answer(&self, request: &LlmRequest) -> Option<LlmResponse> {
+    /// The cache and the key of `request` in it, when the cache is in use.
+    fn answer_key(&self, request: &LlmRequest) -> Option<(&Arc<dyn SummaryCache>, CacheKey)> {
         let cache = self.cache()?;
         let key = self
             .0
             .scope
             .request_key(self.0.ctx.provider.name(), request);
+        Some((cache, key))
+    }
+
+    /// The cached answer under `key`, if any. A cache that fails is logged and skipped: the
+    /// call is then made, so a broken cache costs money, never a compaction.
+    async fn cached_answer(&self, cache: &dyn SummaryCache, key: CacheKey) -> Option<LlmResponse> {
         match cache.get_answer(key).await {
             Ok(Some(mut answer)) => {
                 self.0.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -169,12 +175,16 @@ impl StageServices {
         }
     }
 
-    async fn remember_answer(&self, request: &LlmRequest, answer: &LlmResponse) {
-        let Some(cache) = self.cache() else { return };
-        let key = self
-            .0
-            .scope
-            .request_key(self.0.ctx.provider.name(), request);
+    /// The range-cache keys of every leading run of `messages`; none without a cache.
+    fn range_keys(&self, messages: &[Message]) -> Vec<CacheKey> {
+        if self.0.ctx.cache.is_none() {
+            return Vec::new();
+        }
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.scope.range_keys(messages)))
+            .unwrap_or_default()
+    }
+
+    async fn remember_answer(&self, cache: &dyn SummaryCache, key: CacheKey, answer: &LlmResponse) {
         if let Err(e) = cache.put_answer(key, answer.clone()).await {
             tracing::warn!(stage = %self.0.stage, "cannot write the summary cache: {e}");
         }
@@ -182,8 +192,12 @@ impl StageServices {
 
     async fn complete_one(&self, request: LlmRequest) -> Result<LlmResponse, HostError> {
         let state = &self.0;
-        if let Some(answer) = self.cached_answer(&request).await {
-            return Ok(answer);
+        // The key hashes the whole prompt: computed once, for the lookup and the write.
+        let cached = self.answer_key(&request);
+        if let Some((cache, key)) = cached {
+            if let Some(answer) = self.cached_answer(cache.as_ref(), key).await {
+                return Ok(answer);
+            }
         }
         let _permit = state
             .ctx
@@ -218,7 +232,9 @@ impl StageServices {
         match &result {
             Ok(r) => {
                 lock(&state.usage).add(&r.usage);
-                self.remember_answer(&request, r).await;
+                if let Some((cache, key)) = cached {
+                    self.remember_answer(cache.as_ref(), key, r).await;
+                }
             }
             Err(e) => {
                 state.failed_calls.fetch_add(1, Ordering::Relaxed);
@@ -419,13 +435,7 @@ impl HostServices for StageServices {
         messages: FfiSlice<'_, Message>,
     ) -> FfiFuture<FfiOption<CachedSummary>> {
         // Keys are computed now, while the plugin's messages are borrowed; the lookup waits.
-        let keys = match (self.0.ctx.cache.is_some(), messages.is_empty()) {
-            (true, false) => std::panic::catch_unwind(AssertUnwindSafe(|| {
-                self.0.scope.range_keys(messages.as_slice())
-            }))
-            .unwrap_or_default(),
-            _ => Vec::new(),
-        };
+        let keys = self.range_keys(messages.as_slice());
         let this = self.clone();
         async move {
             let Some(cache) = this.0.ctx.cache.as_ref().filter(|_| !keys.is_empty()) else {
@@ -450,13 +460,7 @@ impl HostServices for StageServices {
     }
 
     fn cache_summary(&self, messages: FfiSlice<'_, Message>, summary: FfiString) -> FfiFuture<()> {
-        let key = match (self.0.ctx.cache.is_some(), messages.is_empty()) {
-            (true, false) => std::panic::catch_unwind(AssertUnwindSafe(|| {
-                self.0.scope.range_keys(messages.as_slice()).pop()
-            }))
-            .unwrap_or_default(),
-            _ => None,
-        };
+        let key = self.range_keys(messages.as_slice()).pop();
         let len = messages.len();
         let this = self.clone();
         async move {

@@ -104,6 +104,21 @@ fn summaries(conv: &Conversation) -> Vec<(usize, String, SummaryStatus, String)>
         .collect()
 }
 
+/// Writes `input` to `dir/in.json`, compacts it with `tamp compact` into `dir/out1.json`
+/// and returns the result.
+fn first_compaction(dir: &Path, input: &Conversation) -> Conversation {
+    std::fs::write(
+        dir.join("in.json"),
+        wire::to_string_pretty(input, WireFormat::Anthropic),
+    )
+    .unwrap();
+    tamp(
+        dir,
+        &["compact", "in.json", "-c", "chain.toml", "-o", "out1.json"],
+    );
+    read_conv(&dir.join("out1.json"))
+}
+
 fn read_conv(path: &Path) -> Conversation {
     wire::parse_str(&std::fs::read_to_string(path).unwrap(), None)
         .unwrap()
@@ -116,19 +131,8 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
     mock.stall(true);
     let dir = scratch_dir("batch-loop");
     chain_file(&dir, &mock, "", "");
-    let input = conversation(12, "loop");
-    std::fs::write(
-        dir.join("in.json"),
-        wire::to_string_pretty(&input, WireFormat::Anthropic),
-    )
-    .unwrap();
-
     // 1. Compaction: a pending summary at once, no LLM call, no batch yet.
-    tamp(
-        &dir,
-        &["compact", "in.json", "-c", "chain.toml", "-o", "out1.json"],
-    );
-    let out1 = read_conv(&dir.join("out1.json"));
+    let out1 = first_compaction(&dir, &conversation(12, "loop"));
     let pending = summaries(&out1);
     assert_eq!(pending.len(), 1, "{pending:?}");
     let (at, page, status, text) = &pending[0];
@@ -455,17 +459,7 @@ fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
     mock.stall(true);
     let dir = scratch_dir("batch-kill");
     chain_file(&dir, &mock, "", "max_page_messages = 6");
-    let input = conversation(15, "kill");
-    std::fs::write(
-        dir.join("in.json"),
-        wire::to_string_pretty(&input, WireFormat::Anthropic),
-    )
-    .unwrap();
-    tamp(
-        &dir,
-        &["compact", "in.json", "-c", "chain.toml", "-o", "out1.json"],
-    );
-    let out1 = read_conv(&dir.join("out1.json"));
+    let out1 = first_compaction(&dir, &conversation(15, "kill"));
     let pending = summaries(&out1);
     assert!(pending.len() >= 4, "{pending:?}");
 

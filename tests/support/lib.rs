@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 use tamp_plugin_api::Conversation;
 
+/// An axum app on 127.0.0.1 at a free port, for the local provider servers.
+pub mod local_server;
 /// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
 pub mod mock_batches;
 pub mod mock_llm;

@@ -19,13 +19,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
+
+use crate::local_server::LocalServer;
 
 /// What a request of a batch comes to.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,54 +87,27 @@ pub struct BatchInfo {
 
 /// The running server; stops when dropped.
 pub struct MockBatches {
-    addr: SocketAddr,
+    server: LocalServer,
     shared: Shared,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MockBatches {
     pub fn start() -> Self {
         let shared: Shared = Arc::default();
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let state = shared.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("mock runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind 127.0.0.1:0");
-                let addr = listener.local_addr().unwrap();
-                addr_tx.send(addr).unwrap();
-                // The API accepts batches of up to 256 MB.
-                let app = axum::Router::new()
-                    .fallback(handle)
-                    .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
-                    .with_state((state, addr));
-                tokio::select! {
-                    _ = axum::serve(listener, app) => {}
-                    _ = stopped => {}
-                }
-            });
-            rt.shutdown_timeout(Duration::from_millis(100));
+        let server = LocalServer::start(move |addr| {
+            // The API accepts batches of up to 256 MB.
+            axum::Router::new()
+                .fallback(handle)
+                .layer(axum::extract::DefaultBodyLimit::max(256 * 1024 * 1024))
+                .with_state((state, addr))
         });
-        let addr = addr_rx.recv().expect("mock server starts");
-        MockBatches {
-            addr,
-            shared,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
+        MockBatches { server, shared }
     }
 
     /// `http://127.0.0.1:<port>`: the `base_url`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State_> {
@@ -149,7 +124,7 @@ impl MockBatches {
         let mut state = self.state();
         let State_ { batches, rules, .. } = &mut *state;
         for batch in batches.iter_mut().filter(|b| b.status == "in_progress") {
-            end_batch(batch, rules, self.addr);
+            end_batch(batch, rules, self.server.addr());
         }
     }
 
@@ -214,17 +189,6 @@ impl MockBatches {
     /// `(method, path)` of every request received.
     pub fn log(&self) -> Vec<(String, String)> {
         self.state().log.clone()
-    }
-}
-
-impl Drop for MockBatches {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -11,7 +11,6 @@
 //! a tokio runtime and tests driving the `tamp` binary can all use it. It stops when dropped.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
+
+use crate::local_server::LocalServer;
 
 /// One canned answer.
 #[derive(Debug, Clone)]
@@ -107,10 +108,8 @@ struct Shared {
 
 /// The running server.
 pub struct MockLlm {
-    addr: SocketAddr,
+    server: LocalServer,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MockLlm {
@@ -122,41 +121,15 @@ impl MockLlm {
             requests: Mutex::new(Vec::new()),
             started: Instant::now(),
         });
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let state = shared.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("mock runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind 127.0.0.1:0");
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new().fallback(handle).with_state(state);
-                let server = axum::serve(listener, app);
-                tokio::select! {
-                    _ = server => {}
-                    _ = stopped => {}
-                }
-            });
-            rt.shutdown_timeout(Duration::from_millis(100));
-        });
-        let addr = addr_rx.recv().expect("mock server starts");
-        MockLlm {
-            addr,
-            shared,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
+        let server =
+            LocalServer::start(move |_| axum::Router::new().fallback(handle).with_state(state));
+        MockLlm { server, shared }
     }
 
     /// `http://127.0.0.1:<port>`: the Anthropic `base_url`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     /// `http://127.0.0.1:<port>/v1`: the OpenAI-compatible `base_url`.
@@ -184,17 +157,6 @@ impl MockLlm {
     /// Replies still queued.
     pub fn pending(&self) -> usize {
         self.shared.replies.lock().unwrap().len()
-    }
-}
-
-impl Drop for MockLlm {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -480,19 +480,9 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let inner = &self.inner;
         if retryable && item.attempts + 1 < inner.config.max_attempts {
-            let to = Transition::Requeue {
-                reason,
-                kind: RequeueKind::Attempt,
-            };
-            if inner
-                .queue
-                .transition(item.id, Expect::of(item), to)
-                .await?
-            {
-                inner.metrics.requeued();
-                report.requeued += 1;
-            }
-            return Ok(());
+            return self
+                .requeue(item, reason, RequeueKind::Attempt, report)
+                .await;
         }
         if retryable && inner.fallback.is_some() {
             return self.fall_back(item, reason, report).await;
@@ -509,24 +499,35 @@ impl Worker {
     ) -> Result<(), WorkerError> {
         let inner = &self.inner;
         if item.requeues == 0 {
-            let to = Transition::Requeue {
-                reason: why.to_string(),
-                kind: RequeueKind::Requeue,
-            };
-            if inner
-                .queue
-                .transition(item.id, Expect::of(item), to)
-                .await?
-            {
-                inner.metrics.requeued();
-                report.requeued += 1;
-            }
-            return Ok(());
+            return self
+                .requeue(item, why.to_string(), RequeueKind::Requeue, report)
+                .await;
         }
         if inner.fallback.is_some() {
             return self.fall_back(item, why.to_string(), report).await;
         }
         self.fail(item, format!("{why} (again)"), report).await
+    }
+
+    /// Back to `queued` for a later batch (counted only if this worker made the change).
+    async fn requeue(
+        &self,
+        item: &QueueItem,
+        reason: String,
+        kind: RequeueKind,
+        report: &mut PassReport,
+    ) -> Result<(), WorkerError> {
+        let to = Transition::Requeue { reason, kind };
+        if self
+            .inner
+            .queue
+            .transition(item.id, Expect::of(item), to)
+            .await?
+        {
+            self.inner.metrics.requeued();
+            report.requeued += 1;
+        }
+        Ok(())
     }
 
     async fn fall_back(

@@ -148,9 +148,6 @@ impl Strategy for MapReduceAdaptive {
         let reused = self
             .reusable(&host, &conversation.messages, &selection)
             .await;
-        let cached_whole = reused
-            .as_ref()
-            .is_some_and(|r| r.pieces == selection.pieces.len());
         let count = |text: &str| host.count_tokens(text);
         let new_pieces = &selection.pieces[reused.as_ref().map_or(0, |r| r.pieces)..];
         let content = new_pieces.concat();
@@ -168,8 +165,9 @@ impl Strategy for MapReduceAdaptive {
         let input_tokens = content_tokens + prior_tokens;
         let mut level = Level::for_tokens(content_tokens, &self.config);
         if reused.is_some() && level == Level::None {
-            // Too little new content: the cached summary stands for what it covers, and the
-            // new messages stay as they are until there is enough of them.
+            // Nothing new (the whole span was cached), or too little: the cached summary
+            // stands for what it covers, and any new messages stay as they are until there is
+            // enough of them.
             level = Level::Cached;
         }
         let mut details = json!({
@@ -190,7 +188,7 @@ impl Strategy for MapReduceAdaptive {
         );
 
         let summarized = match level {
-            _ if cached_whole || level == Level::Cached => {
+            Level::Cached => {
                 let reused = reused
                     .as_ref()
                     .expect("a cached level has a reused summary");
@@ -222,13 +220,13 @@ impl Strategy for MapReduceAdaptive {
                 self.brief(&host, &content, content_tokens, prior, prior_tokens)
                     .await?
             }
-            Level::MapReduce | Level::Cached => {
+            Level::MapReduce => {
                 self.map_reduce(&host, new_pieces, content_tokens, prior, prior_tokens)
                     .await?
             }
         };
         let summarized = match (&reused, self.config.reuse) {
-            (Some(r), Reuse::Append) if !cached_whole && level != Level::Cached => Summarized {
+            (Some(r), Reuse::Append) if level != Level::Cached => Summarized {
                 text: sdk::incremental::append(&r.summary, &summarized.text),
                 ..summarized
             },
