@@ -13,6 +13,8 @@ pub mod local_server;
 /// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
 pub mod mock_batches;
 pub mod mock_llm;
+/// A real PostgreSQL server in a scratch directory, for the shared-store tests.
+pub mod postgres;
 /// Starting and driving a real `tamp serve` process.
 pub mod serve_support;
 

@@ -3,8 +3,9 @@
 //! Every summary a stage inserts carries the id of a page holding the messages it stands for,
 //! so every compaction is reversible. Strategies and the chain only ever see
 //! `Arc<dyn PageStore>`; the embedded [`SqliteStore`] (one file, no server) is the default, and
-//! a server-backed store shared by several hosts can be added as another implementation of
-//! [`PageStore`] without touching either.
+//! [`PostgresStore`] is one database shared by several hosts. Both also hold the summary cache
+//! ([`SummaryCache`]) and the deferred queue ([`DeferredQueue`]); [`open`] opens either from a
+//! [`StoreSpec`] and hands out the three as one [`Store`].
 //!
 //! Pages are **content-addressed** ([`page_id`]) and **immutable**: archiving the same messages
 //! twice stores one page and returns the same id, and a stored page is never updated. The id
@@ -12,6 +13,8 @@
 //! the thread id, strategy and metadata of whichever was written first.
 
 use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -19,12 +22,80 @@ use sha2::{Digest, Sha256};
 use tamp_plugin_api::{Message, Page, PageDraft};
 
 pub mod cache;
+pub mod postgres;
 pub mod queue;
 mod sqlite;
 
 pub use cache::{CacheScope, SummaryCache};
-pub use queue::{DeferredQueue, NewDeferred, QueueItem, QueueState, QueueStatus};
+pub use postgres::PostgresStore;
+pub use queue::{DeferredQueue, Lease, NewDeferred, OpenBatch, QueueItem, QueueState, QueueStatus};
 pub use sqlite::SqliteStore;
+
+/// Which store to open.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// The embedded store: one SQLite file, created when missing.
+    Sqlite { path: PathBuf },
+    /// A PostgreSQL database shared by several hosts; `pool_size` connections at most.
+    Postgres { url: String, pool_size: usize },
+}
+
+impl fmt::Debug for StoreSpec {
+    /// Never prints a PostgreSQL password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSpec::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
+            StoreSpec::Postgres { url, pool_size } => f
+                .debug_struct("Postgres")
+                .field("url", &postgres::redacted_url(url))
+                .field("pool_size", pool_size)
+                .finish(),
+        }
+    }
+}
+
+/// An open store: its pages, summary cache and deferred queue (one backend behind all three).
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub pages: Arc<dyn PageStore>,
+    pub cache: Arc<dyn SummaryCache>,
+    pub queue: Arc<dyn DeferredQueue>,
+}
+
+impl Store {
+    /// Which store this is, for logs and `tamp` output (never with a password).
+    pub fn describe(&self) -> String {
+        self.pages.describe()
+    }
+
+    fn of<S: PageStore + SummaryCache + DeferredQueue + 'static>(store: S) -> Self {
+        let store = Arc::new(store);
+        Store {
+            pages: Arc::clone(&store) as Arc<dyn PageStore>,
+            cache: Arc::clone(&store) as Arc<dyn SummaryCache>,
+            queue: store,
+        }
+    }
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Store").field(&self.describe()).finish()
+    }
+}
+
+/// Opens the store `spec` names, migrating its schema. Synchronous, callable with or
+/// without a tokio runtime; a PostgreSQL store already open in this process for the same URL
+/// and pool size is shared rather than opened again (see [`PostgresStore::open`]).
+pub fn open(spec: &StoreSpec) -> Result<Store, StoreError> {
+    match spec {
+        StoreSpec::Sqlite { path } => SqliteStore::open(path).map(Store::of),
+        StoreSpec::Postgres { url, pool_size } => {
+            PostgresStore::open(url, *pool_size).map(Store::of)
+        }
+    }
+}
 
 /// A page to archive.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,7 +151,8 @@ pub struct PageSummary {
 
 /// Why a page store operation failed.
 ///
-/// Messages name the store (its file path for [`SqliteStore`]) and the operation, e.g.
+/// Messages name the store (its file path for [`SqliteStore`], its server and database without
+/// the password for [`PostgresStore`]) and the operation, e.g.
 /// `page store /x/y.sqlite3: cannot open: unable to open database file`.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {

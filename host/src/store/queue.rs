@@ -8,6 +8,18 @@
 //! worker moves on: after a crash nothing lives only in memory, and applying the same batch
 //! result twice changes nothing the second time (the item is no longer `submitted` in that
 //! batch).
+//!
+//! **Leases** let several workers (one per host, on a shared store) work one queue: a worker
+//! claims queued items ([`DeferredQueue::claim_queued`]) or open batches
+//! ([`DeferredQueue::claim_open_batches`]) for a while; nobody else gets them while the lease
+//! is live, so no item is ever in two batches, and when a worker dies its lease runs out and
+//! another worker takes its items over. Leases only decide who works an item; the guarded
+//! transitions still decide what happens to it, so a result is applied once even when two
+//! workers hold it in turn. Every transition clears the item's lease.
+//!
+//! Both stores implement this trait with the same observable results: the SQLite store here,
+//! the PostgreSQL store in `store::postgres::queue` (where lease times come from the database
+//! clock, as replicas' clocks differ).
 
 use futures::future::BoxFuture;
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
@@ -51,6 +63,12 @@ pub(super) const MIGRATION: &str = "CREATE TABLE deferred_items (
     );
     CREATE INDEX deferred_events_by_item ON deferred_events (item_id);";
 
+/// The schema step that adds leases (`MIGRATIONS[3]`): who holds an item, and until when
+/// (ms since the epoch).
+pub(super) const MIGRATION_LEASES: &str = "ALTER TABLE deferred_items ADD COLUMN lease_owner TEXT;
+    ALTER TABLE deferred_items ADD COLUMN lease_until_ms INTEGER;
+    CREATE INDEX deferred_by_lease_owner ON deferred_items (lease_owner);";
+
 /// Where a queue item stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -78,7 +96,7 @@ impl QueueState {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         QueueState::ALL
             .into_iter()
             .find(|state| state.as_str() == s)
@@ -96,10 +114,18 @@ pub enum Billing {
 }
 
 impl Billing {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Billing::Batch => "batch",
             Billing::Sync => "sync",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "batch" => Some(Billing::Batch),
+            "sync" => Some(Billing::Sync),
+            _ => None,
         }
     }
 }
@@ -139,6 +165,10 @@ pub struct QueueItem {
     pub created_ms: u64,
     pub updated_ms: u64,
     pub submitted_ms: Option<u64>,
+    /// The worker holding the item (see [`Lease`]), if any; its lease may have run out.
+    pub lease_owner: Option<String>,
+    /// Until when `lease_owner` holds it (ms since the epoch, the store's clock).
+    pub lease_until_ms: Option<u64>,
 }
 
 /// The prefix of every batch `custom_id` (`dq_<item id>`).
@@ -154,6 +184,21 @@ impl QueueItem {
 /// The item id a `custom_id` names, if it is one of ours.
 pub fn item_id_of(custom_id: &str) -> Option<i64> {
     custom_id.strip_prefix(CUSTOM_ID_PREFIX)?.parse().ok()
+}
+
+/// Who claims queue work, and for how long. The owner names one worker (e.g. host and
+/// process id); a worker renews its leases by claiming again before they run out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub owner: String,
+    pub duration: std::time::Duration,
+}
+
+impl Lease {
+    /// The duration in whole milliseconds, as stored.
+    pub(crate) fn duration_ms(&self) -> i64 {
+        i64::try_from(self.duration.as_millis()).unwrap_or(i64::MAX / 4)
+    }
 }
 
 /// What the caller saw before a transition; the transition happens only if it still holds.
@@ -231,7 +276,8 @@ pub struct QueueEvent {
     pub detail: String,
 }
 
-/// The persistent queue. Object-safe; the SQLite store implements it in its own file.
+/// The persistent queue. Object-safe; implemented by the SQLite store (in this file) and the
+/// PostgreSQL store (`store::postgres::queue`).
 pub trait DeferredQueue: Send + Sync {
     /// Queues `items` in one transaction and returns their ids, in order; an item for a page
     /// and strategy already in the queue (in any state) is kept, and its id returned.
@@ -258,7 +304,8 @@ pub trait DeferredQueue: Send + Sync {
         batch_id: String,
     ) -> BoxFuture<'_, Result<usize, StoreError>>;
 
-    /// Applies `to` to item `id` if it is still as `expect` says; whether it was.
+    /// Applies `to` to item `id` if it is still as `expect` says; whether it was. Clears the
+    /// item's lease.
     fn transition(
         &self,
         id: i64,
@@ -271,7 +318,42 @@ pub trait DeferredQueue: Send + Sync {
 
     /// Every transition of item `id`, oldest first.
     fn events(&self, id: i64) -> BoxFuture<'_, Result<Vec<QueueEvent>, StoreError>>;
+
+    /// Claims at most `limit` queued items, oldest first, that no other owner holds under a
+    /// live lease, and leases them to `lease.owner` until now + `lease.duration` (items the
+    /// owner already holds are claimed again, renewing their lease). While a lease is live no
+    /// other caller gets those items.
+    fn claim_queued(
+        &self,
+        lease: Lease,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<QueueItem>, StoreError>>;
+
+    /// Marks `item_ids` submitted in `batch_id`, only those still queued and leased by
+    /// `lease.owner` (a worker whose lease ran out and was taken over marks nothing), and
+    /// renews their lease (the submitter polls its batch). Returns how many were marked.
+    fn mark_submitted_leased(
+        &self,
+        item_ids: Vec<i64>,
+        batch_id: String,
+        lease: Lease,
+    ) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// Claims the open batches to poll: every batch with submitted items none of which
+    /// another owner holds under a live lease; leases all its submitted items to
+    /// `lease.owner` until now + `lease.duration`, and returns them (oldest first, as in
+    /// [`DeferredQueue::status`]). A batch whose worker died is claimed by another once the
+    /// lease runs out.
+    fn claim_open_batches(&self, lease: Lease)
+        -> BoxFuture<'_, Result<Vec<OpenBatch>, StoreError>>;
+
+    /// Drops every lease `owner` holds (a graceful shutdown), so others need not wait for
+    /// them to run out. Returns how many items were released.
+    fn release(&self, owner: String) -> BoxFuture<'_, Result<usize, StoreError>>;
 }
+
+/// What every transition sets: the item's lease ends with it.
+const UNLEASE: &str = "lease_owner = NULL, lease_until_ms = NULL";
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -280,9 +362,11 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-const ITEM_COLUMNS: &str = "id, page_id, strategy, thread_id, request_json, state, batch_id, \
-    attempts, requeues, text, reason, billing, input_tokens, output_tokens, cache_read_tokens, \
-    cache_write_tokens, created_ms, updated_ms, submitted_ms";
+/// The columns of a [`QueueItem`], in the order both stores read them.
+pub(super) const ITEM_COLUMNS: &str = "id, page_id, strategy, thread_id, request_json, state, \
+    batch_id, attempts, requeues, text, reason, billing, input_tokens, output_tokens, \
+    cache_read_tokens, cache_write_tokens, created_ms, updated_ms, submitted_ms, lease_owner, \
+    lease_until_ms";
 
 fn read_item(row: &rusqlite::Row<'_>) -> rusqlite::Result<QueueItem> {
     let request_json: String = row.get(4)?;
@@ -310,11 +394,7 @@ fn read_item(row: &rusqlite::Row<'_>) -> rusqlite::Result<QueueItem> {
         requeues: n(8)? as u32,
         text: row.get(9)?,
         reason: row.get(10)?,
-        billing: match billing.as_deref() {
-            Some("batch") => Some(Billing::Batch),
-            Some("sync") => Some(Billing::Sync),
-            _ => None,
-        },
+        billing: billing.as_deref().and_then(Billing::parse),
         usage: Usage {
             input_tokens: n(12)?,
             output_tokens: n(13)?,
@@ -324,6 +404,8 @@ fn read_item(row: &rusqlite::Row<'_>) -> rusqlite::Result<QueueItem> {
         created_ms: n(16)?,
         updated_ms: n(17)?,
         submitted_ms: row.get::<_, Option<i64>>(18)?.map(|v| v.max(0) as u64),
+        lease_owner: row.get(19)?,
+        lease_until_ms: row.get::<_, Option<i64>>(20)?.map(|v| v.max(0) as u64),
     })
 }
 
@@ -535,7 +617,7 @@ impl DeferredQueue for SqliteStore {
                             &format!(
                                 "UPDATE deferred_items SET state = 'done', text = ?4, billing = ?5,
                              input_tokens = ?6, output_tokens = ?7, cache_read_tokens = ?8,
-                             cache_write_tokens = ?9, reason = NULL, updated_ms = ?10 {guard}"
+                             cache_write_tokens = ?9, reason = NULL, updated_ms = ?10, {UNLEASE} {guard}"
                             ),
                             params![
                                 from.0,
@@ -562,7 +644,8 @@ impl DeferredQueue for SqliteStore {
                             tx.execute(
                                 &format!(
                                     "UPDATE deferred_items SET state = 'queued', batch_id = NULL,
-                                 {counter} = {counter} + 1, reason = ?4, updated_ms = ?5 {guard}"
+                                 {counter} = {counter} + 1, reason = ?4, updated_ms = ?5, {UNLEASE}
+                                 {guard}"
                                 ),
                                 params![from.0, from.1, from.2, reason, at],
                             ),
@@ -574,7 +657,7 @@ impl DeferredQueue for SqliteStore {
                         tx.execute(
                             &format!(
                                 "UPDATE deferred_items SET state = 'failed', reason = ?4,
-                             updated_ms = ?5 {guard}"
+                             updated_ms = ?5, {UNLEASE} {guard}"
                             ),
                             params![from.0, from.1, from.2, reason, at],
                         ),
@@ -645,7 +728,7 @@ impl DeferredQueue for SqliteStore {
                 let mut batches = conn
                     .prepare_cached(
                         "SELECT batch_id, count(*), min(submitted_ms) FROM deferred_items
-                     WHERE state = 'submitted' GROUP BY batch_id ORDER BY min(submitted_ms)",
+                     WHERE state = 'submitted' GROUP BY batch_id ORDER BY min(submitted_ms), batch_id",
                     )
                     .map_err(fail(inner, op))?;
                 status.open_batches = batches
@@ -720,7 +803,158 @@ impl DeferredQueue for SqliteStore {
             }),
         )
     }
+
+    fn claim_queued(
+        &self,
+        lease: Lease,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<QueueItem>, StoreError>> {
+        Box::pin(
+            self.run("claim deferred requests".to_owned(), move |inner| {
+                let op = "claim deferred requests";
+                let now = to_i64(now_ms());
+                // One statement: SQLite runs it under the write lock, so two claimers (two
+                // processes on one file) never see the same items free.
+                let sql = format!(
+                    "UPDATE deferred_items SET lease_owner = ?1, lease_until_ms = ?2 + ?3
+                     WHERE id IN (SELECT id FROM deferred_items WHERE state = 'queued'
+                         AND (lease_owner IS NULL OR lease_owner = ?1 OR lease_until_ms <= ?2)
+                         ORDER BY id LIMIT ?4)
+                     RETURNING {ITEM_COLUMNS}"
+                );
+                let conn = inner.conn();
+                let mut stmt = conn.prepare_cached(&sql).map_err(fail(inner, op))?;
+                let rows = stmt
+                    .query_map(
+                        params![lease.owner, now, lease.duration_ms(), to_i64(limit as u64)],
+                        read_item,
+                    )
+                    .map_err(fail(inner, op))?;
+                let mut items = rows
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(fail(inner, op))?;
+                items.sort_by_key(|item| item.id);
+                Ok(items)
+            }),
+        )
+    }
+
+    fn mark_submitted_leased(
+        &self,
+        item_ids: Vec<i64>,
+        batch_id: String,
+        lease: Lease,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(self.run(format!("record batch {batch_id}"), move |inner| {
+            let op = format!("record batch {batch_id}");
+            let mut conn = inner.conn();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(fail(inner, &op))?;
+            let at = now_ms();
+            let mut marked = 0;
+            for id in item_ids {
+                let changed = tx
+                    .prepare_cached(
+                        "UPDATE deferred_items SET state = 'submitted', batch_id = ?2,
+                         submitted_ms = ?3, updated_ms = ?3, lease_until_ms = ?3 + ?5
+                         WHERE id = ?1 AND state = 'queued' AND lease_owner = ?4",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            id,
+                            batch_id,
+                            to_i64(at),
+                            lease.owner,
+                            lease.duration_ms()
+                        ])
+                    })
+                    .map_err(fail(inner, &op))?;
+                if changed == 1 {
+                    record_event(
+                        &tx,
+                        id,
+                        at,
+                        QueueState::Submitted,
+                        Some(&batch_id),
+                        "submitted",
+                    )
+                    .map_err(fail(inner, &op))?;
+                    marked += 1;
+                }
+            }
+            tx.commit().map_err(fail(inner, &op))?;
+            Ok(marked)
+        }))
+    }
+
+    fn claim_open_batches(
+        &self,
+        lease: Lease,
+    ) -> BoxFuture<'_, Result<Vec<OpenBatch>, StoreError>> {
+        Box::pin(self.run("claim open batches".to_owned(), move |inner| {
+            let op = "claim open batches";
+            let mut conn = inner.conn();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(fail(inner, op))?;
+            let now = to_i64(now_ms());
+            let batches = {
+                let mut stmt = tx
+                    .prepare_cached(CLAIMABLE_BATCHES_SQLITE)
+                    .map_err(fail(inner, op))?;
+                let rows = stmt
+                    .query_map(params![lease.owner, now], |r| {
+                        Ok(OpenBatch {
+                            batch_id: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                            items: r.get::<_, i64>(1)?.max(0) as u64,
+                            submitted_ms: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
+                        })
+                    })
+                    .map_err(fail(inner, op))?;
+                rows.collect::<Result<Vec<_>, _>>()
+                    .map_err(fail(inner, op))?
+            };
+            for batch in &batches {
+                tx.prepare_cached(
+                    "UPDATE deferred_items SET lease_owner = ?2, lease_until_ms = ?3 + ?4
+                         WHERE state = 'submitted' AND batch_id = ?1",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        batch.batch_id,
+                        lease.owner,
+                        now,
+                        lease.duration_ms()
+                    ])
+                })
+                .map_err(fail(inner, op))?;
+            }
+            tx.commit().map_err(fail(inner, op))?;
+            Ok(batches)
+        }))
+    }
+
+    fn release(&self, owner: String) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(self.run("release leases".to_owned(), move |inner| {
+            inner
+                .conn()
+                .execute(
+                    &format!("UPDATE deferred_items SET {UNLEASE} WHERE lease_owner = ?1"),
+                    [owner],
+                )
+                .map_err(fail(inner, "release leases"))
+        }))
+    }
 }
+
+/// The open batches `?1` may claim at time `?2`: those none of whose submitted items another
+/// owner holds under a live lease, oldest first.
+const CLAIMABLE_BATCHES_SQLITE: &str = "SELECT batch_id, count(*), min(submitted_ms)
+    FROM deferred_items WHERE state = 'submitted' GROUP BY batch_id
+    HAVING sum(CASE WHEN lease_owner IS NOT NULL AND lease_owner <> ?1 AND lease_until_ms > ?2
+                    THEN 1 ELSE 0 END) = 0
+    ORDER BY min(submitted_ms), batch_id";
 
 #[cfg(test)]
 mod tests {
@@ -829,6 +1063,242 @@ mod tests {
         let id = store.enqueue(vec![new_item("pg_m")]).await.unwrap()[0];
         assert_eq!(store.queued(5).await.unwrap()[0].id, id);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn lease(owner: &str, ms: u64) -> Lease {
+        Lease {
+            owner: owner.into(),
+            duration: std::time::Duration::from_millis(ms),
+        }
+    }
+
+    fn ids(items: &[QueueItem]) -> Vec<i64> {
+        items.iter().map(|i| i.id).collect()
+    }
+
+    /// A store in a temp file, removed on drop: leases are for stores several processes open.
+    struct FileStore(SqliteStore, std::path::PathBuf);
+
+    impl FileStore {
+        fn new(tag: &str) -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "tamp-lease-{tag}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            FileStore(SqliteStore::open(&dir.join("store.sqlite3")).unwrap(), dir)
+        }
+    }
+
+    impl Drop for FileStore {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+
+    async fn enqueue_n(store: &SqliteStore, n: usize) -> Vec<i64> {
+        store
+            .enqueue((0..n).map(|i| new_item(&format!("pg_{i}"))).collect())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_live_lease_keeps_items_from_other_claimers_and_an_expired_one_does_not() {
+        let store = FileStore::new("claim");
+        let q = &store.0;
+        let queued = enqueue_n(q, 6).await;
+        let a = q.claim_queued(lease("a", 300), 2).await.unwrap();
+        assert_eq!(ids(&a), queued[..2]);
+        assert!(a
+            .iter()
+            .all(|i| i.lease_owner.as_deref() == Some("a") && i.lease_until_ms.is_some()));
+        let b = q.claim_queued(lease("b", 60_000), 3).await.unwrap();
+        assert_eq!(ids(&b), queued[2..5], "oldest first, skipping A's");
+        // The owner claiming again renews its own items.
+        let renewed = q.claim_queued(lease("a", 300), 2).await.unwrap();
+        assert_eq!(ids(&renewed), queued[..2]);
+        assert!(renewed[0].lease_until_ms >= a[0].lease_until_ms);
+        assert!(q
+            .claim_queued(lease("b", 60_000), 0)
+            .await
+            .unwrap()
+            .is_empty());
+
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let taken = q.claim_queued(lease("b", 60_000), 10).await.unwrap();
+        assert_eq!(
+            ids(&taken),
+            queued,
+            "A's expired items, B's own and the free one"
+        );
+        assert_eq!(
+            q.mark_submitted_leased(queued[..2].to_vec(), "batch-a".into(), lease("a", 300))
+                .await
+                .unwrap(),
+            0,
+            "a worker whose lease was taken over submits nothing"
+        );
+        assert_eq!(
+            q.mark_submitted_leased(queued.clone(), "batch-b".into(), lease("b", 60_000))
+                .await
+                .unwrap(),
+            6
+        );
+        // Submitted items are not claimable as queued.
+        assert!(q
+            .claim_queued(lease("c", 1_000), 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let events = q.events(queued[0]).await.unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1].batch_id.as_deref(), Some("batch-b"));
+    }
+
+    #[tokio::test]
+    async fn open_batches_go_to_one_poller_until_its_lease_ends_or_it_releases() {
+        let store = FileStore::new("batches");
+        let q = &store.0;
+        let queued = enqueue_n(q, 4).await;
+        let a = q.claim_queued(lease("a", 300), 2).await.unwrap();
+        q.mark_submitted_leased(ids(&a), "batch-a".into(), lease("a", 300))
+            .await
+            .unwrap();
+        let b = q.claim_queued(lease("b", 60_000), 2).await.unwrap();
+        q.mark_submitted_leased(ids(&b), "batch-b".into(), lease("b", 60_000))
+            .await
+            .unwrap();
+        let names = |batches: Vec<OpenBatch>| -> Vec<String> {
+            batches.into_iter().map(|b| b.batch_id).collect()
+        };
+        let mine = q.claim_open_batches(lease("a", 300)).await.unwrap();
+        assert_eq!(names(mine.clone()), ["batch-a"]);
+        assert_eq!(mine[0].items, 2);
+        assert!(mine[0].submitted_ms > 0);
+        assert!(q
+            .claim_open_batches(lease("c", 60_000))
+            .await
+            .unwrap()
+            .is_empty());
+
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        let mut taken = names(q.claim_open_batches(lease("b", 60_000)).await.unwrap());
+        taken.sort();
+        assert_eq!(taken, ["batch-a", "batch-b"]);
+        let item = q.in_batch("batch-a".into()).await.unwrap().remove(0);
+        assert_eq!(item.lease_owner.as_deref(), Some("b"));
+        assert!(q
+            .claim_open_batches(lease("a", 300))
+            .await
+            .unwrap()
+            .is_empty());
+
+        assert_eq!(q.release("b".into()).await.unwrap(), 4);
+        assert_eq!(q.release("b".into()).await.unwrap(), 0);
+        assert_eq!(
+            names(q.claim_open_batches(lease("a", 300)).await.unwrap()).len(),
+            2
+        );
+        let _ = queued;
+    }
+
+    #[tokio::test]
+    async fn transitions_clear_the_lease() {
+        let store = FileStore::new("clear");
+        let q = &store.0;
+        let queued = enqueue_n(q, 3).await;
+        let owner = lease("a", 60_000);
+        q.claim_queued(owner.clone(), 3).await.unwrap();
+        q.mark_submitted_leased(queued.clone(), "b1".into(), owner.clone())
+            .await
+            .unwrap();
+        let items = q.in_batch("b1".into()).await.unwrap();
+        let done = Transition::Done {
+            text: "s".into(),
+            usage: Usage::default(),
+            billing: Billing::Batch,
+        };
+        let requeue = Transition::Requeue {
+            reason: "expired".into(),
+            kind: RequeueKind::Requeue,
+        };
+        let failed = Transition::Failed {
+            reason: "bad".into(),
+        };
+        for (item, to) in items.iter().zip([done, requeue, failed]) {
+            assert!(q.transition(item.id, Expect::of(item), to).await.unwrap());
+        }
+        let after = q
+            .lookup(
+                "batch-deferred".into(),
+                (0..3).map(|i| format!("pg_{i}")).collect(),
+            )
+            .await
+            .unwrap();
+        for item in after.into_iter().flatten() {
+            assert_eq!((item.lease_owner, item.lease_until_ms), (None, None));
+        }
+        // The re-queued item is free for anyone at once.
+        let free = q.claim_queued(lease("z", 1_000), 10).await.unwrap();
+        assert_eq!(ids(&free), [queued[1]]);
+        assert_eq!(q.release("a".into()).await.unwrap(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_stores_on_one_file_never_claim_the_same_item() {
+        let first = FileStore::new("two");
+        let second = SqliteStore::open(&first.1.join("store.sqlite3")).unwrap();
+        let queued = enqueue_n(&first.0, 300).await;
+        let work = |q: SqliteStore, owner: &'static str| {
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let items = q.claim_queued(lease(owner, 60_000), 7).await.unwrap();
+                    if items.is_empty() {
+                        return mine;
+                    }
+                    let n = q
+                        .mark_submitted_leased(
+                            ids(&items),
+                            format!("{owner}-{}", mine.len()),
+                            lease(owner, 60_000),
+                        )
+                        .await
+                        .unwrap();
+                    assert_eq!(n, items.len());
+                    mine.extend(ids(&items));
+                }
+            })
+        };
+        let (x, y) = tokio::join!(work(first.0.clone(), "x"), work(second, "y"));
+        let (x, y) = (x.unwrap(), y.unwrap());
+        let mut all: Vec<i64> = x.iter().chain(&y).copied().collect();
+        all.sort();
+        assert_eq!(all, queued, "each item claimed exactly once");
+    }
+
+    #[tokio::test]
+    async fn a_version_three_store_gains_leases_and_keeps_its_queue() {
+        let store = FileStore::new("v3");
+        let path = store.1.join("store.sqlite3");
+        let queued = enqueue_n(&store.0, 2).await;
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "DROP INDEX deferred_by_lease_owner;
+                 ALTER TABLE deferred_items DROP COLUMN lease_owner;
+                 ALTER TABLE deferred_items DROP COLUMN lease_until_ms;",
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", 3).unwrap();
+        }
+        let reopened = SqliteStore::open(&path).unwrap();
+        let claimed = reopened.claim_queued(lease("a", 1_000), 5).await.unwrap();
+        assert_eq!(ids(&claimed), queued);
     }
 
     #[tokio::test]

@@ -60,6 +60,8 @@ const MIGRATIONS: &[&str] = &[
     );",
     // 2 -> 3: the deferred-work queue (see `store::queue`).
     super::queue::MIGRATION,
+    // 3 -> 4: leases on queue items, for several workers.
+    super::queue::MIGRATION_LEASES,
 ];
 
 /// The schema version this build writes and reads.
