@@ -3,6 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::OnceLock;
+
+use xxhash_rust::xxh3::Xxh3Builder;
 
 use tamp_plugin_api::sdk::compactable_range;
 use tamp_plugin_api::{Message, Role};
@@ -54,6 +58,17 @@ impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.rule.id(), self.detail)
     }
+}
+
+/// How the checks hash messages to match them up. A message is hashed whole (every text in it),
+/// and on a large conversation the standard library's SipHash made this a noticeable part of
+/// every compaction; XXH3 is several times faster on long texts. Seeded at random once per
+/// process, so messages cannot be crafted to collide in every host; a hash match is always
+/// confirmed by comparing the messages, so a collision costs time, never a wrong verdict.
+fn message_hashing() -> Xxh3Builder {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(0x7a6d_7001_u64));
+    Xxh3Builder::new().with_seed(seed)
 }
 
 fn violation(rule: Rule, detail: String) -> Result<(), Violation> {
@@ -184,14 +199,16 @@ pub fn check_protected(
 /// kept input message (in order) or a summary that was not in the input. Returns the indices
 /// of the input messages the output no longer has.
 pub fn check_order(input: &[Message], output: &[Message]) -> Result<Vec<usize>, Violation> {
-    let input_set: HashSet<&Message> = input.iter().collect();
     let mut removed: Vec<usize> = Vec::new();
     let mut next = 0;
     for (j, message) in output.iter().enumerate() {
         if let Some(offset) = input[next..].iter().position(|m| m == message) {
             removed.extend(next..next + offset);
             next += offset + 1;
-        } else if input_set.contains(message) {
+        // Not after `next`: an input message only if it is one before. A scan, like the one
+        // just made after `next`, rather than hashing the whole input for the few new
+        // messages (summaries) an output has; most messages differ from it at their length.
+        } else if input[..next].contains(message) {
             return Err(Violation {
                 rule: Rule::OrderKept,
                 detail: format!(
@@ -213,7 +230,7 @@ pub fn check_order(input: &[Message], output: &[Message]) -> Result<Vec<usize>, 
 
 /// Input messages (by index) that the output does not contain, counting duplicates.
 fn missing_from(input: &[Message], output: &[Message]) -> Vec<usize> {
-    let mut present: HashMap<&Message, usize> = HashMap::new();
+    let mut present: HashMap<&Message, usize, _> = HashMap::with_hasher(message_hashing());
     for m in output {
         *present.entry(m).or_default() += 1;
     }
@@ -240,20 +257,34 @@ pub fn check_nothing_lost(
         .iter()
         .filter_map(|m| m.summary_info().map(|s| s.page_ref.as_str()))
         .collect();
-    let mut archived: HashMap<&Message, usize> = HashMap::new();
-    for id in &referenced {
-        for m in pages.get(*id).into_iter().flatten() {
-            *archived.entry(m).or_default() += 1;
-        }
+    // A summary may be rewritten (a pending one finalized) while its page stays referenced.
+    let mut unarchived: Vec<usize> = removed
+        .iter()
+        .copied()
+        .filter(|&i| match input[i].summary_info() {
+            Some(info) => !referenced.contains(info.page_ref.as_str()),
+            None => true,
+        })
+        .collect();
+    // Pages are nearly always runs of the removed messages, as they were: each page found so
+    // accounts for its run at the cost of one comparison, without hashing megabytes of text.
+    // Taking a page for a run leaves the rest of the question unchanged (both have the same
+    // messages), so only what is left goes to the general check below.
+    let mut left: Vec<&[Message]> = referenced
+        .iter()
+        .filter_map(|id| pages.get(*id).map(Vec::as_slice))
+        .filter(|page| !page.is_empty())
+        .collect();
+    left.retain(|page| !take_run(input, &mut unarchived, page));
+    if unarchived.is_empty() {
+        return Ok(());
     }
-    for &i in removed {
+    let mut archived: HashMap<&Message, usize, _> = HashMap::with_hasher(message_hashing());
+    for m in left.into_iter().flatten() {
+        *archived.entry(m).or_default() += 1;
+    }
+    for i in unarchived {
         let message = &input[i];
-        // A summary may be rewritten (a pending one finalized) while its page stays referenced.
-        if let Some(info) = message.summary_info() {
-            if referenced.contains(info.page_ref.as_str()) {
-                continue;
-            }
-        }
         match archived.get_mut(message) {
             Some(n) if *n > 0 => *n -= 1,
             _ => {
@@ -265,6 +296,25 @@ pub fn check_nothing_lost(
         }
     }
     Ok(())
+}
+
+/// If `page` is, message for message, the input at consecutive indices of `unarchived` (sorted),
+/// removes those indices and says so.
+fn take_run(input: &[Message], unarchived: &mut Vec<usize>, page: &[Message]) -> bool {
+    let fits = |k: usize| {
+        let run = &unarchived[k..k + page.len()];
+        run[page.len() - 1] - run[0] == page.len() - 1
+            && input[run[0]..=run[page.len() - 1]] == *page
+    };
+    let start = (0..unarchived.len().saturating_sub(page.len() - 1))
+        .find(|&k| input[unarchived[k]] == page[0] && fits(k));
+    match start {
+        Some(k) => {
+            unarchived.drain(k..k + page.len());
+            true
+        }
+        None => false,
+    }
 }
 
 /// TAMP-INV-02: the output keeps the tool-pairing rules of `format`.
@@ -336,6 +386,36 @@ mod tests {
         let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
         assert_eq!(v.rule, Rule::NothingLost);
         assert!(v.detail.contains("input message 3"), "{v}");
+    }
+
+    #[test]
+    fn pages_that_are_not_runs_of_the_removed_messages_are_checked_as_a_whole() {
+        let mut input = msgs(12);
+        // Two equal messages: which page holds which copy does not matter, how many does.
+        input[3] = input[2].clone();
+        let s1 = summary_message("a", "pg_1", "t", SummaryStatus::Final);
+        let s2 = summary_message("b", "pg_2", "t", SummaryStatus::Final);
+        let mut output = vec![input[0].clone(), s1, s2];
+        output.extend_from_slice(&input[9..]);
+        let mut shuffled = input[4..9].to_vec();
+        shuffled.reverse();
+        // A run (pg_1), and a page of the other removed messages in another order and with
+        // one of the duplicates (pg_2): nothing is lost.
+        let mut rest = shuffled.clone();
+        rest.push(input[3].clone());
+        let p = pages(&[("pg_1", &input[1..3]), ("pg_2", &rest)]);
+        check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap();
+        // The same page without the second copy: message 3 is lost, though its twin is in a
+        // page.
+        let p = pages(&[("pg_1", &input[1..3]), ("pg_2", &shuffled)]);
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
+        assert_eq!(v.rule, Rule::NothingLost);
+        assert!(v.detail.contains("input message 3"), "{v}");
+        // A page holding a run and more: the run is not taken alone, the whole still counts.
+        let mut wide = input[1..9].to_vec();
+        wide.push(Message::text(Role::User, "extra"));
+        let p = pages(&[("pg_1", &wide), ("pg_2", &[])]);
+        check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap();
     }
 
     #[test]

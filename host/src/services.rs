@@ -12,6 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
+use tamp_plugin_api::deferred::{
+    is_page_transcript_prompt, page_transcript_probe_answer, PageTranscriptPrompt,
+    PAGE_TRANSCRIPT_PROBE,
+};
 use tamp_plugin_api::{
     CachedSummary, DeferredRequest, DeferredState, DeferredStatus, ErrorKind, FfiFuture, FfiOption,
     FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, HostError, HostServices, HostServicesBox,
@@ -126,6 +130,12 @@ impl StageServices {
     /// Pages archived through these services in this run, by id.
     pub fn archived_pages(&self) -> HashMap<String, Vec<Message>> {
         lock(&self.0.archived).clone()
+    }
+
+    /// The same, moved out rather than copied (the pages of a large compaction are
+    /// megabytes): for a caller that asks once, after the stage returned.
+    pub fn take_archived_pages(&self) -> HashMap<String, Vec<Message>> {
+        std::mem::take(&mut *lock(&self.0.archived))
     }
 
     pub fn usage(&self) -> StageUsage {
@@ -243,6 +253,56 @@ impl StageServices {
             }
         }
         result
+    }
+
+    /// The states of the deferred requests of `ids` (this strategy's), in order.
+    async fn queue_states(&self, ids: Vec<String>) -> Vec<DeferredState> {
+        let unknown = |ids: &[String]| {
+            ids.iter()
+                .map(|id| DeferredState::unknown(id.as_str()))
+                .collect()
+        };
+        let Some(queue) = self.0.ctx.store.deferred_queue() else {
+            return unknown(&ids);
+        };
+        let found = AssertUnwindSafe(queue.lookup(self.0.strategy.clone(), ids.clone()))
+            .catch_unwind()
+            .await;
+        match found {
+            Ok(Ok(items)) => ids
+                .iter()
+                .zip(items)
+                .map(|(id, item)| match item {
+                    None => DeferredState::unknown(id.as_str()),
+                    Some(item) => DeferredState {
+                        page_id: id.as_str().into(),
+                        status: match item.state {
+                            QueueState::Queued => DeferredStatus::Queued,
+                            QueueState::Submitted => DeferredStatus::Submitted,
+                            QueueState::Done => DeferredStatus::Done,
+                            QueueState::Failed => DeferredStatus::Failed,
+                        },
+                        text: item
+                            .text
+                            .filter(|_| item.state == QueueState::Done)
+                            .unwrap_or_default()
+                            .into(),
+                        reason: item
+                            .reason
+                            .filter(|_| item.state == QueueState::Failed)
+                            .unwrap_or_default()
+                            .into(),
+                    },
+                })
+                .collect(),
+            // An unreadable queue is "nothing known yet": the summaries stay pending
+            // and the next compaction asks again.
+            Ok(Err(e)) => {
+                tracing::warn!(stage = %self.0.stage, "deferred queue unavailable: {e}");
+                unknown(&ids)
+            }
+            Err(_) => unknown(&ids),
+        }
     }
 
     fn emit_progress(&self, event: &ProgressEvent) {
@@ -488,6 +548,23 @@ impl HostServices for StageServices {
                         this.0.ctx.store.describe()
                     ))
                 })?;
+                // A page-transcript prompt is filled in by the worker; a malformed one is
+                // refused now, to the plugin, rather than failing in a batch later.
+                for r in requests.iter() {
+                    if !is_page_transcript_prompt(&r.request.prompt) {
+                        continue;
+                    }
+                    let prompt = PageTranscriptPrompt::parse(&r.request.prompt).map_err(|e| {
+                        host_error(format!("the request of {}: {}", r.page_id, e.message))
+                    })?;
+                    if prompt.page_id() != r.page_id.as_str() {
+                        return Err(host_error(format!(
+                            "the request of {} is a page-transcript prompt of page {}",
+                            r.page_id,
+                            prompt.page_id()
+                        )));
+                    }
+                }
                 let items = requests
                     .into_iter()
                     .map(|r| NewDeferred {
@@ -513,52 +590,24 @@ impl HostServices for StageServices {
         let this = self.clone();
         async move {
             let ids: Vec<String> = page_ids.into_iter().map(String::from).collect();
-            let unknown = |ids: &[String]| {
-                ids.iter()
-                    .map(|id| DeferredState::unknown(id.as_str()))
-                    .collect()
-            };
-            let Some(queue) = this.0.ctx.store.deferred_queue() else {
-                return unknown(&ids);
-            };
-            let found = AssertUnwindSafe(queue.lookup(this.0.strategy.clone(), ids.clone()))
-                .catch_unwind()
-                .await;
-            match found {
-                Ok(Ok(items)) => ids
-                    .iter()
-                    .zip(items)
-                    .map(|(id, item)| match item {
-                        None => DeferredState::unknown(id.as_str()),
-                        Some(item) => DeferredState {
-                            page_id: id.as_str().into(),
-                            status: match item.state {
-                                QueueState::Queued => DeferredStatus::Queued,
-                                QueueState::Submitted => DeferredStatus::Submitted,
-                                QueueState::Done => DeferredStatus::Done,
-                                QueueState::Failed => DeferredStatus::Failed,
-                            },
-                            text: item
-                                .text
-                                .filter(|_| item.state == QueueState::Done)
-                                .unwrap_or_default()
-                                .into(),
-                            reason: item
-                                .reason
-                                .filter(|_| item.state == QueueState::Failed)
-                                .unwrap_or_default()
-                                .into(),
-                        },
-                    })
-                    .collect(),
-                // An unreadable queue is "nothing known yet": the summaries stay pending
-                // and the next compaction asks again.
-                Ok(Err(e)) => {
-                    tracing::warn!(stage = %this.0.stage, "deferred queue unavailable: {e}");
-                    unknown(&ids)
-                }
-                Err(_) => unknown(&ids),
+            // The worker fills page-transcript prompts in (`deferred::render`); plugins ask
+            // whether it does with the reserved probe id, answered here.
+            let probe = |id: &String| id == PAGE_TRANSCRIPT_PROBE;
+            let asked: Vec<String> = ids.iter().filter(|id| !probe(id)).cloned().collect();
+            let mut states = if asked.is_empty() {
+                Vec::new()
+            } else {
+                this.queue_states(asked).await
             }
+            .into_iter();
+            ids.iter()
+                .map(|id| match probe(id) {
+                    true => page_transcript_probe_answer(),
+                    false => states
+                        .next()
+                        .unwrap_or_else(|| DeferredState::unknown(id.as_str())),
+                })
+                .collect()
         }
         .into_ffi()
     }

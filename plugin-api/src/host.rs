@@ -35,8 +35,11 @@ pub struct ProgressEvent {
 /// The services the host offers a plugin, as an ABI-stable trait object.
 ///
 /// Methods that may wait (LLM calls, the page store) return futures, so a plugin never blocks
-/// a host thread. New methods are only ever added after the last one, which keeps plugins
-/// built against an older `plugin-api` 0.x loadable.
+/// a host thread. New methods are only ever added after the last one. Even so, abi_stable's
+/// load-time layout check refuses a plugin whose copy of this trait has fewer methods than the
+/// host's (seen with a plugin built before a method was added: "too many fields"), so adding
+/// one breaks every plugin built earlier; a new capability that older plugins need not know
+/// of is better offered through an existing method (see `deferred::PAGE_TRANSCRIPT_PROBE`).
 #[sabi_trait]
 pub trait HostServices: Clone + Send + Sync + 'static {
     /// One LLM call, with the host's retries, timeout and cache.
@@ -329,6 +332,18 @@ impl Host {
             .map(|id| RString::from(id.as_str()))
             .collect();
         self.services.deferred_results(ids).await.into_vec()
+    }
+
+    /// Whether the host fills in the page-transcript prompts that
+    /// [`crate::deferred::page_transcript_prompt`] writes, so a deferred request need not carry
+    /// its page's messages a second time. Asked through [`Self::deferred_results`] (see
+    /// [`crate::deferred::PAGE_TRANSCRIPT_PROBE`]): an older host answers no.
+    pub async fn renders_page_transcripts(&self) -> bool {
+        let probe = crate::deferred::PAGE_TRANSCRIPT_PROBE.to_string();
+        self.deferred_results(&[probe])
+            .await
+            .first()
+            .is_some_and(crate::deferred::fills_page_transcripts)
     }
 
     /// The strategy name pages and summaries are attributed to.

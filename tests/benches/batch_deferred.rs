@@ -192,7 +192,9 @@ fn main() {
             max_batch_requests: 1_000,
             ..BatchConfig::default()
         },
-    );
+    )
+    // The queued prompts are filled in from the pages, as `tamp serve` does.
+    .with_pages(Arc::clone(&store) as Arc<dyn PageStore>);
     let status = rt.block_on(async {
         let pass = worker.run_once().await.unwrap();
         assert_eq!(pass.failed, 0, "{pass}");

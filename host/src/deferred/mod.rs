@@ -4,14 +4,17 @@
 //!
 //! - The queue lives in the store (`store::queue`): `queued → submitted(batch, custom id) →
 //!   done(text, usage) | failed(reason, attempts)`, every transition persisted with its time.
-//! - Plugins reach it through the `defer_summary` and `deferred_results` host services
-//!   (`services.rs`); `plugins/batch-deferred` is the strategy that uses them.
+//! - Plugins reach it through the `defer_summaries` and `deferred_results` host services
+//!   (`services.rs`); `plugins/batch-deferred` is the strategy that uses them. A queued
+//!   prompt may be a page-transcript prompt, filled in from its page when it is sent
+//!   ([`render`]), so a compaction stores the page's text once.
 //! - [`Worker`] sends queued items as batches and applies the results
 //!   (`providers::batches` is the API client); `tamp batch run-once|status|work` ([`cli`]).
-//!   `tamp serve` runs it as a task: `Worker::from_chain_file(..).spawn(shutdown)`.
+//!   `tamp serve` runs it as a task: `Worker::from_chain_file(..).with_pages(..).spawn(shutdown)`.
 
 pub mod cli;
 pub mod metrics;
+pub mod render;
 pub mod worker;
 
 pub use cli::{run_cli, BatchCommand};

@@ -8,7 +8,7 @@ use crate::error::PluginError;
 use crate::sdk::summary::cap_chars;
 
 /// How [`render_messages`] renders.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RenderOptions {
     /// Cut each text, tool input and tool result to this many characters (0: no cut).
     pub max_block_chars: usize,

@@ -4,7 +4,10 @@
 //! page, asks the host to defer a summary request for that page (the host sends it in a
 //! Message Batch, at half price), and puts a **pending** summary in the page's place: a
 //! header (`[Pending summary: 42 messages, <label>]`) and a preview made of the first and
-//! last messages' opening words. It never waits on an LLM.
+//! last messages' opening words. It never waits on an LLM. The request's prompt is a
+//! page-transcript prompt when the host fills those in (`tamp_plugin_api::deferred`): the
+//! transcript is rendered from the page when the request is sent, so a compaction does not
+//! store the page's text a second time inside the queued request.
 //!
 //! Every run also asks the host where its pending summaries stand and replaces each one whose
 //! result has arrived by the **final** summary: same position, same page ref, status `final`,
@@ -14,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use tamp_plugin_api::deferred::page_transcript_prompt;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::{cap_chars, render_template, summary_message};
 use tamp_plugin_api::{DeferredStatus, LlmRequest};
@@ -47,9 +51,11 @@ impl Strategy for BatchDeferred {
         let host = &input.host;
         let messages = input.conversation.messages.as_slice();
         let mut report = StageReport::acted("");
-        let mut out: Vec<Message> = messages.to_vec();
 
-        let finalized = self.finalize(host, &mut out, &mut report).await;
+        // Finalized summaries replace one message each, pages a run of plain messages: the
+        // ranges never overlap, and only what is kept is copied into the output.
+        let mut replacements = self.finalize(host, messages, &mut report).await;
+        let finalized = replacements.len();
 
         let compact = match self.config.compact_when {
             CompactWhen::Always => true,
@@ -65,10 +71,11 @@ impl Strategy for BatchDeferred {
         } else {
             Vec::new()
         };
-        let replacements = self.defer(host, messages, pages, &mut report).await;
+        let placed = self.defer(host, messages, pages, &mut report).await;
 
-        let deferred = replacements.len();
-        let removed: usize = replacements.iter().map(|r| r.range.len()).sum();
+        let deferred = placed.len();
+        let removed: usize = placed.iter().map(|r| r.range.len()).sum();
+        replacements.extend(placed);
         if finalized == 0 && deferred == 0 {
             let why = if compact {
                 format!(
@@ -82,7 +89,7 @@ impl Strategy for BatchDeferred {
             outcome.report.warnings = report.warnings;
             return Ok(outcome);
         }
-        let out = sdk::splice(&out, replacements);
+        let out = sdk::splice(messages, replacements);
         report.reason = format!(
             "deferred {deferred} page(s) ({removed} messages) behind pending summaries; \
              finalized {finalized} pending summary(ies)"
@@ -100,10 +107,15 @@ impl Strategy for BatchDeferred {
 }
 
 impl BatchDeferred {
-    /// Replaces, in place, every pending summary of ours whose deferred result is done.
-    /// Returns how many were.
-    async fn finalize(&self, host: &Host, out: &mut [Message], report: &mut StageReport) -> usize {
-        let pending: Vec<(usize, String)> = out
+    /// The final summaries of every pending summary of ours whose deferred result is done,
+    /// each to put in its place.
+    async fn finalize(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        report: &mut StageReport,
+    ) -> Vec<sdk::Replacement> {
+        let pending: Vec<(usize, String)> = messages
             .iter()
             .enumerate()
             .filter_map(|(i, m)| {
@@ -114,22 +126,24 @@ impl BatchDeferred {
             })
             .collect();
         if pending.is_empty() {
-            return 0;
+            return Vec::new();
         }
         let ids: Vec<String> = pending.iter().map(|(_, id)| id.clone()).collect();
         let states = host.deferred_results(&ids).await;
-        let mut finalized = 0;
+        let mut finalized = Vec::new();
         for ((index, page_ref), state) in pending.into_iter().zip(states) {
             match state.status {
                 DeferredStatus::Done => {
-                    let text = self.final_text(host, &out[index], state.text.as_str());
-                    out[index] = summary_message(
-                        &text,
-                        &page_ref,
-                        BatchDeferred::NAME,
-                        SummaryStatus::Final,
-                    );
-                    finalized += 1;
+                    let text = self.final_text(host, &messages[index], state.text.as_str());
+                    finalized.push(sdk::Replacement {
+                        message: summary_message(
+                            &text,
+                            &page_ref,
+                            BatchDeferred::NAME,
+                            SummaryStatus::Final,
+                        ),
+                        range: index..index + 1,
+                    });
                 }
                 DeferredStatus::Failed => report.warn(format!(
                     "the deferred summary of {page_ref} failed ({}); it stays pending, the \
@@ -205,6 +219,9 @@ impl BatchDeferred {
             })
             .collect();
         let ids = host.archive_pages(drafts).await;
+        // The host fills the transcript in from the page when it sends the request, so the
+        // page's text is stored once rather than again inside the queued prompt.
+        let transcript_from_page = host.renders_page_transcripts().await;
         let mut ready = Vec::new();
         for ((range, label, text), id) in planned.into_iter().zip(ids) {
             let page_id = match id {
@@ -214,7 +231,8 @@ impl BatchDeferred {
                     continue;
                 }
             };
-            match self.request_for(&messages[range.clone()], &label) {
+            let from_page = transcript_from_page.then_some(page_id.as_str());
+            match self.request_for(&messages[range.clone()], &label, from_page) {
                 Ok(request) => ready.push((range, text, page_id, request)),
                 Err(e) => report.warn(format!("cannot build the request of {page_id}: {e}")),
             }
@@ -252,22 +270,37 @@ impl BatchDeferred {
             .collect()
     }
 
-    fn request_for(&self, run: &[Message], label: &str) -> Result<LlmRequest, PluginError> {
-        let rendered = sdk::render_messages(
-            run,
-            &sdk::RenderOptions {
-                max_block_chars: self.config.max_block_chars,
-            },
-        );
+    /// The summary request of `run`. Given the id of the page holding it, the prompt is a
+    /// page-transcript prompt the host fills in from that page when it sends the request
+    /// (the same text, see `tamp_plugin_api::deferred`); otherwise, or when the prompt cannot
+    /// be written so, the whole prompt.
+    fn request_for(
+        &self,
+        run: &[Message],
+        label: &str,
+        page_id: Option<&str>,
+    ) -> Result<LlmRequest, PluginError> {
+        let opts = sdk::RenderOptions {
+            max_block_chars: self.config.max_block_chars,
+        };
         let count = run.len().to_string();
-        let prompt = render_template(
-            &self.config.prompt_template,
-            &[
-                ("messages", rendered.as_str()),
-                ("count", count.as_str()),
-                ("label", label),
-            ],
-        )?;
+        let vars = [("count", count.as_str()), ("label", label)];
+        let templated = match page_id {
+            Some(id) => {
+                page_transcript_prompt(&self.config.prompt_template, "messages", &vars, id, &opts)?
+            }
+            None => None,
+        };
+        let prompt = match templated {
+            Some(prompt) => prompt,
+            None => {
+                let rendered = sdk::render_messages(run, &opts);
+                render_template(
+                    &self.config.prompt_template,
+                    &[("messages", rendered.as_str()), vars[0], vars[1]],
+                )?
+            }
+        };
         Ok(LlmRequest::new(
             self.config.system_prompt.as_str(),
             prompt,
