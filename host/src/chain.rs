@@ -383,21 +383,12 @@ impl Chain {
             .map_err(|e| file.error(None, format!("tokenizer.encoding: {e}")))?;
         let tokens =
             TokenCounter::new(encoding).map_err(|e| file.error(None, format!("tokenizer: {e}")))?;
-        let store_path = overrides
-            .store_path
-            .clone()
-            .or_else(|| cfg.store.path.as_ref().map(|p| file.resolve_path(p)))
-            .unwrap_or_else(|| PathBuf::from(".tamp/store.sqlite3"));
-        let store = SqliteStore::open(&store_path).map_err(|e| ChainError::Setup(e.to_string()))?;
-
-        let store = Arc::new(store);
-        let cache = cfg
-            .cache
-            .enabled
-            .then(|| Arc::clone(&store) as Arc<dyn SummaryCache>);
+        let spec = file.store_spec(overrides.store_path.as_deref())?;
+        let store = crate::store::open(&spec).map_err(|e| ChainError::Setup(e.to_string()))?;
+        let cache = cfg.cache.enabled.then(|| Arc::clone(&store.cache));
         let mut builder = ChainBuilder::new(cfg.budget)
             .provider(provider)
-            .store(store)
+            .store(store.pages)
             .cache(cache)
             .tokens(Arc::new(tokens))
             .llm_concurrency(cfg.provider.max_concurrency)
@@ -648,7 +639,7 @@ impl Chain {
             return Ok((None, outcome.report, budget.current_tokens));
         }
         let keep_recent = budget.keep_recent as usize;
-        let mut pages = services.archived_pages();
+        let mut pages = services.take_archived_pages();
         let mut checked = check_stage_output(
             &input.messages,
             &output.messages,

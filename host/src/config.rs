@@ -12,6 +12,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::store::StoreSpec;
+
 /// A chain file as written.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -270,6 +272,11 @@ pub struct BatchConfig {
     pub base_url: Option<String>,
     /// The environment variable holding the key; default `provider.api_key_env`.
     pub api_key_env: Option<String>,
+    /// How long a worker holds the items it claimed (to submit them, or to poll their batch)
+    /// before another host's worker may take them over: the time after which the queue
+    /// work of a replica that died is picked up. Renewed on every pass; must exceed the
+    /// longest batch-creation call (provider timeout × attempts).
+    pub lease_secs: f64,
 }
 
 impl Default for BatchConfig {
@@ -284,6 +291,7 @@ impl Default for BatchConfig {
             model: None,
             base_url: None,
             api_key_env: None,
+            lease_secs: 300.0,
         }
     }
 }
@@ -302,6 +310,7 @@ impl BatchConfig {
             ("submit_interval_secs", self.submit_interval_secs),
             ("poll_interval_secs", self.poll_interval_secs),
             ("batch_timeout_secs", self.batch_timeout_secs),
+            ("lease_secs", self.lease_secs),
         ] {
             if v.is_nan() || v <= 0.0 || v > 30.0 * 86_400.0 {
                 return Err(format!(
@@ -325,10 +334,7 @@ impl BatchConfig {
             }
         }
         if let Some(var) = &self.api_key_env {
-            let is_name = !var.is_empty()
-                && !var.starts_with(|c: char| c.is_ascii_digit())
-                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !is_name {
+            if !is_env_var_name(var) {
                 return Err("batch.api_key_env: must be the name of an environment variable (letters, digits and _), not the key itself".into());
             }
         }
@@ -336,12 +342,88 @@ impl BatchConfig {
     }
 }
 
-/// `[store]`: where pages live.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+/// `[store]` (or `store = { ... }`): where pages, the summary cache and the deferred queue
+/// live.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
+    /// `sqlite` (the embedded default: one file, no server) or `postgres` (one database
+    /// shared by several hosts).
+    pub kind: StoreKind,
     /// The SQLite file; default `.tamp/store.sqlite3` under the current directory.
     pub path: Option<PathBuf>,
+    /// The environment variable holding the PostgreSQL URL (`kind = "postgres"`). The URL
+    /// itself is never written in the file: it usually carries a password.
+    pub url_env: Option<String>,
+    /// Connections kept open to PostgreSQL by each host.
+    pub pool_size: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            kind: StoreKind::Sqlite,
+            path: None,
+            url_env: None,
+            pool_size: 8,
+        }
+    }
+}
+
+/// The store backends.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    #[default]
+    Sqlite,
+    Postgres,
+}
+
+/// The store used when no chain file names one.
+pub const DEFAULT_STORE_PATH: &str = ".tamp/store.sqlite3";
+
+impl StoreConfig {
+    /// The checks of `[store]` on its own; each error names the field. Whether the URL's
+    /// variable is set is checked when the store is opened ([`LoadedChainFile::store_spec`]).
+    pub fn validate(&self) -> Result<(), String> {
+        match self.kind {
+            StoreKind::Sqlite => {
+                for (key, set) in [("url_env", self.url_env.is_some())] {
+                    if set {
+                        return Err(format!("store.{key}: only for kind = \"postgres\""));
+                    }
+                }
+            }
+            StoreKind::Postgres => {
+                if self.path.is_some() {
+                    return Err(
+                        "store.path: only for kind = \"sqlite\"; a PostgreSQL store is named by url_env".into(),
+                    );
+                }
+                let Some(var) = &self.url_env else {
+                    return Err("store.url_env: required when kind = \"postgres\": the name of the environment variable that holds the database URL, e.g. \"TAMP_DATABASE_URL\"".into());
+                };
+                if !is_env_var_name(var) {
+                    return Err("store.url_env: must be the name of an environment variable (letters, digits and _), not the URL itself".into());
+                }
+            }
+        }
+        if self.pool_size == 0 || self.pool_size > 1_000 {
+            return Err(format!(
+                "store.pool_size: must be between 1 and 1000, got {}",
+                self.pool_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `var` can name an environment variable. Config keys ending in `_env` take names,
+/// never secrets: an error about one never echoes its value.
+fn is_env_var_name(var: &str) -> bool {
+    !var.is_empty()
+        && !var.starts_with(|c: char| c.is_ascii_digit())
+        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// When a stage runs.
@@ -457,6 +539,15 @@ impl LoadedChainFile {
             self.error_at_key("budget", field, m.clone())
         })?;
         self.check_provider()?;
+        self.file.store.validate().map_err(|m| {
+            let field = m
+                .split(':')
+                .next()
+                .and_then(|f| f.strip_prefix("store."))
+                .unwrap_or("")
+                .to_string();
+            self.error_at_key("store", &field, m)
+        })?;
         self.file.batch.validate().map_err(|m| {
             let field = m
                 .split(':')
@@ -556,10 +647,7 @@ impl LoadedChainFile {
         }
         if let Some(var) = &provider.api_key_env {
             // Never echo the value: someone may have pasted the key itself here.
-            let is_name = !var.is_empty()
-                && !var.starts_with(|c: char| c.is_ascii_digit())
-                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !is_name {
+            if !is_env_var_name(var) {
                 return fail(
                     "api_key_env",
                     "must be the name of an environment variable (letters, digits and _), not the key itself".into(),
@@ -619,6 +707,21 @@ impl LoadedChainFile {
     /// An error pointing at `key = ...` inside `[table]`, or at the table, when found.
     pub(crate) fn error_at_key(&self, table: &str, key: &str, message: String) -> ConfigError {
         let header = format!("[{table}]");
+        let inline = self
+            .source
+            .lines()
+            .position(|l| {
+                l.trim_start()
+                    .strip_prefix(table)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+            .map(|i| i + 1);
+        if !self.source.contains(&header) {
+            // `table = { ... }` written inline: point at its line.
+            if let Some(line) = inline {
+                return self.error(Some(line), message);
+            }
+        }
         let line = self.source.find(&header).map(|start| {
             let section_end = self.source[start + header.len()..]
                 .find("\n[")
@@ -658,6 +761,13 @@ impl LoadedChainFile {
             .map(|s| line_of(&self.source, s.span().start))
     }
 
+    /// The store this file names, ready to open. `path_override` (a `--store` flag) replaces
+    /// it with that SQLite file. A PostgreSQL URL is read from its environment variable now;
+    /// no error echoes it (it usually carries a password).
+    pub fn store_spec(&self, path_override: Option<&Path>) -> Result<StoreSpec, ConfigError> {
+        store_spec(Some(self), path_override)
+    }
+
     /// Resolves a path written in the file (relative to the file's directory).
     pub fn resolve_path(&self, p: &Path) -> PathBuf {
         self.base_dir().join(p)
@@ -669,6 +779,53 @@ impl LoadedChainFile {
             .map(Path::to_path_buf)
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or_else(|| PathBuf::from("."))
+    }
+}
+
+/// The store `file` names (the default SQLite file without one); see
+/// [`LoadedChainFile::store_spec`].
+pub fn store_spec(
+    file: Option<&LoadedChainFile>,
+    path_override: Option<&Path>,
+) -> Result<StoreSpec, ConfigError> {
+    if let Some(path) = path_override {
+        return Ok(StoreSpec::Sqlite {
+            path: path.to_path_buf(),
+        });
+    }
+    let Some(file) = file else {
+        return Ok(StoreSpec::Sqlite {
+            path: DEFAULT_STORE_PATH.into(),
+        });
+    };
+    let store = &file.file.store;
+    match store.kind {
+        StoreKind::Sqlite => Ok(StoreSpec::Sqlite {
+            path: store
+                .path
+                .as_ref()
+                .map(|p| file.resolve_path(p))
+                .unwrap_or_else(|| DEFAULT_STORE_PATH.into()),
+        }),
+        StoreKind::Postgres => {
+            // `validate` made sure the variable's name is there.
+            let var = store.url_env.as_deref().unwrap_or_default();
+            let url = std::env::var(var).unwrap_or_default();
+            if url.trim().is_empty() {
+                return Err(file.error_at_key(
+                    "store",
+                    "url_env",
+                    format!(
+                        "store.url_env: the environment variable {var} is not set or empty; it \
+                         must hold the PostgreSQL URL, e.g. postgres://tamp:secret@db:5432/tamp"
+                    ),
+                ));
+            }
+            Ok(StoreSpec::Postgres {
+                url,
+                pool_size: store.pool_size,
+            })
+        }
     }
 }
 
@@ -737,6 +894,80 @@ mod tests {
         }
         let unknown = parse("[batch]\nmax_batch = 3\n").unwrap_err();
         assert!(unknown.message.contains("max_batch"), "{unknown}");
+    }
+
+    #[test]
+    fn store_section_kinds_and_errors_name_the_field_and_line() {
+        let default = parse("").unwrap();
+        assert_eq!(default.file.store, StoreConfig::default());
+        assert_eq!(
+            default.store_spec(None).unwrap(),
+            StoreSpec::Sqlite {
+                path: DEFAULT_STORE_PATH.into()
+            }
+        );
+        let sqlite = parse("[store]\npath = \"pages.sqlite3\"\n").unwrap();
+        assert_eq!(
+            sqlite.store_spec(None).unwrap(),
+            StoreSpec::Sqlite {
+                path: Path::new(".").join("pages.sqlite3")
+            }
+        );
+
+        let var = "TAMP_CONFIG_TEST_DATABASE_URL";
+        // The issue's form: an inline table (before any `[table]` header, as TOML requires).
+        let inline = format!(
+            "store = {{ kind = \"postgres\", url_env = \"{var}\", pool_size = 3 }}\n[budget]\nmax_tokens = 1000\n"
+        );
+        let pg = parse(&inline).unwrap();
+        assert_eq!(pg.file.store.kind, StoreKind::Postgres);
+        let missing = pg.store_spec(None).unwrap_err();
+        assert!(missing.message.starts_with("store.url_env"), "{missing}");
+        assert!(missing.message.contains(var), "{missing}");
+        assert_eq!(missing.line, Some(1), "{missing}");
+        std::env::set_var(var, "postgres://tamp:s3cret@127.0.0.1:5432/tamp");
+        assert_eq!(
+            pg.store_spec(None).unwrap(),
+            StoreSpec::Postgres {
+                url: "postgres://tamp:s3cret@127.0.0.1:5432/tamp".into(),
+                pool_size: 3
+            }
+        );
+        // `--store` names a file: it wins over the chain file's database.
+        assert_eq!(
+            pg.store_spec(Some(Path::new("x.sqlite3"))).unwrap(),
+            StoreSpec::Sqlite {
+                path: PathBuf::from("x.sqlite3")
+            }
+        );
+        std::env::remove_var(var);
+
+        for (text, field, line) in [
+            ("[store]\nkind = \"postgres\"\n", "store.url_env", 1),
+            (
+                "[store]\nkind = \"postgres\"\nurl_env = \"X\"\npath = \"a\"\n",
+                "store.path",
+                4,
+            ),
+            ("[store]\nurl_env = \"X\"\n", "store.url_env", 2),
+            (
+                "[store]\nkind = \"postgres\"\nurl_env = \"postgres://u:pw@h/db\"\n",
+                "store.url_env",
+                3,
+            ),
+            (
+                "[store]\nkind = \"postgres\"\nurl_env = \"X\"\npool_size = 0\n",
+                "store.pool_size",
+                4,
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.message.starts_with(field), "{text}: {e}");
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(!e.to_string().contains("pw@"), "{e}");
+        }
+        let unknown = parse("[store]\nkind = \"mysql\"\n").unwrap_err();
+        assert!(unknown.message.contains("mysql"), "{unknown}");
     }
 
     #[test]

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use tamp_host::chain::{Chain, ChainReport, CompactOptions, FileOverrides, StageStatus};
-use tamp_host::config::LoadedChainFile;
+use tamp_host::config::{self, LoadedChainFile};
 use tamp_host::loader::{resolve_plugin, LoadedPlugin};
-use tamp_host::store::{PageStore, SqliteStore};
+use tamp_host::store::{self, PageStore, StoreSpec};
 use tamp_host::wire::{self, WireFormat};
 
 /// Prints a line to stdout. A closed pipe (`tamp pages list | head`) ends the program quietly
@@ -34,7 +34,6 @@ fn write_stdout(line: std::fmt::Arguments<'_>) {
 
 /// The chain used when `--config` is not given.
 const DEFAULT_CHAIN: &str = include_str!("default_chain.toml");
-const DEFAULT_STORE: &str = ".tamp/store.sqlite3";
 
 #[derive(Parser)]
 #[command(
@@ -162,10 +161,11 @@ enum PagesCommand {
 
 #[derive(Args)]
 struct StoreArgs {
-    /// The page store file (default: the chain file's, else .tamp/store.sqlite3).
+    /// The page store file (default: the chain file's store, else .tamp/store.sqlite3).
     #[arg(long, value_name = "FILE")]
     store: Option<PathBuf>,
-    /// Take the store location from this chain file.
+    /// Take the store from this chain file's `[store]` (a SQLite file or a PostgreSQL
+    /// database).
     #[arg(short, long)]
     config: Option<PathBuf>,
 }
@@ -432,27 +432,25 @@ fn default_plugin_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-fn open_store(args: &StoreArgs) -> Result<SqliteStore> {
-    let path = match (&args.store, &args.config) {
-        (Some(p), _) => p.clone(),
-        (None, Some(cfg)) => {
-            let file = LoadedChainFile::read(cfg)?;
-            file.file
-                .store
-                .path
-                .as_ref()
-                .map(|p| file.resolve_path(p))
-                .unwrap_or_else(|| DEFAULT_STORE.into())
+/// The page store `args` name: a `--store` file, else the chain file's `[store]` (SQLite or
+/// PostgreSQL), else the default file. A SQLite file must exist: reading pages never creates
+/// an empty store.
+fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
+    let file = args
+        .config
+        .as_deref()
+        .map(LoadedChainFile::read)
+        .transpose()?;
+    let spec = config::store_spec(file.as_ref(), args.store.as_deref())?;
+    if let StoreSpec::Sqlite { path } = &spec {
+        if !path.exists() {
+            bail!(
+                "page store {}: no such file (pass --store or --config)",
+                path.display()
+            );
         }
-        (None, None) => DEFAULT_STORE.into(),
-    };
-    if !path.exists() {
-        bail!(
-            "page store {}: no such file (pass --store or --config)",
-            path.display()
-        );
     }
-    Ok(SqliteStore::open(&path)?)
+    Ok(store::open(&spec)?.pages)
 }
 
 fn pages(cmd: PagesCommand) -> Result<()> {

@@ -8,14 +8,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tamp_e2e::mock_batches::{MockBatches, Outcome};
-use tamp_e2e::{plugin, scratch_dir, tamp_bin, write_chain};
+use tamp_e2e::{corpus_mix, plugin, scratch_dir, tamp_bin, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::config::LoadedChainFile;
 use tamp_host::deferred::Worker;
 use tamp_host::store::queue::{Billing, DeferredQueue, NewDeferred, QueueState};
-use tamp_host::store::SqliteStore;
+use tamp_host::store::{PageStore, SqliteStore};
 use tamp_host::wire::{self, WireFormat};
-use tamp_plugin_api::{Conversation, LlmRequest, Message, Role, SummaryStatus};
+use tamp_plugin_api::deferred::is_page_transcript_prompt;
+use tamp_plugin_api::{sdk, Conversation, LlmRequest, Message, Role, SummaryStatus};
 
 const KEY_VAR: &str = "TAMP_BATCH_TEST_KEY";
 
@@ -256,9 +257,146 @@ fn enqueue(queue: &SqliteStore, page: &str, material: &str) -> i64 {
     .unwrap()[0]
 }
 
+/// The worker of `chain` over the store in `dir`, reading pages from it as `tamp serve` does.
 fn worker(dir: &Path, chain: &Path) -> Worker {
+    worker_without_pages(dir, chain).with_pages(queue_at(dir))
+}
+
+fn worker_without_pages(dir: &Path, chain: &Path) -> Worker {
     let file = LoadedChainFile::read(chain).unwrap();
     Worker::from_chain_file(&file, queue_at(dir)).unwrap()
+}
+
+/// A template with the transcript twice, literal braces and every placeholder; blocks cut
+/// short, so the SDK's cutting is part of what must come out the same.
+const ODD_TEMPLATE: &str =
+    "{{{count}}} messages, {label}.\n<content>\n{messages}</content>\nOnce more:\n{messages}";
+
+/// What the plugin itself would send for a page: the SDK's rendering of the page's messages in
+/// the configured template. `pending` is the pending summary standing for the page.
+fn rendered_whole(pending: &str, page: &[Message], max_block_chars: usize) -> String {
+    let header = pending.lines().next().unwrap();
+    let (count, label) = header
+        .strip_prefix("[Pending summary: ")
+        .and_then(|h| h.strip_suffix(']'))
+        .and_then(|h| h.split_once(" messages, "))
+        .unwrap();
+    let transcript = sdk::render_messages(page, &sdk::RenderOptions { max_block_chars });
+    sdk::render_template(
+        ODD_TEMPLATE,
+        &[
+            ("messages", transcript.as_str()),
+            ("count", count),
+            ("label", label),
+        ],
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_prompts_hold_no_transcript_and_are_sent_as_the_plugin_would_render_them() {
+    let mock = MockBatches::start();
+    mock.stall(true);
+    let dir = scratch_dir("batch-transcript");
+    let template = ODD_TEMPLATE.replace('\n', "\\n");
+    let chain = chain_file(
+        &dir,
+        &mock,
+        "max_attempts = 1",
+        &format!("max_page_messages = 24\nmax_block_chars = 300\nprompt_template = \"{template}\""),
+    );
+    let compactor = Chain::from_file(&chain, FileOverrides::default()).unwrap();
+    // Real corpus messages: tool calls and results, long texts cut at 300 characters.
+    let input = corpus_mix(80);
+    let out = compactor
+        .compact(input.clone(), &CompactOptions::default())
+        .await
+        .unwrap();
+    let pending = summaries(&out.conversation);
+    assert!(pending.len() >= 2, "{:?}", out.report.stages[0]);
+
+    // The queue keeps a page-transcript prompt: none of the page's text is stored twice.
+    let queue = queue_at(&dir);
+    let ids: Vec<String> = pending.iter().map(|(_, page, _, _)| page.clone()).collect();
+    let items: Vec<_> = queue
+        .lookup("batch-deferred".into(), ids.clone())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    for item in &items {
+        let prompt = item.request.prompt.as_str();
+        assert!(is_page_transcript_prompt(prompt), "{prompt:?}");
+        assert!(prompt.len() < 400, "{prompt:?}");
+    }
+
+    // Sent, each prompt is byte for byte the plugin's own rendering of its page.
+    let report = worker(&dir, &chain).submit_pass().await.unwrap();
+    assert_eq!(report.submitted, pending.len() as u64, "{report}");
+    let batch = mock.batches().remove(0);
+    for (item, (_, page, _, text)) in items.iter().zip(&pending) {
+        let stored = queue.get_page(page).await.unwrap().page.messages;
+        let at = batch
+            .custom_ids
+            .iter()
+            .position(|id| *id == item.custom_id())
+            .unwrap();
+        assert_eq!(
+            batch.prompts[at],
+            rendered_whole(text, &stored, 300),
+            "page {page}"
+        );
+    }
+    // A prompt a request made before page-transcript prompts existed carries its page's
+    // text and still goes out as it is (the other tests send only such requests).
+
+    // The sync fallback is handed queued requests as they are: it fills them in too.
+    mock.stall(false);
+    mock.fail_creates(2, 500);
+    let again = compactor
+        .compact(corpus_mix(120), &CompactOptions::default())
+        .await
+        .unwrap();
+    let fresh: Vec<String> = summaries(&again.conversation)
+        .into_iter()
+        .map(|(_, page, _, _)| page)
+        .filter(|page| !ids.contains(page))
+        .collect();
+    assert!(!fresh.is_empty());
+    let pass = worker(&dir, &chain).submit_pass().await.unwrap();
+    assert_eq!(pass.fallbacks, fresh.len() as u64, "{pass}");
+    for item in queue.lookup("batch-deferred".into(), fresh).await.unwrap() {
+        let item = item.unwrap();
+        assert_eq!(item.state, QueueState::Done);
+        let text = item.text.unwrap();
+        // The mock answers with the first words inside <content>: the transcript's.
+        assert!(text.starts_with("Sync summary: "), "{text}");
+        assert!(!text.contains('\u{1}'), "{text}");
+        assert!(text.len() > "Sync summary: ".len() + 20, "{text}");
+    }
+
+    // A worker with no page store cannot fill them in: the request fails, saying why.
+    let third = compactor
+        .compact(corpus_mix(160), &CompactOptions::default())
+        .await
+        .unwrap();
+    let before = mock.creates();
+    let pass = worker_without_pages(&dir, &chain)
+        .submit_pass()
+        .await
+        .unwrap();
+    assert!(pass.failed > 0, "{pass}");
+    assert_eq!(mock.creates(), before);
+    let page = summaries(&third.conversation).pop().unwrap().1;
+    let item = queue
+        .lookup("batch-deferred".into(), vec![page])
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(item.state, QueueState::Failed);
+    assert!(item.reason.unwrap().contains("no page store"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,7 +596,14 @@ fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
     let mock = MockBatches::start();
     mock.stall(true);
     let dir = scratch_dir("batch-kill");
-    chain_file(&dir, &mock, "", "max_page_messages = 6");
+    // The killed worker's claims stop a new worker only until its lease runs out.
+    let lease = Duration::from_secs(1);
+    chain_file(
+        &dir,
+        &mock,
+        &format!("lease_secs = {}", lease.as_secs_f64()),
+        "max_page_messages = 6",
+    );
     let out1 = first_compaction(&dir, &conversation(15, "kill"));
     let pending = summaries(&out1);
     assert!(pending.len() >= 4, "{pending:?}");
@@ -487,9 +632,18 @@ fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_eq!(mock.creates(), 1);
+    let killed_at = Instant::now();
 
-    // Restart after the batch ended: the results are applied once, nothing resubmitted.
+    // Before the lease ends, a new worker leaves the dead one's batch alone.
     mock.end_all();
+    let early =
+        String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
+    if killed_at.elapsed() < lease {
+        assert!(early.contains("polled 0 batch(es)"), "{early}");
+    }
+    std::thread::sleep(lease.saturating_sub(killed_at.elapsed()));
+
+    // After the lease: the results are applied once, nothing resubmitted.
     let run =
         String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
     assert!(run.contains(&format!("{} done", pending.len())), "{run}");

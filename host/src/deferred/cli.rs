@@ -1,15 +1,14 @@
 //! `tamp batch`: the deferred worker from the command line.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand};
 
 use super::worker::Worker;
 use crate::config::LoadedChainFile;
-use crate::store::queue::{DeferredQueue, QueueStatus};
-use crate::store::SqliteStore;
+use crate::store::queue::QueueStatus;
+use crate::store::Store;
 
 /// `tamp batch ...`
 #[derive(Debug, Subcommand)]
@@ -45,7 +44,7 @@ pub struct StatusArgs {
     /// Take the store location (and prices) from this chain file.
     #[arg(short, long)]
     pub config: Option<PathBuf>,
-    /// The store file (default: the chain file's, else .tamp/store.sqlite3).
+    /// The store file (default: the chain file's store, else .tamp/store.sqlite3).
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
     /// Print JSON.
@@ -53,18 +52,12 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-fn store_path(file: Option<&LoadedChainFile>, store: Option<&Path>) -> PathBuf {
-    store
-        .map(Path::to_path_buf)
-        .or_else(|| {
-            let file = file?;
-            file.file.store.path.as_ref().map(|p| file.resolve_path(p))
-        })
-        .unwrap_or_else(|| PathBuf::from(".tamp/store.sqlite3"))
-}
-
-fn open_queue(path: &Path) -> Result<Arc<dyn DeferredQueue>> {
-    Ok(Arc::new(SqliteStore::open(path)?))
+/// The store `file` names (`[store]`: a SQLite file or a PostgreSQL database),
+/// or of the `--store` file.
+fn open_store(file: Option<&LoadedChainFile>, store: Option<&Path>) -> Result<Store> {
+    Ok(crate::store::open(&crate::config::store_spec(
+        file, store,
+    )?)?)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -79,10 +72,10 @@ pub fn run_cli(command: BatchCommand) -> Result<()> {
     match command {
         BatchCommand::RunOnce(args) => {
             let file = LoadedChainFile::read(&args.config)?;
-            let queue = open_queue(&store_path(Some(&file), args.store.as_deref()))?;
+            let store = open_store(Some(&file), args.store.as_deref())?;
             let rt = runtime()?;
             let report = rt.block_on(async {
-                let worker = Worker::from_chain_file(&file, queue)?;
+                let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
                 anyhow::Ok(worker.run_once().await?)
             })?;
             if args.json {
@@ -94,10 +87,10 @@ pub fn run_cli(command: BatchCommand) -> Result<()> {
         }
         BatchCommand::Work(args) => {
             let file = LoadedChainFile::read(&args.config)?;
-            let queue = open_queue(&store_path(Some(&file), args.store.as_deref()))?;
+            let store = open_store(Some(&file), args.store.as_deref())?;
             let rt = runtime()?;
             rt.block_on(async {
-                let worker = Worker::from_chain_file(&file, queue)?;
+                let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
                 let metrics = worker.metrics();
                 let handle = worker.spawn(shutdown_signal());
                 eprintln!("tamp batch: worker running; Ctrl-C or SIGTERM stops it");
@@ -115,7 +108,7 @@ pub fn run_cli(command: BatchCommand) -> Result<()> {
                 Some(path) => Some(LoadedChainFile::read(path)?),
                 None => None,
             };
-            let queue = open_queue(&store_path(file.as_ref(), args.store.as_deref()))?;
+            let queue = open_store(file.as_ref(), args.store.as_deref())?.queue;
             let status = runtime()?.block_on(queue.status())?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);

@@ -15,15 +15,16 @@ use futures::StreamExt as _;
 use serde::Serialize;
 
 use super::metrics::{DeferredMetrics, MetricsSnapshot};
+use super::render::{PageSource, RenderError};
 use crate::config::{BatchConfig, ConfigError, LoadedChainFile};
 use crate::providers::batches::{
     error_type_is_retryable, BatchOutcome, BatchesClient, ProcessingStatus,
 };
 use crate::providers::{self, ApiKey, ClientSettings, Provider, ProviderErrorKind, RetryPolicy};
 use crate::store::queue::{
-    Billing, DeferredQueue, Expect, QueueItem, RequeueKind, Transition, CUSTOM_ID_PREFIX,
+    Billing, DeferredQueue, Expect, Lease, QueueItem, RequeueKind, Transition, CUSTOM_ID_PREFIX,
 };
-use crate::store::StoreError;
+use crate::store::{PageStore, StoreError};
 
 /// The request bytes sent in one batch at most: the API's 256 MB, less a margin.
 const MAX_BATCH_BYTES: usize = 200 * 1024 * 1024;
@@ -101,6 +102,10 @@ struct Inner {
     fallback: Option<(Arc<dyn Provider>, Duration)>,
     config: BatchConfig,
     metrics: Arc<DeferredMetrics>,
+    /// This worker's claims on queued items and open batches (see `store::queue`).
+    lease: Lease,
+    /// Where page-transcript prompts are filled in from (`render`).
+    pages: PageSource,
 }
 
 /// A running worker task (see [`Worker::spawn`]).
@@ -136,15 +141,31 @@ impl Worker {
         fallback: Option<(Arc<dyn Provider>, Duration)>,
         config: BatchConfig,
     ) -> Self {
+        let pages = PageSource::default();
         Worker {
             inner: Arc::new(Inner {
                 queue,
                 client,
-                fallback: fallback.filter(|_| config.sync_fallback),
+                fallback: fallback
+                    .filter(|_| config.sync_fallback)
+                    .map(|(provider, timeout)| (pages.filling(provider), timeout)),
+                lease: Lease {
+                    owner: worker_id(),
+                    duration: Duration::from_secs_f64(config.lease_secs),
+                },
                 config,
                 metrics: Arc::default(),
+                pages,
             }),
         }
+    }
+
+    /// Reads pages from `pages` (the store the queue is in), to fill in the page-transcript
+    /// prompts plugins queue (`deferred::render`). Without it, such a request fails; requests
+    /// with ordinary prompts need no store. Set once: a later call is ignored.
+    pub fn with_pages(self, pages: Arc<dyn PageStore>) -> Self {
+        self.inner.pages.set(pages);
+        self
     }
 
     /// The worker a chain file's `[batch]` (and `[provider]`) describe, over `queue`. Model,
@@ -235,6 +256,17 @@ impl Worker {
                     Err(e) => tracing::warn!(target: "tamp::batch", "deferred worker: {e}"),
                 }
             }
+            // Handing the claims back lets another host's worker go on at once rather than
+            // after the lease (a worker that dies without this is covered by the expiry).
+            match self.release().await {
+                Ok(released) if released > 0 => {
+                    tracing::info!(target: "tamp::batch", released, "deferred worker released its claims")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(target: "tamp::batch", "deferred worker: releasing its claims: {e}")
+                }
+            }
         });
         WorkerHandle { task, metrics }
     }
@@ -243,7 +275,19 @@ impl Worker {
     pub async fn run_once(&self) -> Result<PassReport, WorkerError> {
         let mut report = self.submit_pass().await?;
         report.add(self.poll_pass().await?);
+        // The next run is another worker: it must not wait for this one's leases.
+        self.release().await?;
         Ok(report)
+    }
+
+    /// Hands back every claim this worker holds (see [`Worker::spawn`], which does it when
+    /// it stops); how many items were released.
+    pub async fn release(&self) -> Result<usize, WorkerError> {
+        Ok(self
+            .inner
+            .queue
+            .release(self.inner.lease.owner.clone())
+            .await?)
     }
 
     /// Sends every queued item, `max_batch_requests` per batch. A failed submission (after
@@ -252,32 +296,63 @@ impl Worker {
         let inner = &self.inner;
         let mut report = PassReport::default();
         loop {
-            let mut items = inner.queue.queued(inner.config.max_batch_requests).await?;
+            // Claimed, not just read: another host's worker skips these while the lease
+            // lives, so no item goes out in two batches at once.
+            let mut items = inner
+                .queue
+                .claim_queued(inner.lease.clone(), inner.config.max_batch_requests)
+                .await?;
             if items.is_empty() {
                 break;
             }
             let full = items.len() == inner.config.max_batch_requests;
+            // Page-transcript prompts are filled in from their pages now; one that never can
+            // be fails, and the batch goes without it.
+            let mut requests: Vec<(String, tamp_plugin_api::LlmRequest)> = Vec::new();
+            let mut sendable = Vec::with_capacity(items.len());
+            for item in items {
+                match inner.pages.render(&item.request).await {
+                    Ok(request) => {
+                        requests.push((item.custom_id(), request.into_owned()));
+                        sendable.push(item);
+                    }
+                    Err(RenderError::Store(e)) => return Err(e.into()),
+                    Err(e @ RenderError::Unfillable(_)) => {
+                        self.attempt_failed(&item, e.to_string(), false, &mut report)
+                            .await?
+                    }
+                }
+            }
+            items = sendable;
+            if items.is_empty() {
+                if full {
+                    continue;
+                }
+                break;
+            }
             // The API takes at most 256 MB per batch: stop short of it (JSON escaping and
             // the per-request envelope are covered by the margin).
             let mut bytes = 0;
-            let fits = items
+            let fits = requests
                 .iter()
-                .take_while(|item| {
-                    bytes += item.request.prompt.len() + item.request.system.len() + 1_024;
+                .take_while(|(_, request)| {
+                    bytes += request.prompt.len() + request.system.len() + 1_024;
                     bytes <= MAX_BATCH_BYTES
                 })
                 .count()
                 .max(1);
             let cut = fits < items.len();
             items.truncate(fits);
-            let requests: Vec<(String, tamp_plugin_api::LlmRequest)> = items
-                .iter()
-                .map(|item| (item.custom_id(), item.request.clone()))
-                .collect();
+            requests.truncate(fits);
             match inner.client.create(&requests).await {
                 Ok(batch) => {
                     let ids = items.iter().map(|i| i.id).collect();
-                    let marked = inner.queue.mark_submitted(ids, batch.id.clone()).await?;
+                    // Only items still leased to this worker are marked; the lease goes on
+                    // to cover polling the batch.
+                    let marked = inner
+                        .queue
+                        .mark_submitted_leased(ids, batch.id.clone(), inner.lease.clone())
+                        .await?;
                     inner.metrics.batch_created(marked as u64);
                     report.batches_created += 1;
                     report.submitted += marked as u64;
@@ -309,7 +384,9 @@ impl Worker {
     pub async fn poll_pass(&self) -> Result<PassReport, WorkerError> {
         let inner = &self.inner;
         let mut report = PassReport::default();
-        let open = inner.queue.status().await?.open_batches;
+        // Batches another live worker polls are left to it; those of a worker that died
+        // come to this one once its lease has expired.
+        let open = inner.queue.claim_open_batches(inner.lease.clone()).await?;
         for open_batch in open {
             report.batches_polled += 1;
             let id = open_batch.batch_id.clone();
@@ -592,6 +669,23 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// A name for this worker's claims, unique across hosts and restarts: host, process, start.
+fn worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{host}/{}/{started:x}/{n}", std::process::id())
 }
 
 fn now_ms() -> u64 {

@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 use super::metrics::Metrics;
 use super::reload::ChainSlot;
 use crate::chain::{ChainError, CompactOptions};
+use crate::store::StoreError;
 use crate::wire::{self, WireFormat};
 
 /// What every handler shares.
@@ -439,14 +440,21 @@ async fn page(
 ) -> Result<Json<Value>, ApiError> {
     let active = state.slot.current();
     let stored = active.chain.store().get_page(&id).await.map_err(|e| {
-        if e.is_not_found() {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
-        } else {
-            ApiError::new(
+        match e {
+            e if e.is_not_found() => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
+            }
+            // The database or file cannot be reached: worth retrying, unlike a corrupt page.
+            StoreError::Backend { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                e.to_string(),
+            ),
+            e => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
                 e.to_string(),
-            )
+            ),
         }
     })?;
     let format = query
