@@ -9,6 +9,10 @@
 //!   (`spawn_blocking`), with the one connection behind a mutex, so the store is usable from
 //!   any number of tasks without blocking the async executor. SQLite serializes writers
 //!   anyway, and page reads and writes are short.
+//! - WAL checkpoints run on a background thread, not in the commit that fills the log
+//!   (see [`checkpoint`]).
+
+mod checkpoint;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,6 +86,8 @@ pub(super) struct Inner {
     pending: Mutex<Vec<PendingPut>>,
     /// Whether a flusher is draining `pending`.
     flushing: AtomicBool,
+    /// The background checkpointer's counts (all zero for an in-memory store).
+    checkpoints: Arc<checkpoint::CheckpointStats>,
 }
 
 /// A queued page write and where to send its result.
@@ -150,6 +156,14 @@ impl SqliteStore {
         self.inner.path.as_deref()
     }
 
+    /// How many WAL checkpoints the background thread has run (see [`checkpoint`]).
+    pub fn background_checkpoints(&self) -> u64 {
+        self.inner
+            .checkpoints
+            .background
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn init(
         mut conn: Connection,
         location: String,
@@ -167,6 +181,12 @@ impl SqliteStore {
             tracing::warn!(store = %location, journal_mode = %mode, "page store: WAL mode unavailable, using the {mode} journal");
         }
         migrate(&mut conn, &location)?;
+        let checkpoints = match &path {
+            Some(file) if mode.eq_ignore_ascii_case("wal") => {
+                checkpoint::move_off_the_write_path(&mut conn, file, &location)
+            }
+            _ => Arc::default(),
+        };
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 location,
@@ -174,6 +194,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 pending: Mutex::new(Vec::new()),
                 flushing: AtomicBool::new(false),
+                checkpoints,
             }),
         })
     }
@@ -341,12 +362,15 @@ impl PageStore for SqliteStore {
             // Serializing and hashing is CPU work done by the caller, so concurrent puts
             // spread it over the runtime's threads; the flusher only runs SQL. Large pages
             // are encoded off the executor.
-            let encoded = if page.messages.len() > 64 {
-                let messages = page.messages.clone();
-                self.run("encode a page".to_owned(), move |_| Ok(encode(&messages)))
-                    .await?
+            let (page, encoded) = if page.messages.len() > 64 {
+                self.run("encode a page".to_owned(), move |_| {
+                    let encoded = encode(&page.messages);
+                    Ok((page, encoded))
+                })
+                .await?
             } else {
-                encode(&page.messages)
+                let encoded = encode(&page.messages);
+                (page, encoded)
             };
             let (reply, answer) = oneshot::channel();
             lock(&self.inner.pending).push(PendingPut {
@@ -763,6 +787,37 @@ mod tests {
         assert!(listed[0].created_at > 0);
         assert_eq!(store.list_pages(2).await.unwrap().len(), 2);
         assert!(store.list_pages(0).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn checkpoints_run_in_the_background_not_in_commits() {
+        let dir = TempDir::new("checkpoint");
+        let path = dir.0.join("store.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        // About 6 MB in 60 commits: past the log size that asks for a checkpoint (1,000
+        // pages, ~4 MB), far below the one at which a commit would checkpoint by itself.
+        for i in 0..60 {
+            let text = format!("{i} {}", "x".repeat(100_000));
+            store
+                .put_page(new_page(vec![Message::text(Role::User, text)]))
+                .await
+                .unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while store.background_checkpoints() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no background checkpoint after 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The checkpoint moved the pages from the log into the database file.
+        let file_len = std::fs::metadata(&path).unwrap().len();
+        assert!(file_len > 3_000_000, "database file is {file_len} bytes");
+        // And the store reads them back, from a new connection too.
+        drop(store);
+        let again = SqliteStore::open(&path).unwrap();
+        assert_eq!(count_rows(&again), 60);
     }
 
     #[tokio::test]
