@@ -15,9 +15,9 @@
 mod checkpoint;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -84,8 +84,16 @@ pub(super) struct Inner {
     conn: Mutex<Connection>,
     /// Pages waiting to be written; see [`SqliteStore::put_page`].
     pending: Mutex<Vec<PendingPut>>,
+    /// Signalled (with `pending` locked) when a put stops encoding.
+    encoded: Condvar,
+    /// Puts still encoding their page: the flusher waits up to `group_linger` for them.
+    encoding: AtomicUsize,
+    /// [`GROUP_LINGER`], except in tests that must not depend on the machine's speed.
+    group_linger: Duration,
     /// Whether a flusher is draining `pending`.
     flushing: AtomicBool,
+    /// Transactions that wrote pages.
+    page_commits: AtomicU64,
     /// The background checkpointer's counts (all zero for an in-memory store).
     checkpoints: Arc<checkpoint::CheckpointStats>,
 }
@@ -156,12 +164,15 @@ impl SqliteStore {
         self.inner.path.as_deref()
     }
 
+    /// How many transactions have written pages: concurrent puts share one (see
+    /// [`PageStore::put_page`]).
+    pub fn page_commits(&self) -> u64 {
+        self.inner.page_commits.load(Ordering::Relaxed)
+    }
+
     /// How many WAL checkpoints the background thread has run (see [`checkpoint`]).
     pub fn background_checkpoints(&self) -> u64 {
-        self.inner
-            .checkpoints
-            .background
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.checkpoints.background.load(Ordering::Relaxed)
     }
 
     fn init(
@@ -193,7 +204,11 @@ impl SqliteStore {
                 path,
                 conn: Mutex::new(conn),
                 pending: Mutex::new(Vec::new()),
+                encoded: Condvar::new(),
+                encoding: AtomicUsize::new(0),
+                group_linger: GROUP_LINGER,
                 flushing: AtomicBool::new(false),
+                page_commits: AtomicU64::new(0),
                 checkpoints,
             }),
         })
@@ -274,10 +289,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// How long a flusher waits for puts that are still encoding their page before it commits
+/// without them. A compaction archives its pages concurrently: waiting the millisecond or two
+/// their encoding takes puts them all in one commit, where starting at once would pay a
+/// second and third fsync.
+const GROUP_LINGER: Duration = Duration::from_millis(3);
+
 /// Drains the queue of pending puts, a batch per transaction, until it stays empty.
 fn flush_pending(inner: &Inner) {
     loop {
-        let batch = std::mem::take(&mut *lock(&inner.pending));
+        let batch = take_batch(inner, inner.group_linger);
         if batch.is_empty() {
             inner.flushing.store(false, Ordering::Release);
             // A put may have queued between the take and the store: if so, and no other
@@ -288,6 +309,43 @@ fn flush_pending(inner: &Inner) {
             continue;
         }
         write_batch(inner, batch);
+    }
+}
+
+/// Takes every queued put, after waiting up to `linger` for those still encoding.
+fn take_batch(inner: &Inner, linger: Duration) -> Vec<PendingPut> {
+    let deadline = Instant::now() + linger;
+    let mut pending = lock(&inner.pending);
+    while inner.encoding.load(Ordering::Acquire) > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        pending = inner
+            .encoded
+            .wait_timeout(pending, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    std::mem::take(&mut *pending)
+}
+
+/// Counts a put as encoding while it lives: the flusher waits for it (see [`take_batch`]).
+struct Encoding<'a>(&'a Inner);
+
+impl<'a> Encoding<'a> {
+    fn start(inner: &'a Inner) -> Self {
+        inner.encoding.fetch_add(1, Ordering::AcqRel);
+        Encoding(inner)
+    }
+}
+
+impl Drop for Encoding<'_> {
+    fn drop(&mut self) {
+        // Under the lock, so a flusher between its check and its wait cannot miss the signal.
+        let _pending = lock(&self.0.pending);
+        self.0.encoding.fetch_sub(1, Ordering::AcqRel);
+        self.0.encoded.notify_all();
     }
 }
 
@@ -335,6 +393,7 @@ fn write_batch(inner: &Inner, batch: Vec<PendingPut>) {
             }
         }
         tx.commit()?;
+        inner.page_commits.fetch_add(1, Ordering::Relaxed);
         Ok(results)
     })();
     drop(conn);
@@ -362,6 +421,7 @@ impl PageStore for SqliteStore {
             // Serializing and hashing is CPU work done by the caller, so concurrent puts
             // spread it over the runtime's threads; the flusher only runs SQL. Large pages
             // are encoded off the executor.
+            let encoding = Encoding::start(&self.inner);
             let (page, encoded) = if page.messages.len() > 64 {
                 self.run("encode a page".to_owned(), move |_| {
                     let encoded = encode(&page.messages);
@@ -378,6 +438,7 @@ impl PageStore for SqliteStore {
                 encoded,
                 reply,
             });
+            drop(encoding);
             if !self.inner.flushing.swap(true, Ordering::AcqRel) {
                 let inner = Arc::clone(&self.inner);
                 let flushed = self
@@ -787,6 +848,83 @@ mod tests {
         assert!(listed[0].created_at > 0);
         assert_eq!(store.list_pages(2).await.unwrap().len(), 2);
         assert!(store.list_pages(0).await.unwrap().is_empty());
+    }
+
+    fn pending_put(text: &str) -> PendingPut {
+        let page = new_page(vec![Message::text(Role::User, text)]);
+        let encoded = encode(&page.messages);
+        // The answer is not awaited here.
+        let (reply, _) = oneshot::channel();
+        PendingPut {
+            page,
+            encoded,
+            reply,
+        }
+    }
+
+    #[test]
+    fn a_flusher_waits_for_puts_still_encoding() {
+        let store = SqliteStore::in_memory().unwrap();
+        let inner = Arc::clone(&store.inner);
+        lock(&inner.pending).push(pending_put("first"));
+        let encoding = Encoding::start(&inner);
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                lock(&inner.pending).push(pending_put("second"));
+                drop(encoding);
+            });
+            // A long linger, so the test does not depend on the machine's speed: the
+            // flusher returns when the encoding put arrives, not when the linger ends.
+            let batch = take_batch(&inner, Duration::from_secs(30));
+            assert_eq!(batch.len(), 2, "the put that was encoding joins the batch");
+        });
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_flusher_stops_waiting_after_the_linger() {
+        let store = SqliteStore::in_memory().unwrap();
+        let inner = Arc::clone(&store.inner);
+        lock(&inner.pending).push(pending_put("first"));
+        let stuck = Encoding::start(&inner);
+        let started = Instant::now();
+        let batch = take_batch(&inner, Duration::from_millis(20));
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        assert_eq!(
+            batch.len(),
+            1,
+            "what was queued is written without the stuck put"
+        );
+        drop(stuck);
+        assert_eq!(inner.encoding.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pages_of_one_compaction_share_a_commit() {
+        let mut store = SqliteStore::in_memory().unwrap();
+        // A linger no machine's encoding outlasts, so the count below is exact.
+        Arc::get_mut(&mut store.inner).unwrap().group_linger = Duration::from_secs(30);
+        // Five pages large enough to be encoded on the blocking pool, put at once as the
+        // plugin SDK's `archive_pages` does.
+        let pages = (0..5).map(|p| {
+            let messages = (0..100)
+                .map(|m| {
+                    Message::text(
+                        Role::User,
+                        format!("page {p} message {m} {}", "y".repeat(500)),
+                    )
+                })
+                .collect();
+            store.put_page(new_page(messages))
+        });
+        let ids = futures::future::join_all(pages).await;
+        assert!(ids.iter().all(Result::is_ok));
+        assert_eq!(count_rows(&store), 5);
+        // Every put starts encoding before any finishes (`join_all` polls each once first),
+        // so the first to finish waits for the others. Without that wait it commits alone.
+        assert_eq!(store.page_commits(), 1);
     }
 
     #[tokio::test]
