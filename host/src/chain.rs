@@ -600,9 +600,22 @@ impl Chain {
         run.cost_usd = self.price.map(|p| p.cost_of(&used.usage));
         run.llm_errors = used.errors;
 
-        let result = match outcome {
-            Err(failure) => Err(failure),
-            Ok(outcome) => self.verify(input, outcome, &services, budget, format).await,
+        // The stage's pages may still be staged: its output is accepted only once they are
+        // written, so every summary's page is durable when the caller gets it.
+        let written = services.pages_written().await;
+        let result = match (outcome, written) {
+            (Err(failure), written) => {
+                if let Err(e) = written {
+                    tracing::warn!(stage = %stage.name, "the pages of a failed stage were not written: {e}");
+                }
+                Err(failure)
+            }
+            (Ok(_), Err(e)) => Err(StageFailure {
+                kind: "error".into(),
+                message: format!("its pages could not be written: {e}"),
+                rule: None,
+            }),
+            (Ok(outcome), Ok(())) => self.verify(input, outcome, &services, budget, format).await,
         };
         run.duration_ms = started.elapsed().as_secs_f64() * 1e3;
         match result {

@@ -26,7 +26,9 @@ use tokio::sync::Semaphore;
 
 use crate::providers::Provider;
 use crate::store::cache::CacheKey;
-use crate::store::{CacheScope, NewDeferred, NewPage, PageStore, QueueState, SummaryCache};
+use crate::store::{
+    CacheScope, NewDeferred, NewPage, PageStore, QueueState, StoreError, SummaryCache, Written,
+};
 use crate::tokens::TokenCounter;
 use crate::wire::WireFormat;
 
@@ -60,6 +62,9 @@ struct StageState {
     /// Where this stage's cache entries live: its thread, strategy and config.
     scope: CacheScope,
     archived: Mutex<HashMap<String, Vec<Message>>>,
+    /// The archived pages' receipts: staged, not necessarily written yet (see
+    /// [`StageServices::pages_written`]).
+    staged: Mutex<Vec<Written>>,
     usage: Mutex<Usage>,
     calls: AtomicU32,
     failed_calls: AtomicU32,
@@ -111,6 +116,7 @@ impl StageServices {
             source_format,
             scope,
             archived: Mutex::new(HashMap::new()),
+            staged: Mutex::new(Vec::new()),
             usage: Mutex::new(Usage::default()),
             calls: AtomicU32::new(0),
             failed_calls: AtomicU32::new(0),
@@ -130,6 +136,14 @@ impl StageServices {
     /// Pages archived through these services in this run, by id.
     pub fn archived_pages(&self) -> HashMap<String, Vec<Message>> {
         lock(&self.0.archived).clone()
+    }
+
+    /// Waits until every page archived through these services is durable. Pages are staged
+    /// (`PageStore::stage_page`) so a store can write them with the stage's deferred
+    /// requests in one commit; the chain calls this before it accepts the stage's output.
+    pub async fn pages_written(&self) -> Result<(), StoreError> {
+        let staged = std::mem::take(&mut *lock(&self.0.staged));
+        futures::future::try_join_all(staged).await.map(drop)
     }
 
     /// The same, moved out rather than copied (the pages of a large compaction are
@@ -452,13 +466,14 @@ impl HostServices for StageServices {
                     metadata_json: page.metadata_json.into(),
                     source_format: this.0.source_format.map(|f| f.to_string()),
                 };
-                let id = this
+                let (id, written) = this
                     .0
                     .ctx
                     .store
-                    .put_page(new_page)
+                    .stage_page(new_page)
                     .await
                     .map_err(|e| PluginError::new(ErrorKind::Host, e.to_string()))?;
+                lock(&this.0.staged).push(written);
                 lock(&this.0.archived).insert(id.clone(), messages);
                 Ok(FfiString::from(id))
             })

@@ -93,7 +93,7 @@ fn main() {
             .unwrap();
         started.elapsed().as_secs_f64() * 1000.0
     });
-    let commits_before = store.page_commits();
+    let commits_before = store.commits();
     rt.block_on(async {
         for n in 0..deferred_runs {
             let conv = variant(&base, n);
@@ -112,10 +112,10 @@ fn main() {
 
     // WAL checkpoints ran beside the compactions, not inside their commits.
     let checkpoints = store.background_checkpoints();
-    let page_commits = (store.page_commits() - commits_before) as f64 / deferred_runs as f64;
+    let commits = (store.commits() - commits_before) as f64 / deferred_runs as f64;
 
-    // The same on an in-memory store: the difference is the durable writes (two SQLite
-    // commits, pages then queue, each an fsync of the pages' size).
+    // The same on an in-memory store: the difference is the durable writes (one SQLite
+    // commit of the pages and their queued requests, an fsync of the pages' size).
     let in_memory = StageChain::new(
         "tamp_batch_deferred",
         json!({"compact_when": "always"}),
@@ -236,7 +236,7 @@ fn main() {
         percentile(&memory_ms, 99.0)
     );
     println!(
-        "  page-writing commits per compaction: {page_commits:.2}; WAL checkpoints run in the background: {checkpoints}"
+        "  store commits per compaction (pages and queued requests): {commits:.2}; WAL checkpoints run in the background: {checkpoints}"
     );
     println!(
         "synchronous map-reduce:      p50 {s50:8.2} ms   p99 {s99:8.2} ms   (n={sync_runs}, {sync_calls} LLM calls per run at {} s each)",

@@ -855,3 +855,125 @@ fn tamp_serve_runs_the_worker_and_reports_it_in_metrics() {
     );
     assert_eq!(mock.creates(), 1);
 }
+
+/// The deferred stage on a file store, compacting on every call.
+fn deferring_stage(store: Arc<dyn PageStore>) -> Chain {
+    tamp_e2e::StageChain::new(
+        "tamp_batch_deferred",
+        serde_json::json!({"compact_when": "always"}),
+        Arc::new(tamp_host::providers::ScriptedProvider::always(
+            "never called",
+        )),
+    )
+    .keep_recent(4)
+    .store(store)
+    .build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_writes_its_pages_and_their_requests_in_one_commit_before_it_returns() {
+    let dir = scratch_dir("bd-one-commit");
+    let path = dir.join("store.sqlite3");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let chain = deferring_stage(store.clone());
+    let out = chain
+        .compact(conversation(40, "one-commit"), &CompactOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(out.report.stages[0].status, StageStatus::Acted);
+    let pages = out.report.stages[0].pages.clone();
+    assert!(!pages.is_empty());
+    assert_eq!(
+        store.commits(),
+        1,
+        "the pages and their deferred requests share one transaction"
+    );
+    // Another connection to the file sees every page and request: they were committed
+    // before the compaction answered.
+    let other = SqliteStore::open(&path).unwrap();
+    for id in &pages {
+        other.get_page(id).await.unwrap();
+    }
+    let status = other.status().await.unwrap();
+    assert_eq!(status.queued, pages.len() as u64);
+}
+
+/// A page store whose writes never become durable: staging answers, the receipt fails.
+struct UnwritablePages(SqliteStore);
+
+impl PageStore for UnwritablePages {
+    fn put_page(
+        &self,
+        _page: tamp_host::store::NewPage,
+    ) -> futures::future::BoxFuture<'_, Result<String, tamp_host::store::StoreError>> {
+        Box::pin(async { Err(disk_full()) })
+    }
+
+    fn stage_page(
+        &self,
+        page: tamp_host::store::NewPage,
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<(String, tamp_host::store::Written), tamp_host::store::StoreError>,
+    > {
+        let id = tamp_host::store::page_id(&page.messages);
+        Box::pin(async move {
+            let written: tamp_host::store::Written = Box::pin(async { Err(disk_full()) });
+            Ok((id, written))
+        })
+    }
+
+    fn get_page(
+        &self,
+        id: &str,
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<tamp_host::store::StoredPage, tamp_host::store::StoreError>,
+    > {
+        self.0.get_page(id)
+    }
+
+    fn list_pages(
+        &self,
+        limit: usize,
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<Vec<tamp_host::store::PageSummary>, tamp_host::store::StoreError>,
+    > {
+        self.0.list_pages(limit)
+    }
+
+    fn describe(&self) -> String {
+        "unwritable test store".into()
+    }
+
+    fn deferred_queue(&self) -> Option<Arc<dyn DeferredQueue>> {
+        self.0.deferred_queue()
+    }
+}
+
+fn disk_full() -> tamp_host::store::StoreError {
+    tamp_host::store::StoreError::Backend {
+        location: "unwritable test store".into(),
+        operation: "write pages".into(),
+        detail: "disk full".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_stage_whose_pages_cannot_be_written_is_rolled_back_and_the_conversation_kept() {
+    let chain = deferring_stage(Arc::new(UnwritablePages(SqliteStore::in_memory().unwrap())));
+    let input = conversation(40, "unwritable");
+    let out = chain
+        .compact(input.clone(), &CompactOptions::default())
+        .await
+        .unwrap();
+    let stage = &out.report.stages[0];
+    assert_eq!(stage.status, StageStatus::RolledBack);
+    assert!(
+        stage.reason.contains("pages could not be written") && stage.reason.contains("disk full"),
+        "{}",
+        stage.reason
+    );
+    assert_eq!(out.conversation.messages, input.messages);
+}

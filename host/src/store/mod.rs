@@ -206,6 +206,10 @@ impl StoreError {
     }
 }
 
+/// Resolves when a staged page is durable, or fails with why it could not be written (see
+/// [`PageStore::stage_page`]).
+pub type Written = BoxFuture<'static, Result<(), StoreError>>;
+
 /// Where pages are archived. Object-safe: the host holds an `Arc<dyn PageStore>`.
 ///
 /// Implementations must be usable from many tasks at once and must never block the async
@@ -215,6 +219,20 @@ pub trait PageStore: Send + Sync {
     /// are already archived is not an error: the existing page is kept, unchanged, and its id
     /// is returned.
     fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>>;
+
+    /// Archives `page` like [`put_page`](PageStore::put_page), but may answer before the page
+    /// is durable: its id, and [`Written`], which resolves once it is. Until then the page is
+    /// readable through this store. A store that groups writes holds a staged page back so it
+    /// shares a commit with what follows (the SQLite store writes it with the next deferred
+    /// requests queued); the chain awaits every staged page before it accepts a stage's
+    /// output. By default, the page is written before the call answers.
+    fn stage_page(&self, page: NewPage) -> BoxFuture<'_, Result<(String, Written), StoreError>> {
+        Box::pin(async move {
+            let id = self.put_page(page).await?;
+            let written: Written = Box::pin(async { Ok(()) });
+            Ok((id, written))
+        })
+    }
 
     /// Loads a page; [`StoreError::NotFound`] when no page has this id.
     fn get_page(&self, id: &str) -> BoxFuture<'_, Result<StoredPage, StoreError>>;

@@ -425,6 +425,42 @@ fn record_event(
     Ok(())
 }
 
+/// Queues `items` (`requests`: each one's request as JSON) inside `tx`, each once per page
+/// and strategy: an item already queued keeps its id. Called by the store's group commit.
+pub(super) fn insert_items(
+    tx: &Transaction<'_>,
+    items: &[NewDeferred],
+    requests: &[String],
+) -> rusqlite::Result<Vec<i64>> {
+    let at = now_ms();
+    let mut ids = Vec::with_capacity(items.len());
+    for (item, request_json) in items.iter().zip(requests) {
+        let existing: Option<i64> = tx
+            .prepare_cached("SELECT id FROM deferred_items WHERE page_id = ?1 AND strategy = ?2")?
+            .query_row(params![item.page_id, item.strategy], |r| r.get(0))
+            .optional()?;
+        if let Some(id) = existing {
+            ids.push(id);
+            continue;
+        }
+        tx.prepare_cached(
+            "INSERT INTO deferred_items (page_id, strategy, thread_id, request_json,
+             state, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?5)",
+        )?
+        .execute(params![
+            item.page_id,
+            item.strategy,
+            item.thread_id,
+            request_json,
+            to_i64(at)
+        ])?;
+        let id = tx.last_insert_rowid();
+        record_event(tx, id, at, QueueState::Queued, None, "queued")?;
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
 fn fail<'a>(inner: &'a Inner, operation: &str) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
     let operation = operation.to_owned();
     move |e| StoreError::backend(&inner.location, operation.clone(), e)
@@ -447,58 +483,18 @@ fn select_items(
 }
 
 impl DeferredQueue for SqliteStore {
+    /// Goes through the store's group commit (`SqliteStore::queue_write`): the items are
+    /// written in one transaction with the pages staged before them, so a compaction that
+    /// archives pages and defers their summaries pays one commit.
     fn enqueue(&self, items: Vec<NewDeferred>) -> BoxFuture<'_, Result<Vec<i64>, StoreError>> {
-        Box::pin(
-            self.run("queue deferred requests".to_owned(), move |inner| {
-                let op = "queue deferred requests";
-                let encoded = items
-                    .iter()
-                    .map(|item| serde_json::to_string(&item.request))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| StoreError::backend(&inner.location, op, e))?;
-                let mut conn = inner.conn();
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(fail(inner, op))?;
-                let at = now_ms();
-                let mut ids = Vec::with_capacity(items.len());
-                for (item, request_json) in items.iter().zip(encoded) {
-                    let existing: Option<i64> = tx
-                        .prepare_cached(
-                            "SELECT id FROM deferred_items WHERE page_id = ?1 AND strategy = ?2",
-                        )
-                        .and_then(|mut s| {
-                            s.query_row(params![item.page_id, item.strategy], |r| r.get(0))
-                                .optional()
-                        })
-                        .map_err(fail(inner, op))?;
-                    if let Some(id) = existing {
-                        ids.push(id);
-                        continue;
-                    }
-                    tx.prepare_cached(
-                        "INSERT INTO deferred_items (page_id, strategy, thread_id, request_json,
-                     state, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?5)",
-                    )
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            item.page_id,
-                            item.strategy,
-                            item.thread_id,
-                            request_json,
-                            to_i64(at)
-                        ])
-                    })
-                    .map_err(fail(inner, op))?;
-                    let id = tx.last_insert_rowid();
-                    record_event(&tx, id, at, QueueState::Queued, None, "queued")
-                        .map_err(fail(inner, op))?;
-                    ids.push(id);
-                }
-                tx.commit().map_err(fail(inner, op))?;
-                Ok(ids)
-            }),
-        )
+        Box::pin(async move {
+            let encoded = items
+                .iter()
+                .map(|item| serde_json::to_string(&item.request))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StoreError::backend(self.location(), "queue deferred requests", e))?;
+            self.queue_write(items, encoded).await
+        })
     }
 
     fn lookup(

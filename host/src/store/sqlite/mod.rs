@@ -13,11 +13,12 @@
 //!   (see [`checkpoint`]).
 
 mod checkpoint;
+mod group_commit;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -26,9 +27,9 @@ use tamp_plugin_api::{FfiOption, LlmResponse, Message, Page};
 use tokio::sync::oneshot;
 
 use super::cache::{CacheKey, SummaryCache};
-use super::{
-    canonical_json, page_id_of_json, NewPage, PageStore, PageSummary, StoreError, StoredPage,
-};
+use super::queue::NewDeferred;
+use super::{NewPage, PageStore, PageSummary, StoreError, StoredPage, Written};
+use group_commit::{Encoding, PendingDeferred, PendingPut, Write, GROUP_LINGER};
 
 /// How long an operation waits for a lock held by another connection (another process on the
 /// same file) before failing.
@@ -82,8 +83,8 @@ pub(super) struct Inner {
     pub(super) location: String,
     path: Option<PathBuf>,
     conn: Mutex<Connection>,
-    /// Pages waiting to be written; see [`SqliteStore::put_page`].
-    pending: Mutex<Vec<PendingPut>>,
+    /// Writes waiting for the flusher (see [`group_commit`]).
+    pending: Mutex<Vec<Write>>,
     /// Signalled (with `pending` locked) when a put stops encoding.
     encoded: Condvar,
     /// Puts still encoding their page: the flusher waits up to `group_linger` for them.
@@ -92,20 +93,13 @@ pub(super) struct Inner {
     group_linger: Duration,
     /// Whether a flusher is draining `pending`.
     flushing: AtomicBool,
-    /// Transactions that wrote pages.
-    page_commits: AtomicU64,
+    /// Transactions the group commit ran (see [`SqliteStore::commits`]).
+    commits: AtomicU64,
     /// The background checkpointer's counts (all zero for an in-memory store).
     checkpoints: Arc<checkpoint::CheckpointStats>,
 }
 
 /// A queued page write and where to send its result.
-struct PendingPut {
-    page: NewPage,
-    /// `(page id, canonical JSON)`.
-    encoded: (String, String),
-    reply: oneshot::Sender<Result<String, StoreError>>,
-}
-
 impl Inner {
     /// The connection. Held only for the SQL itself: serializing, hashing and parsing pages
     /// happen outside the lock.
@@ -164,15 +158,96 @@ impl SqliteStore {
         self.inner.path.as_deref()
     }
 
-    /// How many transactions have written pages: concurrent puts share one (see
-    /// [`PageStore::put_page`]).
-    pub fn page_commits(&self) -> u64 {
-        self.inner.page_commits.load(Ordering::Relaxed)
+    /// How many transactions have written pages and queued deferred requests: concurrent
+    /// writes share one (see [`group_commit`]).
+    pub fn commits(&self) -> u64 {
+        self.inner.commits.load(Ordering::Relaxed)
     }
 
     /// How many WAL checkpoints the background thread has run (see [`checkpoint`]).
     pub fn background_checkpoints(&self) -> u64 {
         self.inner.checkpoints.background.load(Ordering::Relaxed)
+    }
+
+    /// Encodes `page` (large pages on the blocking pool) and queues it for the flusher,
+    /// without starting one; `answer` tells when it is written.
+    async fn queue_page(
+        &self,
+        page: NewPage,
+    ) -> Result<(String, oneshot::Receiver<Result<String, StoreError>>), StoreError> {
+        // Serializing and hashing is CPU work done by the caller, so concurrent puts spread
+        // it over the runtime's threads; the flusher only runs SQL.
+        let encoding = Encoding::start(&self.inner);
+        let (page, encoded) = if page.messages.len() > 64 {
+            self.run("encode a page".to_owned(), move |_| {
+                let encoded = group_commit::encode(&page.messages);
+                Ok((page, encoded))
+            })
+            .await?
+        } else {
+            let encoded = group_commit::encode(&page.messages);
+            (page, encoded)
+        };
+        let id = encoded.0.clone();
+        let (reply, answer) = oneshot::channel();
+        lock(&self.inner.pending).push(Write::Page(PendingPut {
+            page,
+            encoded,
+            reply,
+        }));
+        drop(encoding);
+        Ok((id, answer))
+    }
+
+    /// Queues deferred requests behind the pages staged before them, and writes them all in
+    /// one transaction (see [`group_commit`]).
+    pub(super) async fn queue_write(
+        &self,
+        items: Vec<NewDeferred>,
+        requests: Vec<String>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        lock(&self.inner.pending).push(Write::Deferred(PendingDeferred {
+            items,
+            requests,
+            reply,
+        }));
+        self.flush().await?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(self.writer_stopped("queue deferred requests")))
+    }
+
+    /// Starts a flusher, unless one is running (which will take what is queued now).
+    async fn flush(&self) -> Result<(), StoreError> {
+        if self.inner.flushing.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let inner = Arc::clone(&self.inner);
+        let flushed = self
+            .run("write pages".to_owned(), move |_| {
+                group_commit::flush_pending(&inner);
+                Ok(())
+            })
+            .await;
+        if flushed.is_err() {
+            // The flusher never ran (the runtime is shutting down): let a later write start
+            // one rather than wait forever.
+            self.inner.flushing.store(false, Ordering::Release);
+        }
+        flushed
+    }
+
+    fn writer_stopped(&self, operation: &str) -> StoreError {
+        StoreError::backend(
+            &self.inner.location,
+            operation,
+            "the writer stopped before answering",
+        )
+    }
+
+    pub(super) fn location(&self) -> &str {
+        &self.inner.location
     }
 
     fn init(
@@ -208,7 +283,7 @@ impl SqliteStore {
                 encoding: AtomicUsize::new(0),
                 group_linger: GROUP_LINGER,
                 flushing: AtomicBool::new(false),
-                page_commits: AtomicU64::new(0),
+                commits: AtomicU64::new(0),
                 checkpoints,
             }),
         })
@@ -289,178 +364,33 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// How long a flusher waits for puts that are still encoding their page before it commits
-/// without them. A compaction archives its pages concurrently: waiting the millisecond or two
-/// their encoding takes puts them all in one commit, where starting at once would pay a
-/// second and third fsync.
-const GROUP_LINGER: Duration = Duration::from_millis(3);
-
-/// Drains the queue of pending puts, a batch per transaction, until it stays empty.
-fn flush_pending(inner: &Inner) {
-    loop {
-        let batch = take_batch(inner, inner.group_linger);
-        if batch.is_empty() {
-            inner.flushing.store(false, Ordering::Release);
-            // A put may have queued between the take and the store: if so, and no other
-            // flusher has started since, keep going.
-            if lock(&inner.pending).is_empty() || inner.flushing.swap(true, Ordering::AcqRel) {
-                return;
-            }
-            continue;
-        }
-        write_batch(inner, batch);
-    }
-}
-
-/// Takes every queued put, after waiting up to `linger` for those still encoding.
-fn take_batch(inner: &Inner, linger: Duration) -> Vec<PendingPut> {
-    let deadline = Instant::now() + linger;
-    let mut pending = lock(&inner.pending);
-    while inner.encoding.load(Ordering::Acquire) > 0 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        pending = inner
-            .encoded
-            .wait_timeout(pending, left)
-            .unwrap_or_else(PoisonError::into_inner)
-            .0;
-    }
-    std::mem::take(&mut *pending)
-}
-
-/// Counts a put as encoding while it lives: the flusher waits for it (see [`take_batch`]).
-struct Encoding<'a>(&'a Inner);
-
-impl<'a> Encoding<'a> {
-    fn start(inner: &'a Inner) -> Self {
-        inner.encoding.fetch_add(1, Ordering::AcqRel);
-        Encoding(inner)
-    }
-}
-
-impl Drop for Encoding<'_> {
-    fn drop(&mut self) {
-        // Under the lock, so a flusher between its check and its wait cannot miss the signal.
-        let _pending = lock(&self.0.pending);
-        self.0.encoding.fetch_sub(1, Ordering::AcqRel);
-        self.0.encoded.notify_all();
-    }
-}
-
-/// A page's id and canonical JSON.
-fn encode(messages: &[Message]) -> (String, String) {
-    let json = canonical_json(messages);
-    let id = page_id_of_json(&json);
-    // serde_json writes UTF-8.
-    (
-        id,
-        String::from_utf8(json).expect("serde_json output is UTF-8"),
-    )
-}
-
-fn write_batch(inner: &Inner, batch: Vec<PendingPut>) {
-    let mut conn = inner.conn();
-    let committed = (|| -> Result<Vec<Result<String, StoreError>>, rusqlite::Error> {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut results = Vec::with_capacity(batch.len());
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
-                 messages_json, metadata_json, message_count, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?;
-            for put in &batch {
-                let (id, json) = &put.encoded;
-                let page = &put.page;
-                let written = insert
-                    .execute(params![
-                        id,
-                        page.thread_id,
-                        page.strategy,
-                        page.source_format,
-                        json,
-                        page.metadata_json,
-                        to_i64(page.messages.len() as u64),
-                        to_i64(now_secs()),
-                    ])
-                    .map(|_| id.clone())
-                    .map_err(|e| {
-                        StoreError::backend(&inner.location, format!("write page {id}"), e)
-                    });
-                results.push(written);
-            }
-        }
-        tx.commit()?;
-        inner.page_commits.fetch_add(1, Ordering::Relaxed);
-        Ok(results)
-    })();
-    drop(conn);
-    match committed {
-        Ok(results) => {
-            for (put, result) in batch.into_iter().zip(results) {
-                let _ = put.reply.send(result);
-            }
-        }
-        Err(e) => {
-            let error = StoreError::backend(&inner.location, "write pages", e);
-            for put in batch {
-                let _ = put.reply.send(Err(error.clone()));
-            }
-        }
-    }
-}
-
 impl PageStore for SqliteStore {
-    /// Writes are group-committed: concurrent puts queue up, and one blocking flusher writes
-    /// everything queued in a single transaction (one fsync for the batch, full durability),
-    /// then answers each caller. Under load this turns thousands of fsyncs into a few.
+    /// Written through the group commit (see [`group_commit`]): concurrent puts share one
+    /// transaction and one fsync, with full durability.
     fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>> {
         async move {
-            // Serializing and hashing is CPU work done by the caller, so concurrent puts
-            // spread it over the runtime's threads; the flusher only runs SQL. Large pages
-            // are encoded off the executor.
-            let encoding = Encoding::start(&self.inner);
-            let (page, encoded) = if page.messages.len() > 64 {
-                self.run("encode a page".to_owned(), move |_| {
-                    let encoded = encode(&page.messages);
-                    Ok((page, encoded))
-                })
-                .await?
-            } else {
-                let encoded = encode(&page.messages);
-                (page, encoded)
-            };
-            let (reply, answer) = oneshot::channel();
-            lock(&self.inner.pending).push(PendingPut {
-                page,
-                encoded,
-                reply,
-            });
-            drop(encoding);
-            if !self.inner.flushing.swap(true, Ordering::AcqRel) {
-                let inner = Arc::clone(&self.inner);
-                let flushed = self
-                    .run("write pages".to_owned(), move |_| {
-                        flush_pending(&inner);
-                        Ok(())
-                    })
-                    .await;
-                if let Err(e) = flushed {
-                    // The flusher never ran (the runtime is shutting down): let a later put
-                    // start one rather than wait forever.
-                    self.inner.flushing.store(false, Ordering::Release);
-                    return Err(e);
-                }
+            let (id, written) = self.stage_page(page).await?;
+            written.await?;
+            Ok(id)
+        }
+        .boxed()
+    }
+
+    /// The page waits in the group commit's queue until `written` is awaited or a deferred
+    /// request is queued after it (see [`group_commit`]).
+    fn stage_page(&self, page: NewPage) -> BoxFuture<'_, Result<(String, Written), StoreError>> {
+        async move {
+            let (id, answer) = self.queue_page(page).await?;
+            let store = self.clone();
+            let written: Written = async move {
+                store.flush().await?;
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(store.writer_stopped("write a page")))
+                    .map(drop)
             }
-            answer.await.unwrap_or_else(|_| {
-                Err(StoreError::backend(
-                    &self.inner.location,
-                    "write a page",
-                    "the writer stopped before answering",
-                ))
-            })
+            .boxed();
+            Ok((id, written))
         }
         .boxed()
     }
@@ -470,8 +400,11 @@ impl PageStore for SqliteStore {
         async move {
             self.run(format!("read page {id}"), move |inner| {
                 type Row = (Option<String>, String, Option<String>, String, String, i64);
-                let row: Option<Row> = inner
-                    .conn()
+                let conn = inner.conn();
+                if let Some(queued) = group_commit::queued_page(inner, &id) {
+                    return Ok(queued);
+                }
+                let row: Option<Row> = conn
                     .query_row(
                         "SELECT thread_id, strategy, source_format, messages_json,
                                 metadata_json, created_at
@@ -848,83 +781,6 @@ mod tests {
         assert!(listed[0].created_at > 0);
         assert_eq!(store.list_pages(2).await.unwrap().len(), 2);
         assert!(store.list_pages(0).await.unwrap().is_empty());
-    }
-
-    fn pending_put(text: &str) -> PendingPut {
-        let page = new_page(vec![Message::text(Role::User, text)]);
-        let encoded = encode(&page.messages);
-        // The answer is not awaited here.
-        let (reply, _) = oneshot::channel();
-        PendingPut {
-            page,
-            encoded,
-            reply,
-        }
-    }
-
-    #[test]
-    fn a_flusher_waits_for_puts_still_encoding() {
-        let store = SqliteStore::in_memory().unwrap();
-        let inner = Arc::clone(&store.inner);
-        lock(&inner.pending).push(pending_put("first"));
-        let encoding = Encoding::start(&inner);
-        let started = Instant::now();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(Duration::from_millis(50));
-                lock(&inner.pending).push(pending_put("second"));
-                drop(encoding);
-            });
-            // A long linger, so the test does not depend on the machine's speed: the
-            // flusher returns when the encoding put arrives, not when the linger ends.
-            let batch = take_batch(&inner, Duration::from_secs(30));
-            assert_eq!(batch.len(), 2, "the put that was encoding joins the batch");
-        });
-        assert!(started.elapsed() < Duration::from_secs(20));
-    }
-
-    #[test]
-    fn a_flusher_stops_waiting_after_the_linger() {
-        let store = SqliteStore::in_memory().unwrap();
-        let inner = Arc::clone(&store.inner);
-        lock(&inner.pending).push(pending_put("first"));
-        let stuck = Encoding::start(&inner);
-        let started = Instant::now();
-        let batch = take_batch(&inner, Duration::from_millis(20));
-        assert!(started.elapsed() >= Duration::from_millis(20));
-        assert_eq!(
-            batch.len(),
-            1,
-            "what was queued is written without the stuck put"
-        );
-        drop(stuck);
-        assert_eq!(inner.encoding.load(Ordering::Acquire), 0);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_pages_of_one_compaction_share_a_commit() {
-        let mut store = SqliteStore::in_memory().unwrap();
-        // A linger no machine's encoding outlasts, so the count below is exact.
-        Arc::get_mut(&mut store.inner).unwrap().group_linger = Duration::from_secs(30);
-        // Five pages large enough to be encoded on the blocking pool, put at once as the
-        // plugin SDK's `archive_pages` does.
-        let pages = (0..5).map(|p| {
-            let messages = (0..100)
-                .map(|m| {
-                    Message::text(
-                        Role::User,
-                        format!("page {p} message {m} {}", "y".repeat(500)),
-                    )
-                })
-                .collect();
-            store.put_page(new_page(messages))
-        });
-        let ids = futures::future::join_all(pages).await;
-        assert!(ids.iter().all(Result::is_ok));
-        assert_eq!(count_rows(&store), 5);
-        // Every put starts encoding before any finishes (`join_all` polls each once first),
-        // so the first to finish waits for the others. Without that wait it commits alone.
-        assert_eq!(store.page_commits(), 1);
     }
 
     #[tokio::test]

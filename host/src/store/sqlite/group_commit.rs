@@ -1,0 +1,391 @@
+//! Group commit: the SQLite store's writes of pages and deferred requests.
+//!
+//! Callers encode their page (JSON and id) themselves and queue it ([`Write::Page`]); a
+//! deferred request is queued the same way ([`Write::Deferred`]). One flusher at a time, on
+//! the blocking pool, writes everything queued in one transaction (one fsync, `synchronous =
+//! FULL`) and answers each caller. Two things make a compaction pay one commit:
+//!
+//! - a **staged** page ([`PageStore::stage_page`](crate::store::PageStore::stage_page)) waits
+//!   in the queue until something needs it written: its own receipt awaited, or a deferred
+//!   request queued after it, which is then written in the same transaction;
+//! - the flusher **lingers** up to [`GROUP_LINGER`] for puts still encoding their page, so
+//!   pages archived concurrently go out together.
+
+use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
+use std::time::{Duration, Instant};
+
+use rusqlite::{params, Connection, TransactionBehavior};
+use tamp_plugin_api::{FfiOption, Message, Page};
+use tokio::sync::oneshot;
+
+use super::{lock, now_secs, to_i64, Inner};
+use crate::store::queue::{self, NewDeferred};
+use crate::store::{canonical_json, page_id_of_json, NewPage, StoreError, StoredPage};
+
+/// How long a flusher waits for puts that are still encoding their page before it commits
+/// without them. A compaction archives its pages concurrently: waiting the millisecond or two
+/// their encoding takes puts them all in one commit, where starting at once would pay a
+/// second and third fsync.
+pub(super) const GROUP_LINGER: Duration = Duration::from_millis(3);
+
+/// One write waiting for the flusher.
+pub(super) enum Write {
+    Page(PendingPut),
+    Deferred(PendingDeferred),
+}
+
+pub(super) struct PendingPut {
+    pub(super) page: NewPage,
+    /// `(page id, canonical JSON)`.
+    pub(super) encoded: (String, String),
+    pub(super) reply: oneshot::Sender<Result<String, StoreError>>,
+}
+
+pub(super) struct PendingDeferred {
+    pub(super) items: Vec<NewDeferred>,
+    /// Each item's request, as JSON.
+    pub(super) requests: Vec<String>,
+    pub(super) reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
+}
+
+/// A page's id and canonical JSON.
+pub(super) fn encode(messages: &[Message]) -> (String, String) {
+    let json = canonical_json(messages);
+    let id = page_id_of_json(&json);
+    // serde_json writes UTF-8.
+    (
+        id,
+        String::from_utf8(json).expect("serde_json output is UTF-8"),
+    )
+}
+
+/// A page still waiting in the queue, as a reader holding the connection would load it: the
+/// flusher takes its batch only with the connection held, so such a reader finds every page
+/// either queued or committed, never in between.
+pub(super) fn queued_page(inner: &Inner, id: &str) -> Option<StoredPage> {
+    lock(&inner.pending).iter().find_map(|write| match write {
+        Write::Page(put) if put.encoded.0 == id => Some(StoredPage {
+            page: Page {
+                id: id.into(),
+                thread_id: FfiOption::from(put.page.thread_id.clone().map(Into::into)),
+                strategy: put.page.strategy.as_str().into(),
+                messages: put.page.messages.clone().into(),
+                metadata_json: put.page.metadata_json.as_str().into(),
+                created_at: now_secs(),
+            },
+            source_format: put.page.source_format.clone(),
+        }),
+        _ => None,
+    })
+}
+
+/// Drains the queue, a batch per transaction, until it stays empty.
+pub(super) fn flush_pending(inner: &Inner) {
+    loop {
+        wait_for_encodings(inner, inner.group_linger);
+        // The connection before the batch: see `queued_page`.
+        let mut conn = inner.conn();
+        let batch = std::mem::take(&mut *lock(&inner.pending));
+        if batch.is_empty() {
+            drop(conn);
+            inner.flushing.store(false, Ordering::Release);
+            // A write may have queued between the take and the store: if so, and no other
+            // flusher has started since, keep going.
+            if lock(&inner.pending).is_empty() || inner.flushing.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            continue;
+        }
+        write_batch(inner, &mut conn, batch);
+    }
+}
+
+/// Waits up to `linger` while puts are still encoding their page.
+pub(super) fn wait_for_encodings(inner: &Inner, linger: Duration) {
+    let deadline = Instant::now() + linger;
+    let mut pending = lock(&inner.pending);
+    while inner.encoding.load(Ordering::Acquire) > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        pending = inner
+            .encoded
+            .wait_timeout(pending, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+}
+
+/// Counts a put as encoding while it lives: the flusher waits for it (see
+/// [`wait_for_encodings`]).
+pub(super) struct Encoding<'a>(&'a Inner);
+
+impl<'a> Encoding<'a> {
+    pub(super) fn start(inner: &'a Inner) -> Self {
+        inner.encoding.fetch_add(1, Ordering::AcqRel);
+        Encoding(inner)
+    }
+}
+
+impl Drop for Encoding<'_> {
+    fn drop(&mut self) {
+        // Under the lock, so a flusher between its check and its wait cannot miss the signal.
+        let _pending = lock(&self.0.pending);
+        self.0.encoding.fetch_sub(1, Ordering::AcqRel);
+        self.0.encoded.notify_all();
+    }
+}
+
+/// What one write's caller is told.
+enum Answer {
+    Page(Result<String, StoreError>),
+    Deferred(Result<Vec<i64>, StoreError>),
+}
+
+fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
+    let committed = (|| -> Result<Vec<Answer>, rusqlite::Error> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut answers = Vec::with_capacity(batch.len());
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
+                 messages_json, metadata_json, message_count, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for write in &batch {
+                answers.push(match write {
+                    Write::Page(put) => {
+                        let (id, json) = &put.encoded;
+                        let page = &put.page;
+                        let written = insert
+                            .execute(params![
+                                id,
+                                page.thread_id,
+                                page.strategy,
+                                page.source_format,
+                                json,
+                                page.metadata_json,
+                                to_i64(page.messages.len() as u64),
+                                to_i64(now_secs()),
+                            ])
+                            .map(|_| id.clone())
+                            .map_err(|e| {
+                                StoreError::backend(&inner.location, format!("write page {id}"), e)
+                            });
+                        Answer::Page(written)
+                    }
+                    Write::Deferred(deferred) => {
+                        // A savepoint, so a request that fails halfway leaves nothing behind
+                        // while the rest of the batch still commits.
+                        tx.execute_batch("SAVEPOINT deferred")?;
+                        let queued = queue::insert_items(&tx, &deferred.items, &deferred.requests);
+                        tx.execute_batch(if queued.is_ok() {
+                            "RELEASE deferred"
+                        } else {
+                            "ROLLBACK TO deferred; RELEASE deferred"
+                        })?;
+                        Answer::Deferred(queued.map_err(|e| {
+                            StoreError::backend(&inner.location, "queue deferred requests", e)
+                        }))
+                    }
+                });
+            }
+        }
+        tx.commit()?;
+        inner.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(answers)
+    })();
+    match committed {
+        Ok(answers) => {
+            for (write, answer) in batch.into_iter().zip(answers) {
+                match (write, answer) {
+                    (Write::Page(put), Answer::Page(result)) => {
+                        let _ = put.reply.send(result);
+                    }
+                    (Write::Deferred(deferred), Answer::Deferred(result)) => {
+                        let _ = deferred.reply.send(result);
+                    }
+                    _ => unreachable!("answers are made in the batch's order, one per write"),
+                }
+            }
+        }
+        Err(e) => {
+            let error = StoreError::backend(&inner.location, "write pages", e);
+            for write in batch {
+                match write {
+                    Write::Page(put) => {
+                        let _ = put.reply.send(Err(error.clone()));
+                    }
+                    Write::Deferred(deferred) => {
+                        let _ = deferred.reply.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tamp_plugin_api::{LlmRequest, Role};
+
+    use super::*;
+    use crate::store::queue::DeferredQueue;
+    use crate::store::{PageStore, SqliteStore};
+
+    fn new_page(text: &str, messages: usize) -> NewPage {
+        NewPage {
+            thread_id: Some("thread-1".into()),
+            strategy: "batch-deferred".into(),
+            messages: (0..messages)
+                .map(|m| Message::text(Role::User, format!("{text} {m} {}", "y".repeat(500))))
+                .collect(),
+            metadata_json: String::new(),
+            source_format: None,
+        }
+    }
+
+    fn pending_put(text: &str) -> Write {
+        let page = new_page(text, 1);
+        let encoded = encode(&page.messages);
+        // The answer is not awaited here.
+        let (reply, _) = oneshot::channel();
+        Write::Page(PendingPut {
+            page,
+            encoded,
+            reply,
+        })
+    }
+
+    fn deferred(page_id: &str) -> NewDeferred {
+        NewDeferred {
+            page_id: page_id.into(),
+            strategy: "batch-deferred".into(),
+            thread_id: Some("thread-1".into()),
+            request: LlmRequest::new("sys", format!("summarize {page_id}"), 100),
+        }
+    }
+
+    fn count(store: &SqliteStore, table: &str) -> i64 {
+        store
+            .inner
+            .conn()
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_flusher_waits_for_puts_still_encoding() {
+        let store = SqliteStore::in_memory().unwrap();
+        let inner = Arc::clone(&store.inner);
+        lock(&inner.pending).push(pending_put("first"));
+        let encoding = Encoding::start(&inner);
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                lock(&inner.pending).push(pending_put("second"));
+                drop(encoding);
+            });
+            // A long linger, so the test does not depend on the machine's speed: the
+            // flusher goes on when the encoding put arrives, not when the linger ends.
+            wait_for_encodings(&inner, Duration::from_secs(30));
+            assert_eq!(
+                lock(&inner.pending).len(),
+                2,
+                "the put that was encoding joins the batch"
+            );
+        });
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_flusher_stops_waiting_after_the_linger() {
+        let store = SqliteStore::in_memory().unwrap();
+        let inner = Arc::clone(&store.inner);
+        lock(&inner.pending).push(pending_put("first"));
+        let stuck = Encoding::start(&inner);
+        let started = Instant::now();
+        wait_for_encodings(&inner, Duration::from_millis(20));
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        drop(stuck);
+        assert_eq!(inner.encoding.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pages_of_one_compaction_share_a_commit() {
+        let mut store = SqliteStore::in_memory().unwrap();
+        // A linger no machine's encoding outlasts, so the count below is exact.
+        Arc::get_mut(&mut store.inner).unwrap().group_linger = Duration::from_secs(30);
+        // Five pages large enough to be encoded on the blocking pool, put at once as the
+        // plugin SDK's `archive_pages` does.
+        let pages = (0..5).map(|p| store.put_page(new_page(&format!("page {p}"), 100)));
+        let ids = futures::future::join_all(pages).await;
+        assert!(ids.iter().all(Result::is_ok));
+        assert_eq!(count(&store, "pages"), 5);
+        // Every put starts encoding before any finishes (`join_all` polls each once first),
+        // so the first to finish waits for the others. Without that wait it commits alone.
+        assert_eq!(store.commits(), 1);
+    }
+
+    #[tokio::test]
+    async fn staged_pages_are_written_with_the_deferred_requests_queued_after_them() {
+        let store = SqliteStore::in_memory().unwrap();
+        let (first, first_written) = store.stage_page(new_page("first", 3)).await.unwrap();
+        let (second, second_written) = store.stage_page(new_page("second", 100)).await.unwrap();
+        // Staged, not written, yet readable.
+        assert_eq!(count(&store, "pages"), 0);
+        assert_eq!(store.commits(), 0);
+        let read = store.get_page(&second).await.unwrap();
+        assert_eq!(read.page.messages.len(), 100);
+        assert_eq!(read.page.strategy.as_str(), "batch-deferred");
+
+        let ids = store
+            .enqueue(vec![deferred(&first), deferred(&second)])
+            .await
+            .unwrap();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(store.commits(), 1, "pages and requests in one transaction");
+        assert_eq!(count(&store, "pages"), 2);
+        assert_eq!(count(&store, "deferred_items"), 2);
+        first_written.await.unwrap();
+        second_written.await.unwrap();
+        assert_eq!(store.commits(), 1, "nothing left to write");
+    }
+
+    #[tokio::test]
+    async fn awaiting_a_staged_page_writes_it() {
+        let store = SqliteStore::in_memory().unwrap();
+        let (id, written) = store.stage_page(new_page("alone", 2)).await.unwrap();
+        assert_eq!(count(&store, "pages"), 0);
+        written.await.unwrap();
+        assert_eq!(count(&store, "pages"), 1);
+        assert_eq!(store.get_page(&id).await.unwrap().page.messages.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn deferred_requests_that_fail_leave_nothing_and_the_pages_still_commit() {
+        let store = SqliteStore::in_memory().unwrap();
+        // Queuing an item writes its row, then its event: without the events table the
+        // second insert fails after the first succeeded.
+        store
+            .inner
+            .conn()
+            .execute_batch("DROP TABLE deferred_events")
+            .unwrap();
+        let (id, written) = store.stage_page(new_page("kept", 2)).await.unwrap();
+        let err = store.enqueue(vec![deferred(&id)]).await.unwrap_err();
+        assert!(err.to_string().contains("queue deferred requests"), "{err}");
+        written.await.unwrap();
+        assert_eq!(count(&store, "pages"), 1);
+        assert_eq!(
+            count(&store, "deferred_items"),
+            0,
+            "the half-written item is undone"
+        );
+    }
+}
