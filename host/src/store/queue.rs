@@ -483,7 +483,7 @@ fn select_items(
 }
 
 impl DeferredQueue for SqliteStore {
-    /// Goes through the store's group commit (`SqliteStore::queue_write`): the items are
+    /// Goes through the store's group commit (`SqliteStore::queue_deferred`): the items are
     /// written in one transaction with the pages staged before them, so a compaction that
     /// archives pages and defers their summaries pays one commit.
     fn enqueue(&self, items: Vec<NewDeferred>) -> BoxFuture<'_, Result<Vec<i64>, StoreError>> {
@@ -493,7 +493,7 @@ impl DeferredQueue for SqliteStore {
                 .map(|item| serde_json::to_string(&item.request))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| StoreError::backend(self.location(), "queue deferred requests", e))?;
-            self.queue_write(items, encoded).await
+            self.queue_deferred(items, encoded).await
         })
     }
 
@@ -953,10 +953,10 @@ const CLAIMABLE_BATCHES_SQLITE: &str = "SELECT batch_id, count(*), min(submitted
     ORDER BY min(submitted_ms), batch_id";
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn new_item(page: &str) -> NewDeferred {
+    pub(crate) fn new_item(page: &str) -> NewDeferred {
         NewDeferred {
             page_id: page.into(),
             strategy: "batch-deferred".into(),

@@ -11,15 +11,15 @@
 //! - the flusher **lingers** up to [`GROUP_LINGER`] for puts still encoding their page, so
 //!   pages archived concurrently go out together.
 
-use std::sync::atomic::Ordering;
-use std::sync::PoisonError;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, TransactionBehavior};
 use tamp_plugin_api::{FfiOption, Message, Page};
 use tokio::sync::oneshot;
 
-use super::{lock, now_secs, to_i64, Inner};
+use super::{lock, now_secs, to_i64, Inner, SqliteStore};
 use crate::store::queue::{self, NewDeferred};
 use crate::store::{canonical_json, page_id_of_json, NewPage, StoreError, StoredPage};
 
@@ -27,30 +27,165 @@ use crate::store::{canonical_json, page_id_of_json, NewPage, StoreError, StoredP
 /// without them. A compaction archives its pages concurrently: waiting the millisecond or two
 /// their encoding takes puts them all in one commit, where starting at once would pay a
 /// second and third fsync.
-pub(super) const GROUP_LINGER: Duration = Duration::from_millis(3);
+const GROUP_LINGER: Duration = Duration::from_millis(3);
+
+/// The writes waiting for the flusher, and the flusher's state.
+pub(super) struct WriteQueue {
+    pending: Mutex<Vec<Write>>,
+    /// Signalled (with `pending` locked) when a put stops encoding.
+    encoded: Condvar,
+    /// Puts still encoding their page: the flusher waits up to `linger` for them.
+    encoding: AtomicUsize,
+    /// [`GROUP_LINGER`], except in tests that must not depend on the machine's speed.
+    linger: Duration,
+    /// Whether a flusher is draining `pending`.
+    flushing: AtomicBool,
+    /// Transactions run (see [`SqliteStore::commits`]).
+    commits: AtomicU64,
+}
+
+impl Default for WriteQueue {
+    fn default() -> Self {
+        WriteQueue {
+            pending: Mutex::new(Vec::new()),
+            encoded: Condvar::new(),
+            encoding: AtomicUsize::new(0),
+            linger: GROUP_LINGER,
+            flushing: AtomicBool::new(false),
+            commits: AtomicU64::new(0),
+        }
+    }
+}
 
 /// One write waiting for the flusher.
-pub(super) enum Write {
+enum Write {
     Page(PendingPut),
     Deferred(PendingDeferred),
 }
 
-pub(super) struct PendingPut {
-    pub(super) page: NewPage,
+/// A page to write and where to say it is written (its id the caller already has).
+struct PendingPut {
+    page: NewPage,
     /// `(page id, canonical JSON)`.
-    pub(super) encoded: (String, String),
-    pub(super) reply: oneshot::Sender<Result<String, StoreError>>,
+    encoded: (String, String),
+    reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
-pub(super) struct PendingDeferred {
-    pub(super) items: Vec<NewDeferred>,
+/// Deferred requests to queue and where to send their item ids.
+struct PendingDeferred {
+    items: Vec<NewDeferred>,
     /// Each item's request, as JSON.
-    pub(super) requests: Vec<String>,
-    pub(super) reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
+    requests: Vec<String>,
+    reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
+}
+
+/// What a write's caller is told once its transaction commits.
+enum Answer {
+    Page(Result<(), StoreError>),
+    Deferred(Result<Vec<i64>, StoreError>),
+}
+
+impl Write {
+    /// Tells the caller `outcome`: the write's own answer, or why its transaction failed.
+    fn answer(self, outcome: Result<Answer, StoreError>) {
+        // A caller that stopped waiting is not an error of the batch.
+        match (self, outcome) {
+            (Write::Page(put), Ok(Answer::Page(result))) => drop(put.reply.send(result)),
+            (Write::Page(put), Err(e)) => drop(put.reply.send(Err(e))),
+            (Write::Deferred(d), Ok(Answer::Deferred(result))) => drop(d.reply.send(result)),
+            (Write::Deferred(d), Err(e)) => drop(d.reply.send(Err(e))),
+            _ => unreachable!("answers are made in the batch's order, one per write"),
+        }
+    }
+}
+
+impl SqliteStore {
+    /// How many transactions have written pages and queued deferred requests: concurrent
+    /// writes share one.
+    pub fn commits(&self) -> u64 {
+        self.inner.writes.commits.load(Ordering::Relaxed)
+    }
+
+    /// Encodes `page` (large pages on the blocking pool) and queues it for the flusher,
+    /// without starting one; `written` answers once it is written.
+    pub(super) async fn queue_page(
+        &self,
+        page: NewPage,
+    ) -> Result<(String, oneshot::Receiver<Result<(), StoreError>>), StoreError> {
+        // Serializing and hashing is CPU work done by the caller, so concurrent puts spread
+        // it over the runtime's threads; the flusher only runs SQL.
+        let encoding = Encoding::start(&self.inner.writes);
+        let (page, encoded) = if page.messages.len() > 64 {
+            self.run("encode a page".to_owned(), move |_| {
+                let encoded = encode(&page.messages);
+                Ok((page, encoded))
+            })
+            .await?
+        } else {
+            let encoded = encode(&page.messages);
+            (page, encoded)
+        };
+        let id = encoded.0.clone();
+        let (reply, written) = oneshot::channel();
+        lock(&self.inner.writes.pending).push(Write::Page(PendingPut {
+            page,
+            encoded,
+            reply,
+        }));
+        drop(encoding);
+        Ok((id, written))
+    }
+
+    /// Queues deferred requests (`requests`: each item's as JSON) behind the pages staged
+    /// before them, and writes them all in one transaction.
+    pub(in crate::store) async fn queue_deferred(
+        &self,
+        items: Vec<NewDeferred>,
+        requests: Vec<String>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        lock(&self.inner.writes.pending).push(Write::Deferred(PendingDeferred {
+            items,
+            requests,
+            reply,
+        }));
+        self.flush().await?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(self.writer_stopped("queue deferred requests")))
+    }
+
+    /// Starts a flusher, unless one is running (which will take what is queued now).
+    pub(super) async fn flush(&self) -> Result<(), StoreError> {
+        if self.inner.writes.flushing.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let inner = Arc::clone(&self.inner);
+        let flushed = self
+            .run("write pages".to_owned(), move |_| {
+                flush_pending(&inner);
+                Ok(())
+            })
+            .await;
+        if flushed.is_err() {
+            // The flusher never ran (the runtime is shutting down): let a later write start
+            // one rather than wait forever.
+            self.inner.writes.flushing.store(false, Ordering::Release);
+        }
+        flushed
+    }
+
+    pub(super) fn writer_stopped(&self, operation: &str) -> StoreError {
+        StoreError::backend(
+            &self.inner.location,
+            operation,
+            "the writer stopped before answering",
+        )
+    }
 }
 
 /// A page's id and canonical JSON.
-pub(super) fn encode(messages: &[Message]) -> (String, String) {
+fn encode(messages: &[Message]) -> (String, String) {
     let json = canonical_json(messages);
     let id = page_id_of_json(&json);
     // serde_json writes UTF-8.
@@ -63,8 +198,8 @@ pub(super) fn encode(messages: &[Message]) -> (String, String) {
 /// A page still waiting in the queue, as a reader holding the connection would load it: the
 /// flusher takes its batch only with the connection held, so such a reader finds every page
 /// either queued or committed, never in between.
-pub(super) fn queued_page(inner: &Inner, id: &str) -> Option<StoredPage> {
-    lock(&inner.pending).iter().find_map(|write| match write {
+pub(super) fn queued_page(writes: &WriteQueue, id: &str) -> Option<StoredPage> {
+    lock(&writes.pending).iter().find_map(|write| match write {
         Write::Page(put) if put.encoded.0 == id => Some(StoredPage {
             page: Page {
                 id: id.into(),
@@ -81,18 +216,19 @@ pub(super) fn queued_page(inner: &Inner, id: &str) -> Option<StoredPage> {
 }
 
 /// Drains the queue, a batch per transaction, until it stays empty.
-pub(super) fn flush_pending(inner: &Inner) {
+fn flush_pending(inner: &Inner) {
+    let writes = &inner.writes;
     loop {
-        wait_for_encodings(inner, inner.group_linger);
+        wait_for_encodings(writes, writes.linger);
         // The connection before the batch: see `queued_page`.
         let mut conn = inner.conn();
-        let batch = std::mem::take(&mut *lock(&inner.pending));
+        let batch = std::mem::take(&mut *lock(&writes.pending));
         if batch.is_empty() {
             drop(conn);
-            inner.flushing.store(false, Ordering::Release);
+            writes.flushing.store(false, Ordering::Release);
             // A write may have queued between the take and the store: if so, and no other
             // flusher has started since, keep going.
-            if lock(&inner.pending).is_empty() || inner.flushing.swap(true, Ordering::AcqRel) {
+            if lock(&writes.pending).is_empty() || writes.flushing.swap(true, Ordering::AcqRel) {
                 return;
             }
             continue;
@@ -102,15 +238,15 @@ pub(super) fn flush_pending(inner: &Inner) {
 }
 
 /// Waits up to `linger` while puts are still encoding their page.
-pub(super) fn wait_for_encodings(inner: &Inner, linger: Duration) {
+fn wait_for_encodings(writes: &WriteQueue, linger: Duration) {
     let deadline = Instant::now() + linger;
-    let mut pending = lock(&inner.pending);
-    while inner.encoding.load(Ordering::Acquire) > 0 {
+    let mut pending = lock(&writes.pending);
+    while writes.encoding.load(Ordering::Acquire) > 0 {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
-        pending = inner
+        pending = writes
             .encoded
             .wait_timeout(pending, left)
             .unwrap_or_else(PoisonError::into_inner)
@@ -120,12 +256,12 @@ pub(super) fn wait_for_encodings(inner: &Inner, linger: Duration) {
 
 /// Counts a put as encoding while it lives: the flusher waits for it (see
 /// [`wait_for_encodings`]).
-pub(super) struct Encoding<'a>(&'a Inner);
+struct Encoding<'a>(&'a WriteQueue);
 
 impl<'a> Encoding<'a> {
-    pub(super) fn start(inner: &'a Inner) -> Self {
-        inner.encoding.fetch_add(1, Ordering::AcqRel);
-        Encoding(inner)
+    fn start(writes: &'a WriteQueue) -> Self {
+        writes.encoding.fetch_add(1, Ordering::AcqRel);
+        Encoding(writes)
     }
 }
 
@@ -136,12 +272,6 @@ impl Drop for Encoding<'_> {
         self.0.encoding.fetch_sub(1, Ordering::AcqRel);
         self.0.encoded.notify_all();
     }
-}
-
-/// What one write's caller is told.
-enum Answer {
-    Page(Result<String, StoreError>),
-    Deferred(Result<Vec<i64>, StoreError>),
 }
 
 fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
@@ -170,7 +300,7 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
                                 to_i64(page.messages.len() as u64),
                                 to_i64(now_secs()),
                             ])
-                            .map(|_| id.clone())
+                            .map(drop)
                             .map_err(|e| {
                                 StoreError::backend(&inner.location, format!("write page {id}"), e)
                             });
@@ -194,34 +324,19 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
             }
         }
         tx.commit()?;
-        inner.commits.fetch_add(1, Ordering::Relaxed);
+        inner.writes.commits.fetch_add(1, Ordering::Relaxed);
         Ok(answers)
     })();
     match committed {
         Ok(answers) => {
             for (write, answer) in batch.into_iter().zip(answers) {
-                match (write, answer) {
-                    (Write::Page(put), Answer::Page(result)) => {
-                        let _ = put.reply.send(result);
-                    }
-                    (Write::Deferred(deferred), Answer::Deferred(result)) => {
-                        let _ = deferred.reply.send(result);
-                    }
-                    _ => unreachable!("answers are made in the batch's order, one per write"),
-                }
+                write.answer(Ok(answer));
             }
         }
         Err(e) => {
             let error = StoreError::backend(&inner.location, "write pages", e);
             for write in batch {
-                match write {
-                    Write::Page(put) => {
-                        let _ = put.reply.send(Err(error.clone()));
-                    }
-                    Write::Deferred(deferred) => {
-                        let _ = deferred.reply.send(Err(error.clone()));
-                    }
-                }
+                write.answer(Err(error.clone()));
             }
         }
     }
@@ -231,9 +346,10 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
 mod tests {
     use std::sync::Arc;
 
-    use tamp_plugin_api::{LlmRequest, Role};
+    use tamp_plugin_api::Role;
 
     use super::*;
+    use crate::store::queue::tests::new_item;
     use crate::store::queue::DeferredQueue;
     use crate::store::{PageStore, SqliteStore};
 
@@ -261,15 +377,6 @@ mod tests {
         })
     }
 
-    fn deferred(page_id: &str) -> NewDeferred {
-        NewDeferred {
-            page_id: page_id.into(),
-            strategy: "batch-deferred".into(),
-            thread_id: Some("thread-1".into()),
-            request: LlmRequest::new("sys", format!("summarize {page_id}"), 100),
-        }
-    }
-
     fn count(store: &SqliteStore, table: &str) -> i64 {
         store
             .inner
@@ -281,21 +388,21 @@ mod tests {
     #[test]
     fn a_flusher_waits_for_puts_still_encoding() {
         let store = SqliteStore::in_memory().unwrap();
-        let inner = Arc::clone(&store.inner);
-        lock(&inner.pending).push(pending_put("first"));
-        let encoding = Encoding::start(&inner);
+        let writes = &store.inner.writes;
+        lock(&writes.pending).push(pending_put("first"));
+        let encoding = Encoding::start(writes);
         let started = Instant::now();
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(50));
-                lock(&inner.pending).push(pending_put("second"));
+                lock(&writes.pending).push(pending_put("second"));
                 drop(encoding);
             });
             // A long linger, so the test does not depend on the machine's speed: the
             // flusher goes on when the encoding put arrives, not when the linger ends.
-            wait_for_encodings(&inner, Duration::from_secs(30));
+            wait_for_encodings(writes, Duration::from_secs(30));
             assert_eq!(
-                lock(&inner.pending).len(),
+                lock(&writes.pending).len(),
                 2,
                 "the put that was encoding joins the batch"
             );
@@ -306,21 +413,21 @@ mod tests {
     #[test]
     fn a_flusher_stops_waiting_after_the_linger() {
         let store = SqliteStore::in_memory().unwrap();
-        let inner = Arc::clone(&store.inner);
-        lock(&inner.pending).push(pending_put("first"));
-        let stuck = Encoding::start(&inner);
+        let writes = &store.inner.writes;
+        lock(&writes.pending).push(pending_put("first"));
+        let stuck = Encoding::start(writes);
         let started = Instant::now();
-        wait_for_encodings(&inner, Duration::from_millis(20));
+        wait_for_encodings(writes, Duration::from_millis(20));
         assert!(started.elapsed() >= Duration::from_millis(20));
         drop(stuck);
-        assert_eq!(inner.encoding.load(Ordering::Acquire), 0);
+        assert_eq!(writes.encoding.load(Ordering::Acquire), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_pages_of_one_compaction_share_a_commit() {
         let mut store = SqliteStore::in_memory().unwrap();
         // A linger no machine's encoding outlasts, so the count below is exact.
-        Arc::get_mut(&mut store.inner).unwrap().group_linger = Duration::from_secs(30);
+        Arc::get_mut(&mut store.inner).unwrap().writes.linger = Duration::from_secs(30);
         // Five pages large enough to be encoded on the blocking pool, put at once as the
         // plugin SDK's `archive_pages` does.
         let pages = (0..5).map(|p| store.put_page(new_page(&format!("page {p}"), 100)));
@@ -345,7 +452,7 @@ mod tests {
         assert_eq!(read.page.strategy.as_str(), "batch-deferred");
 
         let ids = store
-            .enqueue(vec![deferred(&first), deferred(&second)])
+            .enqueue(vec![new_item(&first), new_item(&second)])
             .await
             .unwrap();
         assert_eq!(ids.len(), 2);
@@ -378,7 +485,7 @@ mod tests {
             .execute_batch("DROP TABLE deferred_events")
             .unwrap();
         let (id, written) = store.stage_page(new_page("kept", 2)).await.unwrap();
-        let err = store.enqueue(vec![deferred(&id)]).await.unwrap_err();
+        let err = store.enqueue(vec![new_item(&id)]).await.unwrap_err();
         assert!(err.to_string().contains("queue deferred requests"), "{err}");
         written.await.unwrap();
         assert_eq!(count(&store, "pages"), 1);

@@ -16,20 +16,18 @@ mod checkpoint;
 mod group_commit;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use tamp_plugin_api::{FfiOption, LlmResponse, Message, Page};
-use tokio::sync::oneshot;
 
 use super::cache::{CacheKey, SummaryCache};
-use super::queue::NewDeferred;
 use super::{NewPage, PageStore, PageSummary, StoreError, StoredPage, Written};
-use group_commit::{Encoding, PendingDeferred, PendingPut, Write, GROUP_LINGER};
+use group_commit::WriteQueue;
 
 /// How long an operation waits for a lock held by another connection (another process on the
 /// same file) before failing.
@@ -83,23 +81,12 @@ pub(super) struct Inner {
     pub(super) location: String,
     path: Option<PathBuf>,
     conn: Mutex<Connection>,
-    /// Writes waiting for the flusher (see [`group_commit`]).
-    pending: Mutex<Vec<Write>>,
-    /// Signalled (with `pending` locked) when a put stops encoding.
-    encoded: Condvar,
-    /// Puts still encoding their page: the flusher waits up to `group_linger` for them.
-    encoding: AtomicUsize,
-    /// [`GROUP_LINGER`], except in tests that must not depend on the machine's speed.
-    group_linger: Duration,
-    /// Whether a flusher is draining `pending`.
-    flushing: AtomicBool,
-    /// Transactions the group commit ran (see [`SqliteStore::commits`]).
-    commits: AtomicU64,
+    /// Pages and deferred requests waiting to be written (see [`group_commit`]).
+    writes: WriteQueue,
     /// The background checkpointer's counts (all zero for an in-memory store).
     checkpoints: Arc<checkpoint::CheckpointStats>,
 }
 
-/// A queued page write and where to send its result.
 impl Inner {
     /// The connection. Held only for the SQL itself: serializing, hashing and parsing pages
     /// happen outside the lock.
@@ -158,92 +145,9 @@ impl SqliteStore {
         self.inner.path.as_deref()
     }
 
-    /// How many transactions have written pages and queued deferred requests: concurrent
-    /// writes share one (see [`group_commit`]).
-    pub fn commits(&self) -> u64 {
-        self.inner.commits.load(Ordering::Relaxed)
-    }
-
     /// How many WAL checkpoints the background thread has run (see [`checkpoint`]).
     pub fn background_checkpoints(&self) -> u64 {
         self.inner.checkpoints.background.load(Ordering::Relaxed)
-    }
-
-    /// Encodes `page` (large pages on the blocking pool) and queues it for the flusher,
-    /// without starting one; `answer` tells when it is written.
-    async fn queue_page(
-        &self,
-        page: NewPage,
-    ) -> Result<(String, oneshot::Receiver<Result<String, StoreError>>), StoreError> {
-        // Serializing and hashing is CPU work done by the caller, so concurrent puts spread
-        // it over the runtime's threads; the flusher only runs SQL.
-        let encoding = Encoding::start(&self.inner);
-        let (page, encoded) = if page.messages.len() > 64 {
-            self.run("encode a page".to_owned(), move |_| {
-                let encoded = group_commit::encode(&page.messages);
-                Ok((page, encoded))
-            })
-            .await?
-        } else {
-            let encoded = group_commit::encode(&page.messages);
-            (page, encoded)
-        };
-        let id = encoded.0.clone();
-        let (reply, answer) = oneshot::channel();
-        lock(&self.inner.pending).push(Write::Page(PendingPut {
-            page,
-            encoded,
-            reply,
-        }));
-        drop(encoding);
-        Ok((id, answer))
-    }
-
-    /// Queues deferred requests behind the pages staged before them, and writes them all in
-    /// one transaction (see [`group_commit`]).
-    pub(super) async fn queue_write(
-        &self,
-        items: Vec<NewDeferred>,
-        requests: Vec<String>,
-    ) -> Result<Vec<i64>, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        lock(&self.inner.pending).push(Write::Deferred(PendingDeferred {
-            items,
-            requests,
-            reply,
-        }));
-        self.flush().await?;
-        answer
-            .await
-            .unwrap_or_else(|_| Err(self.writer_stopped("queue deferred requests")))
-    }
-
-    /// Starts a flusher, unless one is running (which will take what is queued now).
-    async fn flush(&self) -> Result<(), StoreError> {
-        if self.inner.flushing.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let inner = Arc::clone(&self.inner);
-        let flushed = self
-            .run("write pages".to_owned(), move |_| {
-                group_commit::flush_pending(&inner);
-                Ok(())
-            })
-            .await;
-        if flushed.is_err() {
-            // The flusher never ran (the runtime is shutting down): let a later write start
-            // one rather than wait forever.
-            self.inner.flushing.store(false, Ordering::Release);
-        }
-        flushed
-    }
-
-    fn writer_stopped(&self, operation: &str) -> StoreError {
-        StoreError::backend(
-            &self.inner.location,
-            operation,
-            "the writer stopped before answering",
-        )
     }
 
     pub(super) fn location(&self) -> &str {
@@ -278,12 +182,7 @@ impl SqliteStore {
                 location,
                 path,
                 conn: Mutex::new(conn),
-                pending: Mutex::new(Vec::new()),
-                encoded: Condvar::new(),
-                encoding: AtomicUsize::new(0),
-                group_linger: GROUP_LINGER,
-                flushing: AtomicBool::new(false),
-                commits: AtomicU64::new(0),
+                writes: WriteQueue::default(),
                 checkpoints,
             }),
         })
@@ -387,7 +286,6 @@ impl PageStore for SqliteStore {
                 answer
                     .await
                     .unwrap_or_else(|_| Err(store.writer_stopped("write a page")))
-                    .map(drop)
             }
             .boxed();
             Ok((id, written))
@@ -401,7 +299,7 @@ impl PageStore for SqliteStore {
             self.run(format!("read page {id}"), move |inner| {
                 type Row = (Option<String>, String, Option<String>, String, String, i64);
                 let conn = inner.conn();
-                if let Some(queued) = group_commit::queued_page(inner, &id) {
+                if let Some(queued) = group_commit::queued_page(&inner.writes, &id) {
                     return Ok(queued);
                 }
                 let row: Option<Row> = conn
