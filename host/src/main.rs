@@ -462,22 +462,8 @@ fn pages(cmd: PagesCommand) -> Result<()> {
             let format = format
                 .or(stored.source_format.clone())
                 .unwrap_or_else(|| "anthropic".into());
-            let page = &stored.page;
-            let messages = if format == "internal" {
-                serde_json::to_value(&page.messages)?
-            } else {
-                wire::messages_to_value(&page.messages, format.parse().map_err(anyhow::Error::msg)?)
-            };
-            let out = serde_json::json!({
-                "id": page.id.as_str(),
-                "thread_id": page.thread_id.as_ref().into_option().map(|t| t.as_str()),
-                "strategy": page.strategy.as_str(),
-                "created_at": page.created_at,
-                "format": format,
-                "metadata": serde_json::from_str::<serde_json::Value>(&page.metadata_json).unwrap_or(serde_json::Value::Null),
-                "messages": messages,
-            });
-            out!("{}", serde_json::to_string_pretty(&out)?);
+            let view = wire::page_view(&stored.page, &format).map_err(anyhow::Error::msg)?;
+            out!("{}", view.pretty());
         }
         PagesCommand::List { store, limit } => {
             let store = open_store(&store)?;

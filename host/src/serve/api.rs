@@ -304,7 +304,7 @@ fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 async fn compact(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let body = read_body(body)?;
     let request = parse_compact_body(&body).inspect_err(|_| {
         state.metrics.compaction_failed("invalid");
@@ -337,15 +337,22 @@ async fn compact(
                     ),
                 })?;
         metrics.compaction(&compacted.report);
-        Ok::<_, ApiError>(json!({
-            "conversation": wire::to_value(&compacted.conversation, format),
-            "format": format,
-            "report": compacted.report,
-            "chain": {
-                "config_hash": active.config_hash,
-                "loaded_at": httpdate::fmt_http_date(active.loaded_at),
-            },
-        }))
+        // Written by the wire writer, not through `Value`: what tamp does not interpret
+        // reaches the client as the exact text it sent.
+        let loaded_at = httpdate::fmt_http_date(active.loaded_at);
+        let answer = wire::Written::object(vec![
+            ("conversation", wire::write(&compacted.conversation, format)),
+            ("format", wire::Written::of(&format)),
+            ("report", wire::Written::of(&compacted.report)),
+            (
+                "chain",
+                wire::Written::of(&json!({
+                    "config_hash": active.config_hash,
+                    "loaded_at": loaded_at,
+                })),
+            ),
+        ]);
+        Ok::<_, ApiError>(answer.compact())
     });
     let result = task.await.unwrap_or_else(|e| {
         Err(ApiError::new(
@@ -355,7 +362,7 @@ async fn compact(
         ))
     });
     match result {
-        Ok(body) => Ok(Json(body)),
+        Ok(body) => Ok(json_answer(body)),
         Err(e) => {
             state.metrics.compaction_failed(match e.code {
                 "internal_error" => "error",
@@ -437,7 +444,7 @@ async fn page(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     Query(query): Query<PageQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let active = state.slot.current();
     let stored = active.chain.store().get_page(&id).await.map_err(|e| {
         match e {
@@ -461,30 +468,14 @@ async fn page(
         .format
         .or(stored.source_format.clone())
         .unwrap_or_else(|| "anthropic".into());
-    let page = &stored.page;
-    let messages = if format == "internal" {
-        serde_json::to_value(&page.messages).map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                e.to_string(),
-            )
-        })?
-    } else {
-        let wire_format: WireFormat = format.parse().map_err(|e: wire::WireError| {
-            ApiError::invalid_request(format!("format: {} (or \"internal\")", e.message))
-        })?;
-        wire::messages_to_value(&page.messages, wire_format)
-    };
-    Ok(Json(json!({
-        "id": page.id.as_str(),
-        "thread_id": page.thread_id.as_ref().into_option().map(|t| t.as_str()),
-        "strategy": page.strategy.as_str(),
-        "created_at": page.created_at,
-        "format": format,
-        "metadata": serde_json::from_str::<Value>(&page.metadata_json).unwrap_or(Value::Null),
-        "messages": messages,
-    })))
+    let view = wire::page_view(&stored.page, &format)
+        .map_err(|e| ApiError::invalid_request(e.to_string()))?;
+    Ok(json_answer(view.compact()))
+}
+
+/// A `200 OK` with a JSON body written by tamp (see [`wire::Written`]).
+fn json_answer(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 #[cfg(test)]

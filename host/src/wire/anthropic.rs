@@ -1,15 +1,17 @@
 //! Anthropic Messages: `{"system": str | [text blocks], "messages": [...], ...}`.
 
+use std::borrow::Cow;
+
 use abi_stable::std_types::{RString, RVec};
-use serde_json::{Map, Value};
 
 use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 
 use super::form::{self, Form};
 use super::json::{
-    self, expected, expected_kind, field, level, rstring, string, Level, Msg, MsgField, ObjText,
-    Path, Raw,
+    self, expected, expected_kind, field, level, rstring, string, Extra, Level, Msg, MsgField,
+    ObjText, Path, Raw,
 };
+use super::out::{finish_object, Out};
 use super::pairing::{self, Locator};
 use super::{finish_message, written_blocks, Top, WireError, WireFormat};
 
@@ -174,10 +176,9 @@ fn parse_block(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError>
             Ok(ContentBlock::ToolUse {
                 id: rstring(id),
                 name: rstring(name),
-                // Canonical compact JSON, not the source's bytes: the same input must be the
-                // same message however the client happened to indent it, or content hashes
-                // (page ids, cache keys) would change between two sends of one conversation.
-                input_json: RString::from(json::compact(input.get())),
+                // Without the source's indentation (see `strip_whitespace`), every value
+                // and escape kept as sent.
+                input_json: json::rstring(json::strip_whitespace(input.get())),
                 extra_json: extra.finish(),
             })
         }
@@ -284,27 +285,38 @@ pub(super) fn parse_result_content(
 // Writing
 
 /// The `system` field for the leading system messages, if any.
-pub(super) fn system_value(system: &[Message]) -> Option<Value> {
+pub(super) fn system_out(system: &[Message]) -> Option<Out<'_>> {
     match system {
         [] => None,
         [only] => {
-            let blocks = written_blocks(only);
-            let refs: Vec<&ContentBlock> = blocks.iter().collect();
-            let extra = json::parse_object(only.extra_json.as_str());
-            Some(content_value(&refs, &extra))
+            let extra = Extra::parse(only.extra_json.as_str());
+            Some(match written_blocks(only) {
+                Cow::Borrowed(blocks) => content_out(&blocks.iter().collect::<Vec<_>>(), &extra),
+                Cow::Owned(blocks) => {
+                    content_out(&blocks.iter().collect::<Vec<_>>(), &extra).into_owned()
+                }
+            })
         }
-        many => Some(Value::Array(
-            many.iter()
-                .flat_map(|m| written_blocks(m).into_owned())
-                .map(|b| block_value(&b))
-                .collect(),
+        many => Some(Out::Array(
+            many.iter().flat_map(|m| blocks_out(m, block_out)).collect(),
         )),
+    }
+}
+
+/// Each written block of `message` through `write` (a summary's marker text is owned).
+pub(super) fn blocks_out<'a>(
+    message: &'a Message,
+    write: impl Fn(&ContentBlock) -> Out<'_>,
+) -> Vec<Out<'a>> {
+    match written_blocks(message) {
+        Cow::Borrowed(blocks) => blocks.iter().map(|b| write(b)).collect(),
+        Cow::Owned(blocks) => blocks.iter().map(|b| write(b).into_owned()).collect(),
     }
 }
 
 /// The wire messages for `messages`. Consecutive tool messages become one `user` message;
 /// system messages are written with the role `system` when `keep_system`, else as `user`.
-pub(super) fn messages_value(messages: &[Message], keep_system: bool) -> Vec<Value> {
+pub(super) fn messages_out(messages: &[Message], keep_system: bool) -> Vec<Out<'_>> {
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
     while i < messages.len() {
@@ -312,13 +324,13 @@ pub(super) fn messages_value(messages: &[Message], keep_system: bool) -> Vec<Val
         if m.role == Role::Tool {
             let mut blocks = Vec::new();
             while i < messages.len() && messages[i].role == Role::Tool {
-                blocks.extend(written_blocks(&messages[i]).iter().map(block_value));
+                blocks.extend(blocks_out(&messages[i], block_out));
                 i += 1;
             }
-            let mut obj = Map::new();
-            obj.insert("role".into(), Value::from("user"));
-            obj.insert("content".into(), Value::Array(blocks));
-            out.push(Value::Object(obj));
+            out.push(Out::Object(vec![
+                ("role".into(), Out::str("user")),
+                ("content".into(), Out::Array(blocks)),
+            ]));
             continue;
         }
         let role = match m.role {
@@ -326,20 +338,22 @@ pub(super) fn messages_value(messages: &[Message], keep_system: bool) -> Vec<Val
             Role::System if keep_system => "system",
             _ => "user",
         };
-        let blocks = written_blocks(m);
-        let refs: Vec<&ContentBlock> = blocks.iter().collect();
-        let extra = json::parse_object(m.extra_json.as_str());
-        let mut obj = Map::new();
-        obj.insert("role".into(), Value::from(role));
-        obj.insert("content".into(), content_value(&refs, &extra));
-        out.push(finish_object(obj, extra));
+        let extra = Extra::parse(m.extra_json.as_str());
+        let content = match written_blocks(m) {
+            Cow::Borrowed(blocks) => content_out(&blocks.iter().collect::<Vec<_>>(), &extra),
+            Cow::Owned(blocks) => {
+                content_out(&blocks.iter().collect::<Vec<_>>(), &extra).into_owned()
+            }
+        };
+        let own = vec![("role".into(), Out::str(role)), ("content".into(), content)];
+        out.push(finish_object(own, &extra));
         i += 1;
     }
     out
 }
 
 /// A message's `content`: a string or an array of blocks.
-fn content_value(blocks: &[&ContentBlock], extra: &Map<String, Value>) -> Value {
+fn content_out<'a>(blocks: &[&'a ContentBlock], extra: &Extra<'_>) -> Out<'a> {
     let shape = form::choose(
         Form::from_marker(extra),
         form::anthropic_default(blocks),
@@ -350,18 +364,19 @@ fn content_value(blocks: &[&ContentBlock], extra: &Map<String, Value>) -> Value 
         },
     );
     match (shape, blocks) {
-        (Form::String, [ContentBlock::Text { text, .. }]) => Value::from(text.as_str()),
-        _ => Value::Array(blocks.iter().map(|b| block_value(b)).collect()),
+        (Form::String, [ContentBlock::Text { text, .. }]) => Out::str(text.as_str()),
+        _ => Out::Array(blocks.iter().map(|b| block_out(b)).collect()),
     }
 }
 
-fn block_value(block: &ContentBlock) -> Value {
-    let mut obj = Map::new();
-    let extra = match block {
+fn block_out(block: &ContentBlock) -> Out<'_> {
+    match block {
         ContentBlock::Text { text, extra_json } => {
-            obj.insert("type".into(), Value::from("text"));
-            obj.insert("text".into(), Value::from(text.as_str()));
-            extra_json
+            let own = vec![
+                ("type".into(), Out::str("text")),
+                ("text".into(), Out::str(text.as_str())),
+            ];
+            finish_object(own, &Extra::parse(extra_json.as_str()))
         }
         ContentBlock::ToolUse {
             id,
@@ -369,16 +384,18 @@ fn block_value(block: &ContentBlock) -> Value {
             input_json,
             extra_json,
         } => {
-            obj.insert("type".into(), Value::from("tool_use"));
-            obj.insert("id".into(), Value::from(id.as_str()));
-            obj.insert("name".into(), Value::from(name.as_str()));
             let input = if input_json.trim().is_empty() {
-                Value::Object(Map::new())
+                Out::Object(Vec::new())
             } else {
-                json::value_of(input_json.as_str())
+                Out::json_or_string(input_json.as_str())
             };
-            obj.insert("input".into(), input);
-            extra_json
+            let own = vec![
+                ("type".into(), Out::str("tool_use")),
+                ("id".into(), Out::str(id.as_str())),
+                ("name".into(), Out::str(name.as_str())),
+                ("input".into(), input),
+            ];
+            finish_object(own, &Extra::parse(extra_json.as_str()))
         }
         ContentBlock::ToolResult {
             tool_use_id,
@@ -386,9 +403,11 @@ fn block_value(block: &ContentBlock) -> Value {
             is_error,
             extra_json,
         } => {
-            let extra = json::parse_object(extra_json.as_str());
-            obj.insert("type".into(), Value::from("tool_result"));
-            obj.insert("tool_use_id".into(), Value::from(tool_use_id.as_str()));
+            let extra = Extra::parse(extra_json.as_str());
+            let mut own = vec![
+                ("type".into(), Out::str("tool_result")),
+                ("tool_use_id".into(), Out::str(tool_use_id.as_str())),
+            ];
             let shape = form::choose(
                 Form::from_marker(&extra),
                 form::anthropic_result_default(content),
@@ -398,45 +417,34 @@ fn block_value(block: &ContentBlock) -> Value {
                     Form::Array => true,
                 },
             );
-            if let Some(value) = result_content_value(content, shape) {
-                obj.insert("content".into(), value);
+            if let Some(value) = result_content_out(content, shape) {
+                own.push(("content".into(), value));
             }
-            let explicit = extra.get(form::IS_ERROR).is_some();
-            if *is_error || explicit {
-                obj.insert("is_error".into(), Value::Bool(*is_error));
+            if *is_error || extra.get(form::IS_ERROR).is_some() {
+                own.push(("is_error".into(), Out::Bool(*is_error)));
             }
-            return finish_object(obj, extra);
+            finish_object(own, &extra)
         }
-        ContentBlock::Opaque { json } => return json::value_of(json.as_str()),
-    };
-    finish_object(obj, json::parse_object(extra.as_str()))
-}
-
-/// Adds the wire fields of `extra` after `obj`'s own and restores a recorded key order.
-pub(super) fn finish_object(mut obj: Map<String, Value>, mut extra: Map<String, Value>) -> Value {
-    let order = extra.shift_remove(form::KEYS);
-    json::append_extra(&mut obj, extra);
-    Value::Object(json::restore_key_order(obj, order.as_ref()))
+        ContentBlock::Opaque { json } => Out::json_or_string(json.as_str()),
+    }
 }
 
 /// A tool result's `content` in `shape` (`None`: no `content` field).
-pub(super) fn result_content_value(parts: &[ToolResultPart], shape: Form) -> Option<Value> {
+pub(super) fn result_content_out(parts: &[ToolResultPart], shape: Form) -> Option<Out<'_>> {
     match (shape, parts) {
         (Form::Absent, _) => None,
-        (Form::Null, _) => Some(Value::Null),
-        (Form::String, [ToolResultPart::Text { text }]) => Some(Value::from(text.as_str())),
-        (Form::String, []) => Some(Value::from("")),
-        _ => Some(Value::Array(
+        (Form::Null, _) => Some(Out::Null),
+        (Form::String, [ToolResultPart::Text { text }]) => Some(Out::str(text.as_str())),
+        (Form::String, []) => Some(Out::str("")),
+        _ => Some(Out::Array(
             parts
                 .iter()
                 .map(|p| match p {
-                    ToolResultPart::Text { text } => {
-                        let mut obj = Map::new();
-                        obj.insert("type".into(), Value::from("text"));
-                        obj.insert("text".into(), Value::from(text.as_str()));
-                        Value::Object(obj)
-                    }
-                    ToolResultPart::Opaque { json } => json::value_of(json.as_str()),
+                    ToolResultPart::Text { text } => Out::Object(vec![
+                        ("type".into(), Out::str("text")),
+                        ("text".into(), Out::str(text.as_str())),
+                    ]),
+                    ToolResultPart::Opaque { json } => Out::json_or_string(json.as_str()),
                 })
                 .collect(),
         )),

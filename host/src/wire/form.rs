@@ -4,11 +4,10 @@
 //! for the same content; a message a plugin builds (empty `extra_json`) gets the default.
 
 use abi_stable::std_types::RString;
-use serde_json::{Map, Value};
 
 use crate::plugin_api::{ContentBlock, Role, ToolResultPart};
 
-use super::json::has_plain_fields;
+use super::json::Extra;
 
 /// Marker key: the shape of the `content` field (of a message, or of a tool result).
 pub(crate) const CONTENT: &str = "tamp:content";
@@ -51,8 +50,8 @@ impl Form {
     }
 
     /// The shape a `tamp:content` marker in `extra` asks for.
-    pub(crate) fn from_marker(extra: &Map<String, Value>) -> Option<Form> {
-        match extra.get(CONTENT)?.as_str()? {
+    pub(crate) fn from_marker(extra: &Extra<'_>) -> Option<Form> {
+        match extra.marker(CONTENT)?.as_ref() {
             "string" => Some(Form::String),
             "array" => Some(Form::Array),
             "null" => Some(Form::Null),
@@ -64,7 +63,11 @@ impl Form {
 
 /// Whether an `extra_json` carries no wire fields (markers aside).
 pub(crate) fn plain_empty(extra_json: &RString) -> bool {
-    extra_json.is_empty() || !has_plain_fields(extra_json.as_str())
+    extra_json.is_empty()
+        || Extra::parse(extra_json.as_str())
+            .wire_fields()
+            .next()
+            .is_none()
 }
 
 /// Whether `blocks` is one text block that can be written as a plain string.

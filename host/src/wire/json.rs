@@ -11,7 +11,6 @@ use std::fmt;
 use abi_stable::std_types::RString;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::WireError;
 
@@ -201,36 +200,88 @@ pub(crate) fn push_json_string(buf: &mut String, s: &str) {
     buf.push('"');
 }
 
-/// Parses an `extra_json` / `metadata_json` object; empty or invalid text gives an empty map.
-pub(crate) fn parse_object(text: &str) -> Map<String, Value> {
-    if text.is_empty() {
-        return Map::new();
+/// `text` (valid JSON) without the whitespace between its tokens; everything else (numbers,
+/// escapes, key order, duplicate keys) stays exactly as written. A tool input read this way is
+/// the same message however the client happened to indent it, so content hashes (page ids,
+/// cache keys) agree between two sends of one conversation.
+pub(crate) fn strip_whitespace(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    if !bytes.iter().any(|&b| is_space(b)) {
+        return Cow::Borrowed(text);
     }
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
-    }
-}
-
-/// The value of an opaque JSON text (an invalid text is carried as a JSON string).
-/// `text` (valid JSON) re-serialized compactly, key order kept; `text` itself if it is not JSON.
-pub(crate) fn compact(text: &str) -> String {
-    match serde_json::from_str::<Value>(text) {
-        Ok(v) => v.to_string(),
-        Err(_) => text.to_string(),
-    }
-}
-
-pub(crate) fn value_of(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
-}
-
-/// Moves the fields of `extra` that are not `tamp:` markers into `obj`, after its own.
-pub(crate) fn append_extra(obj: &mut Map<String, Value>, extra: Map<String, Value>) {
-    for (k, v) in extra {
-        if !k.starts_with("tamp:") && !obj.contains_key(&k) {
-            obj.insert(k, v);
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if is_space(b) {
+            out.push_str(&text[start..i]);
+            start = i + 1;
         }
+    }
+    out.push_str(&text[start..]);
+    Cow::Owned(out)
+}
+
+/// The fields of an `extra_json` / `metadata_json` object, read back by a writer: wire fields
+/// as their exact original text, and the `tamp:` markers a reader recorded. Empty or invalid
+/// text (a plugin's) has no fields.
+#[derive(Debug, Default)]
+pub(crate) struct Extra<'a> {
+    fields: Vec<(Cow<'a, str>, Raw<'a>)>,
+}
+
+impl<'a> Extra<'a> {
+    pub(crate) fn parse(text: &'a str) -> Extra<'a> {
+        if text.is_empty() {
+            return Extra::default();
+        }
+        match serde_json::from_str::<Level<'a>>(text) {
+            Ok(Level::Object(fields)) => Extra { fields },
+            _ => Extra::default(),
+        }
+    }
+
+    /// The raw value of the first field named `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<Raw<'a>> {
+        field(&self.fields, key)
+    }
+
+    /// A string marker's value.
+    pub(crate) fn marker(&self, key: &str) -> Option<Cow<'a, str>> {
+        match serde_json::from_str::<Level<'a>>(self.get(key)?.get()) {
+            Ok(Level::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A key order recorded under `key` (a JSON array of key names).
+    pub(crate) fn key_order(&self, key: &str) -> Option<Vec<String>> {
+        serde_json::from_str(self.get(key)?.get()).ok()
+    }
+
+    /// The fields that are not `tamp:` markers, in order.
+    pub(crate) fn wire_fields(&self) -> impl Iterator<Item = (&Cow<'a, str>, Raw<'a>)> {
+        self.fields
+            .iter()
+            .filter(|(k, _)| !k.starts_with("tamp:"))
+            .map(|(k, v)| (k, *v))
+    }
+
+    /// Removes and returns the first wire field named `key`.
+    pub(crate) fn take(&mut self, key: &str) -> Option<Raw<'a>> {
+        let at = self.fields.iter().position(|(k, _)| k == key)?;
+        Some(self.fields.remove(at).1)
     }
 }
 
@@ -277,32 +328,6 @@ pub(crate) fn mark_key_order(
     if let Some(order) = key_order_marker(fields.iter().map(|(k, _)| k.as_ref()), canonical) {
         extra.raw(marker, &order);
     }
-}
-
-/// Puts the keys of `obj` in a recorded order (see [`mark_key_order`]), if there is one.
-pub(crate) fn restore_key_order(
-    mut obj: Map<String, Value>,
-    order: Option<&Value>,
-) -> Map<String, Value> {
-    let Some(Value::Array(keys)) = order else {
-        return obj;
-    };
-    let mut out = Map::new();
-    for key in keys.iter().filter_map(Value::as_str) {
-        if let Some(value) = obj.shift_remove(key) {
-            out.insert(key.to_string(), value);
-        }
-    }
-    out.extend(obj);
-    out
-}
-
-/// Whether `extra` has fields other than `tamp:` markers.
-pub(crate) fn has_plain_fields(extra_json: &str) -> bool {
-    !extra_json.is_empty()
-        && parse_object(extra_json)
-            .keys()
-            .any(|k| !k.starts_with("tamp:"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -412,7 +437,37 @@ impl<'de> Visitor<'de> for LevelVisitor {
 /// `messages` and each message's `content` (one level). Syntax errors carry their line and
 /// column.
 pub(crate) fn parse_doc(text: &str) -> Result<Doc<'_>, WireError> {
-    serde_json::from_str(text).map_err(|e| WireError::new("", format!("invalid JSON: {e}")))
+    serde_json::from_str(text).map_err(|e| {
+        locate_error(text).unwrap_or_else(|| WireError::new("", format!("invalid JSON: {e}")))
+    })
+}
+
+/// Where in the request a value the first pass could not read sits: the first pass decodes
+/// message `content` strings as it goes, so a value it cannot decode (a lone surrogate
+/// escape) fails the whole document; this slower walk, run only then, names the message.
+pub(crate) fn locate_error(text: &str) -> Option<WireError> {
+    let root = Path::Root;
+    let Ok(Level::Object(top)) = serde_json::from_str::<Level<'_>>(text) else {
+        return None;
+    };
+    let messages_path = root.key("messages");
+    let Ok(Level::Array(messages)) = level(field(&top, "messages")?, &messages_path) else {
+        return None;
+    };
+    for (i, message) in messages.iter().enumerate() {
+        let path = messages_path.index(i);
+        let fields = match level(message, &path) {
+            Ok(Level::Object(fields)) => fields,
+            Ok(_) => continue,
+            Err(e) => return Some(e),
+        };
+        if let Some(content) = field(&fields, "content") {
+            if let Err(e) = level(content, &path.key("content")) {
+                return Some(e);
+            }
+        }
+    }
+    None
 }
 
 /// A request's top level.
@@ -570,6 +625,7 @@ impl<'de> Deserialize<'de> for Msg<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn one_level(text: &str) -> Level<'_> {
         serde_json::from_str(text).unwrap()

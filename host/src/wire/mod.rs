@@ -2,15 +2,17 @@
 //! (`system` + content blocks) and OpenAI Chat Completions (roles incl. `tool`, `tool_calls`).
 //!
 //! [`parse_str`] / [`parse_value`] read a request body into the plugin-api [`Conversation`];
-//! [`to_value`] / [`to_string_pretty`] write it back in a format (normally the input's). What
-//! tamp does not model is carried through untouched:
+//! [`write`] (and [`to_string`] / [`to_string_pretty`]) write it back in a format (normally
+//! the input's). What tamp does not model is carried through as its exact original text, never
+//! through `serde_json::Value` (see `out.rs`):
 //!
 //! - top-level fields other than `system`/`messages` (`model`, `tools`, `max_tokens`, ...) go to
 //!   [`Conversation::metadata_json`] in their order; a string `thread_id` becomes
 //!   [`Conversation::thread_id`];
 //! - unknown fields of messages and blocks go to their `extra_json`; blocks tamp does not
 //!   interpret (images, documents, thinking, ...) become [`ContentBlock::Opaque`] with their
-//!   exact original JSON text; an Anthropic `tool_use.input` is kept as its exact original text
+//!   exact original JSON text; an Anthropic `tool_use.input` is kept as its original text less
+//!   the whitespace between tokens (`json::strip_whitespace`)
 //!   and an OpenAI `arguments` string byte for byte.
 //!
 //! Details of the wire shape that the model does not hold (a string vs an array `content`, a
@@ -31,21 +33,25 @@ use std::str::FromStr;
 
 use abi_stable::std_types::{ROption, RString};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::plugin_api::{ContentBlock, Conversation, Message};
+use crate::plugin_api::{ContentBlock, Conversation, Message, Page};
 
 mod anthropic;
 mod form;
 mod json;
 mod openai;
+mod out;
 mod pairing;
 pub mod summary_marker;
 
 #[cfg(test)]
+mod passthrough_tests;
+#[cfg(test)]
 mod tests;
 
 use json::{Doc, Level, Messages, Msg, MsgField, Path, Raw, TopField};
+use out::Out;
 
 /// One of the two wire formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -198,8 +204,9 @@ pub fn parse_value(
 /// Anthropic: leading system messages become `system`; consecutive tool messages become one
 /// `user` message; a later system message is written as a `user` message. OpenAI: tool
 /// results become `tool` messages placed before the rest of their message. Tool inputs and
-/// opaque blocks that are not valid JSON are written as JSON strings.
-pub fn to_value(conversation: &Conversation, format: WireFormat) -> Value {
+/// opaque blocks that are not valid JSON are written as JSON strings. What the reader kept as
+/// text (unknown fields, opaque blocks, tool inputs) is written as that exact text.
+pub fn write(conversation: &Conversation, format: WireFormat) -> Written<'_> {
     let messages = &conversation.messages[..];
     let (system, messages) = match format {
         WireFormat::Anthropic => {
@@ -208,31 +215,113 @@ pub fn to_value(conversation: &Conversation, format: WireFormat) -> Value {
                 .take_while(|m| m.role == crate::plugin_api::Role::System)
                 .count();
             (
-                anthropic::system_value(&messages[..lead]),
-                anthropic::messages_value(&messages[lead..], false),
+                anthropic::system_out(&messages[..lead]),
+                anthropic::messages_out(&messages[lead..], false),
             )
         }
-        WireFormat::OpenAi => (None, openai::messages_value(messages)),
+        WireFormat::OpenAi => (None, openai::messages_out(messages)),
     };
-    assemble_top(conversation, system, messages)
-}
-
-/// [`to_value`] as pretty-printed JSON text.
-pub fn to_string_pretty(conversation: &Conversation, format: WireFormat) -> String {
-    let value = to_value(conversation, format);
-    serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string())
+    Written(assemble_top(conversation, system, messages))
 }
 
 /// `messages` as a JSON array of wire messages in `format` (for printing pages). Unlike
-/// [`to_value`], system messages stay in the array, with the role `system`.
-pub fn messages_to_value(messages: &[Message], format: WireFormat) -> Value {
-    Value::Array(match format {
-        WireFormat::Anthropic => anthropic::messages_value(messages, true),
-        WireFormat::OpenAi => openai::messages_value(messages),
-    })
+/// [`write`], system messages stay in the array, with the role `system`.
+pub fn write_messages(messages: &[Message], format: WireFormat) -> Written<'_> {
+    Written(Out::Array(match format {
+        WireFormat::Anthropic => anthropic::messages_out(messages, true),
+        WireFormat::OpenAi => openai::messages_out(messages),
+    }))
 }
 
-/// Checks the tool-pairing rules of `format` on `messages`, as [`to_value`] would write them:
+/// A page as `tamp pages show` and `GET /v1/pages/{id}` print it: its fields, then its
+/// messages in `format` (a wire format, or `internal` for plugin-api's own JSON).
+pub fn page_view<'a>(page: &'a Page, format: &'a str) -> Result<Written<'a>, WireError> {
+    let messages = if format == "internal" {
+        Written::of(&page.messages)
+    } else {
+        let format: WireFormat = format.parse().map_err(|e: WireError| {
+            WireError::new("format", format!("{} (or \"internal\")", e.message))
+        })?;
+        write_messages(&page.messages, format)
+    };
+    Ok(Written::object(vec![
+        ("id", Written::of(&page.id.as_str())),
+        (
+            "thread_id",
+            Written::of(&page.thread_id.as_ref().into_option().map(|t| t.as_str())),
+        ),
+        ("strategy", Written::of(&page.strategy.as_str())),
+        ("created_at", Written::of(&page.created_at)),
+        ("format", Written::of(&format)),
+        ("metadata", Written::json_text(&page.metadata_json)),
+        ("messages", messages),
+    ]))
+}
+
+/// [`write`] as compact JSON text.
+pub fn to_string(conversation: &Conversation, format: WireFormat) -> String {
+    write(conversation, format).compact()
+}
+
+/// [`write`] as pretty-printed JSON text.
+pub fn to_string_pretty(conversation: &Conversation, format: WireFormat) -> String {
+    write(conversation, format).pretty()
+}
+
+/// [`write`] as a `serde_json::Value`, for tests and generated inputs. Lossy where `Value` is
+/// (numbers wider than `f64`, lone surrogates, deep nesting, duplicate keys): output meant
+/// for a client or a provider goes through [`write`] or [`to_string`].
+pub fn to_value(conversation: &Conversation, format: WireFormat) -> Value {
+    write(conversation, format).to_value()
+}
+
+/// JSON written by tamp: a request or a page in a wire format, or an answer that embeds one,
+/// with every value the reader kept as text written as that exact text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written<'a>(Out<'a>);
+
+impl<'a> Written<'a> {
+    /// Any value of tamp's own (a report, a format name), as serde writes it.
+    pub fn of(value: &impl Serialize) -> Written<'static> {
+        let text = serde_json::to_string(value).expect("tamp's own values serialize to JSON");
+        Written(Out::Raw(Cow::Owned(text)))
+    }
+
+    /// JSON text that is already valid JSON (a stored page's metadata), or `null` if it is not.
+    pub fn json_text(text: &'a str) -> Written<'a> {
+        match Out::json_or_string(text) {
+            raw @ Out::Raw(_) => Written(raw),
+            _ => Written(Out::Null),
+        }
+    }
+
+    /// An object of these fields, in this order.
+    pub fn object(fields: Vec<(&'a str, Written<'a>)>) -> Written<'a> {
+        Written(Out::Object(
+            fields
+                .into_iter()
+                .map(|(k, v)| (Cow::Borrowed(k), v.0))
+                .collect(),
+        ))
+    }
+
+    /// Compact JSON text.
+    pub fn compact(&self) -> String {
+        self.0.to_compact()
+    }
+
+    /// JSON text indented by two spaces (values kept as text keep their own spacing).
+    pub fn pretty(&self) -> String {
+        self.0.to_pretty()
+    }
+
+    /// As a `serde_json::Value`; lossy where `Value` is (see [`to_value`]).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.compact()).unwrap_or(Value::Null)
+    }
+}
+
+/// Checks the tool-pairing rules of `format` on `messages`, as [`write`] would write them:
 /// every tool use is answered right after it (Anthropic: by a `tool_result` in the next
 /// message; OpenAI: by the `tool` messages that follow) except in the very last message, every
 /// tool result answers a call of the message right before, tool-use ids are unique, and tool
@@ -315,65 +404,42 @@ fn split_top<'a>(
     })
 }
 
-fn assemble_top(conversation: &Conversation, system: Option<Value>, messages: Vec<Value>) -> Value {
-    let mut metadata = json::parse_object(conversation.metadata_json.as_str());
-    let order: Vec<String> = match metadata.shift_remove(form::ORDER) {
-        Some(Value::Array(keys)) => keys
-            .into_iter()
-            .filter_map(|k| match k {
-                Value::String(s) => Some(s),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    let mut pending = TopFields {
-        thread_id: conversation
-            .thread_id()
-            .map(|t| Value::String(t.to_string())),
-        system,
-        messages: Some(Value::Array(messages)),
-        metadata,
-        out: Map::new(),
-    };
+fn assemble_top<'a>(
+    conversation: &'a Conversation,
+    system: Option<Out<'a>>,
+    messages: Vec<Out<'a>>,
+) -> Out<'a> {
+    let mut metadata = json::Extra::parse(conversation.metadata_json.as_str());
+    let order = metadata.key_order(form::ORDER).unwrap_or_default();
+    let mut own = [
+        (
+            "thread_id",
+            conversation.thread_id().map(|t| Out::Str(Cow::Borrowed(t))),
+        ),
+        ("system", system),
+        ("messages", Some(Out::Array(messages))),
+    ];
+    let mut fields: Vec<(Cow<'a, str>, Out<'a>)> = Vec::new();
+    // The recorded order first: each name takes tamp's own field of that name, or else the
+    // first metadata field left with that name (duplicate keys are kept).
     for key in &order {
-        pending.emit(key, true);
-    }
-    for key in ["thread_id", "system", "messages"] {
-        pending.emit(key, false);
-    }
-    let TopFields {
-        metadata, mut out, ..
-    } = pending;
-    json::append_extra(&mut out, metadata);
-    Value::Object(out)
-}
-
-struct TopFields {
-    thread_id: Option<Value>,
-    system: Option<Value>,
-    messages: Option<Value>,
-    metadata: Map<String, Value>,
-    out: Map<String, Value>,
-}
-
-impl TopFields {
-    /// Writes `key` from its own source, or (when `metadata`) from the metadata.
-    fn emit(&mut self, key: &str, metadata: bool) {
-        if self.out.contains_key(key) {
-            return;
-        }
-        let value = match key {
-            "messages" => self.messages.take(),
-            "system" if self.system.is_some() => self.system.take(),
-            "thread_id" if self.thread_id.is_some() => self.thread_id.take(),
-            k if k.starts_with("tamp:") || !metadata => None,
-            k => self.metadata.shift_remove(k),
-        };
-        if let Some(value) = value {
-            self.out.insert(key.to_string(), value);
+        if let Some((name, value)) = own.iter_mut().find(|(name, v)| name == key && v.is_some()) {
+            fields.push((Cow::Borrowed(*name), value.take().expect("checked")));
+        } else if !key.starts_with("tamp:") {
+            if let Some(raw) = metadata.take(key) {
+                fields.push((Cow::Owned(key.clone()), Out::Raw(Cow::Borrowed(raw.get()))));
+            }
         }
     }
+    for (name, value) in &mut own {
+        if let Some(value) = value.take() {
+            fields.push((Cow::Borrowed(*name), value));
+        }
+    }
+    for (key, raw) in metadata.wire_fields() {
+        fields.push((key.clone(), Out::Raw(Cow::Borrowed(raw.get()))));
+    }
+    Out::Object(fields)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,17 +1,19 @@
 //! OpenAI Chat Completions: `{"messages": [...], ...}` with roles `system`, `developer`,
 //! `user`, `assistant` (`tool_calls`) and `tool`.
 
+use std::borrow::Cow;
+
 use abi_stable::std_types::{RString, RVec};
-use serde_json::{Map, Value};
 
 use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 
-use super::anthropic::{finish_object, parse_result_content, result_content_value};
+use super::anthropic::{parse_result_content, result_content_out};
 use super::form::{self, Form};
 use super::json::{
-    self, expected, expected_kind, field, level, rstring, string, Level, Msg, MsgField, ObjText,
-    Path, Raw,
+    self, expected, expected_kind, field, level, rstring, string, Extra, Level, Msg, MsgField,
+    ObjText, Path, Raw,
 };
+use super::out::{finish_object, restore_key_order, Out};
 use super::pairing::{self, Locator};
 use super::{finish_message, written_blocks, Top, WireError, WireFormat};
 
@@ -250,94 +252,96 @@ fn parse_call(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> 
 
 /// The wire messages for `messages`. A tool result becomes a `tool` message, placed before the
 /// rest of the message that held it.
-pub(super) fn messages_value(messages: &[Message]) -> Vec<Value> {
+pub(super) fn messages_out(messages: &[Message]) -> Vec<Out<'_>> {
     let mut out = Vec::with_capacity(messages.len());
     for m in messages {
-        let blocks = written_blocks(m);
-        let mut extra = Some(json::parse_object(m.extra_json.as_str()));
-        let mut has_results = false;
-        for block in blocks.iter() {
-            if let ContentBlock::ToolResult { .. } = block {
-                has_results = true;
-                // A tool message's own fields (`name`, ...) go on its (first) result.
-                let own = if m.role == Role::Tool {
-                    extra.take()
-                } else {
-                    None
-                };
-                out.push(tool_message(block, own));
+        match written_blocks(m) {
+            Cow::Borrowed(blocks) => write_message(m, blocks, &mut out),
+            Cow::Owned(blocks) => {
+                let mut owned: Vec<Out<'_>> = Vec::new();
+                write_message(m, &blocks, &mut owned);
+                out.extend(owned.into_iter().map(|o| o.into_owned()));
             }
         }
-        let parts: Vec<&ContentBlock> = blocks
-            .iter()
-            .filter(|b| {
-                !matches!(
-                    b,
-                    ContentBlock::ToolResult { .. } | ContentBlock::ToolUse { .. }
-                )
-            })
-            .collect();
-        let calls: Vec<&ContentBlock> = blocks
-            .iter()
-            .filter(|b| matches!(b, ContentBlock::ToolUse { .. }))
-            .collect();
-        let rest = !parts.is_empty() || !calls.is_empty();
-        if !(rest || (!has_results && m.role != Role::Tool)) {
-            continue;
-        }
-        let extra = extra.unwrap_or_default();
-        let role = match m.role {
-            Role::System if extra.get(form::ROLE).and_then(Value::as_str) == Some("developer") => {
-                "developer"
-            }
-            Role::System => "system",
-            Role::Assistant => "assistant",
-            Role::User | Role::Tool => "user",
-        };
-        let mut obj = Map::new();
-        obj.insert("role".into(), Value::from(role));
-        let shape = form::choose(
-            Form::from_marker(&extra),
-            form::openai_default(&parts, m.role),
-            |shape| match shape {
-                Form::String => form::is_single_plain_text(&parts),
-                Form::Null | Form::Absent => parts.is_empty(),
-                Form::Array => true,
-            },
-        );
-        match (shape, &parts[..]) {
-            (Form::Absent, _) => {}
-            (Form::Null, _) => {
-                obj.insert("content".into(), Value::Null);
-            }
-            (Form::String, [ContentBlock::Text { text, .. }]) => {
-                obj.insert("content".into(), Value::from(text.as_str()));
-            }
-            _ => {
-                let parts = parts.iter().map(|b| part_value(b)).collect();
-                obj.insert("content".into(), Value::Array(parts));
-            }
-        }
-        if !calls.is_empty() {
-            let calls = calls.iter().map(|b| call_value(b)).collect();
-            obj.insert("tool_calls".into(), Value::Array(calls));
-        } else {
-            match extra.get(form::TOOL_CALLS).and_then(Value::as_str) {
-                Some("empty") => {
-                    obj.insert("tool_calls".into(), Value::Array(Vec::new()));
-                }
-                Some("null") => {
-                    obj.insert("tool_calls".into(), Value::Null);
-                }
-                _ => {}
-            }
-        }
-        out.push(finish_object(obj, extra));
     }
     out
 }
 
-fn tool_message(block: &ContentBlock, own: Option<Map<String, Value>>) -> Value {
+/// Appends the wire messages of `m`, whose written blocks are `blocks`.
+fn write_message<'a>(m: &'a Message, blocks: &'a [ContentBlock], out: &mut Vec<Out<'a>>) {
+    let mut extra = Some(Extra::parse(m.extra_json.as_str()));
+    let mut has_results = false;
+    for block in blocks {
+        if let ContentBlock::ToolResult { .. } = block {
+            has_results = true;
+            // A tool message's own fields (`name`, ...) go on its (first) result.
+            let own = if m.role == Role::Tool {
+                extra.take()
+            } else {
+                None
+            };
+            out.push(tool_message(block, own));
+        }
+    }
+    let parts: Vec<&ContentBlock> = blocks
+        .iter()
+        .filter(|b| {
+            !matches!(
+                b,
+                ContentBlock::ToolResult { .. } | ContentBlock::ToolUse { .. }
+            )
+        })
+        .collect();
+    let calls: Vec<&ContentBlock> = blocks
+        .iter()
+        .filter(|b| matches!(b, ContentBlock::ToolUse { .. }))
+        .collect();
+    let rest = !parts.is_empty() || !calls.is_empty();
+    if !(rest || (!has_results && m.role != Role::Tool)) {
+        return;
+    }
+    let extra = extra.unwrap_or_default();
+    let role = match m.role {
+        Role::System if extra.marker(form::ROLE).as_deref() == Some("developer") => "developer",
+        Role::System => "system",
+        Role::Assistant => "assistant",
+        Role::User | Role::Tool => "user",
+    };
+    let mut own = vec![("role".into(), Out::str(role))];
+    let shape = form::choose(
+        Form::from_marker(&extra),
+        form::openai_default(&parts, m.role),
+        |shape| match shape {
+            Form::String => form::is_single_plain_text(&parts),
+            Form::Null | Form::Absent => parts.is_empty(),
+            Form::Array => true,
+        },
+    );
+    match (shape, &parts[..]) {
+        (Form::Absent, _) => {}
+        (Form::Null, _) => own.push(("content".into(), Out::Null)),
+        (Form::String, [ContentBlock::Text { text, .. }]) => {
+            own.push(("content".into(), Out::str(text.as_str())));
+        }
+        _ => {
+            let parts = parts.iter().map(|b| part_out(b)).collect();
+            own.push(("content".into(), Out::Array(parts)));
+        }
+    }
+    if !calls.is_empty() {
+        let calls = calls.iter().map(|b| call_out(b)).collect();
+        own.push(("tool_calls".into(), Out::Array(calls)));
+    } else {
+        match extra.marker(form::TOOL_CALLS).as_deref() {
+            Some("empty") => own.push(("tool_calls".into(), Out::Array(Vec::new()))),
+            Some("null") => own.push(("tool_calls".into(), Out::Null)),
+            _ => {}
+        }
+    }
+    out.push(finish_object(own, &extra));
+}
+
+fn tool_message<'a>(block: &'a ContentBlock, own_extra: Option<Extra<'a>>) -> Out<'a> {
     let ContentBlock::ToolResult {
         tool_use_id,
         content,
@@ -345,9 +349,9 @@ fn tool_message(block: &ContentBlock, own: Option<Map<String, Value>>) -> Value 
         ..
     } = block
     else {
-        return Value::Null;
+        return Out::Null;
     };
-    let markers = json::parse_object(extra_json.as_str());
+    let markers = Extra::parse(extra_json.as_str());
     let shape = form::choose(
         Form::from_marker(&markers),
         form::openai_result_default(content),
@@ -359,30 +363,32 @@ fn tool_message(block: &ContentBlock, own: Option<Map<String, Value>>) -> Value 
             Form::Array => true,
         },
     );
-    let mut obj = Map::new();
-    obj.insert("role".into(), Value::from("tool"));
-    obj.insert("tool_call_id".into(), Value::from(tool_use_id.as_str()));
-    if let Some(value) = result_content_value(content, shape) {
-        obj.insert("content".into(), value);
+    let mut own = vec![
+        ("role".into(), Out::str("tool")),
+        ("tool_call_id".into(), Out::str(tool_use_id.as_str())),
+    ];
+    if let Some(value) = result_content_out(content, shape) {
+        own.push(("content".into(), value));
     }
-    finish_object(obj, own.unwrap_or_default())
+    finish_object(own, &own_extra.unwrap_or_default())
 }
 
-fn part_value(block: &ContentBlock) -> Value {
+fn part_out(block: &ContentBlock) -> Out<'_> {
     match block {
         ContentBlock::Text { text, extra_json } => {
-            let mut obj = Map::new();
-            obj.insert("type".into(), Value::from("text"));
-            obj.insert("text".into(), Value::from(text.as_str()));
-            finish_object(obj, json::parse_object(extra_json.as_str()))
+            let own = vec![
+                ("type".into(), Out::str("text")),
+                ("text".into(), Out::str(text.as_str())),
+            ];
+            finish_object(own, &Extra::parse(extra_json.as_str()))
         }
-        ContentBlock::Opaque { json } => json::value_of(json.as_str()),
+        ContentBlock::Opaque { json } => Out::json_or_string(json.as_str()),
         // Not reached: tool blocks are written as tool calls and tool messages.
-        _ => Value::Null,
+        _ => Out::Null,
     }
 }
 
-fn call_value(block: &ContentBlock) -> Value {
+fn call_out(block: &ContentBlock) -> Out<'_> {
     let ContentBlock::ToolUse {
         id,
         name,
@@ -390,26 +396,31 @@ fn call_value(block: &ContentBlock) -> Value {
         extra_json,
     } = block
     else {
-        return Value::Null;
+        return Out::Null;
     };
-    let mut extra = json::parse_object(extra_json.as_str());
-    let mut function = Map::new();
-    function.insert("name".into(), Value::from(name.as_str()));
-    let arguments = if extra.get(form::ARGUMENTS).and_then(Value::as_str) == Some("json") {
-        json::value_of(input_json.as_str())
+    let mut extra = Extra::parse(extra_json.as_str());
+    let arguments = if extra.marker(form::ARGUMENTS).as_deref() == Some("json") {
+        Out::json_or_string(input_json.as_str())
     } else {
-        Value::from(input_json.as_str())
+        Out::str(input_json.as_str())
     };
-    function.insert("arguments".into(), arguments);
-    if let Some(Value::Object(more)) = extra.shift_remove(form::FUNCTION) {
-        json::append_extra(&mut function, more);
+    let mut function = vec![
+        ("name".into(), Out::str(name.as_str())),
+        ("arguments".into(), arguments),
+    ];
+    if let Some(more) = extra.take(form::FUNCTION) {
+        let more = Extra::parse(more.get());
+        for (key, raw) in more.wire_fields() {
+            if !function.iter().any(|(k, _)| k == key) {
+                function.push((key.clone(), Out::Raw(Cow::Borrowed(raw.get()))));
+            }
+        }
     }
-    let function = json::restore_key_order(function, extra.get(form::FUNCTION_KEYS));
-    let mut obj = Map::new();
-    obj.insert("id".into(), Value::from(id.as_str()));
-    if extra.get(form::CALL_TYPE).and_then(Value::as_str) != Some("absent") {
-        obj.insert("type".into(), Value::from("function"));
+    let function = restore_key_order(function, extra.key_order(form::FUNCTION_KEYS));
+    let mut own = vec![("id".into(), Out::str(id.as_str()))];
+    if extra.marker(form::CALL_TYPE).as_deref() != Some("absent") {
+        own.push(("type".into(), Out::str("function")));
     }
-    obj.insert("function".into(), Value::Object(function));
-    finish_object(obj, extra)
+    own.push(("function".into(), Out::Object(function)));
+    finish_object(own, &extra)
 }

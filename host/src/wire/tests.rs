@@ -1066,8 +1066,8 @@ fn anthropic_shapes_round_trip() {
             extra_json,
             ..
         } => {
-            // Canonical compact JSON, keys in their original order.
-            assert_eq!(input_json.as_str(), r#"{"q":"png","n":100.0}"#);
+            // Only the whitespace between tokens goes: keys, numbers and escapes as sent.
+            assert_eq!(input_json.as_str(), r#"{"q":"png","n":1.0e2}"#);
             assert_eq!(
                 extra_json.as_str(),
                 r#"{"cache_control":{"type":"ephemeral"}}"#
@@ -1224,7 +1224,7 @@ fn plugin_made_messages_get_the_natural_form() {
         ]})
     );
     assert_eq!(
-        messages_to_value(&conversation.messages[..2], WireFormat::Anthropic),
+        write_messages(&conversation.messages[..2], WireFormat::Anthropic).to_value(),
         json!([{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}])
     );
     let pretty = to_string_pretty(&conversation, WireFormat::OpenAi);
@@ -1232,20 +1232,20 @@ fn plugin_made_messages_get_the_natural_form() {
 }
 
 #[test]
-fn messages_to_value_writes_pages() {
+fn write_messages_writes_pages() {
     let text = corpus_text(WireFormat::OpenAi, "taubench_gpt4o_airline_task2_trial2");
     let original: Value = serde_json::from_str(&text).unwrap();
     let (conversation, _) = parse_str(&text, None).unwrap();
     let page = &conversation.messages[3..9];
     assert_eq!(
-        messages_to_value(page, WireFormat::OpenAi),
+        write_messages(page, WireFormat::OpenAi).to_value(),
         Value::Array(original["messages"].as_array().unwrap()[3..9].to_vec())
     );
     let text = corpus_text(WireFormat::Anthropic, "taubench_gpt4o_airline_task2_trial2");
     let original: Value = serde_json::from_str(&text).unwrap();
     let (conversation, _) = parse_str(&text, None).unwrap();
     assert_eq!(
-        messages_to_value(&conversation.messages[1..5], WireFormat::Anthropic),
+        write_messages(&conversation.messages[1..5], WireFormat::Anthropic).to_value(),
         Value::Array(original["messages"].as_array().unwrap()[0..4].to_vec())
     );
 }
