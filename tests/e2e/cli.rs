@@ -89,6 +89,76 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
     }
 }
 
+/// Values `serde_json::Value` cannot hold (a lone surrogate escape, integers wider than 64 bits
+/// and numbers outside f64's range, nesting past 128 levels) in fields tamp passes through:
+/// the output and the pages keep their exact text (issue 23's probe).
+#[test]
+fn values_tamp_passes_through_come_back_as_sent_in_the_output_and_in_pages() {
+    let dir = scratch_dir("cli-passthrough");
+    let root = workspace_root();
+    let sample =
+        std::fs::read_to_string(root.join("examples/conversations/ponyc-4588.anthropic.json"))
+            .unwrap();
+    let compact_text =
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&sample).unwrap())
+            .unwrap();
+    let deep = format!("{}\"bottom\"{}", "[".repeat(200), "]".repeat(200));
+    let top = format!(
+        r#"{{"model":"m","max_tokens":9,"n":123456789012345678901234,"tools":[{{"name":"t","description":"\ud83d","input_schema":{{}}}}],"deep":{deep},"#
+    );
+    let hostile_input = r#""input":{"huge":1e400,"s":"\ud83d\/","#;
+    let first_input = compact_text.find(r#""input":{"#).expect("a tool input");
+    let request = format!(
+        "{top}{}{hostile_input}{}",
+        &compact_text[1..first_input],
+        &compact_text[first_input + r#""input":{"#.len()..]
+    );
+    std::fs::write(dir.join("hostile.json"), &request).unwrap();
+    let store = dir.join("store.sqlite3");
+    let out = tamp(
+        &[
+            "compact",
+            "hostile.json",
+            "--config",
+            root.join("examples/chains/default.toml").to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--report-json",
+            "report.json",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for kept in [
+        "\"n\": 123456789012345678901234",
+        r#"[{"name":"t","description":"\ud83d","input_schema":{}}]"#,
+        "\"model\": \"m\"",
+        "\"max_tokens\": 9",
+        deep.as_str(),
+    ] {
+        assert!(stdout.contains(kept), "{kept} is not in the output");
+    }
+    // The tool exchange holding the hostile input was archived; its page has it as sent.
+    assert!(
+        !stdout.contains(hostile_input),
+        "the first exchange was not compacted"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let page = report["stages"][0]["pages"][0].as_str().expect("a page");
+    let shown = tamp(
+        &["pages", "show", page, "--store", store.to_str().unwrap()],
+        &dir,
+    );
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(
+        text(&shown.stdout).contains(r#""huge":1e400,"s":"\ud83d\/""#),
+        "the page lost the tool input: {}",
+        text(&shown.stdout)
+    );
+}
+
 #[test]
 fn openai_in_openai_out() {
     let dir = scratch_dir("cli-openai");

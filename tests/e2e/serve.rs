@@ -54,6 +54,38 @@ fn first_stage(chain: &Value) -> &Value {
     &chain["stages"][0]
 }
 
+/// The probe's requests through HTTP: fields `serde_json::Value` cannot hold reach the client
+/// as the text it sent (issue 23).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_keeps_pass_through_values_as_sent() {
+    let dir = ScratchDir::new("serve-passthrough");
+    let config = simple_chain(&dir, "archive", 1);
+    let server = Server::start(&config, &[]);
+    let client = reqwest::Client::new();
+    for (conversation, kept) in [
+        (
+            r#"{"model":"m","max_tokens":9,"tools":[{"name":"t","description":"\ud83d","input_schema":{}}],"messages":[{"role":"user","content":"hi"}]}"#,
+            r#"{"model":"m","max_tokens":9,"tools":[{"name":"t","description":"\ud83d","input_schema":{}}],"messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        (
+            r#"{"model":"m","n":123456789012345678901234,"messages":[{"role":"user","content":"hi"}]}"#,
+            r#""n":123456789012345678901234"#,
+        ),
+    ] {
+        let body = format!(r#"{{"conversation":{conversation},"thread_id":"t"}}"#);
+        let answer = client
+            .post(server.url("/v1/compact"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let text = answer.text().await.unwrap();
+        assert!(text.contains(kept), "{kept} is not in {text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn compacts_both_formats_and_serves_pages_chain_health_and_metrics() {
     let dir = ScratchDir::new("serve-api");

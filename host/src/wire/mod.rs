@@ -7,8 +7,8 @@
 //! through `serde_json::Value` (see `out.rs`):
 //!
 //! - top-level fields other than `system`/`messages` (`model`, `tools`, `max_tokens`, ...) go to
-//!   [`Conversation::metadata_json`] in their order; a string `thread_id` becomes
-//!   [`Conversation::thread_id`];
+//!   [`Conversation::metadata_json`] in their order; a string `thread_id` also becomes
+//!   [`Conversation::thread_id`], and a thread id set by the host is never written;
 //! - unknown fields of messages and blocks go to their `extra_json`; blocks tamp does not
 //!   interpret (images, documents, thinking, ...) become [`ContentBlock::Opaque`] with their
 //!   exact original JSON text; an Anthropic `tool_use.input` is kept as its original text less
@@ -367,10 +367,13 @@ fn split_top<'a>(
                 system = Some(raw);
                 true
             }
+            // Read, and passed through like any field: a thread id the host sets (from the
+            // API body or --thread-id) is never written into a request for the provider.
             ("thread_id", TopField::Raw(raw)) if raw.get() != "null" => {
                 thread_id =
                     ROption::RSome(json::rstring(json::string(raw, &root.key("thread_id"))?));
-                true
+                metadata.raw("thread_id", raw.get());
+                false
             }
             (other, TopField::Raw(raw)) => {
                 metadata.raw(other, raw.get());
@@ -388,7 +391,7 @@ fn split_top<'a>(
         Some(Messages::Array(messages)) => messages,
     };
     let is_special = |k: &str| keys.iter().any(|(key, special)| *special && key == k);
-    let default_order = ["thread_id", "system", "messages"]
+    let default_order = ["system", "messages"]
         .into_iter()
         .filter(|k| is_special(k))
         .chain(keys.iter().filter(|(_, s)| !s).map(|(k, _)| k.as_ref()));
@@ -411,14 +414,7 @@ fn assemble_top<'a>(
 ) -> Out<'a> {
     let mut metadata = json::Extra::parse(conversation.metadata_json.as_str());
     let order = metadata.key_order(form::ORDER).unwrap_or_default();
-    let mut own = [
-        (
-            "thread_id",
-            conversation.thread_id().map(|t| Out::Str(Cow::Borrowed(t))),
-        ),
-        ("system", system),
-        ("messages", Some(Out::Array(messages))),
-    ];
+    let mut own = [("system", system), ("messages", Some(Out::Array(messages)))];
     let mut fields: Vec<(Cow<'a, str>, Out<'a>)> = Vec::new();
     // The recorded order first: each name takes tamp's own field of that name, or else the
     // first metadata field left with that name (duplicate keys are kept).
