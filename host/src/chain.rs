@@ -23,6 +23,10 @@ use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
 use crate::store::cache::config_hash;
 use crate::store::{PageStore, SqliteStore, SummaryCache};
+use crate::threads::{
+    common_prefix, continuation, prefix_hashes, ThreadKey, ThreadReport, ThreadState, ThreadStore,
+    ThreadsConfig,
+};
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
@@ -57,6 +61,7 @@ pub struct Chain {
     budget: BudgetConfig,
     price: Option<PriceConfig>,
     ctx: Arc<HostContext>,
+    threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
 }
 
 /// Per-call choices.
@@ -69,6 +74,10 @@ pub struct CompactOptions {
     pub force: bool,
     /// Overrides the chain file's budget for this call.
     pub budget: Option<BudgetConfig>,
+    /// Continue the conversation's thread from its last compaction when the chain keeps
+    /// thread states (see [`crate::threads`]). `tamp serve` and `tamp compact` set it unless
+    /// the caller opts out.
+    pub thread_continuity: bool,
 }
 
 /// The compacted conversation and the report of how it came about.
@@ -97,6 +106,9 @@ pub struct ChainReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
     pub duration_ms: f64,
+    /// Thread continuity, when the call had a thread and the chain keeps thread states.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<ThreadReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -179,6 +191,7 @@ pub struct ChainBuilder {
     llm_timeout: Duration,
     progress: Option<ProgressFn>,
     stages: Vec<Stage>,
+    threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
 }
 
 impl ChainBuilder {
@@ -194,7 +207,15 @@ impl ChainBuilder {
             llm_timeout: Duration::from_secs(120),
             progress: None,
             stages: Vec::new(),
+            threads: None,
         }
+    }
+
+    /// Keeps thread states in `store` (see [`crate::threads`]); without this call, or with
+    /// `config.enabled` false, every call is compacted from what it sends.
+    pub fn threads(mut self, store: Arc<dyn ThreadStore>, config: ThreadsConfig) -> Self {
+        self.threads = config.enabled.then_some((store, config));
+        self
     }
 
     pub fn provider(mut self, provider: Arc<dyn Provider>) -> Self {
@@ -274,6 +295,9 @@ impl ChainBuilder {
 
     pub fn build(self) -> Result<Chain, ChainError> {
         self.budget.validate().map_err(ChainError::Setup)?;
+        if let Some((_, config)) = &self.threads {
+            config.validate().map_err(ChainError::Setup)?;
+        }
         let (store, cache): (Arc<dyn PageStore>, Option<Arc<dyn SummaryCache>>) = match self.store {
             Some(store) => (store, self.cache.flatten()),
             None => {
@@ -306,6 +330,7 @@ impl ChainBuilder {
                 llm_timeout: self.llm_timeout,
                 progress: self.progress,
             }),
+            threads: self.threads,
         })
     }
 }
@@ -388,6 +413,7 @@ impl Chain {
         let cache = cfg.cache.enabled.then(|| Arc::clone(&store.cache));
         let mut builder = ChainBuilder::new(cfg.budget)
             .provider(provider)
+            .threads(store.threads, cfg.threads)
             .store(store.pages)
             .cache(cache)
             .tokens(Arc::new(tokens))
@@ -449,9 +475,104 @@ impl Chain {
         &self.ctx.store
     }
 
-    /// Runs the chain on `conversation`. An invalid conversation is an error; a stage that
-    /// fails is rolled back and reported, never an error of the whole call.
+    /// Runs the chain on `conversation`, or, with `options.thread_continuity`, on the
+    /// thread's last answer plus what is new since (see [`crate::threads`]). An invalid
+    /// conversation is an error; a stage that fails is rolled back and reported, never an
+    /// error of the whole call.
     pub async fn compact(
+        &self,
+        conversation: Conversation,
+        options: &CompactOptions,
+    ) -> Result<Compacted, ChainError> {
+        let threads = self.threads.as_ref().filter(|_| options.thread_continuity);
+        let Some((store, config)) = threads else {
+            return self.run_chain(conversation, options).await;
+        };
+        let Some(key) = ThreadKey::of(
+            conversation.thread_id(),
+            &conversation.messages,
+            config.derive_key,
+        ) else {
+            return self.run_chain(conversation, options).await;
+        };
+        // Checked before anything is read or stored for it.
+        let format = options
+            .format
+            .unwrap_or_else(|| infer_format(&conversation.messages));
+        check_tool_pairing(&conversation.messages, format)?;
+        let hashes = prefix_hashes(&conversation.messages);
+        let mut error = None;
+        let previous = match store.get_thread(&key.key, config.ttl_secs).await {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!("thread state not read, compacting from the request: {e}");
+                error = Some(e.to_string());
+                None
+            }
+        };
+        let resumed = previous.as_ref().and_then(|s| continuation(s, &hashes));
+        let raw_len = conversation.messages.len();
+        let covered = previous.as_ref().map_or(0, |s| s.covered as usize);
+        let input = match resumed {
+            Some(output) => {
+                let mut messages = output.to_vec();
+                messages.extend(conversation.messages[covered..].iter().cloned());
+                Conversation {
+                    thread_id: conversation.thread_id,
+                    messages: messages.into(),
+                    metadata_json: conversation.metadata_json,
+                }
+            }
+            None => conversation,
+        };
+        let mut compacted = self.run_chain(input, options).await?;
+        let acted = compacted
+            .report
+            .stages
+            .iter()
+            .any(|r| r.status == StageStatus::Acted);
+        let mut stored = false;
+        if acted {
+            let state = ThreadState {
+                covered: raw_len as u64,
+                prefix_hash: hashes[raw_len].clone(),
+                output: compacted.conversation.messages.to_vec(),
+            };
+            match store.put_thread(&key.key, &state, config.limits()).await {
+                Ok(()) => stored = true,
+                Err(e) => {
+                    tracing::warn!("thread state not stored: {e}");
+                    error.get_or_insert(e.to_string());
+                }
+            }
+        }
+        let kept = previous.as_ref().map_or(0, |p| {
+            common_prefix(&p.output, &compacted.conversation.messages)
+        });
+        let prefix_kept_tokens = self
+            .ctx
+            .tokens
+            .count_messages(&compacted.conversation.messages[..kept]);
+        if resumed.is_some() {
+            compacted.report.reason = format!(
+                "thread continued from its last answer ({covered} message(s) of the request \
+                 stand behind it); {}",
+                compacted.report.reason
+            );
+        }
+        compacted.report.thread = Some(ThreadReport {
+            key: if key.derived { "derived" } else { "given" },
+            continued: resumed.is_some(),
+            messages_covered: if resumed.is_some() { covered as u64 } else { 0 },
+            prefix_kept_tokens,
+            stored,
+            error,
+        });
+        Ok(compacted)
+    }
+
+    /// Runs the stages on `conversation`.
+    async fn run_chain(
         &self,
         conversation: Conversation,
         options: &CompactOptions,
@@ -529,6 +650,7 @@ impl Chain {
             usage,
             stages: runs,
             duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            thread: None,
         };
         Ok(Compacted {
             conversation: current,

@@ -30,6 +30,8 @@ pub struct ChainFile {
     pub cache: CacheConfig,
     #[serde(default)]
     pub batch: BatchConfig,
+    #[serde(default)]
+    pub threads: crate::threads::ThreadsConfig,
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,

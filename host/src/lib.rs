@@ -5,6 +5,7 @@
 //! - [`loader`]: loads plugin libraries through abi_stable's checked loader.
 //! - [`config`]: the chain file, validated before anything runs.
 //! - [`chain`]: runs stages in order, rolls back a stage that fails or breaks an invariant.
+//! - [`threads`]: thread continuity, so a growing thread pays for what is new.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter.
 //! - [`serve`]: `tamp serve`, the HTTP API with hot reload; [`conformance`]: the plugin kit.
@@ -20,6 +21,7 @@ pub mod providers;
 pub mod serve;
 pub mod services;
 pub mod store;
+pub mod threads;
 pub mod tokens;
 pub mod wire;
 

@@ -117,6 +117,10 @@ struct CompactArgs {
     /// Without it, cached summaries are shared by content alone.
     #[arg(long, value_name = "ID")]
     thread_id: Option<String>,
+    /// Compact exactly what this input holds, not the thread's last answer plus what is new
+    /// since (the thread is --thread-id, else the system prompt and first user message).
+    #[arg(long)]
+    no_thread_continuity: bool,
 }
 
 #[derive(Subcommand)]
@@ -262,6 +266,7 @@ fn compact(args: CompactArgs) -> Result<()> {
         format: Some(format),
         force: args.force,
         budget: Some(budget),
+        thread_continuity: !args.no_thread_continuity,
     };
     let compacted = runtime()?
         .block_on(chain.compact(conversation, &options))

@@ -531,6 +531,7 @@ impl Ctx {
             format: Some(case.format),
             force: true,
             budget: None,
+            thread_continuity: false,
         };
         let compacted = chain.compact(input.clone(), &options).await.ok()?;
         let stage = compacted.report.stages.first()?;

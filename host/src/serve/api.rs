@@ -275,6 +275,14 @@ struct CompactBody {
     /// Run over-budget stages even under the high watermark.
     #[serde(default)]
     force: bool,
+    /// Continue the thread from its last compaction (see `docs/architecture.md`, "Thread
+    /// continuity"); `false` compacts exactly what this request sends.
+    #[serde(default = "yes")]
+    thread_continuity: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Per-request changes to the chain's `[budget]`.
@@ -428,6 +436,7 @@ impl CompactBody {
             format: Some(format),
             force: self.force,
             budget: Some(budget),
+            thread_continuity: self.thread_continuity,
         };
         Ok((conversation, format, options))
     }

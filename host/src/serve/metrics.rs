@@ -97,6 +97,10 @@ struct Inner {
     cache_hits: u64,
     conversation_tokens_in: u64,
     conversation_tokens_out: u64,
+    /// Compactions that continued their thread from its last answer.
+    threads_continued: u64,
+    /// Answer tokens that were an unchanged prefix of the thread's previous answer.
+    prefix_kept_tokens: u64,
     reloads: BTreeMap<ReloadOutcome, u64>,
     /// By (method + route, status code).
     http_requests: BTreeMap<(String, u16), u64>,
@@ -153,6 +157,10 @@ impl Metrics {
         m.cache_hits += u64::from(report.cache_hits);
         m.conversation_tokens_in += report.tokens_before;
         m.conversation_tokens_out += report.tokens_after;
+        if let Some(thread) = &report.thread {
+            m.threads_continued += u64::from(thread.continued);
+            m.prefix_kept_tokens += thread.prefix_kept_tokens;
+        }
     }
 
     /// Records a compaction refused (`invalid`) or failed (`error`) as a whole.
@@ -244,7 +252,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, String); 5] = [
+        let counters: [(&str, &str, String); 7] = [
             (
                 "tamp_llm_calls_total",
                 "LLM calls made by stages (cache hits excluded).",
@@ -277,6 +285,17 @@ impl Metrics {
                      tamp_conversation_tokens_total{{direction=\"out\"}} {}",
                     m.conversation_tokens_in, m.conversation_tokens_out
                 ),
+            ),
+            (
+                "tamp_threads_continued_total",
+                "Compactions that started from their thread's last answer (thread continuity).",
+                format!("tamp_threads_continued_total {}", m.threads_continued),
+            ),
+            (
+                "tamp_prefix_kept_tokens_total",
+                "Answer tokens that were an unchanged prefix of the thread's previous answer \
+                 (what the main model's prompt cache can reuse).",
+                format!("tamp_prefix_kept_tokens_total {}", m.prefix_kept_tokens),
             ),
         ];
         for (name, help, lines) in counters {

@@ -25,11 +25,13 @@ pub mod cache;
 pub mod postgres;
 pub mod queue;
 mod sqlite;
+pub mod threads;
 
 pub use cache::{CacheScope, SummaryCache};
 pub use postgres::PostgresStore;
 pub use queue::{DeferredQueue, Lease, NewDeferred, OpenBatch, QueueItem, QueueState, QueueStatus};
 pub use sqlite::SqliteStore;
+pub use threads::{ThreadLimits, ThreadState, ThreadStore};
 
 /// Which store to open.
 #[derive(Clone, PartialEq, Eq)]
@@ -54,13 +56,14 @@ impl fmt::Debug for StoreSpec {
     }
 }
 
-/// An open store: its pages, summary cache and deferred queue (one backend behind all three).
-/// Cheap to clone.
+/// An open store: its pages, summary cache, deferred queue and thread states (one backend
+/// behind all four). Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pub pages: Arc<dyn PageStore>,
     pub cache: Arc<dyn SummaryCache>,
     pub queue: Arc<dyn DeferredQueue>,
+    pub threads: Arc<dyn ThreadStore>,
 }
 
 impl Store {
@@ -69,12 +72,13 @@ impl Store {
         self.pages.describe()
     }
 
-    fn of<S: PageStore + SummaryCache + DeferredQueue + 'static>(store: S) -> Self {
+    fn of<S: PageStore + SummaryCache + DeferredQueue + ThreadStore + 'static>(store: S) -> Self {
         let store = Arc::new(store);
         Store {
             pages: Arc::clone(&store) as Arc<dyn PageStore>,
             cache: Arc::clone(&store) as Arc<dyn SummaryCache>,
-            queue: store,
+            queue: Arc::clone(&store) as Arc<dyn DeferredQueue>,
+            threads: store,
         }
     }
 }

@@ -23,6 +23,7 @@
 mod cache;
 mod pages;
 mod queue;
+mod threads;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -114,6 +115,8 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE deferred_items ADD COLUMN lease_owner TEXT;
     ALTER TABLE deferred_items ADD COLUMN lease_until_ms BIGINT;
     CREATE INDEX deferred_by_lease_owner ON deferred_items (lease_owner);",
+    // 4 -> 5: thread states (see `store::threads`).
+    crate::store::threads::MIGRATION_POSTGRES,
 ];
 
 /// The schema version this build writes and reads.

@@ -14,6 +14,7 @@
 
 mod checkpoint;
 mod group_commit;
+mod threads;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -65,6 +66,8 @@ const MIGRATIONS: &[&str] = &[
     super::queue::MIGRATION,
     // 3 -> 4: leases on queue items, for several workers.
     super::queue::MIGRATION_LEASES,
+    // 4 -> 5: thread states (see `store::threads`).
+    super::threads::MIGRATION_SQLITE,
 ];
 
 /// The schema version this build writes and reads.

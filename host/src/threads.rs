@@ -1,0 +1,219 @@
+//! Thread continuity: a client that posts its whole history on every call pays for what is
+//! new, not for the whole history again.
+//!
+//! For each thread the store keeps the last compaction's answer and a hash chain over the raw
+//! messages it stands for ([`ThreadState`]). A request whose messages start with those raw
+//! messages is compacted from that answer plus its new messages instead of from the raw
+//! history. While that stays under the high watermark no stage runs: no LLM call, and the
+//! answer starts with the previous answer byte for byte, so the main model's prompt cache
+//! hits. Past the watermark the chain compacts that conversation (earlier summaries carried),
+//! and its answer becomes the thread's new state. A request that does not extend the stored
+//! messages (history edited, truncated, branched) is compacted from scratch, where the summary
+//! cache still spares what it can.
+//!
+//! The thread is the request's `thread_id`, or else a key derived from its leading messages
+//! (the system prompt and the first user message); `[threads] derive_key = false` or a
+//! caller's opt-out turns that off.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tamp_plugin_api::{Message, Role};
+
+use crate::store::cache::message_digest;
+use crate::store::ThreadLimits;
+
+pub use crate::store::{ThreadState, ThreadStore};
+
+/// `[threads]` in the chain file.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThreadsConfig {
+    /// Keep each thread's last answer and continue from it.
+    pub enabled: bool,
+    /// Without a `thread_id`, name the thread by its leading messages (the system prompt and
+    /// the first user message).
+    pub derive_key: bool,
+    /// A thread not compacted for this long starts over from its raw history (seconds).
+    pub ttl_secs: u64,
+    /// At most this many threads are kept; the least recently compacted go first.
+    pub max_threads: u64,
+}
+
+impl Default for ThreadsConfig {
+    fn default() -> Self {
+        ThreadsConfig {
+            enabled: true,
+            derive_key: true,
+            ttl_secs: 24 * 3600,
+            max_threads: 100_000,
+        }
+    }
+}
+
+impl ThreadsConfig {
+    pub fn limits(&self) -> ThreadLimits {
+        ThreadLimits {
+            ttl_secs: self.ttl_secs,
+            max_threads: self.max_threads,
+        }
+    }
+
+    /// Checks the section's own rules; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ttl_secs == 0 {
+            return Err("threads.ttl_secs: must be greater than 0".into());
+        }
+        if self.max_threads == 0 {
+            return Err("threads.max_threads: must be greater than 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// The store key of a conversation's thread, if it has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadKey {
+    pub key: String,
+    /// Derived from the leading messages rather than given.
+    pub derived: bool,
+}
+
+impl ThreadKey {
+    /// `thread_id` when given; else, with `derive`, a hash of the leading system messages and
+    /// the first user message (none when there is no user message).
+    pub fn of(thread_id: Option<&str>, messages: &[Message], derive: bool) -> Option<ThreadKey> {
+        if let Some(id) = thread_id {
+            return Some(ThreadKey {
+                key: format!("id:{id}"),
+                derived: false,
+            });
+        }
+        if !derive {
+            return None;
+        }
+        let system = messages.iter().take_while(|m| m.role == Role::System);
+        let first_user = messages.iter().find(|m| m.role == Role::User)?;
+        let mut h = Sha256::new();
+        h.update(b"tamp-thread-lead");
+        for m in system.chain(std::iter::once(first_user)) {
+            h.update(message_digest(m));
+        }
+        Some(ThreadKey {
+            key: format!("lead:{}", hex::encode(&h.finalize()[..16])),
+            derived: true,
+        })
+    }
+}
+
+/// The hash chain over `messages`: entry `i` stands for the first `i` messages (entry 0 for
+/// none), so one pass gives the hash of every leading run.
+pub fn prefix_hashes(messages: &[Message]) -> Vec<String> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    let mut current: [u8; 32] = Sha256::digest(b"tamp-thread-prefix").into();
+    out.push(hex::encode(current));
+    for m in messages {
+        let mut h = Sha256::new();
+        h.update(current);
+        h.update(message_digest(m));
+        current = h.finalize().into();
+        out.push(hex::encode(current));
+    }
+    out
+}
+
+/// What a request continues from: the state's answer, when the request's messages start with
+/// the raw messages it stands for.
+pub fn continuation<'s>(state: &'s ThreadState, hashes: &[String]) -> Option<&'s [Message]> {
+    let covered = usize::try_from(state.covered).ok()?;
+    (hashes.get(covered) == Some(&state.prefix_hash)).then_some(&state.output[..])
+}
+
+/// How many leading messages `a` and `b` share.
+pub fn common_prefix(a: &[Message], b: &[Message]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The thread part of a compaction's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadReport {
+    /// `given` (the request's `thread_id`) or `derived` (from its leading messages).
+    pub key: &'static str,
+    /// The request extended the thread's last compaction and started from its answer.
+    pub continued: bool,
+    /// Leading messages of the request that the previous answer stood for.
+    pub messages_covered: u64,
+    /// Tokens of this answer that are an unchanged prefix of the thread's previous answer
+    /// (what the main model's prompt cache can reuse).
+    pub prefix_kept_tokens: u64,
+    /// This answer was stored for the thread's next request.
+    pub stored: bool,
+    /// Why the thread state could not be read or written, when it could not: the request
+    /// was then compacted as if the thread were new.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(texts: &[(Role, &str)]) -> Vec<Message> {
+        texts.iter().map(|(r, t)| Message::text(*r, *t)).collect()
+    }
+
+    #[test]
+    fn a_given_id_names_the_thread_else_the_leading_messages_do() {
+        let a = msgs(&[
+            (Role::System, "s"),
+            (Role::User, "task"),
+            (Role::Assistant, "x"),
+        ]);
+        let b = msgs(&[
+            (Role::System, "s"),
+            (Role::User, "task"),
+            (Role::Assistant, "y"),
+        ]);
+        let c = msgs(&[(Role::System, "s"), (Role::User, "other task")]);
+        let given = ThreadKey::of(Some("t-1"), &a, true).unwrap();
+        assert_eq!(given.key, "id:t-1");
+        assert!(!given.derived);
+        let ka = ThreadKey::of(None, &a, true).unwrap();
+        assert!(ka.derived && ka.key.starts_with("lead:"));
+        assert_eq!(Some(ka.clone()), ThreadKey::of(None, &b, true));
+        assert_ne!(Some(ka), ThreadKey::of(None, &c, true));
+        assert_eq!(ThreadKey::of(None, &a, false), None);
+        assert_eq!(
+            ThreadKey::of(None, &msgs(&[(Role::System, "s")]), true),
+            None
+        );
+    }
+
+    #[test]
+    fn a_request_continues_only_when_it_starts_with_the_covered_messages() {
+        let raw = msgs(&[(Role::User, "a"), (Role::Assistant, "b"), (Role::User, "c")]);
+        let hashes = prefix_hashes(&raw);
+        assert_eq!(hashes.len(), 4);
+        let state = ThreadState {
+            covered: 2,
+            prefix_hash: hashes[2].clone(),
+            output: msgs(&[(Role::User, "summary")]),
+        };
+        assert_eq!(continuation(&state, &hashes), Some(&state.output[..]));
+        // The same messages after an edit of the second one: no continuation.
+        let edited = msgs(&[(Role::User, "a"), (Role::Assistant, "B"), (Role::User, "c")]);
+        assert_eq!(continuation(&state, &prefix_hashes(&edited)), None);
+        // Shorter than the covered messages: no continuation.
+        assert_eq!(continuation(&state, &prefix_hashes(&raw[..1])), None);
+    }
+
+    #[test]
+    fn the_section_is_validated_by_field() {
+        assert!(ThreadsConfig::default().validate().is_ok());
+        let zero = ThreadsConfig {
+            ttl_secs: 0,
+            ..ThreadsConfig::default()
+        };
+        assert!(zero.validate().unwrap_err().starts_with("threads.ttl_secs"));
+        assert_eq!(common_prefix(&msgs(&[(Role::User, "a")]), &[]), 0);
+    }
+}
