@@ -110,7 +110,9 @@ fn a_page_written_by_one_replica_is_served_by_the_other_and_cached_summaries_are
     let rt = tokio::runtime::Runtime::new().unwrap();
 
     let input = wire::to_value(&corpus_mix(80), WireFormat::Anthropic);
-    let body = json!({"conversation": input, "thread_id": "t1"});
+    // The shared cache is under test: thread continuity (tests/e2e/threads.rs) would answer
+    // B's repeat from the thread's last answer before any cache lookup.
+    let body = json!({"conversation": input, "thread_id": "t1", "thread_continuity": false});
     let (status, first) = rt.block_on(a.compact(&body));
     assert_eq!(status, 200, "{first}");
     let calls = first["report"]["llm_calls"].as_u64().unwrap();

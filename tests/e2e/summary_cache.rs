@@ -274,6 +274,9 @@ fn the_cli_reuses_answers_across_processes_per_thread_and_prices_the_calls() {
                 thread,
                 "--report-json",
                 "report.json",
+                // The cache itself is under test, not thread continuity (which would answer
+                // the repeat from the thread's last answer before any cache lookup).
+                "--no-thread-continuity",
             ],
         )
     };

@@ -1051,8 +1051,10 @@ pub(crate) mod tests {
         drop(SqliteStore::open(&path).unwrap());
         {
             let conn = rusqlite::Connection::open(&path).unwrap();
-            conn.execute_batch("DROP TABLE deferred_items; DROP TABLE deferred_events;")
-                .unwrap();
+            conn.execute_batch(
+                "DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
+            )
+            .unwrap();
             conn.pragma_update(None, "user_version", 2).unwrap();
         }
         let store = SqliteStore::open(&path).unwrap();
@@ -1287,7 +1289,8 @@ pub(crate) mod tests {
             conn.execute_batch(
                 "DROP INDEX deferred_by_lease_owner;
                  ALTER TABLE deferred_items DROP COLUMN lease_owner;
-                 ALTER TABLE deferred_items DROP COLUMN lease_until_ms;",
+                 ALTER TABLE deferred_items DROP COLUMN lease_until_ms;
+                 DROP TABLE threads;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 3).unwrap();

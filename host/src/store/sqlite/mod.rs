@@ -927,7 +927,7 @@ mod tests {
                 let conn = Connection::open(&path).unwrap();
                 conn.execute_batch(
                     "DROP TABLE llm_answers; DROP TABLE range_summaries;
-                     DROP TABLE deferred_items; DROP TABLE deferred_events;",
+                     DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
                 )
                 .unwrap();
                 conn.pragma_update(None, "user_version", 1).unwrap();
