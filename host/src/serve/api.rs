@@ -2,21 +2,27 @@
 //!
 //! Every error is `{"error": {"code": "...", "message": "..."}}` with a stable `code` (see
 //! [`ApiError`]) and a message that names the field at fault.
+//!
+//! The per-request limits live here too (see [`Gate`]): the request target's length, the
+//! declared body size, the number of requests answered at once, and the time a body may take
+//! to arrive. The per-connection ones (header timeout, connection count) are in the accept
+//! loop of [`super`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::metrics::Metrics;
 use super::reload::ChainSlot;
@@ -33,6 +39,108 @@ pub struct AppState {
     pub in_flight: Arc<InFlight>,
     /// The deferred-summary worker's counters, when this server runs one.
     pub batch_metrics: Option<Arc<crate::deferred::DeferredMetrics>>,
+    /// The per-request limits.
+    pub gate: Gate,
+}
+
+/// The longest request target (path and query) answered; longer ones get 414. Page ids are
+/// 35 bytes: this is for clients gone wrong, not a tight fit. (hyper itself answers 414,
+/// with an empty body, above 64 KiB, before a request reaches the router.)
+pub const MAX_URI_BYTES: usize = 8 << 10;
+
+/// The per-request limits of `tamp serve`, and the shutdown signal a body read listens to.
+#[derive(Debug)]
+pub struct Gate {
+    /// `--max-body`: larger bodies, declared or sent, are answered 413.
+    max_body: usize,
+    /// `--body-timeout-secs`: a body still arriving after this is answered 408.
+    body_timeout: Duration,
+    /// `--max-concurrent`: one permit per request answered (but `/healthz` and `/metrics`);
+    /// a compaction keeps its permit to its end, even when its client has hung up.
+    permits: Arc<Semaphore>,
+    max_concurrent: usize,
+    /// Turns true when the server starts shutting down: a body still arriving is answered
+    /// 503 at once, since it holds no work yet.
+    stopping: watch::Receiver<bool>,
+}
+
+/// A request's share of `--max-concurrent`, released when the last copy is dropped: the
+/// [`limit`] middleware keeps one until the answer is ready, and the request's extensions
+/// carry one that the compaction task takes along.
+#[derive(Clone)]
+struct RequestPermit {
+    _held: Arc<OwnedSemaphorePermit>,
+}
+
+impl Gate {
+    pub fn new(
+        max_body: usize,
+        body_timeout: Duration,
+        max_concurrent: usize,
+        stopping: watch::Receiver<bool>,
+    ) -> Gate {
+        Gate {
+            max_body,
+            body_timeout,
+            permits: Arc::new(Semaphore::new(max_concurrent)),
+            max_concurrent,
+            stopping,
+        }
+    }
+
+    /// Reads a whole body: at most `max_body` bytes (413 beyond), within `body_timeout` of
+    /// the start (408 after), and only until the server starts shutting down (503).
+    async fn read_body(&self, body: Body, declared: Option<u64>) -> Result<Bytes, ApiError> {
+        let max = self.max_body;
+        let read = async move {
+            let capacity = declared.map_or(0, |n| n.min(max as u64) as usize);
+            let mut bytes = Vec::with_capacity(capacity);
+            let mut stream = body.into_data_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| {
+                    ApiError::invalid_request(format!("cannot read the request body: {e}"))
+                })?;
+                if bytes.len() + chunk.len() > max {
+                    return Err(ApiError::body_too_large(max));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(Bytes::from(bytes))
+        };
+        let mut stopping = self.stopping.clone();
+        let stopped = async move {
+            // A dropped sender is no shutdown signal: wait for ever then.
+            if stopping.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            // A body that is all here is read even if the shutdown began meanwhile.
+            biased;
+            read = tokio::time::timeout(self.body_timeout, read) => read.unwrap_or_else(|_| {
+                Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!(
+                        "the request body did not arrive within {} (tamp serve \
+                         --body-timeout-secs)",
+                        seconds(self.body_timeout)
+                    ),
+                ))
+            }),
+            () = stopped => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is shutting down; send the request again (to it once restarted, \
+                 or to another replica)",
+            )),
+        }
+    }
+}
+
+/// `1.5 s`, `30 s`.
+fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
 }
 
 /// The compactions running now; shutdown waits for them to finish.
@@ -79,8 +187,10 @@ impl Drop for InFlightGuard {
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    /// `invalid_request`, `invalid_conversation`, `body_too_large`, `unauthorized`,
-    /// `not_found`, `method_not_allowed`, `unsupported_media_type`, `internal_error`.
+    /// `invalid_request`, `invalid_conversation`, `body_too_large`, `body_timeout`,
+    /// `uri_too_long`, `unauthorized`, `not_found`, `method_not_allowed`,
+    /// `unsupported_media_type`, `overloaded`, `shutting_down`, `store_unavailable`,
+    /// `internal_error`.
     pub code: &'static str,
     pub message: String,
 }
@@ -97,6 +207,17 @@ impl ApiError {
     fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
+
+    fn body_too_large(max_body: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!(
+                "the request body is larger than the server's limit of {max_body} bytes \
+                 (tamp serve --max-body)"
+            ),
+        )
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -108,12 +229,17 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if matches!(self.code, "overloaded" | "shutting_down") {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response
     }
 }
 
-/// The router: routes, body limit, auth and request counting.
-pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
+/// The router: routes, limits, auth and request counting (outermost).
+pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/compact", post(compact))
         .route("/v1/pages/{id}", get(page))
@@ -122,7 +248,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), limit))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize,
@@ -148,6 +274,66 @@ async fn count_requests(
         .metrics
         .http_request(route, response.status().as_u16());
     response
+}
+
+/// The per-request limits, before a handler runs: the request target's length (414), the
+/// declared body size (413, at once: the body is not awaited), and the number of requests
+/// answered at once (503 with `retry-after`). `/healthz` and `/metrics` take no permit, so
+/// an overloaded server still answers its monitoring.
+async fn limit(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let gate = &state.gate;
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |pq| pq.as_str().len());
+    if target > MAX_URI_BYTES {
+        return Err(ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("the request target is {target} bytes; the limit is {MAX_URI_BYTES}"),
+        ));
+    }
+    if declared_length(request.headers()).is_some_and(|n| n > gate.max_body as u64) {
+        return Err(ApiError::body_too_large(gate.max_body));
+    }
+    if matches!(request.uri().path(), "/healthz" | "/metrics") {
+        return Ok(next.run(request).await);
+    }
+    let Ok(permit) = Arc::clone(&gate.permits).try_acquire_owned() else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            format!(
+                "the server is answering {} requests already (tamp serve --max-concurrent); \
+                 retry later",
+                gate.max_concurrent
+            ),
+        ));
+    };
+    // Held here until the answer is ready, and by the compaction task (which takes the copy
+    // in the extensions) until the compaction ends, whichever is later.
+    let permit = RequestPermit {
+        _held: Arc::new(permit),
+    };
+    request.extensions_mut().insert(permit.clone());
+    let response = next.run(request).await;
+    drop(permit);
+    Ok(response)
+}
+
+/// The request's `Content-Length`, when it has one (hyper refuses a malformed one).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Bearer-token check. The token is compared in constant time and never logged.
@@ -295,36 +481,27 @@ struct BudgetOverrides {
     low_watermark: Option<f64>,
 }
 
-fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "the request body is larger than the server's limit (tamp serve --max-body)",
-            )
-        } else {
-            ApiError::invalid_request(format!("cannot read the request body: {rejection}"))
-        }
-    })
-}
-
 async fn compact(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    mut request: Request,
 ) -> Result<Response, ApiError> {
-    let body = read_body(body)?;
+    let permit = request.extensions_mut().remove::<RequestPermit>();
+    let declared = declared_length(request.headers());
+    let body = state.gate.read_body(request.into_body(), declared).await?;
     let request = parse_compact_body(&body).inspect_err(|_| {
         state.metrics.compaction_failed("invalid");
     })?;
+    drop(body);
     // The chain is taken once: a reload during this compaction does not affect it.
     let active = state.slot.current();
     let guard = state.in_flight.enter();
     let metrics = Arc::clone(&state.metrics);
     // On its own task: a client that hangs up does not cancel a compaction half-way (its
-    // pages are still archived), and shutdown waits for it through `in_flight`.
+    // pages are still archived), and shutdown waits for it through `in_flight`. It keeps
+    // its share of --max-concurrent to its end.
     let task = tokio::spawn(async move {
         let _guard = guard;
+        let _permit = permit;
         let (conversation, format, options) = request.into_parts(active.chain.budget())?;
         let compacted =
             active
@@ -536,6 +713,69 @@ mod tests {
             .into_parts(&crate::config::BudgetConfig::default())
             .unwrap_err();
         assert!(e.message.contains("budget.high_watermark"), "{}", e.message);
+    }
+
+    /// A body whose first chunk is `first`, then nothing until `stall` ends.
+    fn stalled_body(first: &'static [u8], stall: Duration) -> Body {
+        let chunks =
+            futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(first)) })
+                .chain(futures::stream::once(async move {
+                    tokio::time::sleep(stall).await;
+                    Ok(Bytes::from_static(b"rest"))
+                }));
+        Body::from_stream(chunks)
+    }
+
+    #[tokio::test]
+    async fn body_reads_are_bounded_in_size_time_and_by_the_shutdown() {
+        let (stop, stopping) = watch::channel(false);
+        let gate = Gate::new(16, Duration::from_millis(200), 4, stopping);
+
+        let body = gate
+            .read_body(Body::from("{\"a\": 1}"), Some(8))
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"{\"a\": 1}");
+        let e = gate
+            .read_body(Body::from("x".repeat(17)), None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+        );
+
+        let started = std::time::Instant::now();
+        let e = gate
+            .read_body(stalled_body(b"{", Duration::from_secs(60)), None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::REQUEST_TIMEOUT, "body_timeout")
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+
+        let slow = Gate::new(16, Duration::from_secs(60), 4, stop.subscribe());
+        let read = tokio::spawn(async move {
+            slow.read_body(stalled_body(b"{", Duration::from_secs(60)), None)
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop.send(true).unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("the shutdown ends a body read")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+        );
+        let response = e.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        // A body all here is still read after the shutdown began.
+        assert!(gate.read_body(Body::from("{}"), None).await.is_ok());
     }
 
     #[test]

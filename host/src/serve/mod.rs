@@ -8,12 +8,24 @@
 //!
 //! See `docs/serve.md`.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use axum::body::{Body, Bytes};
+use axum::Router;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tower::ServiceExt as _;
 
 use crate::chain::FileOverrides;
 
@@ -28,10 +40,17 @@ pub use active::{ActiveChain, ConfigProblem};
 #[derive(Debug, Clone, clap::Args)]
 #[command(
     after_help = "Example:\n  tamp serve --config chain.toml --listen 127.0.0.1:7474\n  \
-    curl -s localhost:7474/v1/compact -d '{\"conversation\": {\"messages\": [...]}}'\n\n\
+    curl -s localhost:7474/v1/compact -H 'content-type: application/json' \\\n    \
+    -d '{\"conversation\": {\"messages\": [...]}}'\n\n\
     Routes: POST /v1/compact, GET /v1/pages/{id}, GET /v1/chain, GET /healthz, GET /metrics.\n\
     Edit the chain file while it runs: the new chain is built aside and swapped in; an \
-    invalid one is refused (see GET /v1/chain's last_reload_error) and the old chain stays."
+    invalid one is refused (see GET /v1/chain's last_reload_error) and the old chain stays.\n\n\
+    Limits: a connection that has not sent a whole request head within --header-timeout-secs \
+    (or sits idle that long between requests) is closed; a body that has not arrived within \
+    --body-timeout-secs is answered 408, one declared or sent larger than --max-body 413; \
+    beyond --max-concurrent requests at once the answer is 503 with retry-after; beyond \
+    --max-connections open connections new ones wait to be accepted. Keep --max-connections \
+    well under the open-file limit (ulimit -n)."
 )]
 pub struct ServeArgs {
     /// The chain file to serve and watch.
@@ -58,6 +77,35 @@ pub struct ServeArgs {
     /// On SIGTERM or Ctrl-C, wait at most this long for requests in flight (seconds).
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     pub shutdown_grace_secs: f64,
+    /// Close a connection whose request line and headers have not all arrived this long
+    /// after it began sending them, or that has been idle this long before its first or
+    /// next request (seconds).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_secs, value_name = "SECS")]
+    pub header_timeout_secs: f64,
+    /// Answer 408 to a request whose body has not all arrived this long after its headers
+    /// (seconds).
+    #[arg(long, default_value_t = 30.0, value_parser = parse_secs, value_name = "SECS")]
+    pub body_timeout_secs: f64,
+    /// Requests answered at once; beyond it the answer is 503 with `retry-after: 1`.
+    /// /healthz and /metrics are not counted. A compaction counts until it ends, even when
+    /// its client has hung up.
+    #[arg(long, default_value_t = 64, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent: u32,
+    /// Connections open at once; beyond it new connections wait (in the listen backlog)
+    /// until one closes. Keep it under the open-file limit (`ulimit -n`), less the server's
+    /// own files, so that accepting never fails for want of a file descriptor.
+    #[arg(long, default_value_t = 512, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+}
+
+/// A positive number of seconds (`10`, `0.5`).
+fn parse_secs(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() && secs < 1e9 => Ok(secs),
+        _ => Err(format!("\"{text}\": expected a positive number of seconds")),
+    }
 }
 
 /// `8MiB`, `512KiB`, `1GiB`, `1048576`.
@@ -102,6 +150,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ),
         },
     };
+    warn_if_over_file_limit(args.max_connections);
     // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
     crate::loader::load_from_private_copies();
     crate::loader::remove_stale_private_copies();
@@ -126,7 +175,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     let watcher = reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(args.debounce_ms))
         .with_context(|| format!("cannot watch {} for changes", args.config.display()))?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(false);
     let worker = start_batch_worker(&slot, stop_rx.clone())?;
     let in_flight = Arc::new(api::InFlight::default());
     let state = Arc::new(api::AppState {
@@ -135,10 +184,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         auth_token,
         in_flight: Arc::clone(&in_flight),
         batch_metrics: worker.as_ref().map(|w| w.shared_metrics()),
+        gate: api::Gate::new(
+            args.max_body,
+            Duration::from_secs_f64(args.body_timeout_secs),
+            args.max_concurrent as usize,
+            stop_rx.clone(),
+        ),
     });
-    let app = api::router(state, args.max_body);
+    let app = api::router(state);
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
@@ -146,41 +201,41 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("tamp serve: listening on http://{addr}");
     eprintln!("tamp serve: serving {summary}");
 
-    let server = axum::serve(listener, app).with_graceful_shutdown({
-        let mut stop = stop_rx.clone();
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }
-    });
-    let signal = tokio::spawn(async move {
-        shutdown_signal().await;
-        eprintln!("tamp serve: shutting down: no new connections; finishing requests in flight");
-        let _ = stop_tx.send(true);
-    });
+    let connections = Connections::new(
+        args.max_connections,
+        Duration::from_secs_f64(args.header_timeout_secs),
+    );
+    let accepting = tokio::spawn(accept_loop(
+        listener,
+        app,
+        connections.clone(),
+        stop_rx.clone(),
+    ));
 
+    shutdown_signal().await;
+    let _ = stop_tx.send(true);
+    // The listener is closed once the loop has returned: from here on connections are refused.
+    let _ = accepting.await;
+    eprintln!("tamp serve: shutting down: no new connections; finishing requests in flight");
+
+    // Idle and half-sent connections close at once (they hold no work); a body still
+    // arriving is answered 503. What is left: answers being computed or sent, and
+    // compactions whose client hung up, which still run on their own tasks (their pages are
+    // written as they go).
     let grace = Duration::from_secs_f64(args.shutdown_grace_secs.max(0.0));
-    let mut stop = stop_rx;
     let drained = async {
-        server.await?;
-        // Compactions whose client hung up still run on their own tasks: let them finish
-        // (their pages are written as they go).
+        connections.all_closed().await;
         in_flight.wait_idle().await;
-        Ok::<_, std::io::Error>(())
     };
-    tokio::select! {
-        result = drained => result.context("the HTTP server failed")?,
-        _ = async {
-            let _ = stop.wait_for(|s| *s).await;
-            tokio::time::sleep(grace).await;
-        } => {
-            eprintln!(
-                "tamp serve: {} request(s) still running after {:.0}s; stopping anyway",
-                in_flight.count(),
-                grace.as_secs_f64()
-            );
-        }
+    if tokio::time::timeout(grace, drained).await.is_err() {
+        eprintln!(
+            "tamp serve: {} compaction(s) and {} connection(s) still open after {:.0}s; \
+             stopping anyway",
+            in_flight.count(),
+            connections.open(),
+            grace.as_secs_f64()
+        );
     }
-    signal.abort();
     if let Some(worker) = worker {
         // Its pass in hand finishes; whatever it leaves is resumed by the next worker.
         worker.join().await;
@@ -221,6 +276,309 @@ fn start_batch_worker(
     Ok(Some(worker.spawn(async move {
         let _ = stop.wait_for(|s| *s).await;
     })))
+}
+
+/// The open connections: a permit each, out of `--max-connections`.
+#[derive(Clone)]
+struct Connections {
+    permits: Arc<Semaphore>,
+    max: u32,
+    header_timeout: Duration,
+    /// When "at the limit" was last logged (once a minute at most).
+    last_full_warning: Arc<std::sync::Mutex<Option<Instant>>>,
+}
+
+impl Connections {
+    fn new(max: u32, header_timeout: Duration) -> Connections {
+        Connections {
+            permits: Arc::new(Semaphore::new(max as usize)),
+            max,
+            header_timeout,
+            last_full_warning: Arc::default(),
+        }
+    }
+
+    /// A permit for one more connection; waits while `max` are open.
+    async fn admit(&self) -> OwnedSemaphorePermit {
+        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
+            return permit;
+        }
+        {
+            let mut last = self.last_full_warning.lock().unwrap();
+            if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                *last = Some(Instant::now());
+                tracing::warn!(
+                    "{} connections open (--max-connections): new ones wait until one closes",
+                    self.max
+                );
+            }
+        }
+        Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .expect("the connection semaphore is never closed")
+    }
+
+    fn open(&self) -> usize {
+        self.max as usize - self.permits.available_permits()
+    }
+
+    /// Returns once every connection has closed.
+    async fn all_closed(&self) {
+        let _all = self
+            .permits
+            .acquire_many(self.max)
+            .await
+            .expect("the connection semaphore is never closed");
+    }
+}
+
+/// Accepts connections until `stop` turns true, at most `--max-connections` open at once:
+/// beyond, new ones wait in the listen backlog (the listener is not polled) rather than take
+/// a file descriptor each. Returning drops the listener.
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    connections: Connections,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let permit = tokio::select! {
+            permit = connections.admit() => permit,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match accepted {
+            Ok((stream, _peer)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve_connection(
+                    stream,
+                    app.clone(),
+                    connections.header_timeout,
+                    stop.clone(),
+                    permit,
+                ));
+            }
+            // The peer gave up before it was accepted: nothing to do.
+            Err(e) if is_connection_error(&e) => {}
+            // Out of file descriptors (EMFILE) most likely: wait for some to be closed.
+            Err(e) => {
+                tracing::error!("cannot accept a connection: {e}; retrying in 1 s");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        }
+    }
+}
+
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
+}
+
+/// Serves one HTTP/1.1 connection until it closes, or until the shutdown if it is idle or
+/// still sending a request head then. `_permit` is its place among `--max-connections`.
+async fn serve_connection(
+    stream: TcpStream,
+    app: Router,
+    header_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let answering = Arc::new(AtomicUsize::new(0));
+    let socket = Socket {
+        stream,
+        write_waiting: Arc::new(AtomicBool::new(false)),
+    };
+    let write_waiting = Arc::clone(&socket.write_waiting);
+    let service = {
+        let answering = Arc::clone(&answering);
+        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let guard = Answering::enter(&answering);
+            let app = app.clone();
+            async move {
+                let response = app
+                    .oneshot(request.map(Body::new))
+                    .await
+                    .unwrap_or_else(|never| match never {});
+                Ok::<_, Infallible>(response.map(|body| TrackedBody {
+                    body,
+                    _answering: guard,
+                }))
+            }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        // Also the idle time allowed between two requests of a kept-alive connection: hyper
+        // starts the clock when it starts waiting for the next request head.
+        .header_read_timeout(header_timeout);
+    let connection = builder.serve_connection(TokioIo::new(socket), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!("connection closed: {e}");
+            }
+            return;
+        }
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    // No request after the one in hand, if any.
+    connection.as_mut().graceful_shutdown();
+    if answering.load(Ordering::SeqCst) == 0 && !write_waiting.load(Ordering::SeqCst) {
+        // Idle, or a request head still arriving: nothing is lost by closing it now, and a
+        // client that never finishes its request does not hold up the shutdown.
+        return;
+    }
+    // A request in hand: its answer is sent (a body still arriving gets 503 at once), then
+    // hyper closes the connection. The shutdown grace bounds this wait.
+    if let Err(e) = connection.await {
+        tracing::debug!("connection closed: {e}");
+    }
+}
+
+/// Counts a connection's requests from the service call until their answer's body has all
+/// been handed to hyper (then dropped).
+struct Answering(Arc<AtomicUsize>);
+
+impl Answering {
+    fn enter(count: &Arc<AtomicUsize>) -> Answering {
+        count.fetch_add(1, Ordering::SeqCst);
+        Answering(Arc::clone(count))
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An answer's body, which holds its request's [`Answering`] mark until hyper drops it.
+struct TrackedBody {
+    body: Body,
+    _answering: Answering,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A connection's socket, which remembers whether its last write had to wait: hyper then
+/// still holds answer bytes it has taken from a body already dropped.
+struct Socket {
+    stream: TcpStream,
+    write_waiting: Arc<AtomicBool>,
+}
+
+impl Socket {
+    fn track<T>(&self, poll: Poll<T>) -> Poll<T> {
+        self.write_waiting
+            .store(poll.is_pending(), Ordering::SeqCst);
+        poll
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.track(poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.track(poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.stream).poll_flush(cx);
+        self.track(poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// File descriptors the server needs besides its connections: stdio, the runtime, the
+/// watcher, the page store, outgoing LLM connections. A rough figure for a warning.
+const OWN_FILES: u64 = 64;
+
+/// Warns when `--max-connections` does not fit under the open-file limit: accepting would
+/// then fail (EMFILE) before the limit is reached, and the server could not answer even
+/// `/healthz` until connections close.
+fn warn_if_over_file_limit(max_connections: u32) {
+    let Some(limit) = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| soft_open_files_limit(&text))
+    else {
+        return;
+    };
+    if u64::from(max_connections) + OWN_FILES > limit {
+        eprintln!(
+            "tamp serve: warning: --max-connections {max_connections} plus the server's own \
+             files (about {OWN_FILES}) is above the open-file limit of {limit} (ulimit -n): \
+             lower --max-connections or raise the limit"
+        );
+    }
+}
+
+/// The soft "Max open files" of a `/proc/<pid>/limits` text (`None` when unlimited).
+fn soft_open_files_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 async fn shutdown_signal() {
@@ -288,5 +646,189 @@ mod tests {
         assert!(parse_size("8 parsecs").unwrap_err().contains("parsecs"));
         assert!(parse_size("0").is_err());
         assert!(parse_size("MiB").is_err());
+    }
+
+    #[test]
+    fn seconds_must_be_positive() {
+        assert_eq!(parse_secs("10").unwrap(), 10.0);
+        assert_eq!(parse_secs("0.5").unwrap(), 0.5);
+        for bad in ["0", "-1", "soon", "inf", "NaN"] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_open_file_limit_is_read_from_proc_limits() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                    Max processes             63445                63445                processes \n\
+                    Max open files            256                  524288               files     \n";
+        assert_eq!(soft_open_files_limit(text), Some(256));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(soft_open_files_limit(unlimited), None);
+    }
+
+    /// The accept loop over a router with `/healthz` and a `/slow` route that answers after
+    /// 600 ms; the address, the connections and the stop switch.
+    async fn test_server(
+        max_connections: u32,
+        header_timeout: Duration,
+    ) -> (SocketAddr, Connections, watch::Sender<bool>) {
+        let app = Router::new()
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/slow",
+                axum::routing::get(|| async {
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    "slow"
+                }),
+            );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Connections::new(max_connections, header_timeout);
+        let (stop, stopping) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, app, connections.clone(), stopping));
+        (addr, connections, stop)
+    }
+
+    /// Reads until EOF (or a reset); what arrived, or `None` if `timeout` passed first.
+    async fn read_to_close(stream: &mut TcpStream, timeout: Duration) -> Option<String> {
+        use tokio::io::AsyncReadExt as _;
+        let mut data = Vec::new();
+        let read = async {
+            let mut chunk = [0u8; 1024];
+            while let Ok(n) = stream.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                data.extend_from_slice(&chunk[..n]);
+            }
+        };
+        tokio::time::timeout(timeout, read).await.ok()?;
+        Some(String::from_utf8_lossy(&data).into_owned())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_head_sent_too_slowly_or_never_is_closed_after_the_header_timeout() {
+        use tokio::io::AsyncWriteExt as _;
+        let (addr, connections, _stop) = test_server(8, Duration::from_millis(300)).await;
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        assert_eq!(
+            read_to_close(&mut idle, Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Some("")
+        );
+        assert_eq!(
+            read_to_close(&mut slow, Duration::from_secs(5))
+                .await
+                .as_deref(),
+            Some("")
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            started.elapsed()
+        );
+        // Their permits are back: the one left is the accept loop's, held for the next.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while connections.open() > 1 {
+            assert!(Instant::now() < deadline, "{} open", connections.open());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn beyond_max_connections_new_ones_wait_until_one_closes() {
+        use tokio::io::AsyncWriteExt as _;
+        let (addr, _connections, _stop) = test_server(1, Duration::from_secs(30)).await;
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        first
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = [0u8; 12];
+        tokio::io::AsyncReadExt::read_exact(&mut first, &mut answer)
+            .await
+            .unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200");
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        second
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(
+            read_to_close(&mut second, Duration::from_millis(400)).await,
+            None,
+            "served beyond --max-connections 1"
+        );
+        drop(first);
+        let answer = read_to_close(&mut second, Duration::from_secs(5))
+            .await
+            .expect("served once the first closed");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shutdown_closes_idle_and_half_sent_connections_and_finishes_answers() {
+        use tokio::io::AsyncWriteExt as _;
+        let (addr, connections, stop) = test_server(8, Duration::from_secs(30)).await;
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        let mut half = TcpStream::connect(addr).await.unwrap();
+        half.write_all(b"GET /healthz HTTP/1.1\r\nhos")
+            .await
+            .unwrap();
+        let mut kept_alive = TcpStream::connect(addr).await.unwrap();
+        kept_alive
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        let mut busy = TcpStream::connect(addr).await.unwrap();
+        busy.write_all(b"GET /slow HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        // Accepted in order: once a last one is answered, the others were accepted; a little
+        // more time lets the server read what they sent.
+        let mut last = TcpStream::connect(addr).await.unwrap();
+        last.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(read_to_close(&mut last, Duration::from_secs(5))
+            .await
+            .is_some());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let stopped = Instant::now();
+        stop.send(true).unwrap();
+        for stream in [&mut idle, &mut half] {
+            assert_eq!(
+                read_to_close(stream, Duration::from_millis(400))
+                    .await
+                    .as_deref(),
+                Some("")
+            );
+        }
+        let answered = read_to_close(&mut kept_alive, Duration::from_millis(400))
+            .await
+            .expect("the kept-alive connection closed");
+        assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+        assert!(stopped.elapsed() < Duration::from_millis(500));
+        // The request in hand is answered; then the connection closes.
+        let answer = read_to_close(&mut busy, Duration::from_secs(5))
+            .await
+            .expect("the busy connection closed after its answer");
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("slow"),
+            "{answer}"
+        );
+        tokio::time::timeout(Duration::from_secs(5), connections.all_closed())
+            .await
+            .expect("every connection closed");
+        assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
     }
 }
