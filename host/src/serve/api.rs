@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -353,7 +354,7 @@ async fn authorize(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     match given {
         None => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -369,6 +370,14 @@ async fn authorize(
         }
         Some(_) => Ok(next.run(request).await),
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive
+/// (RFC 9110, section 11.1), and any run of spaces may separate it from the token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
+    let token = token.trim_start_matches([' ', '\t']);
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -481,10 +490,33 @@ struct BudgetOverrides {
     low_watermark: Option<f64>,
 }
 
+/// Refuses a `POST /v1/compact` whose `Content-Type` is not JSON (with 415): a web page can
+/// post `text/plain` (or a body with no type) across origins without a preflight, so a
+/// loopback server without a token would otherwise run what any visited page sends it.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = headers.get(header::CONTENT_TYPE).map(|v| v.to_str());
+    let is_json = matches!(given, Some(Ok(v))
+        if v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"));
+    if is_json {
+        return Ok(());
+    }
+    let given = match given {
+        None => "none was sent".to_string(),
+        Some(Ok(v)) => format!("got `{v}`"),
+        Some(Err(_)) => "got a value that is not text".to_string(),
+    };
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!("POST /v1/compact takes `Content-Type: application/json`; {given}"),
+    ))
+}
+
 async fn compact(
     State(state): State<Arc<AppState>>,
     mut request: Request,
 ) -> Result<Response, ApiError> {
+    require_json(request.headers())?;
     let permit = request.extensions_mut().remove::<RequestPermit>();
     let declared = declared_length(request.headers());
     let body = state.gate.read_body(request.into_body(), declared).await?;
@@ -573,7 +605,15 @@ fn parse_compact_body(body: &[u8]) -> Result<CompactBody, ApiError> {
             "empty body: expected a JSON object with a \"conversation\" field",
         ));
     }
-    let de = &mut serde_json::Deserializer::from_slice(body);
+    // Checked first (it is fast), so the error gives the byte offset rather than a line and
+    // column inside a string.
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ApiError::invalid_request(format!(
+            "request body: invalid UTF-8 at byte offset {} (JSON must be UTF-8)",
+            e.valid_up_to()
+        ))
+    })?;
+    let de = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -628,9 +668,14 @@ struct PageQuery {
 /// `GET /v1/pages/{id}`: the archived original messages behind a page ref.
 async fn page(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    Query(query): Query<PageQuery>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    // axum's own rejections are plain text: every error here is the JSON shape.
+    let Path(id) =
+        id.map_err(|e| ApiError::invalid_request(format!("page id: {}", e.body_text())))?;
+    let Query(query) =
+        query.map_err(|e| ApiError::invalid_request(format!("query: {}", e.body_text())))?;
     let active = state.slot.current();
     let stored = active.chain.store().get_page(&id).await.map_err(|e| {
         match e {
@@ -713,6 +758,44 @@ mod tests {
             .into_parts(&crate::config::BudgetConfig::default())
             .unwrap_err();
         assert!(e.message.contains("budget.high_watermark"), "{}", e.message);
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_body_is_located_by_byte_offset() {
+        let e = parse_compact_body(b"{\"conversation\": {\"messages\": \"ab\xff\"}}").unwrap_err();
+        assert_eq!(e.code, "invalid_request");
+        assert!(e.message.contains("byte offset 33"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer tok"), Some("tok"));
+        assert_eq!(bearer_token("BEARER tok"), Some("tok"));
+        assert_eq!(bearer_token("bearer \t tok"), Some("tok"));
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearer   "), None);
+        assert_eq!(bearer_token("Basic dG9r"), None);
+        assert_eq!(bearer_token("Bearertok"), None);
+    }
+
+    #[test]
+    fn compact_takes_json_only() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(value).unwrap());
+            headers
+        };
+        assert!(require_json(&with("application/json")).is_ok());
+        assert!(require_json(&with("Application/JSON ; charset=utf-8")).is_ok());
+        let e = require_json(&with("text/plain;charset=UTF-8")).unwrap_err();
+        assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert_eq!(e.code, "unsupported_media_type");
+        assert!(e.message.contains("text/plain"), "{}", e.message);
+        assert!(require_json(&with("application/jsonx")).is_err());
+        assert!(require_json(&HeaderMap::new())
+            .unwrap_err()
+            .message
+            .contains("none was sent"));
     }
 
     /// A body whose first chunk is `first`, then nothing until `stall` ends.

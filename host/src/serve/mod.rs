@@ -140,15 +140,36 @@ pub fn run_cli(args: ServeArgs) -> anyhow::Result<()> {
         .block_on(serve(args))
 }
 
+/// The token `--auth-token-env NAME` names, refused when no request could carry it: a
+/// header value has no leading or trailing whitespace, nor control or non-ASCII characters.
+fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<String> {
+    let Some(token) = value else {
+        bail!("--auth-token-env {name}: the environment variable {name} is not set (or not UTF-8)");
+    };
+    if token.trim().is_empty() {
+        bail!(
+            "--auth-token-env {name}: the environment variable {name} is empty or only whitespace"
+        );
+    }
+    if token.trim() != token {
+        bail!(
+            "--auth-token-env {name}: the token in {name} starts or ends with whitespace, which \
+             no Authorization header can carry; remove it"
+        );
+    }
+    if token.chars().any(|c| !(c.is_ascii_graphic() || c == ' ')) {
+        bail!(
+            "--auth-token-env {name}: the token in {name} has a control or non-ASCII \
+             character, which no Authorization header can carry"
+        );
+    }
+    Ok(token)
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let auth_token = match &args.auth_token_env {
         None => None,
-        Some(name) => match std::env::var(name) {
-            Ok(token) if !token.is_empty() => Some(token),
-            _ => bail!(
-                "--auth-token-env {name}: the environment variable {name} is not set or empty"
-            ),
-        },
+        Some(name) => Some(auth_token(name, std::env::var(name).ok())?),
     };
     warn_if_over_file_limit(args.max_connections);
     // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
@@ -654,6 +675,32 @@ mod tests {
         assert_eq!(parse_secs("0.5").unwrap(), 0.5);
         for bad in ["0", "-1", "soon", "inf", "NaN"] {
             assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tokens_no_header_can_carry_are_refused_naming_the_variable() {
+        assert_eq!(auth_token("T", Some("s3cret".into())).unwrap(), "s3cret");
+        assert_eq!(
+            auth_token("T", Some("two words".into())).unwrap(),
+            "two words"
+        );
+        for (value, says) in [
+            (None, "not set"),
+            (Some(""), "empty or only whitespace"),
+            (Some("  \t "), "empty or only whitespace"),
+            (Some("tok\n"), "starts or ends with whitespace"),
+            (Some(" tok"), "starts or ends with whitespace"),
+            (Some("to\u{7}k"), "control or non-ASCII"),
+            (Some("tök"), "control or non-ASCII"),
+        ] {
+            let e = auth_token("TAMP_TOKEN", value.map(str::to_string))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("TAMP_TOKEN") && e.contains(says),
+                "{value:?}: {e}"
+            );
         }
     }
 
