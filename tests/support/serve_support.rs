@@ -85,6 +85,11 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
+    /// `127.0.0.1:PORT`, for raw connections (see [`RawAnswer`]).
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -259,4 +264,102 @@ impl Drop for ScratchDir {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+}
+
+/// An HTTP/1.1 answer read off a raw socket (see [`read_answer`]).
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub status: u16,
+    /// Header names in lowercase.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawAnswer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON, panicking with the answer when it is not.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "not a JSON body ({e}): {} {:?} {:?}",
+                self.status,
+                self.headers,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+/// Reads one answer (head, then a `content-length` body or the bytes up to EOF) from
+/// `stream`; `None` when the connection closes before a whole head or `timeout` passes.
+pub async fn read_answer(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    timeout: Duration,
+) -> Option<RawAnswer> {
+    use tokio::io::AsyncReadExt as _;
+    let read = async {
+        let mut data = Vec::new();
+        let mut chunk = [0u8; 8192];
+        let head_end = loop {
+            if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => data.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&data[..head_end]).to_string();
+        let mut lines = head.split("\r\n");
+        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let length = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok());
+        let mut body = data[head_end..].to_vec();
+        loop {
+            if length.is_some_and(|n| body.len() >= n) {
+                break;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body.extend_from_slice(&chunk[..n]),
+            }
+        }
+        Some(RawAnswer {
+            status,
+            headers,
+            body,
+        })
+    };
+    tokio::time::timeout(timeout, read).await.ok().flatten()
+}
+
+/// Whether the peer closes `stream` (EOF or reset) within `timeout`; bytes it sends
+/// meanwhile are read and dropped.
+pub async fn closed_within(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    timeout: Duration,
+) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let closed = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(timeout, closed).await.is_ok()
 }

@@ -1,0 +1,493 @@
+//! `tamp serve`'s connection and request limits and its HTTP hygiene (issue 23): header and
+//! body timeouts, an oversized declared body, the concurrency and connection limits, a
+//! shutdown that idle and half-sent connections do not hold up, the content type, the bearer
+//! scheme, JSON error bodies, the token check at start and UTF-8 errors. The real binary on
+//! loopback; raw sockets where a well-behaved client cannot misbehave; every wait bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tamp_e2e::serve_support::{closed_within, read_answer, ScratchDir, Server};
+use tamp_e2e::{corpus, plugin, tamp_bin, write_chain};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
+
+/// A chain of one custom-strategy stage over a 2,000-token budget (the corpus conversation is
+/// far above it), pages in `store.sqlite3` beside the file. With `delay_ms`, the stage
+/// summarizes through the scripted provider, each call taking that long.
+fn chain(dir: &Path, delay_ms: Option<u64>) -> PathBuf {
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let mut toml = String::new();
+    if let Some(delay) = delay_ms {
+        std::fs::write(
+            dir.join("script.json"),
+            format!(r#"{{"default": {{"text": "a slow summary", "delay_ms": {delay}}}}}"#),
+        )
+        .unwrap();
+        toml.push_str(
+            "[provider]\nkind = \"scripted\"\nscript = \"script.json\"\n\n\
+             [cache]\nenabled = false\n\n",
+        );
+    }
+    toml.push_str(&format!(
+        "[budget]\nmax_tokens = 2000\nkeep_recent = 4\n\n[store]\npath = \"store.sqlite3\"\n\n\
+         [[stage]]\nname = \"archive\"\nplugin = \"strategy.so\"\n\
+         [stage.config]\nkeep_exchanges = 1\nsummarize = {}\n",
+        delay_ms.is_some()
+    ));
+    write_chain(dir, &toml)
+}
+
+fn request(thread: &str) -> Value {
+    let conversation: Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    json!({"conversation": conversation, "thread_id": thread})
+}
+
+async fn connect(server: &Server) -> TcpStream {
+    TcpStream::connect(server.addr()).await.expect("connect")
+}
+
+/// Writes `bytes` on a raw connection.
+async fn send(stream: &mut TcpStream, bytes: &[u8]) {
+    stream.write_all(bytes).await.expect("write");
+}
+
+/// A raw `GET /healthz` whose answer keeps the connection open.
+async fn healthz_kept_alive(server: &Server) -> TcpStream {
+    let mut stream = connect(server).await;
+    send(&mut stream, b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n").await;
+    let answer = read_answer(&mut stream, Duration::from_secs(10))
+        .await
+        .expect("GET /healthz answered");
+    assert_eq!(answer.status, 200);
+    stream
+}
+
+/// Polls `/metrics` until `tamp_requests_in_flight` is `n`.
+async fn wait_in_flight(server: &Server, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = format!("tamp_requests_in_flight {n}\n");
+    while !server.metrics().await.contains(&line) {
+        assert!(
+            Instant::now() < deadline,
+            "never {n} compaction(s) in flight; log:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_slowloris_and_kept_alive_connections_are_closed_after_the_header_timeout() {
+    let dir = ScratchDir::new("limits-header-timeout");
+    let server = Server::start(&chain(&dir, None), &["--header-timeout-secs", "1"]);
+
+    let started = Instant::now();
+    // Sends nothing at all.
+    let mut idle = connect(&server).await;
+    // Answered once, then silent.
+    let mut kept_alive = healthz_kept_alive(&server).await;
+    // Slowloris: a request head sent one byte every 100 ms, never finished.
+    let slow = connect(&server).await;
+    let (mut slow_read, mut slow_write) = slow.into_split();
+    let trickle = tokio::spawn(async move {
+        let mut head = b"POST /v1/compact HTTP/1.1\r\nhost: t\r\n".to_vec();
+        head.extend(std::iter::repeat_n(b'x', 10_000));
+        for byte in head {
+            if slow_write.write_all(&[byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+
+    for (what, closed) in [
+        (
+            "idle",
+            closed_within(&mut idle, Duration::from_secs(10)).await,
+        ),
+        (
+            "kept-alive",
+            closed_within(&mut kept_alive, Duration::from_secs(10)).await,
+        ),
+        (
+            "slowloris",
+            closed_within(&mut slow_read, Duration::from_secs(10)).await,
+        ),
+    ] {
+        assert!(closed, "the {what} connection was not closed");
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(6),
+        "closed after {elapsed:?}, not after the 1 s header timeout"
+    );
+    trickle.abort();
+    // The server still answers.
+    assert_eq!(server.get_json("/healthz").await["status"], "ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out() {
+    let dir = ScratchDir::new("limits-body");
+    let server = Server::start(
+        &chain(&dir, None),
+        &["--max-body", "64KiB", "--body-timeout-secs", "1"],
+    );
+
+    // 1 TB declared, nothing sent: 413 without waiting for the body.
+    let mut stream = connect(&server).await;
+    send(
+        &mut stream,
+        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+          content-length: 1099511627776\r\n\r\n",
+    )
+    .await;
+    let answer = read_answer(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("a 413 before any body byte");
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.json()["error"]["code"], "body_too_large");
+    assert!(answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("65536"));
+
+    // 100 bytes declared, 10 sent: 408 after the body timeout.
+    let started = Instant::now();
+    let mut stream = connect(&server).await;
+    send(
+        &mut stream,
+        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+          content-length: 100\r\n\r\n{\"convers",
+    )
+    .await;
+    let answer = read_answer(&mut stream, Duration::from_secs(10))
+        .await
+        .expect("an answer to the stalled body");
+    assert_eq!(answer.status, 408, "{:?}", answer);
+    assert_eq!(answer.json()["error"]["code"], "body_timeout");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert!(closed_within(&mut stream, Duration::from_secs(5)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_beyond_max_concurrent_are_answered_503_with_retry_after() {
+    let dir = ScratchDir::new("limits-concurrent");
+    let server = Arc::new(Server::start(
+        &chain(&dir, Some(2500)),
+        &["--max-concurrent", "2"],
+    ));
+    let slow: Vec<_> = (0..2)
+        .map(|i| {
+            let server = Arc::clone(&server);
+            tokio::spawn(async move { server.compact(&request(&format!("slow-{i}"))).await })
+        })
+        .collect();
+    // /metrics takes no permit: it answers while both are taken.
+    wait_in_flight(&server, 2).await;
+
+    let (status, answer) = {
+        let response = server
+            .client
+            .post(server.url("/v1/compact"))
+            .json(&request("third"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap()),
+            Some("1")
+        );
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.unwrap())
+    };
+    assert_eq!(status, 503, "{answer:#}");
+    assert_eq!(answer["error"]["code"], "overloaded");
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--max-concurrent"));
+    let response = server.client.get(server.url("/v1/chain")).send().await;
+    assert_eq!(response.unwrap().status().as_u16(), 503);
+    // Health checks are not counted.
+    assert_eq!(server.get_json("/healthz").await["status"], "ok");
+
+    for task in slow {
+        let (status, answer) = task.await.unwrap();
+        assert_eq!(status, 200, "{answer:#}");
+    }
+    // The permits are back.
+    let (status, answer) = server.compact(&request("after")).await;
+    assert_eq!(status, 200, "{answer:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_closes_idle_and_half_sent_connections_and_waits_only_for_compactions() {
+    let dir = ScratchDir::new("limits-sigterm");
+    // Default timeouts (10 s header, 30 s body) and grace (60 s): none of them may be waited.
+    let server = Arc::new(Server::start(&chain(&dir, Some(3000)), &[]));
+
+    let compaction = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move { server.compact(&request("in-flight")).await })
+    };
+    wait_in_flight(&server, 1).await;
+    let mut idle = connect(&server).await;
+    let mut kept_alive = healthz_kept_alive(&server).await;
+    let mut half_head = connect(&server).await;
+    send(
+        &mut half_head,
+        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-",
+    )
+    .await;
+    let mut half_body = connect(&server).await;
+    send(
+        &mut half_body,
+        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+          content-length: 1000\r\n\r\n{\"conversation\": ",
+    )
+    .await;
+    // Let the server read what was sent before the signal.
+    let _ = server.metrics().await;
+
+    let signalled = Instant::now();
+    server.sigterm();
+    // Closed at once, while the compaction still runs.
+    for (what, stream) in [
+        ("idle", &mut idle),
+        ("kept-alive", &mut kept_alive),
+        ("half-sent head", &mut half_head),
+    ] {
+        assert!(
+            closed_within(stream, Duration::from_secs(2)).await,
+            "the {what} connection was still open 2 s after SIGTERM"
+        );
+    }
+    let answer = read_answer(&mut half_body, Duration::from_secs(2))
+        .await
+        .expect("the half-sent body answered at once");
+    assert_eq!(answer.status, 503);
+    assert_eq!(answer.json()["error"]["code"], "shutting_down");
+    assert!(
+        !compaction.is_finished(),
+        "the compaction ended before the half-sent connections were closed"
+    );
+
+    let (status, answer) = compaction.await.unwrap();
+    assert_eq!(status, 200, "{answer:#}");
+    assert_eq!(answer["report"]["stages"][0]["status"], "acted");
+    let mut server = Arc::into_inner(server).expect("the last reference");
+    let status = server.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "{status}; log:\n{}", server.log());
+    assert!(
+        signalled.elapsed() < Duration::from_secs(15),
+        "exit took {:?}",
+        signalled.elapsed()
+    );
+    assert!(server.log().contains("tamp serve: stopped"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_connections_holds_new_connections_until_one_closes_or_is_reaped() {
+    let dir = ScratchDir::new("limits-connections");
+    let server = Server::start(
+        &chain(&dir, None),
+        &["--max-connections", "2", "--header-timeout-secs", "4", "-v"],
+    );
+    let first = healthz_kept_alive(&server).await;
+    let second = healthz_kept_alive(&server).await;
+    let idle_since = Instant::now();
+
+    // A third connection is not accepted while two are open...
+    let mut third = connect(&server).await;
+    send(&mut third, b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n").await;
+    assert!(
+        read_answer(&mut third, Duration::from_millis(700))
+            .await
+            .is_none(),
+        "a third connection was served beyond --max-connections 2"
+    );
+    // ...and is as soon as one closes (well before the idle ones are reaped).
+    drop(first);
+    let answer = read_answer(&mut third, Duration::from_secs(3))
+        .await
+        .expect("the waiting connection served once one closed");
+    assert_eq!(answer.status, 200);
+    assert!(
+        idle_since.elapsed() < Duration::from_secs(4),
+        "served only after the header timeout reaped an idle connection"
+    );
+
+    // `second` and `third` are idle now and hold both places: a fresh client gets its
+    // /healthz once the header timeout has reaped one of them.
+    let fresh = reqwest::Client::new();
+    let started = Instant::now();
+    let response = tokio::time::timeout(
+        Duration::from_secs(15),
+        fresh.get(server.url("/healthz")).send(),
+    )
+    .await
+    .expect("/healthz answered once idle connections were reaped")
+    .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    drop((second, third));
+    assert!(
+        server.log().contains("--max-connections"),
+        "the limit is logged:\n{}",
+        server.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compact_requires_a_json_content_type() {
+    let dir = ScratchDir::new("limits-content-type");
+    let server = Server::start(&chain(&dir, None), &[]);
+    let body = serde_json::to_vec(&request("t")).unwrap();
+
+    for content_type in [Some("text/plain;charset=UTF-8"), None] {
+        let mut post = server
+            .client
+            .post(server.url("/v1/compact"))
+            .body(body.clone());
+        if let Some(t) = content_type {
+            post = post.header("content-type", t);
+        }
+        let response = post.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 415, "{content_type:?}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "unsupported_media_type");
+        assert!(answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("application/json"));
+    }
+    let response = server
+        .client
+        .post(server.url("/v1/compact"))
+        .header("content-type", "Application/JSON; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let metrics = server.metrics().await;
+    assert!(
+        metrics.contains("tamp_compactions_total{outcome=\"ok\"} 1\n"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let dir = ScratchDir::new("limits-bearer");
+    let server = Server::start_with_env(
+        &chain(&dir, None),
+        &["--auth-token-env", "TAMP_TEST_TOKEN"],
+        &[("TAMP_TEST_TOKEN", "tok-123")],
+    );
+    for (authorization, status) in [
+        ("Bearer tok-123", 200),
+        ("BEARER tok-123", 200),
+        ("bearer  tok-123", 200),
+        ("Basic dG9rLTEyMw==", 401),
+        ("Bearer", 401),
+        ("BEARER tok-124", 401),
+    ] {
+        let response = server
+            .client
+            .get(server.url("/v1/chain"))
+            .header("authorization", authorization)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{authorization}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_error_body_is_json() {
+    let dir = ScratchDir::new("limits-json-errors");
+    let server = Server::start(&chain(&dir, None), &[]);
+    let long = format!("/v1/pages/pg_{}", "a".repeat(20_000));
+    for (path, status, code) in [
+        ("/v1/pages/%FF%FE", 400, "invalid_request"),
+        ("/v1/pages/pg_1?format=a&format=b", 400, "invalid_request"),
+        (long.as_str(), 414, "uri_too_long"),
+    ] {
+        let response = server.client.get(server.url(path)).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{path:.40}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{path:.40}"
+        );
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], code, "{path:.40}: {answer}");
+    }
+
+    // Invalid UTF-8 in a body: the error gives its byte offset.
+    let mut body = br#"{"conversation": {"messages": [{"role": "user", "content": "ab"#.to_vec();
+    let offset = body.len();
+    body.extend_from_slice(b"\xff\xfecd\"}]}}");
+    let response = server
+        .client
+        .post(server.url("/v1/compact"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "invalid_request");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("byte offset {offset}")),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_whitespace_only_token_is_refused_at_start() {
+    let dir = ScratchDir::new("limits-blank-token");
+    let config = chain(&dir, None);
+    for token in ["   ", " \t ", " padded "] {
+        let mut child = Command::new(tamp_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .args(["--auth-token-env", "TAMP_BLANK_TOKEN"])
+            .env("TAMP_BLANK_TOKEN", token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tamp serve started with the token {token:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{token:?}: {stderr}");
+        assert!(stderr.contains("TAMP_BLANK_TOKEN"), "{token:?}: {stderr}");
+        assert!(stderr.contains("whitespace"), "{token:?}: {stderr}");
+        assert!(!stderr.contains("listening"), "{token:?}: {stderr}");
+    }
+}
