@@ -309,7 +309,7 @@ pub(super) fn blocks_out<'a>(
     write: impl Fn(&ContentBlock) -> Out<'_>,
 ) -> Vec<Out<'a>> {
     match written_blocks(message) {
-        Cow::Borrowed(blocks) => blocks.iter().map(|b| write(b)).collect(),
+        Cow::Borrowed(blocks) => blocks.iter().map(&write).collect(),
         Cow::Owned(blocks) => blocks.iter().map(|b| write(b).into_owned()).collect(),
     }
 }
