@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use xxhash_rust::xxh3::Xxh3Builder;
 
-use tamp_plugin_api::sdk::compactable_range;
+use tamp_plugin_api::sdk::{compactable_range, protected_head};
 use tamp_plugin_api::{Message, Role};
 
 use crate::wire::{check_tool_pairing, WireFormat};
@@ -20,7 +20,8 @@ pub enum Rule {
     NothingLost,
     /// TAMP-INV-02: no tool_use without its tool_result, no orphan tool_result.
     ToolExchangesIntact,
-    /// TAMP-INV-03: the system prompt and the last `keep_recent` messages are untouched.
+    /// TAMP-INV-03: the system prompt, the task (first user message) and the last
+    /// `keep_recent` messages are untouched.
     ProtectedUntouched,
     /// TAMP-INV-04: kept messages stay in order; nothing new but summaries.
     OrderKept,
@@ -40,7 +41,9 @@ impl Rule {
         match self {
             Rule::NothingLost => "TAMP-INV-01 nothing lost",
             Rule::ToolExchangesIntact => "TAMP-INV-02 tool exchanges intact",
-            Rule::ProtectedUntouched => "TAMP-INV-03 system prompt and recent messages untouched",
+            Rule::ProtectedUntouched => {
+                "TAMP-INV-03 system prompt, task and recent messages untouched"
+            }
             Rule::OrderKept => "TAMP-INV-04 order kept",
             Rule::NoGrowth => "TAMP-INV-06 no growth",
         }
@@ -147,7 +150,7 @@ pub fn stage_violations(
 /// `output` with the input's leading system messages and protected tail put back in place
 /// of as many messages at its ends (unchanged when it is too short for that).
 fn restore_protected(input: &[Message], output: &[Message], keep_recent: usize) -> Vec<Message> {
-    let head = input.iter().take_while(|m| m.role == Role::System).count();
+    let head = protected_head(input);
     let tail_start = compactable_range(input, keep_recent).end;
     let tail = input.len() - tail_start;
     if output.len() < head + tail {
@@ -159,20 +162,26 @@ fn restore_protected(input: &[Message], output: &[Message], keep_recent: usize) 
     repaired
 }
 
-/// TAMP-INV-03: the leading system messages and the protected recent tail are unchanged.
+/// TAMP-INV-03: the protected head (leading system messages and the task) and the protected
+/// recent tail are unchanged.
 pub fn check_protected(
     input: &[Message],
     output: &[Message],
     keep_recent: usize,
 ) -> Result<(), Violation> {
-    let head = input.iter().take_while(|m| m.role == Role::System).count();
+    let head = protected_head(input);
     if output.len() < head || output[..head] != input[..head] {
         let first = (0..head)
             .find(|&i| output.get(i) != Some(&input[i]))
             .unwrap_or(0);
+        let what = if input[first].role == Role::System {
+            "a leading system message"
+        } else {
+            "the task (the first user message)"
+        };
         return violation(
             Rule::ProtectedUntouched,
-            format!("input message {first} is a leading system message but was changed or removed"),
+            format!("input message {first} is {what} but was changed or removed"),
         );
     }
     let tail_start = compactable_range(input, keep_recent).end;
@@ -344,14 +353,16 @@ mod tests {
     use tamp_plugin_api::sdk::summary_message;
     use tamp_plugin_api::SummaryStatus;
 
+    /// A system prompt, then assistant and user messages in turn: no task message, so every
+    /// message but the system prompt is compactable (the task rule has its own test).
     fn msgs(n: usize) -> Vec<Message> {
         let mut v = vec![Message::text(Role::System, "sys")];
         v.extend((1..n).map(|i| {
             Message::text(
                 if i % 2 == 1 {
-                    Role::User
-                } else {
                     Role::Assistant
+                } else {
+                    Role::User
                 },
                 format!("m{i}"),
             )
@@ -373,6 +384,28 @@ mod tests {
         let mut output = vec![input[0].clone(), summary];
         output.extend_from_slice(&input[4..]);
         let p = pages(&[("pg_1", &input[1..4])]);
+        check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap();
+    }
+
+    #[test]
+    fn the_task_is_protected_like_the_system_prompt() {
+        let mut input = msgs(8);
+        input[1] = Message::text(Role::User, "the task: do not touch the billing module");
+        let summary = summary_message("s", "pg_1", "t", SummaryStatus::Final);
+        let mut output = vec![input[0].clone(), summary];
+        output.extend_from_slice(&input[4..]);
+        let p = pages(&[("pg_1", &input[1..4])]);
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
+        assert_eq!(v.rule, Rule::ProtectedUntouched);
+        assert!(v.detail.contains("input message 1 is the task"), "{v}");
+        // Summarizing after it is fine.
+        let mut output = vec![
+            input[0].clone(),
+            input[1].clone(),
+            summary_message("s", "pg_2", "t", SummaryStatus::Final),
+        ];
+        output.extend_from_slice(&input[4..]);
+        let p = pages(&[("pg_2", &input[2..4])]);
         check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap();
     }
 

@@ -78,8 +78,13 @@ fn session(topic: &str) -> Conversation {
             vec![ContentBlock::ToolResult {
                 tool_use_id: id.into(),
                 content: vec![ToolResultPart::Text {
-                    text: format!("// {path}\nfn load() {{ /* {} lines of code */ }}", 40 + i)
-                        .into(),
+                    // Long enough that the span after the task outweighs a no-LLM summary.
+                    text: format!(
+                        "// {path}\nfn load() {{ /* {} lines of code */ }}\n{}",
+                        40 + i,
+                        "// configuration loading, validation and defaults\n".repeat(4)
+                    )
+                    .into(),
                 }]
                 .into(),
                 is_error: false,
@@ -135,22 +140,24 @@ fn check_replacement(chain: &Chain, input: &Conversation, out: &Compacted) {
         out.conversation.messages.len(),
         input.messages.len() - removed + 1
     );
-    assert_eq!(out.conversation.messages[0], input.messages[0]);
-    let summary = &out.conversation.messages[1];
+    // The system prompt and the task stay first; the summary follows them.
+    let head = tamp_plugin_api::sdk::protected_head(&input.messages);
+    assert_eq!(out.conversation.messages[..head], input.messages[..head]);
+    let summary = &out.conversation.messages[head];
     let info = summary
         .summary_info()
-        .expect("summary after the system prompt");
+        .expect("summary after the system prompt and the task");
     assert_eq!(info.status, SummaryStatus::Final);
     let page = rt()
         .block_on(chain.store().get_page(&info.page_ref))
         .unwrap();
     assert_eq!(
         page.page.messages.as_slice(),
-        &input.messages[1..1 + removed]
+        &input.messages[head..head + removed]
     );
     assert_eq!(
-        out.conversation.messages[2..],
-        input.messages[1 + removed..]
+        out.conversation.messages[head + 1..],
+        input.messages[head + removed..]
     );
     assert!(summary.joined_text().starts_with("# Anchored summary"));
     assert!(summary.joined_text().contains(info.page_ref.as_str()));

@@ -65,7 +65,11 @@ min_messages = 4
 }
 
 fn conversation(turns: usize, tag: &str) -> Conversation {
-    let mut messages = vec![Message::text(Role::System, "You are a helpful agent.")];
+    let mut messages = vec![
+        Message::text(Role::System, "You are a helpful agent."),
+        // The task, which stays pinned (`sdk::protected_head`).
+        Message::text(Role::User, format!("{tag}: fix the build failures")),
+    ];
     for i in 0..turns {
         messages.push(Message::text(
             Role::User,
@@ -137,7 +141,7 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
     let pending = summaries(&out1);
     assert_eq!(pending.len(), 1, "{pending:?}");
     let (at, page, status, text) = &pending[0];
-    assert_eq!((*at, *status), (1, SummaryStatus::Pending));
+    assert_eq!((*at, *status), (2, SummaryStatus::Pending));
     let first = text.lines().next().unwrap();
     assert!(
         first.starts_with("[Pending summary: 20 messages, 10 user and 10 other turns]"),
@@ -145,7 +149,7 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
     );
     assert!(text.contains("First (user): loop question 0"), "{text}");
     assert!(text.contains("Last (assistant): loop answer 9"), "{text}");
-    assert_eq!(out1.messages.len(), 1 + 1 + 4);
+    assert_eq!(out1.messages.len(), 1 + 1 + 1 + 4);
     assert_eq!(mock.sync_calls() + mock.creates(), 0);
     let status =
         String::from_utf8(tamp(&dir, &["batch", "status", "-c", "chain.toml"]).stdout).unwrap();

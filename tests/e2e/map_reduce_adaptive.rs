@@ -116,8 +116,16 @@ fn corpus_prose(min_chars: usize) -> String {
 }
 
 /// A system prompt, user messages carrying `texts`, and a protected two-message tail.
+/// The task: the first user message, which no stage may summarize (`sdk::protected_head`).
+fn task() -> Message {
+    Message::text(Role::User, "Help me with this.")
+}
+
 fn conversation_of(texts: &[String]) -> Conversation {
-    let mut messages = vec![Message::text(Role::System, "You are a helpful assistant.")];
+    let mut messages = vec![
+        Message::text(Role::System, "You are a helpful assistant."),
+        task(),
+    ];
     for (i, text) in texts.iter().enumerate() {
         let role = if i % 2 == 0 {
             Role::User
@@ -144,6 +152,7 @@ fn levels_at_99_100_499_500_tokens() {
         let text: String = prose.chars().take(tokens - 7).collect();
         let input = Conversation::new(vec![
             Message::text(Role::System, "sys"),
+            task(),
             Message::text(Role::User, text),
             Message::text(Role::Assistant, "ok"),
         ]);
@@ -181,7 +190,8 @@ fn levels_at_99_100_499_500_tokens() {
                 let summaries = our_summaries(&out.conversation);
                 assert_eq!(summaries.len(), 1);
                 assert_eq!(summaries[0].joined_text(), "A brief.");
-                assert_eq!(out.conversation.messages.len(), 3);
+                // System prompt, task, summary, and the protected last message.
+                assert_eq!(out.conversation.messages.len(), 4);
             }
         }
     }
@@ -243,7 +253,10 @@ fn chunks_at_semantic_boundaries_with_overlap_and_keeps_tool_exchanges_whole() {
         ));
         line += 1;
     }
-    let mut messages = vec![Message::text(Role::System, "You are a coding agent.")];
+    let mut messages = vec![
+        Message::text(Role::System, "You are a coding agent."),
+        task(),
+    ];
     let mut small_exchanges = Vec::new();
     for (i, chunk) in paragraphs.chunks(20).enumerate() {
         messages.push(Message::text(Role::User, chunk.join("\n\n")));
@@ -527,7 +540,8 @@ fn the_prior_summary_is_context_for_every_map_and_flows_into_the_new_summary() {
     assert_eq!(page.strategy.as_str(), NAME);
     let metadata: Value = serde_json::from_str(&page.metadata_json).unwrap();
     assert_eq!(metadata["level"], "map-reduce");
-    let span = 1..1 + run.messages_removed as usize;
+    let head = tamp_plugin_api::sdk::protected_head(&grown.messages);
+    let span = head..head + run.messages_removed as usize;
     assert_eq!(page.messages.as_slice(), &grown.messages[span]);
     let old_page = prior.summary_info().unwrap().page_ref.to_string();
     assert!(rt().block_on(chain.store().get_page(&old_page)).is_ok());
@@ -679,6 +693,7 @@ fn a_summary_longer_than_its_input_is_flagged() {
     // 100 tokens of content, a brief asked of 50 and answered with 90: not a compression.
     let input = Conversation::new(vec![
         Message::text(Role::System, "sys"),
+        task(),
         Message::text(Role::User, "x".repeat(93)),
         Message::text(Role::Assistant, "ok"),
     ]);
@@ -793,11 +808,8 @@ fn real_conversations_in_both_wire_formats() {
             assert!(out.report.tokens_after < out.report.tokens_before, "{ctx}");
 
             // One summary where the span was; the span is in its page, in order.
-            let lead = input
-                .messages
-                .iter()
-                .take_while(|m| m.role == Role::System)
-                .count();
+            // After the system prompt and the task.
+            let lead = tamp_plugin_api::sdk::protected_head(&input.messages);
             let removed = run.messages_removed as usize;
             assert_eq!(
                 out.conversation.messages.len(),
@@ -807,7 +819,7 @@ fn real_conversations_in_both_wire_formats() {
             let summary = &out.conversation.messages[lead];
             let info = summary
                 .summary_info()
-                .expect("a summary after the system prompt");
+                .expect("a summary after the system prompt and the task");
             assert_eq!(info.strategy.as_str(), NAME);
             assert_eq!(info.status, SummaryStatus::Final);
             assert!(!summary.joined_text().trim().is_empty());

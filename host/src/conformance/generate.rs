@@ -361,11 +361,8 @@ pub fn with_huge_message(case: &Case, bytes: usize) -> Case {
         text.push(if rng.chance(8) { '\n' } else { ' ' });
     }
     text.truncate(bytes);
-    let at = case
-        .messages
-        .iter()
-        .take_while(|m| m.role == Role::System)
-        .count();
+    // After the system prompt and the task, where a stage may summarize it.
+    let at = tamp_plugin_api::sdk::protected_head(&case.messages);
     let mut messages = case.messages.clone();
     messages.insert(at, Message::text(Role::User, text));
     case.with_messages(messages)

@@ -2,18 +2,36 @@
 
 use std::ops::Range;
 
-use crate::conversation::{Message, Role};
+use crate::conversation::{ContentBlock, Message, Role};
 use crate::sdk::exchanges::units;
 
-/// The messages a stage may replace: after the leading system messages and before the
-/// protected tail of the last `keep_recent` messages. The tail is widened backwards to a unit
-/// boundary, so a tool exchange that straddles it is protected whole. System messages inside
-/// the range still must not be replaced (skip [`UnitKind::System`](super::UnitKind) units).
-pub fn compactable_range(messages: &[Message], keep_recent: usize) -> Range<usize> {
-    let start = messages
+/// How many leading messages no stage may touch: the leading system messages and the task,
+/// the first message after them when it is a plain user message (not a tool result, not a
+/// summary). The task often carries the session's one constraint ("do not touch the billing
+/// module"), which no summary may lose.
+pub fn protected_head(messages: &[Message]) -> usize {
+    let system = messages
         .iter()
         .take_while(|m| m.role == Role::System)
         .count();
+    let task = messages.get(system).is_some_and(|m| {
+        m.role == Role::User
+            && !m.is_summary()
+            && !m
+                .content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
+    });
+    system + usize::from(task)
+}
+
+/// The messages a stage may replace: after the protected head ([`protected_head`]: the
+/// leading system messages and the task) and before the protected tail of the last
+/// `keep_recent` messages. The tail is widened backwards to a unit boundary, so a tool
+/// exchange that straddles it is protected whole. System messages inside the range still must
+/// not be replaced (skip [`UnitKind::System`](super::UnitKind) units).
+pub fn compactable_range(messages: &[Message], keep_recent: usize) -> Range<usize> {
+    let start = protected_head(messages);
     let mut tail_start = messages.len().saturating_sub(keep_recent);
     if tail_start < messages.len() {
         if let Some(unit) = units(messages)
@@ -29,7 +47,7 @@ pub fn compactable_range(messages: &[Message], keep_recent: usize) -> Range<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conversation::{ContentBlock, ToolResultPart};
+    use crate::conversation::ToolResultPart;
 
     #[test]
     fn tail_widens_to_keep_a_straddling_exchange_whole() {
@@ -56,10 +74,36 @@ mod tests {
             ),
             Message::text(Role::Assistant, "end"),
         ];
+        // The system prompt and the task ("u") are the protected head.
+        assert_eq!(protected_head(&msgs), 2);
         // keep_recent = 2 would start the tail at the tool result; the call joins it.
-        assert_eq!(compactable_range(&msgs, 2), 1..2);
-        assert_eq!(compactable_range(&msgs, 1), 1..4);
-        assert_eq!(compactable_range(&msgs, 0), 1..5);
-        assert_eq!(compactable_range(&msgs, 10), 1..1);
+        assert_eq!(compactable_range(&msgs, 2), 2..2);
+        assert_eq!(compactable_range(&msgs, 1), 2..4);
+        assert_eq!(compactable_range(&msgs, 0), 2..5);
+        assert_eq!(compactable_range(&msgs, 10), 2..2);
+    }
+
+    #[test]
+    fn the_task_is_the_first_plain_user_message_after_the_system_prompt() {
+        let task = Message::text(Role::User, "fix the bug; do not touch billing");
+        let sys = Message::text(Role::System, "s");
+        assert_eq!(protected_head(&[sys.clone(), task.clone()]), 2);
+        assert_eq!(protected_head(std::slice::from_ref(&task)), 1);
+        assert_eq!(protected_head(&[]), 0);
+        // An assistant first, a tool result or a summary is no task.
+        let assistant = Message::text(Role::Assistant, "hi");
+        assert_eq!(protected_head(&[sys.clone(), assistant, task]), 1);
+        let result = Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: "a".into(),
+                content: vec![].into(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        );
+        assert_eq!(protected_head(&[sys.clone(), result]), 1);
+        let summary = crate::sdk::summary_message("s", "pg_1", "x", crate::SummaryStatus::Final);
+        assert_eq!(protected_head(&[sys, summary]), 1);
     }
 }

@@ -456,8 +456,11 @@ mod tests {
     #[test]
     fn pages_keep_exchanges_whole_skip_summaries_and_respect_sizes() {
         let mut m = vec![Message::text(Role::System, "sys")];
+        // An assistant first: no task message is pinned, so the runs start right after the
+        // system prompt.
         for i in 0..6 {
-            m.push(Message::text(Role::User, format!("u{i}")));
+            let role = if i == 0 { Role::Assistant } else { Role::User };
+            m.push(Message::text(role, format!("u{i}")));
         }
         m.push(summary_message(
             "s",

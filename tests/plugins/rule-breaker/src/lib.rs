@@ -15,7 +15,7 @@
 //! | `TAMP-INV-06` | pads its summary until the conversation is larger than it was |
 //! | `TAMP-INV-07` | numbers its summaries with a per-instance counter |
 //! | `TAMP-INV-09` | puts the LLM's answer into the conversation uncapped |
-//! | `TAMP-EDGE-03` | cuts a preview of the first replaced message at a byte index |
+//! | `TAMP-EDGE-03` | cuts a preview of the first replaced text at a byte index |
 //! | `TAMP-CONC-01` | keeps the conversation in instance state across an await |
 //! | `abort` | aborts the process in `compact` |
 //! | `hang` | blocks its thread forever in `compact` (not even the host's timeout fires) |
@@ -167,7 +167,12 @@ impl Strategy for RuleBreaker {
             Err(e) => return Err(e),
         };
         if self.breaks == "TAMP-EDGE-03" {
-            let first_text = messages[run.start].joined_text();
+            // The first replaced message that has text (a tool call may have none).
+            let first_text = messages[run.clone()]
+                .iter()
+                .map(|m| m.joined_text())
+                .find(|t| !t.is_empty())
+                .unwrap_or_default();
             let preview = &first_text[..first_text.len().min(9)];
             text = format!("{preview}: {text}");
         }
