@@ -50,7 +50,10 @@ pub const RULES: &[RuleSpec] = &[
     ),
     must("TAMP-INV-01", "nothing lost"),
     must("TAMP-INV-02", "tool exchanges intact"),
-    must("TAMP-INV-03", "system prompt, task and recent messages untouched"),
+    must(
+        "TAMP-INV-03",
+        "system prompt, task and recent messages untouched",
+    ),
     must("TAMP-INV-04", "order kept, nothing new but summaries"),
     must(
         "TAMP-INV-05",
