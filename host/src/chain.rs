@@ -109,6 +109,10 @@ pub struct ChainReport {
     /// Thread continuity, when the call had a thread and the chain keeps thread states.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread: Option<ThreadReport>,
+    /// Why a compaction ended above the low watermark, when it did: the next compaction is
+    /// then near (hysteresis lost).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub low_watermark_missed: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -117,6 +121,9 @@ pub struct BudgetReport {
     pub high_watermark: u64,
     pub low_watermark: u64,
     pub keep_recent: u32,
+    /// The messages the protected tail held for this call: `keep_recent`, or fewer where
+    /// `keep_recent_tokens` bounds it.
+    pub protected_tail: u32,
 }
 
 /// How a stage run ended.
@@ -333,6 +340,31 @@ impl ChainBuilder {
             threads: self.threads,
         })
     }
+}
+
+/// How many of the newest messages no stage may touch: `keep_recent`, or, with
+/// `keep_recent_tokens`, the newest whole units (a tool exchange with its results, or one
+/// message) that fit in that many tokens, whichever is fewer. The newest unit is always
+/// protected, so an agent's latest tool result is never summarized away.
+fn protected_tail(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCounter) -> u32 {
+    let Some(limit) = budget.keep_recent_tokens else {
+        return budget.keep_recent;
+    };
+    let keep = budget.keep_recent as usize;
+    let mut kept = 0usize;
+    let mut kept_tokens = 0u64;
+    for unit in tamp_plugin_api::sdk::units(messages).iter().rev() {
+        if kept >= keep {
+            break;
+        }
+        let unit_tokens = tokens.count_messages(&messages[unit.range.clone()]);
+        if kept > 0 && kept_tokens + unit_tokens > limit {
+            break;
+        }
+        kept += unit.range.len();
+        kept_tokens += unit_tokens;
+    }
+    u32::try_from(kept.min(keep)).unwrap_or(budget.keep_recent)
 }
 
 /// A stage config that does not fit its plugin's schema.
@@ -597,6 +629,8 @@ impl Chain {
             format!("{tokens_before} tokens, not above the high watermark of {high}")
         };
 
+        // The tail is untouched by every stage, so its size in messages holds for the chain.
+        let keep_recent = protected_tail(&conversation.messages, &budget_cfg, &self.ctx.tokens);
         let mut current = conversation;
         let mut tokens = tokens_before;
         let mut runs = Vec::with_capacity(self.stages.len());
@@ -614,7 +648,7 @@ impl Chain {
                         max_tokens: budget_cfg.max_tokens,
                         high_watermark: high,
                         low_watermark: low,
-                        keep_recent: budget_cfg.keep_recent,
+                        keep_recent,
                         current_tokens: tokens,
                     };
                     let (next, run) = self.run_stage(stage, &current, budget, format).await;
@@ -632,6 +666,39 @@ impl Chain {
         for r in &runs {
             usage.add(&r.usage);
         }
+        let acted = runs.iter().any(|r| r.status == StageStatus::Acted);
+        let low_watermark_missed = (over_budget && tokens > low).then(|| {
+            let messages = &current.messages[..];
+            let head = tamp_plugin_api::sdk::protected_head(messages);
+            let tail_start =
+                tamp_plugin_api::sdk::compactable_range(messages, keep_recent as usize).end;
+            let head_tokens = self.ctx.tokens.count_messages(&messages[..head]);
+            let tail_tokens = self.ctx.tokens.count_messages(&messages[tail_start..]);
+            let protected = head_tokens + tail_tokens;
+            let parts = format!(
+                "system prompt and task {head_tokens}, recent tail {tail_tokens} in {} message(s)",
+                messages.len() - tail_start
+            );
+            if protected >= low {
+                format!(
+                    "{tokens} tokens after compaction, above the low watermark of {low}: the \
+                     protected messages alone are {protected} tokens ({parts}); lower \
+                     keep_recent or set keep_recent_tokens"
+                )
+            } else if !acted {
+                format!(
+                    "{tokens} tokens after compaction, above the low watermark of {low}: no \
+                     stage acted (see each stage's reason); protected: {parts}"
+                )
+            } else {
+                format!(
+                    "{tokens} tokens after compaction, above the low watermark of {low}: the \
+                     stages left {} compactable tokens (see each stage's reason); protected: \
+                     {parts}",
+                    tokens.saturating_sub(protected)
+                )
+            }
+        });
         let report = ChainReport {
             tokens_before,
             tokens_after: tokens,
@@ -642,6 +709,7 @@ impl Chain {
                 high_watermark: high,
                 low_watermark: low,
                 keep_recent: budget_cfg.keep_recent,
+                protected_tail: keep_recent,
             },
             reason,
             llm_calls: runs.iter().map(|r| r.llm_calls).sum(),
@@ -651,6 +719,7 @@ impl Chain {
             stages: runs,
             duration_ms: started.elapsed().as_secs_f64() * 1e3,
             thread: None,
+            low_watermark_missed,
         };
         Ok(Compacted {
             conversation: current,

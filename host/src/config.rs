@@ -47,6 +47,11 @@ pub struct BudgetConfig {
     pub high_watermark: f64,
     pub low_watermark: f64,
     pub keep_recent: u32,
+    /// Bounds the protected tail in tokens too: of the last `keep_recent` messages, only the
+    /// newest whole tool exchanges that fit in this many tokens are protected (the newest
+    /// exchange always is). Unset: the tail is bounded by `keep_recent` alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_recent_tokens: Option<u64>,
 }
 
 impl Default for BudgetConfig {
@@ -56,6 +61,7 @@ impl Default for BudgetConfig {
             high_watermark: 0.75,
             low_watermark: 0.5,
             keep_recent: 10,
+            keep_recent_tokens: None,
         }
     }
 }

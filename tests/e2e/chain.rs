@@ -395,3 +395,71 @@ fn a_five_megabyte_tool_result_is_compacted_and_kept_whole_in_its_page() {
     );
     rt().block_on(assert_nothing_lost(&chain, &conv, &out.conversation));
 }
+
+/// A protected tail of 16 messages that are long tool results keeps a compaction above the
+/// low watermark; `keep_recent_tokens` bounds the tail in tokens, whole exchanges, so the
+/// compaction reaches it, and the report says why when it does not (issue 16, part 2).
+#[test]
+fn keep_recent_tokens_bounds_the_tail_and_a_missed_low_watermark_is_explained() {
+    let dir = scratch_dir("chain-tail-tokens");
+    let session = tamp_e2e::corpus_mix(120);
+    let chain_with = |extra: &str| {
+        let toml = format!(
+            r#"
+[budget]
+max_tokens = 8000
+keep_recent = 16
+{extra}
+
+[store]
+path = "pages.sqlite3"
+
+[[stage]]
+name = "archive"
+plugin = "{custom}"
+[stage.config]
+keep_exchanges = 0
+summarize = false
+"#,
+            custom = plugin("tamp_custom_strategy").display(),
+        );
+        Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).expect("chain")
+    };
+    let rt = rt();
+    let options = CompactOptions::default();
+
+    let plain = rt
+        .block_on(chain_with("").compact(session.clone(), &options))
+        .unwrap();
+    assert_eq!(plain.report.budget.protected_tail, 16);
+    let missed = plain
+        .report
+        .low_watermark_missed
+        .as_deref()
+        .expect("16 long messages keep the compaction above the low watermark");
+    assert!(missed.contains("protected messages alone"), "{missed}");
+    assert!(missed.contains("recent tail"), "{missed}");
+
+    let bounded = rt
+        .block_on(chain_with("keep_recent_tokens = 1500").compact(session.clone(), &options))
+        .unwrap();
+    let report = &bounded.report;
+    assert!(report.budget.protected_tail < 16, "{:?}", report.budget);
+    assert!(report.budget.protected_tail >= 1);
+    assert!(
+        report.tokens_after <= report.budget.low_watermark,
+        "{} > {}: {:?}",
+        report.tokens_after,
+        report.budget.low_watermark,
+        report.low_watermark_missed
+    );
+    assert_eq!(report.low_watermark_missed, None);
+    // The protected tail is the input's last messages, untouched, whole exchanges.
+    let tail = report.budget.protected_tail as usize;
+    let n = session.messages.len();
+    let out = &bounded.conversation.messages;
+    assert!(out.ends_with(&session.messages[n - tail..]));
+    tamp_plugin_api::sdk::units(&session.messages)
+        .iter()
+        .for_each(|u| assert!(!u.range.contains(&(n - tail)) || u.range.start == n - tail));
+}

@@ -486,6 +486,7 @@ fn yes() -> bool {
 struct BudgetOverrides {
     max_tokens: Option<u64>,
     keep_recent: Option<u32>,
+    keep_recent_tokens: Option<u64>,
     high_watermark: Option<f64>,
     low_watermark: Option<f64>,
 }
@@ -645,6 +646,7 @@ impl CompactBody {
         if let Some(o) = self.budget {
             budget.max_tokens = o.max_tokens.unwrap_or(budget.max_tokens);
             budget.keep_recent = o.keep_recent.unwrap_or(budget.keep_recent);
+            budget.keep_recent_tokens = o.keep_recent_tokens.or(budget.keep_recent_tokens);
             budget.high_watermark = o.high_watermark.unwrap_or(budget.high_watermark);
             budget.low_watermark = o.low_watermark.unwrap_or(budget.low_watermark);
         }
