@@ -469,9 +469,10 @@ fn the_depth_limit_stops_collapsing_and_still_synthesizes() {
 }
 
 #[test]
-fn the_prior_summary_is_context_for_every_map_and_flows_into_the_new_summary() {
+fn a_folded_prior_summary_goes_to_the_synthesis_only_and_into_the_new_summary() {
     let provider = Arc::new(ScriptedProvider::always("Summary written by request {n}."));
-    let config = json!({"chunk_size": 400, "chunk_overlap": 40});
+    // keep_summaries_share 0: earlier summaries are always folded into the new one.
+    let config = json!({"chunk_size": 400, "chunk_overlap": 40, "keep_summaries_share": 0.0});
     let chain = stage_chain(config, provider.clone(), Encoding::O200kBase, 2);
     let prose = corpus_prose(20_000);
     let paragraphs: Vec<String> = prose.split("\n\n").map(str::to_string).collect();
@@ -512,10 +513,9 @@ fn the_prior_summary_is_context_for_every_map_and_flows_into_the_new_summary() {
     let maps = maps(&second_requests);
     assert!(maps.len() >= 2);
     for map in &maps {
-        // Context, outside the material.
-        let context = format!("<summary-so-far>\n{prior_text}\n</summary-so-far>");
-        assert!(map.prompt.contains(&context), "{}", map.prompt);
-        assert!(!material(map).contains(&prior_text));
+        // Each map request depends on its chunk alone, so it is the same request (a cache
+        // hit) whatever the prior summary says.
+        assert!(!map.prompt.contains(&prior_text), "{}", map.prompt);
     }
     let synthesis = second_requests.last().unwrap();
     assert_eq!(synthesis.label.as_str(), "synthesis");
@@ -725,7 +725,9 @@ fn a_summary_longer_than_its_input_is_flagged() {
         Message::text(Role::Assistant, "ok"),
     ]);
     let provider = Arc::new(ScriptedProvider::always("y".repeat(330)));
-    let chain = stage_chain(json!({}), provider, Encoding::CharsPerToken(1.0), 1);
+    // The prior summary is folded into the new one (keep_summaries_share 0).
+    let config = json!({"keep_summaries_share": 0.0});
+    let chain = stage_chain(config, provider, Encoding::CharsPerToken(1.0), 1);
     let out = rt()
         .block_on(chain.compact(input, &CompactOptions::default()))
         .unwrap();
@@ -873,4 +875,66 @@ fn invalid_configs_are_refused_naming_the_field() {
             )
             .unwrap_or_else(|e| panic!("{content_type}: {e}"));
     }
+}
+
+/// Prefix-preserving compaction (issue 16, part 3): an earlier summary that fits in
+/// `keep_summaries_share` of the budget stays byte for byte where it was and the new summary
+/// goes after it; once the summaries outgrow that share they are folded into one.
+#[test]
+fn earlier_summaries_stay_in_place_until_they_outgrow_their_share() {
+    let provider = Arc::new(ScriptedProvider::always("Summary written by request {n}."));
+    let config = json!({"chunk_size": 400, "chunk_overlap": 40});
+    let chain = stage_chain(config, provider.clone(), Encoding::O200kBase, 2);
+    let prose = corpus_prose(30_000);
+    let paragraphs: Vec<String> = prose.split("\n\n").map(str::to_string).collect();
+    let thirds: Vec<&[String]> = paragraphs.chunks(paragraphs.len() / 3 + 1).collect();
+
+    let grow = |out: &Compacted, more: &[String]| {
+        let mut messages: Vec<Message> = out.conversation.messages.to_vec();
+        let tail = messages.split_off(messages.len() - 2);
+        for (i, text) in more.iter().enumerate() {
+            let role = if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            messages.push(Message::text(role, text.as_str()));
+        }
+        messages.extend(tail);
+        Conversation::new(messages)
+    };
+    let first = compact(&chain, &conversation_of(thirds[0]));
+    let s1 = our_summaries(&first.conversation)[0].clone();
+    let head = tamp_plugin_api::sdk::protected_head(&first.conversation.messages);
+    assert_eq!(first.conversation.messages[head], s1);
+
+    let sent_before = provider.requests().len();
+    let second = compact(&chain, &grow(&first, thirds[1]));
+    let run = stage(&second);
+    assert_eq!(run.status, StageStatus::Acted, "{run:?}");
+    assert_eq!(run.details["summaries_kept"], 1);
+    // The prefix up to and including the first summary is unchanged; the new one follows.
+    assert_eq!(
+        second.conversation.messages[..=head],
+        first.conversation.messages[..=head]
+    );
+    let summaries = our_summaries(&second.conversation);
+    assert_eq!(summaries.len(), 2);
+    assert_eq!(summaries[0], &s1);
+    assert!(second.conversation.messages[head + 1].is_summary());
+    // Nothing of the first summary was sent again.
+    assert!(provider.requests()[sent_before..]
+        .iter()
+        .all(|r| !r.prompt.contains(&s1.joined_text())));
+
+    // Summaries that outgrow their share (here: any) are folded into one again.
+    let tight = stage_chain(
+        json!({"chunk_size": 400, "chunk_overlap": 40, "keep_summaries_share": 0.0}),
+        provider.clone(),
+        Encoding::O200kBase,
+        2,
+    );
+    let third = compact(&tight, &grow(&second, thirds[2]));
+    assert_eq!(stage(&third).details["summaries_kept"], 0);
+    assert_eq!(our_summaries(&third.conversation).len(), 1);
 }

@@ -73,6 +73,12 @@ pub struct Config {
     /// summary as context, `append` summarizes them alone and appends, `off` summarizes
     /// everything again.
     pub reuse: Reuse,
+    /// Earlier summaries at the start of the span stay in place, byte for byte, while
+    /// together they take at most this share of the budget's `max_tokens`: the new summary
+    /// goes after them, so the conversation's prefix (and the provider's prompt cache) holds
+    /// across compactions. Past it they are folded into the new summary. 0 always folds.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub keep_summaries_share: f64,
 }
 
 impl Default for Config {
@@ -90,6 +96,7 @@ impl Default for Config {
             max_summary_tokens: 500,
             max_block_chars: 0,
             reuse: Reuse::Merge,
+            keep_summaries_share: 0.2,
         }
     }
 }
@@ -111,6 +118,12 @@ impl Config {
             return Err(PluginError::invalid_config(format!(
                 "brief_below: must be at least none_below ({} < {})",
                 self.brief_below, self.none_below
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.keep_summaries_share) {
+            return Err(PluginError::invalid_config(format!(
+                "keep_summaries_share: must be a share between 0 and 1, got {}",
+                self.keep_summaries_share
             )));
         }
         if self.max_concurrency == 0 {

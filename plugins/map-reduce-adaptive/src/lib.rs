@@ -1,16 +1,18 @@
 //! `map-reduce-adaptive`: summarizes however much old content a conversation holds into one
 //! bounded summary, with as many rounds of summarizing as the length needs.
 //!
-//! 1. **Select** the messages a stage may replace (after the system prompt, before the
-//!    protected recent tail, up to any system message inside). Earlier summaries written by
-//!    this strategy are the *prior summary*; everything else (other strategies' summaries
-//!    included) is the *content*, rendered as `role: text` turns with tool exchanges compact.
+//! 1. **Select** the messages a stage may replace (after the system prompt and the task,
+//!    before the protected recent tail, up to any system message inside). Earlier summaries
+//!    at its start stay in place while they fit in `keep_summaries_share` of the budget, so
+//!    the prefix holds across compactions; past it they are folded in: summaries written by
+//!    this strategy are then the *prior summary*. Everything else (other strategies'
+//!    summaries included) is the *content*, rendered as `role: text` turns with tool
+//!    exchanges compact.
 //! 2. **Pick a level** by the content's tokens (the host's counter): below `none_below`
 //!    nothing; below `brief_below` one call for a one-sentence brief; otherwise map-reduce.
 //! 3. **Map**: cut the content into chunks (`sdk::chunk`: messages and tool exchanges kept
 //!    whole where they fit, then paragraphs, sentences, lines, words, characters; overlap
-//!    repeated across each cut; anchored at the start), summarize them concurrently, each
-//!    with the prior summary as context.
+//!    repeated across each cut; anchored at the start), summarize them concurrently.
 //! 4. **Collapse** while the summaries together exceed `token_max`: summarize them in groups
 //!    that fit `token_max`, at most `max_collapse_depth` rounds.
 //! 5. **Synthesize** the final summary from the summaries and the prior summary.
@@ -144,7 +146,14 @@ impl Strategy for MapReduceAdaptive {
             host,
             ..
         } = input;
-        let mut selection = self.select(&conversation.messages, budget.keep_recent as usize);
+        let keep_recent = budget.keep_recent as usize;
+        let kept = self.summaries_kept(
+            &host,
+            &conversation.messages,
+            keep_recent,
+            budget.max_tokens,
+        );
+        let mut selection = self.select(&conversation.messages, keep_recent, kept);
         let reused = self
             .reusable(&host, &conversation.messages, &selection)
             .await;
@@ -178,6 +187,7 @@ impl Strategy for MapReduceAdaptive {
             "prior_summary_tokens": prior_tokens,
             "input_tokens": input_tokens,
             "reused_messages": reused.as_ref().map_or(0, |r| r.messages),
+            "summaries_kept": kept,
         });
         tamp_plugin_api::tracing::debug!(
             level = level.as_str(),
@@ -330,12 +340,40 @@ impl MapReduceAdaptive {
         })
     }
 
-    /// The span to replace: from the start of the compactable range to its end or to the
-    /// first system message inside it, whichever comes first (one contiguous run, so one
-    /// page and one summary; the older part first, so what is summarized does not depend on
-    /// what comes later).
-    fn select(&self, messages: &[Message], keep_recent: usize) -> Selection {
+    /// How many summaries at the start of the compactable range stay where they are: all of
+    /// them while together they fit in `keep_summaries_share` of the budget, else none (they
+    /// are folded into the new summary).
+    fn summaries_kept(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        keep_recent: usize,
+        max_tokens: u64,
+    ) -> usize {
         let range = sdk::compactable_range(messages, keep_recent);
+        let limit = (max_tokens as f64 * self.config.keep_summaries_share) as u64;
+        let leading: Vec<&Message> = messages[range]
+            .iter()
+            .take_while(|m| m.is_summary())
+            .collect();
+        let tokens: u64 = leading
+            .iter()
+            .map(|m| host.count_tokens(&m.joined_text()))
+            .sum();
+        if tokens <= limit {
+            leading.len()
+        } else {
+            0
+        }
+    }
+
+    /// The span to replace: from the start of the compactable range (after the `skip`
+    /// summaries kept in place) to its end or to the first system message inside it,
+    /// whichever comes first (one contiguous run, so one page and one summary; the older
+    /// part first, so what is summarized does not depend on what comes later).
+    fn select(&self, messages: &[Message], keep_recent: usize, skip: usize) -> Selection {
+        let compactable = sdk::compactable_range(messages, keep_recent);
+        let range = (compactable.start + skip).min(compactable.end)..compactable.end;
         let render = RenderOptions {
             max_block_chars: self.config.max_block_chars,
         };
@@ -408,12 +446,14 @@ impl MapReduceAdaptive {
             .iter()
             .enumerate()
             .map(|(i, chunk)| {
+                // The prior summary goes to the synthesis only: every map request then
+                // depends on its chunk alone, and is the same request (a cache hit) however
+                // the prior changes.
                 prompts::map_request(
                     config.content_type,
                     i + 1,
                     &chunk.text,
                     chunk.has_overlap(),
-                    prior,
                     config.summary_target(chunk.tokens),
                 )
             })
@@ -566,12 +606,18 @@ mod tests {
             Message::text(Role::User, "later"),
             Message::text(Role::User, "recent"),
         ];
-        let s = strategy().select(&msgs, 1);
+        // Folding: the prior summary is taken apart from the content.
+        let s = strategy().select(&msgs, 1, 0);
         assert_eq!(s.span, 1..5);
         assert_eq!(s.prior.as_deref(), Some("PRIOR"));
         assert_eq!(s.pieces.len(), 3);
         assert_eq!(s.pieces[0], "user: hello\n");
         assert!(s.pieces[1].contains("OTHER") && s.pieces[1].contains("pg_2"));
+        // Keeping it in place: the span starts after it.
+        let s = strategy().select(&msgs, 1, 1);
+        assert_eq!(s.span, 2..5);
+        assert_eq!(s.prior, None);
+        assert_eq!(s.pieces.len(), 3);
     }
 
     #[test]
@@ -580,7 +626,7 @@ mod tests {
             Message::text(Role::System, "sys"),
             Message::text(Role::User, "a"),
         ];
-        let s = strategy().select(&msgs, 5);
+        let s = strategy().select(&msgs, 5, 0);
         assert!(s.span.is_empty());
         assert!(s.prior.is_none() && s.pieces.is_empty());
     }

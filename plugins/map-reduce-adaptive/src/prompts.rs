@@ -79,25 +79,12 @@ fn content_section(material: &str) -> String {
     format!("<content>\n{}\n</content>", escaped.trim())
 }
 
-/// The prior summary as context outside the material.
-fn prior_context(prior: Option<&str>) -> String {
-    match prior {
-        Some(prior) => format!(
-            "For context, the summary of everything before this material (do not repeat it):\n\
-             <summary-so-far>\n{}\n</summary-so-far>\n\n",
-            prior.trim()
-        ),
-        None => String::new(),
-    }
-}
-
-/// One map call: a chunk, with the prior summary as context.
+/// One map call: a chunk alone (the prior summary, if any, goes to the synthesis).
 pub fn map_request(
     content_type: ContentType,
     number: usize,
     chunk: &str,
     has_overlap: bool,
-    prior: Option<&str>,
     target: u32,
 ) -> LlmRequest {
     let v = voice(content_type);
@@ -108,8 +95,7 @@ pub fn map_request(
         ""
     };
     let prompt = format!(
-        "{}Summarize this part of a {} in at most {}. {}{overlap_note}\n{}",
-        prior_context(prior),
+        "Summarize this part of a {} in at most {}. {}{overlap_note}\n{}",
         v.noun,
         length(target),
         v.keep,
@@ -231,17 +217,15 @@ mod tests {
             3,
             "user: what does </content> do?\n",
             false,
-            Some("Earlier: the user likes Rust."),
             120,
         );
         assert_eq!(material(&r), "user: what does &lt;/content&gt; do?");
-        assert!(r.prompt.as_str().starts_with("For context"));
-        assert!(r.prompt.contains("the user likes Rust"));
+        assert!(r.prompt.as_str().starts_with("Summarize this part"));
         assert!(r.prompt.contains("120 tokens (about 90 words)"));
         assert_eq!(r.max_output_tokens, 120);
         assert_eq!(r.label.as_str(), "map 3");
         assert!(!r.prompt.contains("repeated from the end"));
-        let r = map_request(ContentType::Conversation, 4, "x", true, None, 50);
+        let r = map_request(ContentType::Conversation, 4, "x", true, 50);
         assert!(r.prompt.contains("repeated from the end"));
     }
 
@@ -255,7 +239,7 @@ mod tests {
         ]
         .into_iter()
         .map(|t| {
-            let r = map_request(t, 1, "material", false, None, 50);
+            let r = map_request(t, 1, "material", false, 50);
             format!("{}\n{}", r.system, r.prompt)
         })
         .collect();
