@@ -31,16 +31,25 @@ use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
 /// Why a chain could not be built, or a conversation not compacted at all.
+///
+/// The wrapped errors are not reported as a `source`: their text is already in the message,
+/// and `{:#}` (anyhow's chain) would print it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ChainError {
-    #[error("{0}")]
+    #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{0}")]
+    #[error(transparent)]
     Load(#[from] LoadError),
     #[error("invalid conversation: {0}")]
-    InvalidInput(#[from] WireError),
+    InvalidInput(WireError),
     #[error("{0}")]
     Setup(String),
+}
+
+impl From<WireError> for ChainError {
+    fn from(e: WireError) -> Self {
+        ChainError::InvalidInput(e)
+    }
 }
 
 /// One stage: a plugin instance, its config and its trigger.
@@ -441,7 +450,11 @@ impl Chain {
         let tokens =
             TokenCounter::new(encoding).map_err(|e| file.error(None, format!("tokenizer: {e}")))?;
         let spec = file.store_spec(overrides.store_path.as_deref())?;
-        let store = crate::store::open(&spec).map_err(|e| ChainError::Setup(e.to_string()))?;
+        let store = crate::store::open(&spec).map_err(|e| match &overrides.store_path {
+            // `--store`: nothing in the file to point at.
+            Some(_) => ChainError::Setup(e.to_string()),
+            None => file.store_error(e.to_string()).into(),
+        })?;
         let cache = cfg.cache.enabled.then(|| Arc::clone(&store.cache));
         let mut builder = ChainBuilder::new(cfg.budget)
             .provider(provider)

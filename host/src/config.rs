@@ -526,7 +526,7 @@ impl LoadedChainFile {
         let file: ChainFile = toml::from_str(&source).map_err(|e| ConfigError {
             file: path.to_path_buf(),
             line: e.span().map(|s| line_of(&source, s.start)),
-            message: e.message().trim().to_string(),
+            message: toml_error_message(&source, &e),
         })?;
         let loaded = LoadedChainFile {
             file,
@@ -776,6 +776,26 @@ impl LoadedChainFile {
         store_spec(Some(self), path_override)
     }
 
+    /// An error about the store this file names, pointing at the line that names it
+    /// (`chain.toml:7: store.path: page store ...`); without a `[store]`, the file alone.
+    pub fn store_error(&self, message: String) -> ConfigError {
+        let key = match self.file.store.kind {
+            StoreKind::Sqlite => "path",
+            StoreKind::Postgres => "url_env",
+        };
+        let named = self.source.contains("[store]")
+            || self.source.lines().any(|l| {
+                l.trim_start()
+                    .strip_prefix("store")
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            });
+        if named {
+            self.error_at_key("store", key, format!("store.{key}: {message}"))
+        } else {
+            self.error(None, message)
+        }
+    }
+
     /// Resolves a path written in the file (relative to the file's directory).
     pub fn resolve_path(&self, p: &Path) -> PathBuf {
         self.base_dir().join(p)
@@ -834,6 +854,56 @@ pub fn store_spec(
                 pool_size: store.pool_size,
             })
         }
+    }
+}
+
+/// A TOML error's message, led by the field it is about when the parser knows it
+/// (`budget.max_tokens: invalid type: string "lots", expected u64`). An error inside the
+/// `n`th `[[stage]]` names it `stage[n]`.
+fn toml_error_message(source: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim().to_string();
+    // The parser keeps the path of keys it was in, but shows it only in its `Display` of an
+    // error without the input (`in `budget.max_tokens``).
+    let mut bare = error.clone();
+    bare.set_input(None);
+    let shown = bare.to_string();
+    let Some(keys) = shown
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("in `")?.strip_suffix('`'))
+        .filter(|k| !k.is_empty())
+    else {
+        return message;
+    };
+    let field = match (keys.split_once('.'), keys) {
+        (Some(("stage", rest)), _) => format!("{}.{rest}", stage_at(source, error.span())),
+        (None, "stage") => stage_at(source, error.span()),
+        _ => keys.to_string(),
+    };
+    format!("{field}: {message}")
+}
+
+/// `stage[n]`: the `[[stage]]` the byte span falls in (counted from 0), or `stage` when it
+/// falls in none.
+fn stage_at(source: &str, span: Option<Range<usize>>) -> String {
+    let Some(span) = span else {
+        return "stage".into();
+    };
+    // Headers that start at or before the span (a whole table's span starts at its header).
+    let mut offset = 0;
+    let mut headers = 0usize;
+    for line in source.split_inclusive('\n') {
+        if offset > span.start {
+            break;
+        }
+        if line.trim_start().starts_with("[[stage]]") {
+            headers += 1;
+        }
+        offset += line.len();
+    }
+    match headers.checked_sub(1) {
+        Some(n) => format!("stage[{n}]"),
+        None => "stage".into(),
     }
 }
 
@@ -992,6 +1062,51 @@ mod tests {
         assert_eq!(err.line, Some(3));
         assert!(err.message.contains("max_tokenz"), "{err}");
         assert!(err.to_string().starts_with("chain.toml:3:"), "{err}");
+    }
+
+    #[test]
+    fn type_and_range_errors_name_the_field() {
+        let err = parse("[budget]\n\n\nmax_tokens = \"lots\"\n").unwrap_err();
+        assert_eq!(err.line, Some(4), "{err}");
+        assert_eq!(
+            err.message,
+            "budget.max_tokens: invalid type: string \"lots\", expected u64"
+        );
+        let err = parse("[budget]\nkeep_recent = -3\n").unwrap_err();
+        assert!(err.message.starts_with("budget.keep_recent: "), "{err}");
+        assert_eq!(err.line, Some(2), "{err}");
+        let err = parse("store = { kind = \"sqlite\", pool_size = \"8\" }\n").unwrap_err();
+        assert!(err.message.starts_with("store.pool_size: "), "{err}");
+        let stages = "[[stage]]\nname = \"a\"\nplugin = \"x\"\n\n[[stage]]\nname = \"b\"\nplugin = \"y\"\ntimeout_secs = \"soon\"\n";
+        let err = parse(stages).unwrap_err();
+        assert!(err.message.starts_with("stage[1].timeout_secs: "), "{err}");
+        assert_eq!(err.line, Some(8), "{err}");
+        let err = parse("[[stage]]\nname = \"a\"\n").unwrap_err();
+        assert!(
+            err.message.starts_with("stage[0]: missing field `plugin`"),
+            "{err}"
+        );
+        // A syntax error has no field: the message stays the parser's.
+        let err = parse("[budget\n").unwrap_err();
+        assert!(!err.message.contains(": invalid"), "{err}");
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_opened_is_located_at_its_setting() {
+        // A directory cannot be created under /proc, even by root.
+        let text = "[budget]\nmax_tokens = 100\n\n[store]\npath = \"/proc/no-such/s.sqlite3\"\n";
+        let file = parse(text).unwrap();
+        let err = match crate::chain::Chain::from_loaded(&file, Default::default()) {
+            Err(crate::chain::ChainError::Config(e)) => e,
+            Err(other) => panic!("not a config error: {other}"),
+            Ok(_) => panic!("the store opened"),
+        };
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(
+            err.message
+                .starts_with("store.path: page store /proc/no-such/s.sqlite3: cannot"),
+            "{err}"
+        );
     }
 
     #[test]

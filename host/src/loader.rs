@@ -46,6 +46,47 @@ pub enum LoadError {
     Other { path: PathBuf, detail: String },
 }
 
+impl LoadError {
+    /// The same error about `user_file` instead of `copy`: a plugin loaded from a private
+    /// copy is reported under the file the user named, never the copy in a temporary
+    /// directory (which the dynamic linker's messages name too).
+    fn naming(self, copy: &Path, user_file: &Path) -> LoadError {
+        let copy_text = copy.display().to_string();
+        let user_text = user_file.display().to_string();
+        let fix = |text: String| text.replace(&copy_text, &user_text);
+        let path = user_file.to_path_buf();
+        match self {
+            LoadError::NotFound { .. } => LoadError::NotFound { path },
+            LoadError::NotAPlugin { detail, .. } => LoadError::NotAPlugin {
+                path,
+                detail: fix(detail),
+            },
+            LoadError::IncompatibleVersion {
+                plugin_version,
+                host_version,
+                ..
+            } => LoadError::IncompatibleVersion {
+                path,
+                plugin_version,
+                host_version,
+            },
+            LoadError::LayoutMismatch {
+                host_version,
+                summary,
+                ..
+            } => LoadError::LayoutMismatch {
+                path,
+                host_version,
+                summary: fix(summary),
+            },
+            LoadError::Other { detail, .. } => LoadError::Other {
+                path,
+                detail: fix(detail),
+            },
+        }
+    }
+}
+
 /// What a plugin says about itself (host-side copy of its `PluginInfo`).
 #[derive(Debug, Clone, Serialize)]
 pub struct PluginMeta {
@@ -476,7 +517,8 @@ pub fn load_shared(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
                 return Ok(p);
             }
             let copy = write_private_copy(&dir, &canonical, &hash, &bytes)?;
-            let plugin = LoadedPlugin::load_as(&copy, &canonical, format!("sha256:{hash}"))?;
+            let plugin = LoadedPlugin::load_as(&copy, &canonical, format!("sha256:{hash}"))
+                .map_err(|e| e.naming(&copy, &canonical))?;
             reg.by_content
                 .insert((canonical.clone(), hash), Arc::clone(&plugin));
             plugin
@@ -571,6 +613,26 @@ mod tests {
         let err = read_stable(&source, stamp).unwrap_err();
         assert!(err.to_string().contains("changed while"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_error_about_a_private_copy_names_the_users_file() {
+        let copy = Path::new("/tmp/tamp-plugins-1/fake-0123456789abcdef.so");
+        let user = Path::new("/srv/plugins/fake.so");
+        let err = LoadError::NotAPlugin {
+            path: copy.to_path_buf(),
+            detail: format!(
+                "cannot be loaded as a shared library: {}: file too short",
+                copy.display()
+            ),
+        }
+        .naming(copy, user);
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            "plugin /srv/plugins/fake.so: not a tamp plugin (cannot be loaded as a shared \
+             library: /srv/plugins/fake.so: file too short)"
+        );
     }
 
     #[test]

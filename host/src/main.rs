@@ -218,16 +218,23 @@ fn chain_file(config: Option<&Path>) -> Result<LoadedChainFile> {
 fn compact(args: CompactArgs) -> Result<()> {
     // The chain file first: its errors do not depend on the input.
     let file = chain_file(args.config.as_deref())?;
-    let text = if args.input == "-" {
-        let mut s = String::new();
+    let bytes = if args.input == "-" {
+        let mut bytes = Vec::new();
         std::io::stdin()
-            .read_to_string(&mut s)
+            .read_to_end(&mut bytes)
             .context("cannot read stdin")?;
-        s
+        bytes
     } else {
-        std::fs::read_to_string(&args.input)
-            .with_context(|| format!("cannot read {}", args.input))?
+        std::fs::read(&args.input).with_context(|| format!("cannot read {}", args.input))?
     };
+    let text = utf8_text(bytes).map_err(|e| {
+        let source = if args.input == "-" {
+            "<stdin>"
+        } else {
+            args.input.as_str()
+        };
+        anyhow::anyhow!("{source}: {e}")
+    })?;
     let format = args
         .format
         .as_deref()
@@ -300,6 +307,14 @@ fn compact(args: CompactArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The input as text, or where it stops being UTF-8 (`invalid UTF-8 at byte offset 1234`).
+fn utf8_text(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        format!("invalid UTF-8 at byte offset {offset}: the conversation must be UTF-8 JSON")
+    })
 }
 
 fn render_report(report: &ChainReport) -> String {
@@ -482,4 +497,16 @@ fn pages(cmd: PagesCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_that_is_not_utf8_is_refused_with_its_byte_offset() {
+        assert_eq!(utf8_text(b"{\"a\": 1}".to_vec()).unwrap(), "{\"a\": 1}");
+        let err = utf8_text(b"{\"messages\": \"caf\xe9\"}".to_vec()).unwrap_err();
+        assert!(err.starts_with("invalid UTF-8 at byte offset 16"), "{err}");
+    }
 }
