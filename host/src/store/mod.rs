@@ -42,6 +42,29 @@ pub enum StoreSpec {
     Postgres { url: String, pool_size: usize },
 }
 
+impl StoreSpec {
+    /// Which store this is, spelled the same however the config wrote it: `sqlite:` and the
+    /// file's absolute path (its directory's symlinks resolved), or the PostgreSQL server,
+    /// user and database (no password; the pool size does not make another store). Two specs
+    /// with the same location hold the same pages.
+    pub fn location(&self) -> String {
+        match self {
+            StoreSpec::Sqlite { path } => {
+                let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+                let path = match (path.parent(), path.file_name()) {
+                    (Some(dir), Some(name)) => dir
+                        .canonicalize()
+                        .map(|d| d.join(name))
+                        .unwrap_or_else(|_| path.clone()),
+                    _ => path,
+                };
+                format!("sqlite:{}", path.display())
+            }
+            StoreSpec::Postgres { url, .. } => postgres::redacted_url(url),
+        }
+    }
+}
+
 impl fmt::Debug for StoreSpec {
     /// Never prints a PostgreSQL password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,6 +121,16 @@ pub fn open(spec: &StoreSpec) -> Result<Store, StoreError> {
         StoreSpec::Postgres { url, pool_size } => {
             PostgresStore::open(url, *pool_size).map(Store::of)
         }
+    }
+}
+
+/// Opens the store `spec` names for reading only (`tamp pages list/show/verify`): a SQLite
+/// file is opened read-only, neither created, migrated nor switched to WAL, so a directory
+/// the reader cannot write is no obstacle. A PostgreSQL store opens as [`open`] does.
+pub fn open_read_only(spec: &StoreSpec) -> Result<Store, StoreError> {
+    match spec {
+        StoreSpec::Sqlite { path } => SqliteStore::open_read_only(path).map(Store::of),
+        StoreSpec::Postgres { .. } => open(spec),
     }
 }
 
@@ -192,6 +225,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether this is [`StoreError::Corrupt`]: a stored page that cannot be read back as
+    /// written (it does not parse, or its messages no longer hash to its id).
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, StoreError::Corrupt { .. })
+    }
+
     /// Whether this is [`StoreError::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, StoreError::NotFound(_))
@@ -247,12 +286,75 @@ pub trait PageStore: Send + Sync {
     /// Which store this is, for logs and `tamp` output, e.g. `sqlite:/path/to/store.sqlite3`.
     fn describe(&self) -> String;
 
+    /// Whether the store can still keep what is written to it; the error says why not. The
+    /// SQLite store checks that its file is still the one it opened (not deleted, not
+    /// replaced): an open handle to a deleted file takes writes that vanish when it closes.
+    /// Cheap (one `stat`), for `/healthz`. By default, always fine.
+    fn check_alive(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Reads every page back and checks it: its messages parse and still hash to its id.
+    /// Pages that fail are listed in the answer; an error means the store could not be read.
+    fn verify_pages(&self) -> BoxFuture<'_, Result<PageCheck, StoreError>> {
+        Box::pin(async move {
+            let pages = self.list_pages(usize::MAX).await?;
+            let mut check = PageCheck::default();
+            for summary in pages {
+                check.checked += 1;
+                match self.get_page(&summary.id).await {
+                    Ok(_) => {}
+                    Err(StoreError::Corrupt { detail, .. }) => check.damaged.push(DamagedPage {
+                        id: summary.id,
+                        detail,
+                    }),
+                    // Listed a moment ago: another process may be changing the store.
+                    Err(StoreError::NotFound(_)) => check.checked -= 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(check)
+        })
+    }
+
     /// The queue of deferred work kept in this store, when it has one (see
     /// [`queue`]). Reached through the page store so every chain that has a store has its
     /// queue, without another handle to thread through the host.
     fn deferred_queue(&self) -> Option<std::sync::Arc<dyn DeferredQueue>> {
         None
     }
+}
+
+/// What [`PageStore::verify_pages`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PageCheck {
+    /// Pages read back.
+    pub checked: u64,
+    /// Those that failed, oldest listed last (the store's listing order).
+    pub damaged: Vec<DamagedPage>,
+}
+
+/// A page that cannot be read back as it was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DamagedPage {
+    pub id: String,
+    /// Why, e.g. `its messages no longer match its id (they hash to pg_…)`.
+    pub detail: String,
+}
+
+/// The messages of page `id` from the JSON text a store keeps, checked against the id: a page
+/// is content-addressed, so text that no longer hashes to its id was altered or damaged
+/// after it was written, and is refused rather than served as the original. The error is
+/// the [`StoreError::Corrupt`] detail.
+pub(crate) fn decode_page_messages(id: &str, messages_json: &str) -> Result<Vec<Message>, String> {
+    let actual = page_id_of_json(messages_json.as_bytes());
+    if actual != id {
+        return Err(format!(
+            "its messages no longer match its id (they hash to {actual}): the stored page \
+             was altered or damaged after it was written"
+        ));
+    }
+    serde_json::from_str(messages_json).map_err(|e| format!("its messages do not parse: {e}"))
 }
 
 /// Length of the hex digest in a page id: 32 hex characters, the first 128 bits of SHA-256.
@@ -303,6 +405,18 @@ mod tests {
         let json = serde_json::to_vec(&messages).unwrap();
         let full = hex::encode(Sha256::digest(&json));
         assert_eq!(page_id(&messages), format!("pg_{}", &full[..32]));
+    }
+
+    #[test]
+    fn page_text_that_does_not_hash_to_its_id_is_refused() {
+        let messages = vec![Message::text(Role::User, "the original")];
+        let json = String::from_utf8(canonical_json(&messages)).unwrap();
+        let id = page_id(&messages);
+        assert_eq!(decode_page_messages(&id, &json).unwrap(), messages);
+        let altered = json.replace("original", "forgery!");
+        let err = decode_page_messages(&id, &altered).unwrap_err();
+        assert!(err.contains("no longer match its id"), "{err}");
+        assert!(err.contains(&page_id_of_json(altered.as_bytes())), "{err}");
     }
 
     #[test]

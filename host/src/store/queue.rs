@@ -555,7 +555,7 @@ impl DeferredQueue for SqliteStore {
     ) -> BoxFuture<'_, Result<usize, StoreError>> {
         Box::pin(self.run(format!("record batch {batch_id}"), move |inner| {
             let op = format!("record batch {batch_id}");
-            let mut conn = inner.conn();
+            let mut conn = inner.writer(&op)?;
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(fail(inner, &op))?;
@@ -596,7 +596,7 @@ impl DeferredQueue for SqliteStore {
         Box::pin(
             self.run(format!("update deferred item {id}"), move |inner| {
                 let op = format!("update deferred item {id}");
-                let mut conn = inner.conn();
+                let mut conn = inner.writer(&op)?;
                 let tx = conn
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(fail(inner, &op))?;
@@ -818,7 +818,7 @@ impl DeferredQueue for SqliteStore {
                          ORDER BY id LIMIT ?4)
                      RETURNING {ITEM_COLUMNS}"
                 );
-                let conn = inner.conn();
+                let conn = inner.writer(op)?;
                 let mut stmt = conn.prepare_cached(&sql).map_err(fail(inner, op))?;
                 let rows = stmt
                     .query_map(
@@ -843,7 +843,7 @@ impl DeferredQueue for SqliteStore {
     ) -> BoxFuture<'_, Result<usize, StoreError>> {
         Box::pin(self.run(format!("record batch {batch_id}"), move |inner| {
             let op = format!("record batch {batch_id}");
-            let mut conn = inner.conn();
+            let mut conn = inner.writer(&op)?;
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(fail(inner, &op))?;
@@ -890,7 +890,7 @@ impl DeferredQueue for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<OpenBatch>, StoreError>> {
         Box::pin(self.run("claim open batches".to_owned(), move |inner| {
             let op = "claim open batches";
-            let mut conn = inner.conn();
+            let mut conn = inner.writer(op)?;
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(fail(inner, op))?;
@@ -934,7 +934,7 @@ impl DeferredQueue for SqliteStore {
     fn release(&self, owner: String) -> BoxFuture<'_, Result<usize, StoreError>> {
         Box::pin(self.run("release leases".to_owned(), move |inner| {
             inner
-                .conn()
+                .writer("release leases")?
                 .execute(
                     &format!("UPDATE deferred_items SET {UNLEASE} WHERE lease_owner = ?1"),
                     [owner],

@@ -9,7 +9,8 @@ use tamp_plugin_api::{FfiOption, Message, Page};
 use super::{Failure, PostgresStore, NOW_SECS};
 use crate::store::queue::DeferredQueue;
 use crate::store::{
-    canonical_json, page_id_of_json, NewPage, PageStore, PageSummary, StoreError, StoredPage,
+    canonical_json, decode_page_messages, page_id_of_json, NewPage, PageStore, PageSummary,
+    StoreError, StoredPage,
 };
 
 /// Pages with more messages than this are encoded off the caller's executor thread.
@@ -93,10 +94,10 @@ impl PageStore for PostgresStore {
             let messages_json: String = row.try_get(3)?;
             let metadata_json: String = row.try_get(4)?;
             let created_at: i64 = row.try_get(5)?;
-            let messages: Vec<Message> =
-                serde_json::from_str(&messages_json).map_err(|e| Failure::Corrupt {
+            let messages =
+                decode_page_messages(&id, &messages_json).map_err(|detail| Failure::Corrupt {
                     id: id.clone(),
-                    detail: format!("its messages do not parse: {e}"),
+                    detail,
                 })?;
             Ok(StoredPage {
                 page: Page {

@@ -275,6 +275,14 @@ impl Drop for Encoding<'_> {
 }
 
 fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
+    // A store file deleted or replaced while open would take this commit and lose it at
+    // close: refuse, so no page is acknowledged that a restart would not find.
+    if let Err(error) = inner.check_file("write pages") {
+        for write in batch {
+            write.answer(Err(error.clone()));
+        }
+        return;
+    }
     let committed = (|| -> Result<Vec<Answer>, rusqlite::Error> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut answers = Vec::with_capacity(batch.len());

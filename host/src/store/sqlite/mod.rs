@@ -11,6 +11,10 @@
 //!   anyway, and page reads and writes are short.
 //! - WAL checkpoints run on a background thread, not in the commit that fills the log
 //!   (see [`checkpoint`]).
+//! - The file's identity (device and inode) is recorded at open, and every write first checks
+//!   that the path still leads to that file ([`Inner::writer`]): a store file deleted or
+//!   replaced while open would take writes into an unlinked inode, lost when it closes, so
+//!   they fail instead, loudly, and [`PageStore::check_alive`] reports it for `/healthz`.
 
 mod checkpoint;
 mod group_commit;
@@ -23,11 +27,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use tamp_plugin_api::{FfiOption, LlmResponse, Message, Page};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use tamp_plugin_api::{FfiOption, LlmResponse, Page};
 
 use super::cache::{CacheKey, SummaryCache};
-use super::{NewPage, PageStore, PageSummary, StoreError, StoredPage, Written};
+use super::{
+    decode_page_messages, NewPage, PageStore, PageSummary, StoreError, StoredPage, Written,
+};
 use group_commit::WriteQueue;
 
 /// How long an operation waits for a lock held by another connection (another process on the
@@ -83,6 +89,11 @@ pub(super) struct Inner {
     /// The file path, or `:memory:`; used in `describe` and in every error message.
     pub(super) location: String,
     path: Option<PathBuf>,
+    /// The file the store opened, to notice it deleted or replaced (`None`: in memory, or a
+    /// platform without inodes).
+    identity: Option<FileIdentity>,
+    /// Whether the loss of the file has been logged (once, until it comes back).
+    loss_logged: std::sync::atomic::AtomicBool,
     conn: Mutex<Connection>,
     /// Pages and deferred requests waiting to be written (see [`group_commit`]).
     writes: WriteQueue,
@@ -97,6 +108,76 @@ impl Inner {
         // A panic while holding the lock leaves the connection usable (an open transaction
         // rolls back when dropped), so a poisoned lock is taken over.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection, for a write: fails when the store's file is no longer the one opened
+    /// (see [`Inner::check_file`]), so nothing is acknowledged that a restart would lose.
+    pub(super) fn writer(&self, operation: &str) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        self.check_file(operation)?;
+        Ok(self.conn())
+    }
+
+    /// Whether the path still leads to the file the store opened. A file deleted (or
+    /// replaced: renamed over, restored from a backup) while open is an error naming the
+    /// path, logged at error level the first time it is seen.
+    pub(super) fn check_file(&self, operation: &str) -> Result<(), StoreError> {
+        let (Some(path), Some(opened)) = (&self.path, self.identity) else {
+            return Ok(());
+        };
+        let what = match FileIdentity::of(path) {
+            Ok(now) if now == opened => {
+                if self.loss_logged.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(store = %self.location, "page store: the store file is back");
+                }
+                return Ok(());
+            }
+            Ok(_) => "another file is at its path now".to_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                "no file is at its path now".to_owned()
+            }
+            Err(e) => format!("it cannot be checked: {e}"),
+        };
+        let error = StoreError::backend(
+            &self.location,
+            operation,
+            format!(
+                "the store file {} was deleted or replaced while open ({what}); what is written \
+                 now would be lost when the store closes. Restore the file, or restart to \
+                 open a new store",
+                path.display()
+            ),
+        );
+        if !self.loss_logged.swap(true, Ordering::Relaxed) {
+            tracing::error!(store = %self.location, "{error}");
+        }
+        Err(error)
+    }
+}
+
+/// What identifies a file while it exists: its device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileIdentity {
+    #[cfg(unix)]
+    fn of(path: &Path) -> std::io::Result<FileIdentity> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path)?;
+        Ok(FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn of(_path: &Path) -> std::io::Result<FileIdentity> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "no inodes on this platform",
+        ))
     }
 }
 
@@ -133,6 +214,68 @@ impl SqliteStore {
         let conn =
             Connection::open(&path).map_err(|e| StoreError::backend(&location, "open", e))?;
         Self::init(conn, location, Some(path))
+    }
+
+    /// Opens the store file at `path` for reading only: it must exist, and it is neither
+    /// migrated nor switched to WAL, and no checkpointer starts. A reader that cannot write
+    /// the file's directory (where SQLite keeps a WAL file's shared-memory index) reads it as
+    /// an immutable file, which is what it is when no server has it open.
+    pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let location = path.display().to_string();
+        let open = |immutable: bool| -> Result<Connection, rusqlite::Error> {
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let uri = format!(
+                "file:{}{}",
+                uri_path(&path),
+                if immutable { "?immutable=1" } else { "" }
+            );
+            let conn = Connection::open_with_flags(uri, flags)?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            // Reading the schema version opens the file (and a WAL file's index).
+            conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))?;
+            Ok(conn)
+        };
+        let conn = match open(false) {
+            Ok(conn) => conn,
+            Err(first) => {
+                if !path.is_file() {
+                    return Err(StoreError::backend(&location, "open", "no such file"));
+                }
+                open(true).map_err(|_| StoreError::backend(&location, "open", first))?
+            }
+        };
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(|e| StoreError::backend(&location, "read the schema version", e))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::UnsupportedSchema {
+                location,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if version < 1 {
+            return Err(StoreError::backend(
+                &location,
+                "open",
+                "the file is not a tamp page store (it has no pages table)",
+            ));
+        }
+        let identity = FileIdentity::of(&path).ok();
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                location,
+                path: Some(path),
+                identity,
+                loss_logged: Default::default(),
+                conn: Mutex::new(conn),
+                writes: WriteQueue::default(),
+                checkpoints: Arc::default(),
+            }),
+        })
     }
 
     /// A store in memory, gone when the last clone is dropped (tests, one-shot runs).
@@ -180,10 +323,14 @@ impl SqliteStore {
             }
             _ => Arc::default(),
         };
+        // Recorded once the file certainly exists (the pragmas above have opened it).
+        let identity = path.as_deref().and_then(|p| FileIdentity::of(p).ok());
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 location,
                 path,
+                identity,
+                loss_logged: Default::default(),
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints,
@@ -208,6 +355,19 @@ impl SqliteStore {
             Err(_) => task(),
         }
     }
+}
+
+/// `path` for a `file:` URI: bytes outside the unreserved set and `/` percent-encoded.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for &b in path.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn migrate(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
@@ -326,6 +486,8 @@ impl PageStore for SqliteStore {
                     .map_err(|e| {
                         StoreError::backend(&inner.location, format!("read page {id}"), e)
                     })?;
+                // Checking and parsing the page need no connection.
+                drop(conn);
                 let Some((
                     thread_id,
                     strategy,
@@ -337,12 +499,13 @@ impl PageStore for SqliteStore {
                 else {
                     return Err(StoreError::NotFound(id));
                 };
-                let messages: Vec<Message> =
-                    serde_json::from_str(&messages_json).map_err(|e| StoreError::Corrupt {
+                let messages = decode_page_messages(&id, &messages_json).map_err(|detail| {
+                    StoreError::Corrupt {
                         location: inner.location.clone(),
                         id: id.clone(),
-                        detail: format!("its messages do not parse: {e}"),
-                    })?;
+                        detail,
+                    }
+                })?;
                 Ok(StoredPage {
                     page: Page {
                         id: id.into(),
@@ -395,6 +558,10 @@ impl PageStore for SqliteStore {
         format!("sqlite:{}", self.inner.location)
     }
 
+    fn check_alive(&self) -> Result<(), StoreError> {
+        self.inner.check_file("keep pages")
+    }
+
     fn deferred_queue(&self) -> Option<Arc<dyn super::queue::DeferredQueue>> {
         Some(Arc::new(self.clone()))
     }
@@ -433,7 +600,7 @@ impl SummaryCache for SqliteStore {
             let json = serde_json::to_string(&answer)
                 .map_err(|e| StoreError::backend(&inner.location, "encode a cached answer", e))?;
             inner
-                .conn()
+                .writer("write the summary cache")?
                 .execute(
                     "INSERT OR IGNORE INTO llm_answers (key, answer_json, created_at)
                      VALUES (?1, ?2, ?3)",
@@ -484,7 +651,7 @@ impl SummaryCache for SqliteStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         self.run("write the summary cache".to_owned(), move |inner| {
             inner
-                .conn()
+                .writer("write the summary cache")?
                 .execute(
                     "INSERT OR REPLACE INTO range_summaries (key, message_count, summary, created_at)
                      VALUES (?1, ?2, ?3, ?4)",
@@ -501,7 +668,7 @@ impl SummaryCache for SqliteStore {
 mod tests {
     use super::*;
     use crate::store::page_id;
-    use tamp_plugin_api::{ContentBlock, Role, ToolResultPart};
+    use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
 
     /// A unique directory under the system temp dir, removed on drop.
     struct TempDir(PathBuf);
@@ -828,6 +995,145 @@ mod tests {
         let id = store.put_page(new_page(messages.clone())).await.unwrap();
         let stored = store.get_page(&id).await.unwrap();
         assert_eq!(stored.page.messages.as_slice(), messages.as_slice());
+    }
+
+    #[tokio::test]
+    async fn a_store_file_deleted_or_replaced_while_open_fails_writes_and_health() {
+        let dir = TempDir::new("deleted");
+        let path = dir.0.join("store.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .put_page(new_page(conversation("before")))
+            .await
+            .unwrap();
+        store.check_alive().unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        // Without the check, this write is acknowledged into the unlinked file.
+        let err = store
+            .put_page(new_page(conversation("after")))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(
+            text.contains("was deleted or replaced while open"),
+            "{text}"
+        );
+        assert!(text.contains("no file is at its path"), "{text}");
+        let health = store.check_alive().unwrap_err().to_string();
+        assert!(
+            health.contains("was deleted or replaced while open"),
+            "{health}"
+        );
+        let key = crate::store::cache::CacheScope::new(None, "s", "c")
+            .request_key("p", &tamp_plugin_api::LlmRequest::new("", "x", 1));
+        let cache = store
+            .put_answer(
+                key,
+                LlmResponse {
+                    text: "t".into(),
+                    structured_json: FfiOption::RNone,
+                    usage: Default::default(),
+                    model: "m".into(),
+                    stop_reason: "end_turn".into(),
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            cache.to_string().contains("was deleted or replaced"),
+            "{cache}"
+        );
+
+        // Replaced: another file renamed over the path.
+        let path = dir.0.join("replaced.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        let other = dir.0.join("other.sqlite3");
+        drop(SqliteStore::open(&other).unwrap());
+        std::fs::rename(&other, &path).unwrap();
+        let err = store
+            .put_page(new_page(conversation("replaced")))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("another file is at its path"),
+            "{err}"
+        );
+        assert!(store.check_alive().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_page_whose_text_was_altered_is_refused_and_verify_names_it() {
+        let store = SqliteStore::in_memory().unwrap();
+        let kept = store
+            .put_page(new_page(conversation("kept")))
+            .await
+            .unwrap();
+        let altered = store
+            .put_page(new_page(conversation("altered")))
+            .await
+            .unwrap();
+        let clean = store.verify_pages().await.unwrap();
+        assert_eq!((clean.checked, clean.damaged.len()), (2, 0));
+        store
+            .inner
+            .conn()
+            .execute(
+                "UPDATE pages SET messages_json = replace(messages_json, 'question', 'answer')
+                 WHERE id = ?1",
+                [&altered],
+            )
+            .unwrap();
+        // Still valid JSON of messages: only the hash tells.
+        let err = store.get_page(&altered).await.unwrap_err();
+        assert!(err.is_corrupt(), "{err}");
+        assert!(err.to_string().contains("no longer match its id"), "{err}");
+        assert!(store.get_page(&kept).await.is_ok());
+        let check = store.verify_pages().await.unwrap();
+        assert_eq!(check.checked, 2);
+        assert_eq!(check.damaged.len(), 1);
+        assert_eq!(check.damaged[0].id, altered);
+    }
+
+    #[tokio::test]
+    async fn a_read_only_open_neither_creates_migrates_nor_writes() {
+        let dir = TempDir::new("read-only");
+        let missing = dir.0.join("missing").join("store.sqlite3");
+        let err = SqliteStore::open_read_only(&missing).unwrap_err();
+        assert!(err.to_string().contains("no such file"), "{err}");
+        assert!(!missing.parent().unwrap().exists());
+
+        let path = dir.0.join("store.sqlite3");
+        let messages = conversation("ro");
+        let id = {
+            let store = SqliteStore::open(&path).unwrap();
+            store.put_page(new_page(messages.clone())).await.unwrap()
+        };
+        {
+            // An older schema: a writer would migrate it.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "DROP TABLE llm_answers; DROP TABLE range_summaries;
+                 DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let store = SqliteStore::open_read_only(&path).unwrap();
+        assert_eq!(
+            store.get_page(&id).await.unwrap().page.messages.as_slice(),
+            messages.as_slice()
+        );
+        assert_eq!(store.list_pages(10).await.unwrap().len(), 1);
+        assert!(store.put_page(new_page(conversation("no"))).await.is_err());
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 1, "a read-only open migrated the file");
     }
 
     #[test]

@@ -42,7 +42,7 @@ impl ThreadStore for SqliteStore {
         self.run("write a thread state".to_owned(), move |inner| {
             let fail = |e| StoreError::backend(&inner.location, "write a thread state", e);
             let now = now_secs();
-            let mut conn = inner.conn();
+            let mut conn = inner.writer("write a thread state")?;
             let tx = conn.transaction().map_err(fail)?;
             tx.execute(
                 "INSERT OR REPLACE INTO threads (key, state_json, updated_at) VALUES (?1, ?2, ?3)",
