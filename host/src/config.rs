@@ -776,6 +776,20 @@ impl LoadedChainFile {
         store_spec(Some(self), path_override)
     }
 
+    /// What is valid but probably not meant (`tamp check-config` prints these): a chain
+    /// with no stages compacts nothing.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.file.stages.is_empty() {
+            warnings.push(format!(
+                "{}: the chain has no [[stage]], so it compacts nothing (a running tamp serve \
+                 refuses to reload to it)",
+                self.path.display()
+            ));
+        }
+        warnings
+    }
+
     /// An error about the store this file names, pointing at the line that names it
     /// (`chain.toml:7: store.path: page store ...`); without a `[store]`, the file alone.
     pub fn store_error(&self, message: String) -> ConfigError {
@@ -1054,6 +1068,11 @@ mod tests {
         assert_eq!(f.file.budget, BudgetConfig::default());
         assert_eq!(f.file.provider.kind, "extractive");
         assert!(f.file.stages.is_empty());
+        let warnings = f.warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with("chain.toml: the chain has no [[stage]]"));
+        let one = parse("[[stage]]\nname = \"a\"\nplugin = \"x\"\n").unwrap();
+        assert!(one.warnings().is_empty());
     }
 
     #[test]

@@ -161,6 +161,12 @@ enum PagesCommand {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Read every page back and check it: its messages parse and still hash to its id.
+    /// Prints each damaged page and exits 1 if there is any.
+    Verify {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 #[derive(Args)]
@@ -182,7 +188,18 @@ fn main() -> ExitCode {
         Command::Plugins(cmd) => plugins(cmd),
         Command::Pages(cmd) => pages(cmd),
         Command::Serve(args) => tamp_host::serve::run_cli(args),
-        Command::CheckConfig(args) => tamp_host::serve::check_config_cli(args),
+        Command::CheckConfig(args) => {
+            let config = args.config.clone();
+            tamp_host::serve::check_config_cli(args).map(|()| {
+                // Valid, but maybe not meant (a chain that compacts nothing).
+                for warning in LoadedChainFile::read(&config)
+                    .map(|f| f.warnings())
+                    .unwrap_or_default()
+                {
+                    eprintln!("warning: {warning}");
+                }
+            })
+        }
         Command::Batch(cmd) => tamp_host::deferred::run_cli(cmd),
         Command::Conformance(args) => match tamp_host::conformance::run_cli(args) {
             Ok(code) => return code,
@@ -453,8 +470,8 @@ fn default_plugin_dirs() -> Vec<PathBuf> {
 }
 
 /// The page store `args` name: a `--store` file, else the chain file's `[store]` (SQLite or
-/// PostgreSQL), else the default file. A SQLite file must exist: reading pages never creates
-/// an empty store.
+/// PostgreSQL), else the default file, opened for reading only. A SQLite file must exist:
+/// reading pages never creates an empty store, and never needs to write its directory.
 fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
     let file = args
         .config
@@ -470,7 +487,7 @@ fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
             );
         }
     }
-    Ok(store::open(&spec)?.pages)
+    Ok(store::open_read_only(&spec)?.pages)
 }
 
 fn pages(cmd: PagesCommand) -> Result<()> {
@@ -494,6 +511,26 @@ fn pages(cmd: PagesCommand) -> Result<()> {
             for p in pages {
                 out!("{}", serde_json::to_string(&p)?);
             }
+        }
+        PagesCommand::Verify { store } => {
+            let store = open_store(&store)?;
+            let check = rt.block_on(store.verify_pages())?;
+            for page in &check.damaged {
+                out!("{}: {}", page.id, page.detail);
+            }
+            if !check.damaged.is_empty() {
+                bail!(
+                    "{} of {} page(s) in {} are damaged",
+                    check.damaged.len(),
+                    check.checked,
+                    store.describe()
+                );
+            }
+            out!(
+                "ok: {} page(s) in {} verified",
+                check.checked,
+                store.describe()
+            );
         }
     }
     Ok(())

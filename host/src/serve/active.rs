@@ -9,6 +9,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::chain::{Chain, ChainError, FileOverrides};
 use crate::config::{ConfigError, LoadedChainFile, Trigger};
+use crate::store::StoreSpec;
 
 /// A chain built from the config file, ready to serve.
 pub struct ActiveChain {
@@ -21,6 +22,9 @@ pub struct ActiveChain {
     pub loaded_at: SystemTime,
     /// How long reading the file and building the chain took.
     pub build_time: std::time::Duration,
+    /// Which store the chain's pages are in ([`StoreSpec::location`]): a reload may not
+    /// move them.
+    pub store_location: String,
 }
 
 /// Why a config could not become the active chain: the file, the line where known, and
@@ -72,6 +76,67 @@ impl ActiveChain {
     pub fn build(path: &Path, overrides: FileOverrides) -> Result<ActiveChain, ConfigProblem> {
         let started = std::time::Instant::now();
         let file = LoadedChainFile::read(path)?;
+        let store = file.store_spec(overrides.store_path.as_deref())?;
+        Self::build_from(file, &store, overrides, started)
+    }
+
+    /// Builds the chain the config file holds now, to replace this one (a reload). Besides
+    /// everything [`ActiveChain::build`] checks, it refuses what would lose work silently:
+    ///
+    /// - **a file with no stages** (while this chain has some): an editor or deploy tool that
+    ///   truncates the file before writing it would otherwise stop all compaction, with the
+    ///   default budget and the default store; the write that follows is applied as usual;
+    /// - **another store** (a changed `[store]`, or one removed so the default applies):
+    ///   every page archived so far would answer 404. Moving stores takes a restart.
+    ///
+    /// The store is compared before it is opened, so a refused file creates nothing.
+    pub fn rebuild(&self, overrides: FileOverrides) -> Result<ActiveChain, ConfigProblem> {
+        let started = std::time::Instant::now();
+        let path = &self.config_path;
+        let file = LoadedChainFile::read(path)?;
+        if file.file.stages.is_empty() && !self.chain.stages().is_empty() {
+            let what = if file.source.trim().is_empty() {
+                "the file is empty"
+            } else {
+                "the file has no [[stage]]"
+            };
+            return Err(ConfigProblem {
+                file: path.clone(),
+                line: None,
+                message: format!(
+                    "{what}: a reload to a chain that compacts nothing is refused (a file saved \
+                     half-way, or truncated before it is written?); the previous chain stays \
+                     active. To serve a chain without stages, restart tamp serve with it"
+                ),
+            });
+        }
+        let store = file.store_spec(overrides.store_path.as_deref())?;
+        let location = store.location();
+        if location != self.store_location {
+            let names_store = file.file.store != Default::default();
+            let problem = file.store_error(format!(
+                "a reload cannot move the page store from {} to {location}{}: the pages \
+                 archived so far would no longer be served. The previous chain stays active; \
+                 restart tamp serve to use the new store",
+                self.store_location,
+                if names_store {
+                    ""
+                } else {
+                    " (the file names no store, so the default applies)"
+                },
+            ));
+            return Err(problem.into());
+        }
+        Self::build_from(file, &store, overrides, started)
+    }
+
+    fn build_from(
+        file: LoadedChainFile,
+        store: &StoreSpec,
+        overrides: FileOverrides,
+        started: std::time::Instant,
+    ) -> Result<ActiveChain, ConfigProblem> {
+        let path = file.path.as_path();
         let chain = Chain::from_loaded(&file, overrides)
             .map_err(|e| ConfigProblem::from_chain_error(path, e))?;
         let mut hasher = Sha256::new();
@@ -89,6 +154,7 @@ impl ActiveChain {
             config_hash: hex::encode(&digest[..16]),
             loaded_at: SystemTime::now(),
             build_time: started.elapsed(),
+            store_location: store.location(),
         })
     }
 
@@ -124,12 +190,19 @@ impl ActiveChain {
             .iter()
             .map(|s| format!("{}: {} {}", s.name, s.plugin, s.version))
             .collect();
+        let stages = if stages.is_empty() {
+            "0 stages (none: nothing is compacted)".to_string()
+        } else {
+            format!(
+                "{} stage{} ({})",
+                stages.len(),
+                if stages.len() == 1 { "" } else { "s" },
+                stages.join(", ")
+            )
+        };
         format!(
-            "{}: {} stage{} ({}), config hash {}, built in {:.1} ms",
+            "{}: {stages}, config hash {}, built in {:.1} ms",
             self.config_path.display(),
-            stages.len(),
-            if stages.len() == 1 { "" } else { "s" },
-            stages.join(", "),
             self.config_hash,
             self.build_time.as_secs_f64() * 1e3
         )
@@ -149,4 +222,62 @@ pub struct StageInfo {
     pub plugin_file: PathBuf,
     /// What identifies the loaded bytes of that file (`sha256:...`).
     pub plugin_identity: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_that_moves_the_store_is_refused_before_the_new_store_is_opened() {
+        let dir = std::env::temp_dir().join(format!(
+            "tamp-active-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("chain.toml");
+        std::fs::write(&config, "[store]\npath = \"a.sqlite3\"\n").unwrap();
+        let active = ActiveChain::build(&config, FileOverrides::default()).unwrap();
+        assert!(active.store_location.ends_with("/a.sqlite3"));
+
+        // The same file spelled otherwise is the same store.
+        std::fs::write(&config, "[store]\npath = \"./a.sqlite3\"\n").unwrap();
+        active.rebuild(FileOverrides::default()).unwrap();
+
+        std::fs::write(
+            &config,
+            "[budget]\nmax_tokens = 9\n\n[store]\npath = \"b.sqlite3\"\n",
+        )
+        .unwrap();
+        let problem = active.rebuild(FileOverrides::default()).err().unwrap();
+        assert_eq!(problem.line, Some(5), "{problem}");
+        assert!(
+            problem
+                .message
+                .starts_with("store.path: a reload cannot move the page store from sqlite:"),
+            "{problem}"
+        );
+        assert!(problem.message.contains("restart tamp serve"), "{problem}");
+        assert!(!dir.join("b.sqlite3").exists(), "the new store was opened");
+
+        // A `[store]` removed: the default store would apply.
+        std::fs::write(&config, "[budget]\nmax_tokens = 9\n").unwrap();
+        let problem = active.rebuild(FileOverrides::default()).err().unwrap();
+        assert!(
+            problem.message.contains("the file names no store"),
+            "{problem}"
+        );
+
+        // `--store` fixes the store whatever the file says.
+        let pinned = FileOverrides {
+            store_path: Some(dir.join("pinned.sqlite3")),
+            progress: None,
+        };
+        let active = ActiveChain::build(&config, pinned.clone()).unwrap();
+        std::fs::write(&config, "[store]\npath = \"c.sqlite3\"\n").unwrap();
+        active.rebuild(pinned).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -82,13 +82,21 @@ impl ChainSlot {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = value;
     }
 
+    /// Whether the server can keep what it archives: the active chain's store still has the
+    /// file it opened (see [`crate::store::PageStore::check_alive`]). For `/healthz`; one
+    /// `stat`, no I/O on the store itself.
+    pub fn health(&self) -> Result<(), crate::store::StoreError> {
+        self.current().chain.store().check_alive()
+    }
+
     /// Rebuilds the chain from the config file and swaps it in if it differs from the active
-    /// one; an invalid config keeps the active chain and is recorded.
+    /// one; an invalid config keeps the active chain and is recorded, and so is one that
+    /// would lose work silently: no stages, or another store (see [`ActiveChain::rebuild`]).
     pub async fn reload(&self) -> ReloadOutcome {
         let _one_at_a_time = self.reloading.lock().await;
-        let path = self.config_path.clone();
+        let current = self.current();
         let overrides = self.overrides.clone();
-        let built = tokio::task::spawn_blocking(move || ActiveChain::build(&path, overrides))
+        let built = tokio::task::spawn_blocking(move || current.rebuild(overrides))
             .await
             .unwrap_or_else(|e| {
                 Err(ConfigProblem {
