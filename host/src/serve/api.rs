@@ -412,8 +412,18 @@ async fn method_not_allowed(request: Request) -> ApiError {
     )
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// `200 {"status": "ok"}`, or 503 when the store can no longer keep pages (its file was
+/// deleted or replaced while open): acknowledged pages would be lost.
+async fn healthz(State(state): State<Arc<AppState>>) -> Response {
+    match state.slot.health() {
+        Ok(()) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            e.to_string(),
+        )
+        .into_response(),
+    }
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
