@@ -494,18 +494,7 @@ fn a_folded_prior_summary_goes_to_the_synthesis_only_and_into_the_new_summary() 
     );
 
     // The conversation goes on after the compacted one; compact again.
-    let mut messages: Vec<Message> = out.conversation.messages.to_vec();
-    let tail = messages.split_off(messages.len() - 2);
-    for (i, text) in second.iter().enumerate() {
-        let role = if i % 2 == 0 {
-            Role::User
-        } else {
-            Role::Assistant
-        };
-        messages.push(Message::text(role, text.as_str()));
-    }
-    messages.extend(tail);
-    let grown = Conversation::new(messages);
+    let grown = grow(&out, second);
     let out2 = compact(&chain, &grown);
     let run = stage(&out2);
     assert_eq!(run.status, StageStatus::Acted, "{run:?}");
@@ -877,6 +866,23 @@ fn invalid_configs_are_refused_naming_the_field() {
     }
 }
 
+/// The conversation going on after a compaction: `more` turns inserted before its last two
+/// messages (the protected tail of these tests).
+fn grow(out: &Compacted, more: &[String]) -> Conversation {
+    let mut messages: Vec<Message> = out.conversation.messages.to_vec();
+    let tail = messages.split_off(messages.len() - 2);
+    for (i, text) in more.iter().enumerate() {
+        let role = if i % 2 == 0 {
+            Role::User
+        } else {
+            Role::Assistant
+        };
+        messages.push(Message::text(role, text.as_str()));
+    }
+    messages.extend(tail);
+    Conversation::new(messages)
+}
+
 /// Prefix-preserving compaction (issue 16, part 3): an earlier summary that fits in
 /// `keep_summaries_share` of the budget stays byte for byte where it was and the new summary
 /// goes after it; once the summaries outgrow that share they are folded into one.
@@ -889,20 +895,6 @@ fn earlier_summaries_stay_in_place_until_they_outgrow_their_share() {
     let paragraphs: Vec<String> = prose.split("\n\n").map(str::to_string).collect();
     let thirds: Vec<&[String]> = paragraphs.chunks(paragraphs.len() / 3 + 1).collect();
 
-    let grow = |out: &Compacted, more: &[String]| {
-        let mut messages: Vec<Message> = out.conversation.messages.to_vec();
-        let tail = messages.split_off(messages.len() - 2);
-        for (i, text) in more.iter().enumerate() {
-            let role = if i % 2 == 0 {
-                Role::User
-            } else {
-                Role::Assistant
-            };
-            messages.push(Message::text(role, text.as_str()));
-        }
-        messages.extend(tail);
-        Conversation::new(messages)
-    };
     let first = compact(&chain, &conversation_of(thirds[0]));
     let s1 = our_summaries(&first.conversation)[0].clone();
     let head = tamp_plugin_api::sdk::protected_head(&first.conversation.messages);
