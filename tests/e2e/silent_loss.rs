@@ -161,11 +161,15 @@ async fn an_emptied_chain_file_is_refused_and_the_write_after_it_lands() {
         })
         .await;
     assert_eq!(chain_stage_names(&chain), ["third"]);
+    // At least the two refusals waited for above (a slow machine may also have read the
+    // truncated file between the truncation and the write that followed it).
     let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("tamp_reloads_total{result=\"rejected\"} 2\n"),
-        "{metrics}"
-    );
+    let rejected: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tamp_reloads_total{result=\"rejected\"} "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(rejected >= 2, "{metrics}");
 }
 
 /// A reload whose file names another store (or none, so the default applies) would answer
@@ -271,10 +275,8 @@ async fn a_deleted_store_fails_writes_loudly() {
     );
 }
 
-/// `/healthz` answers 503 once the store file is gone.
-///
-/// Expects `/healthz` to call `ChainSlot::health()` (the handler lives in `serve/api.rs`,
-/// wired separately): until then this test fails with a 200.
+/// `/healthz` answers 503 once the store file is gone (the route asks `ChainSlot::health`,
+/// the store's `check_alive`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_store_fails_healthz() {
     let dir = ScratchDir::new("loss-health");
