@@ -18,7 +18,9 @@
 //! Printed side by side, from one run: summarizer calls, tokens sent to it ÷ the session's
 //! tokens, prefix reuse, the share of requests that made no LLM call, own time per request,
 //! the main model's estimated input cost with Anthropic prompt caching against the same
-//! session sent uncompacted, and each target met or missed.
+//! session sent uncompacted, and each target met or missed; then an anatomy of the prefix
+//! reuse (requests that compacted against the others) and a check that both clients got the
+//! same answers, request by request.
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled). Progress goes to stderr.
@@ -546,6 +548,20 @@ struct Replay {
     continued: usize,
     /// Per stage: requests in which it acted.
     acted: Vec<(String, usize)>,
+    /// Requests after the first in which some stage acted, and the others: prefix reuse
+    /// summed over each, and the answers' tokens summed over the first.
+    anatomy: Anatomy,
+    /// A hash of every answer in turn, to compare the two clients' answers.
+    digest: u64,
+}
+
+#[derive(Default)]
+struct Anatomy {
+    acted: usize,
+    acted_reuse: f64,
+    acted_tokens: u64,
+    others: usize,
+    others_reuse: f64,
 }
 
 impl Replay {
@@ -635,7 +651,10 @@ fn replay(
         seconds: 0.0,
         continued: 0,
         acted: row.stages.iter().map(|s| (s.name.clone(), 0)).collect(),
+        anatomy: Anatomy::default(),
+        digest: 0,
     };
+    let mut digest = std::collections::hash_map::DefaultHasher::new();
     let mut held: Vec<Message> = Vec::new();
     let mut sent = 0;
     let mut previous: Option<Vec<Message>> = None;
@@ -698,9 +717,24 @@ fn replay(
         out.max_context = out.max_context.max(answer_tokens);
         let kept = previous.as_ref().map_or(0, |p| common_prefix(p, &answer));
         let kept_tokens = tokens.count_messages(&answer[..kept]);
+        let acted = report.stages.iter().any(|s| s.status == StageStatus::Acted);
         if previous.is_some() {
-            reuse_sum += kept_tokens as f64 / answer_tokens.max(1) as f64;
+            let reuse = kept_tokens as f64 / answer_tokens.max(1) as f64;
+            reuse_sum += reuse;
+            let a = &mut out.anatomy;
+            if acted {
+                a.acted += 1;
+                a.acted_reuse += reuse;
+                a.acted_tokens += answer_tokens;
+            } else {
+                a.others += 1;
+                a.others_reuse += reuse;
+            }
         }
+        std::hash::Hash::hash(
+            &serde_json::to_string(&answer).unwrap_or_default(),
+            &mut digest,
+        );
         out.cost += CACHE_READ * kept_tokens as f64
             + CACHE_WRITE * answer_tokens.saturating_sub(kept_tokens) as f64;
         if mode == Mode::KeepsOutput {
@@ -726,6 +760,7 @@ fn replay(
     out.llm_calls = provider.calls();
     out.summarizer_tokens = provider.input_tokens();
     out.seconds = replay_started.elapsed().as_secs_f64();
+    out.digest = std::hash::Hasher::finish(&digest);
     out
 }
 
@@ -901,6 +936,35 @@ fn main() {
             }
         }
     }
+    println!(
+        "\nanatomy (fixed-length fake LLM, raw client): requests in which a stage acted, their \
+         mean prefix reuse and mean tokens after; the other requests' mean prefix reuse; whether \
+         the keeps-output client got the same answers, request by request"
+    );
+    println!(
+        "{:<22} {:>6} {:>12} {:>12} {:>13} {:>18}",
+        "row", "acted", "reuse acted", "tokens after", "reuse others", "keeps output"
+    );
+    for pair in results.chunks(2) {
+        let [(name, _, raw, _), (_, _, kept, _)] = pair else {
+            continue;
+        };
+        let a = &raw.anatomy;
+        println!(
+            "{:<22} {:>6} {:>12.3} {:>12.0} {:>13.3} {:>18}",
+            name,
+            a.acted,
+            a.acted_reuse / a.acted.max(1) as f64,
+            a.acted_tokens as f64 / a.acted.max(1) as f64,
+            a.others_reuse / a.others.max(1) as f64,
+            if raw.digest == kept.digest {
+                "same answers"
+            } else {
+                "DIFFERENT answers"
+            }
+        );
+    }
+
     println!(
         "\ncolumns: calls = summarizer calls; w/ LLM = requests during which the summarizer was \
          called (batch-deferred: that queued summaries, answered by the simulated worker before \
