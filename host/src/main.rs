@@ -544,6 +544,6 @@ mod tests {
     fn input_that_is_not_utf8_is_refused_with_its_byte_offset() {
         assert_eq!(utf8_text(b"{\"a\": 1}".to_vec()).unwrap(), "{\"a\": 1}");
         let err = utf8_text(b"{\"messages\": \"caf\xe9\"}".to_vec()).unwrap_err();
-        assert!(err.starts_with("invalid UTF-8 at byte offset 16"), "{err}");
+        assert!(err.starts_with("invalid UTF-8 at byte offset 17"), "{err}");
     }
 }
