@@ -876,7 +876,7 @@ fn main() {
     for llm in [Llm::Fixed, Llm::Extractive] {
         println!("\nsummarizer: {}", llm.label());
         println!(
-            "{:<34} {:<12} {:>5} {:>6} {:>10} {:>7} {:>6} {:>7} {:>8} {:>8} {:>7} {:>6} {:>10}",
+            "{:<34} {:<12} {:>5} {:>6} {:>10} {:>7} {:>6} {:>7} {:>8} {:>8} {:>7} {:>7} {:>10}",
             "row",
             "client",
             "calls",
@@ -894,7 +894,7 @@ fn main() {
         for (name, mode, fixed, offline) in &results {
             let r = if llm == Llm::Fixed { fixed } else { offline };
             println!(
-                "{:<34} {:<12} {:>5} {:>6} {:>10} {:>7.3} {:>6.3} {:>6.1}% {:>8.2} {:>8.2} {:>6.3}x {:>6} {:>10}",
+                "{:<34} {:<12} {:>5} {:>6} {:>10} {:>7.3} {:>6.3} {:>6.1}% {:>8.2} {:>8.2} {:>6.3}x {:>7} {:>10}",
                 name,
                 mode.label(),
                 r.llm_calls,
