@@ -474,10 +474,20 @@ fn rows() -> Vec<Row> {
     ]
 }
 
+/// `TAMP_BENCH_KEEP_RECENT_TOKENS=N` bounds the protected tail in tokens too (`[budget]
+/// keep_recent_tokens`), to see what the tail costs the hysteresis; unset by default, as in
+/// the chain file.
+fn keep_recent_tokens() -> Option<u64> {
+    std::env::var("TAMP_BENCH_KEEP_RECENT_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+}
+
 fn build_chain(row: &Row, provider: Arc<dyn Provider>, store: &Arc<SqliteStore>) -> Chain {
     let mut builder = ChainBuilder::new(BudgetConfig {
         max_tokens: MAX_TOKENS,
         keep_recent: KEEP_RECENT,
+        keep_recent_tokens: keep_recent_tokens(),
         ..Default::default()
     })
     .provider(provider)
@@ -811,12 +821,13 @@ fn main() {
     println!(
         "thread economy: {} turns, {} messages, {} tokens (o200k_base), {} requests (the model \
          is called after every user-role message); budget {MAX_TOKENS}, watermarks 0.75/0.5, \
-         keep_recent {KEEP_RECENT}; compacted before every request; planted constraint \
-         \"{CONSTRAINT}\" in the first user message",
+         keep_recent {KEEP_RECENT}, keep_recent_tokens {:?}; compacted before every request; \
+         planted constraint \"{CONSTRAINT}\" in the first user message",
         session.turns,
         session.messages.len(),
         session.tokens,
-        session.requests.len()
+        session.requests.len(),
+        keep_recent_tokens()
     );
     println!(
         "session: a turn is one tool exchange of the Anthropic corpus, in corpus order ({} \
