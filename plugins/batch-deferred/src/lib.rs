@@ -54,7 +54,10 @@ impl Strategy for BatchDeferred {
 
         // Finalized summaries replace one message each, pages a run of plain messages: the
         // ranges never overlap, and only what is kept is copied into the output.
-        let mut replacements = self.finalize(host, messages, &mut report).await;
+        let keep_recent = input.budget.keep_recent as usize;
+        let mut replacements = self
+            .finalize(host, messages, keep_recent, &mut report)
+            .await;
         let finalized = replacements.len();
 
         let compact = match self.config.compact_when {
@@ -64,7 +67,7 @@ impl Strategy for BatchDeferred {
         let pages = if compact {
             plan_pages(
                 messages,
-                input.budget.keep_recent as usize,
+                keep_recent,
                 self.config.min_messages,
                 self.config.max_page_messages,
             )
@@ -113,18 +116,10 @@ impl BatchDeferred {
         &self,
         host: &Host,
         messages: &[Message],
+        keep_recent: usize,
         report: &mut StageReport,
     ) -> Vec<sdk::Replacement> {
-        let pending: Vec<(usize, String)> = messages
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| {
-                let info = m.summary_info()?;
-                (info.status == SummaryStatus::Pending
-                    && info.strategy.as_str() == BatchDeferred::NAME)
-                    .then(|| (i, info.page_ref.to_string()))
-            })
-            .collect();
+        let pending = finalizable(messages, keep_recent);
         if pending.is_empty() {
             return Vec::new();
         }
@@ -380,6 +375,24 @@ fn label_of(run: &[Message]) -> String {
     format!("{calls} tool calls: {}{more}", names.join(", "))
 }
 
+/// Our pending summaries (index, page ref) that a run may finalize: those before the
+/// protected recent tail. A tail bounded in tokens can reach further back on one request than
+/// on the one before (when the newest messages are short), over a pending summary placed
+/// earlier; that one is finalized once it has left the tail again, since the tail is not
+/// changed.
+fn finalizable(messages: &[Message], keep_recent: usize) -> Vec<(usize, String)> {
+    let tail_start = sdk::compactable_range(messages, keep_recent).end;
+    messages[..tail_start]
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let info = m.summary_info()?;
+            (info.status == SummaryStatus::Pending && info.strategy.as_str() == BatchDeferred::NAME)
+                .then(|| (i, info.page_ref.to_string()))
+        })
+        .collect()
+}
+
 /// The pages to defer: runs of plain messages and tool exchanges (no system message, no
 /// summary) inside the compactable range, each cut at unit boundaries into pages of at most
 /// `max_page` messages (a single larger unit is a page of its own); pages shorter than
@@ -480,6 +493,28 @@ mod tests {
         assert_eq!(plan_pages(&m, 1, 2, 4), vec![1..5, 5..7, 8..12, 12..15]);
         // Too short runs are left alone.
         assert_eq!(plan_pages(&m, 1, 7, 100), vec![8..15]);
+    }
+
+    #[test]
+    fn pending_summaries_inside_the_protected_tail_wait() {
+        let pending =
+            |page: &str| summary_message("s", page, "batch-deferred", SummaryStatus::Pending);
+        let m = vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "task"),
+            pending("pg_old"),
+            summary_message("s", "pg_other", "someone-else", SummaryStatus::Pending),
+            Message::text(Role::Assistant, "a"),
+            pending("pg_new"),
+            Message::text(Role::User, "recent"),
+        ];
+        // A tail of 2 covers pg_new: only pg_old may be finalized.
+        assert_eq!(finalizable(&m, 2), vec![(2, "pg_old".to_string())]);
+        // Once the tail no longer covers it, pg_new is finalized too.
+        assert_eq!(
+            finalizable(&m, 1),
+            vec![(2, "pg_old".to_string()), (5, "pg_new".to_string())]
+        );
     }
 
     #[test]
