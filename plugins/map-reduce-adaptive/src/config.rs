@@ -86,7 +86,7 @@ impl Default for Config {
         Config {
             none_below: 100,
             brief_below: 500,
-            chunk_size: 2_048,
+            chunk_size: 4_096,
             chunk_overlap: 200,
             max_concurrency: 5,
             token_max: 3_000,
@@ -175,7 +175,7 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(
             (c.none_below, c.brief_below, c.chunk_size, c.chunk_overlap),
-            (100, 500, 2048, 200)
+            (100, 500, 4096, 200)
         );
         assert_eq!(
             (c.max_concurrency, c.token_max, c.max_collapse_depth),
