@@ -559,6 +559,81 @@ fn a_prior_anchored_summary_is_merged() {
     assert!(text.contains("## Next steps\n- Add a test."), "{text}");
 }
 
+/// A client that resends its whole history: the first conversation, then the same messages
+/// with a second session appended.
+fn resent_history() -> (Conversation, Conversation) {
+    let first = session("loader");
+    let mut messages: Vec<Message> = first.messages.clone().into();
+    messages.extend(session("ini").messages.into_iter().skip(1));
+    (first, Conversation::new(messages))
+}
+
+/// Tool results of one `session()`: their filler line appears 4 times in each of its 2.
+const FILLER: &str = "configuration loading, validation and defaults";
+
+#[test]
+fn a_resent_history_is_summarized_only_in_its_new_part() {
+    let first = anchored(
+        "Fix the loader.",
+        &["src/config/loader.rs"],
+        &["Add a test."],
+    );
+    let second = json!({
+        "session_intent": "Fix the loader and the ini format.",
+        "files_modified": ["src/config/ini.rs"],
+        "decisions_made": [],
+        "open_questions": [],
+        "next_steps": ["Release 1.2."],
+    });
+    let provider = Arc::new(ScriptedProvider::sequence([
+        ScriptedResponse::structured(first.clone()),
+        ScriptedResponse::structured(second),
+    ]));
+    let chain = stage_chain(json!({}), provider.clone());
+    let (short, long) = resent_history();
+    let out1 = compact(&chain, &short);
+    check_replacement(&chain, &short, &out1);
+    assert_eq!(stage(&out1).details["reused_messages"], 0);
+    let covered = stage(&out1).messages_removed;
+
+    // The longer history arrives raw: no summary in it, yet only its new part is sent, with
+    // the cached sections shown to the model and merged under the answer.
+    let out2 = compact(&chain, &long);
+    check_replacement(&chain, &long, &out2);
+    let run = stage(&out2);
+    assert_eq!(run.details["reused_messages"], covered, "{:#}", run.details);
+    assert_eq!(run.details["path"], "structured");
+    let request = &provider.requests()[1];
+    let material = request.prompt.rsplit("<content>").next().unwrap();
+    assert_eq!(material.matches(FILLER).count(), 8, "{material}");
+    assert!(material.contains("The ini tests fail"), "{material}");
+    assert!(request.prompt.contains("An earlier anchored summary"));
+    let merged = &page_metadata(&chain, &out2)["anchored_summary"];
+    assert_eq!(
+        merged["files_modified"],
+        json!(["src/config/loader.rs", "src/config/ini.rs"])
+    );
+    assert_eq!(merged["decisions_made"], first["decisions_made"]);
+    assert_eq!(merged["next_steps"], json!(["Add a test.", "Release 1.2."]));
+
+    // The first history again: its whole span is cached, no call is made.
+    let calls = provider.request_count();
+    let again = compact(&chain, &short);
+    assert_eq!(provider.request_count(), calls);
+    assert_eq!(stage(&again).details["reused_messages"], covered);
+    assert_eq!(again.conversation, out1.conversation);
+
+    // With `reuse = "off"` the whole history is sent again.
+    let off_provider =
+        Arc::new(ScriptedProvider::sequence([]).with_default(ScriptedResponse::structured(first)));
+    let off = stage_chain(json!({ "reuse": "off" }), off_provider.clone());
+    compact(&off, &short);
+    compact(&off, &long);
+    let request = &off_provider.requests()[1];
+    let material = request.prompt.rsplit("<content>").next().unwrap();
+    assert_eq!(material.matches(FILLER).count(), 16, "{material}");
+}
+
 #[test]
 fn extractive_provider_fills_the_schema_offline() {
     let chain = stage_chain(json!({}), Arc::new(ExtractiveSummarizer::default()));

@@ -1,6 +1,7 @@
 //! The stage config (`[stage.config]` in a chain file) and the rules its schema cannot express.
 
 use tamp_plugin_api::prelude::*;
+pub use tamp_plugin_api::sdk::incremental::Reuse;
 
 /// The stage config. Every key is optional; see `docs/plugins/anchored-structured.md`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -21,6 +22,11 @@ pub struct Config {
     pub max_summary_chars: usize,
     /// An extra instruction added to every prompt, e.g. "keep every error message verbatim".
     pub extra_instruction: Option<String>,
+    /// When the host has cached the summary of a leading part of the span (a client that
+    /// resends its whole history): `merge` summarizes only the new messages with that summary
+    /// shown to the model, `append` summarizes them without it, and either way the cached
+    /// sections are merged under the new ones; `off` summarizes the whole span every time.
+    pub reuse: Reuse,
 }
 
 impl Default for Config {
@@ -31,6 +37,7 @@ impl Default for Config {
             max_concurrency: 4,
             max_summary_chars: 16_000,
             extra_instruction: None,
+            reuse: Reuse::Merge,
         }
     }
 }
@@ -71,6 +78,7 @@ mod tests {
         assert_eq!((c.chunk_tokens, c.max_concurrency), (4_096, 4));
         assert_eq!(c.max_summary_chars, 16_000);
         assert!(c.extra_instruction.is_none());
+        assert_eq!(c.reuse, Reuse::Merge);
     }
 
     #[test]

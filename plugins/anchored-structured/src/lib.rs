@@ -24,12 +24,13 @@ use std::ops::Range;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, ChunkOptions};
 use tamp_plugin_api::sdk::groups::tool_activity;
+use tamp_plugin_api::sdk::incremental::Plan;
 use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
 use tamp_plugin_api::serde_json::{self, json, Value};
 use tamp_plugin_api::tracing;
 use tamp_plugin_api::{FfiOption, HostError, LlmResponse};
 
-pub use config::Config;
+pub use config::{Config, Reuse};
 pub use schema::{
     render, AnchoredSummary, SummaryPath, HEADER, MAX_ENTRIES, MAX_ENTRY_CHARS, MAX_INTENT_CHARS,
 };
@@ -65,6 +66,18 @@ struct Selection {
     prior_texts: Vec<String>,
     /// Everything else, one rendered unit (message or tool exchange) per piece.
     pieces: Vec<String>,
+    /// The messages of each piece, while no prior summary is among them.
+    piece_ranges: Vec<Range<usize>>,
+}
+
+/// A cached summary of the span's leading pieces, from an earlier compaction of the same
+/// thread's raw history.
+struct Reused {
+    /// Pieces (from the first) it covers.
+    pieces: usize,
+    /// Messages those pieces make up.
+    messages: usize,
+    summary: AnchoredSummary,
 }
 
 /// What the LLM steps produced.
@@ -114,13 +127,40 @@ impl Strategy for AnchoredStructured {
             ));
         }
         let span_messages = &messages[selection.span.clone()];
-        let mut produced = self
-            .summarize(&host, &selection.pieces, prior.as_ref())
-            .await;
+        // The cache is keyed by the span's messages alone, so it is used only when no prior
+        // summary (whose page the key does not see) is part of the span.
+        let reused = if selection.prior_pages.is_empty() {
+            self.reusable(&host, messages, &selection).await
+        } else {
+            None
+        };
+        let mut produced = match &reused {
+            Some(r) if r.pieces == selection.pieces.len() => Produced {
+                path: SummaryPath::Structured,
+                structured: Some(r.summary.clone()),
+                prose: None,
+                chunks: 0,
+                warnings: Vec::new(),
+            },
+            Some(r) => {
+                let shown = (self.config.reuse == Reuse::Merge).then_some(&r.summary);
+                self.summarize(&host, &selection.pieces[r.pieces..], shown)
+                    .await
+            }
+            None => {
+                self.summarize(&host, &selection.pieces, prior.as_ref())
+                    .await
+            }
+        };
         if produced.path == SummaryPath::NoLlm {
             produced.prose = Some(no_llm_description(span_messages));
         }
         warnings.append(&mut produced.warnings);
+        // The cached summary is the prior of what follows it.
+        let prior = match &reused {
+            Some(r) => Some(r.summary.clone()),
+            None => prior,
+        };
 
         // The JSON kept with the page: the new answer merged over the prior, or on the
         // fallback paths the prior alone, so its sections are never lost to a failed call.
@@ -134,6 +174,17 @@ impl Strategy for AnchoredStructured {
             warnings.push(format!(
                 "{dropped} oldest list entr(ies) dropped to stay within {MAX_ENTRIES} per list"
             ));
+        }
+        if produced.path == SummaryPath::Structured
+            && self.config.reuse != Reuse::Off
+            && selection.prior_pages.is_empty()
+        {
+            // Only a structured summary is cached: it is all the next compaction needs to
+            // merge into, where a fallback's prose is not in the JSON.
+            match serde_json::to_string(&merged) {
+                Ok(json) => host.cache_summary(span_messages, &json).await,
+                Err(e) => tracing::warn!("anchored summary not cached: {e}"),
+            }
         }
         let mut body = String::new();
         if let Some(prose) = &produced.prose {
@@ -173,7 +224,8 @@ impl Strategy for AnchoredStructured {
             "span_tokens": span_tokens,
             "summary_tokens": summary_tokens,
             "summary_chars": text.chars().count(),
-            "prior_merged": prior.is_some(),
+            "prior_merged": prior.is_some() && reused.is_none(),
+            "reused_messages": reused.as_ref().map_or(0, |r| r.messages),
         })
         .to_string();
         if summary_tokens >= span_tokens {
@@ -197,10 +249,10 @@ impl Strategy for AnchoredStructured {
             span_messages.len(),
             produced.path.as_str(),
             produced.chunks,
-            if prior.is_some() {
-                ", prior summary merged"
-            } else {
-                ""
+            match (&reused, &prior) {
+                (Some(_), _) => ", cached summary of its leading part merged",
+                (None, Some(_)) => ", prior summary merged",
+                (None, None) => "",
             }
         ));
         for warning in warnings {
@@ -234,6 +286,7 @@ fn select(messages: &[Message], keep_recent: usize) -> Selection {
         prior_pages: Vec::new(),
         prior_texts: Vec::new(),
         pieces: Vec::new(),
+        piece_ranges: Vec::new(),
     };
     let inside = sdk::units(messages)
         .into_iter()
@@ -249,9 +302,15 @@ fn select(messages: &[Message], keep_recent: usize) -> Selection {
                         .prior_texts
                         .push(render_messages(run, &render_options));
                 }
-                _ => selection.pieces.push(render_messages(run, &render_options)),
+                _ => {
+                    selection.pieces.push(render_messages(run, &render_options));
+                    selection.piece_ranges.push(unit.range.clone());
+                }
             },
-            _ => selection.pieces.push(render_messages(run, &render_options)),
+            _ => {
+                selection.pieces.push(render_messages(run, &render_options));
+                selection.piece_ranges.push(unit.range.clone());
+            }
         }
         selection.span.end = unit.range.end;
     }
@@ -315,6 +374,38 @@ async fn load_prior(
 }
 
 impl AnchoredStructured {
+    /// The cached structured summary of the span's longest leading run of pieces, when there
+    /// is one that still parses and holds the limits.
+    async fn reusable(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        selection: &Selection,
+    ) -> Option<Reused> {
+        let span = &messages[selection.span.clone()];
+        let (covered, text) = match sdk::incremental::plan(host, span, self.config.reuse).await {
+            Plan::Cached(text) => (span.len(), text),
+            Plan::Extend { covered, summary } => (covered, summary),
+            Plan::Fresh => return None,
+        };
+        let end = selection.span.start + covered;
+        let pieces = selection
+            .piece_ranges
+            .iter()
+            .position(|r| r.end == end)
+            .map(|i| i + 1)?;
+        let summary = match serde_json::from_str::<AnchoredSummary>(&text) {
+            Ok(summary) if summary.validate().is_ok() => summary,
+            // Another version's entry, or not ours: summarize from scratch.
+            _ => return None,
+        };
+        Some(Reused {
+            pieces,
+            messages: covered,
+            summary,
+        })
+    }
+
     /// Runs the fallback order; never fails, the last step needing no LLM.
     async fn summarize(
         &self,
