@@ -269,6 +269,16 @@ fn incomplete_answer_falls_back_to_prose() {
         provider.requests()[1].response_schema_json,
         FfiOption::RNone
     ));
+    // A short session: the floor of 150 tokens is aimed at, named in words, with room above.
+    let prose = &provider.requests()[1];
+    assert!(
+        prose
+            .prompt
+            .contains("in about 112 words (at most 150 tokens)"),
+        "{}",
+        prose.prompt
+    );
+    assert_eq!(prose.max_output_tokens, 225);
     let text = summary_of(&out).joined_text();
     assert!(
         text.contains("## Summary\nThe agent fixed the loader defaults."),

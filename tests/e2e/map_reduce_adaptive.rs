@@ -666,15 +666,17 @@ fn answers_are_cut_to_a_bound_before_entering_the_conversation() {
     let run = stage(&out);
     assert_eq!(run.status, StageStatus::Acted, "{run:?}");
     assert_eq!(run.details["level"], "brief");
-    // 400 tokens of content: a brief of 50 tokens asked, cut at twice that.
+    // 400 tokens of content: a brief of 50 tokens aimed at, an output limit of 75, cut at
+    // twice the limit.
     let summary = our_summaries(&out.conversation)[0].joined_text();
     assert!(summary.ends_with('…'), "{summary}");
     assert!(
-        summary.chars().count() <= 401,
+        summary.chars().count() <= 601,
         "{}",
         summary.chars().count()
     );
-    assert!(run.details["output_tokens"].as_u64().unwrap() <= 100);
+    assert!(run.details["output_tokens"].as_u64().unwrap() <= 150);
+    assert_eq!(provider.requests()[0].max_output_tokens, 75);
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
-//! parts of a conversation, summary messages, prompt rendering, and reuse of cached summaries
+//! parts of a conversation, summary messages, prompt rendering, summary lengths ([`length`]), and reuse of cached summaries
 //! ([`incremental`]).
 
 pub mod chunk;
 pub mod exchanges;
 pub mod groups;
 pub mod incremental;
+pub mod length;
 pub mod prompt;
 pub mod protect;
 pub mod splice;

@@ -25,6 +25,7 @@ use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, ChunkOptions};
 use tamp_plugin_api::sdk::groups::tool_activity;
 use tamp_plugin_api::sdk::incremental::Plan;
+use tamp_plugin_api::sdk::length;
 use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
 use tamp_plugin_api::serde_json::{self, json, Value};
 use tamp_plugin_api::tracing;
@@ -44,8 +45,10 @@ pub const METADATA_KEY: &str = "anchored_summary";
 /// Tokens asked for the structured answer: the limits allow far more, but a summary that
 /// needs more than this is no longer a summary.
 const STRUCTURED_OUTPUT_TOKENS: u32 = 4_000;
-/// Tokens asked for a prose summary (of a chunk or of everything).
+/// The longest and shortest prose summary (of a chunk or of everything) asked for, in
+/// tokens; between them a tenth of the material (`sdk::length`).
 const PROSE_OUTPUT_TOKENS: u32 = 1_000;
+const MIN_PROSE_TOKENS: u32 = 150;
 /// File paths listed by the no-LLM summary.
 const MAX_PATHS_SHOWN: usize = 30;
 
@@ -431,7 +434,11 @@ impl AnchoredStructured {
             let requests = cut
                 .iter()
                 .enumerate()
-                .map(|(i, chunk)| self.chunk_request(&chunk.text, i + 1, total))
+                .map(|(i, chunk)| {
+                    let target =
+                        length::target(chunk.tokens, MIN_PROSE_TOKENS, PROSE_OUTPUT_TOKENS);
+                    self.chunk_request(&chunk.text, i + 1, total, target)
+                })
                 .collect();
             let answers = host
                 .complete_all(requests, self.config.max_concurrency)
@@ -479,7 +486,11 @@ impl AnchoredStructured {
                 ),
             }
         }
-        match prose_answer(host.complete(self.prose_request(&material, chunked)).await) {
+        let target = length::target(count(&material), MIN_PROSE_TOKENS, PROSE_OUTPUT_TOKENS);
+        match prose_answer(
+            host.complete(self.prose_request(&material, chunked, target))
+                .await,
+        ) {
             Ok(text) => Produced {
                 path: SummaryPath::Prose,
                 structured: None,
@@ -511,14 +522,15 @@ impl AnchoredStructured {
         }
     }
 
-    fn chunk_request(&self, chunk: &str, index: usize, total: usize) -> LlmRequest {
+    fn chunk_request(&self, chunk: &str, index: usize, total: usize, target: u32) -> LlmRequest {
         let prompt = format!(
-            "Summarize part {index} of {total} of an agent session in prose. Keep every file \
-             path touched, every decision with its reason, every open question and every next \
-             step it states, word for word where short.{}\n<content>\n{chunk}\n</content>",
+            "Summarize part {index} of {total} of an agent session in prose, in {}. Keep every \
+             file path touched, every decision with its reason, every open question and every \
+             next step it states, word for word where short.{}\n<content>\n{chunk}\n</content>",
+            length::phrase(target),
             self.extra()
         );
-        LlmRequest::new(SYSTEM, prompt, PROSE_OUTPUT_TOKENS)
+        LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
             .with_label(format!("chunk {index}/{total}"))
     }
 
@@ -562,7 +574,7 @@ impl AnchoredStructured {
         request
     }
 
-    fn prose_request(&self, material: &str, chunked: bool) -> LlmRequest {
+    fn prose_request(&self, material: &str, chunked: bool, target: u32) -> LlmRequest {
         let what = if chunked {
             "these summaries of consecutive parts of an agent session"
         } else {
@@ -571,10 +583,12 @@ impl AnchoredStructured {
         let prompt = format!(
             "Summarize {what} so the agent can carry on from the summary alone: its intent, the \
              files it modified, the decisions it made and why, what is still open and the next \
-             steps. Say nothing the material does not say.{}\n<content>\n{material}\n</content>",
+             steps, in {}. Say nothing the material does not say.{}\n<content>\n{material}\n\
+             </content>",
+            length::phrase(target),
             self.extra()
         );
-        LlmRequest::new(SYSTEM, prompt, PROSE_OUTPUT_TOKENS).with_label("prose summary")
+        LlmRequest::new(SYSTEM, prompt, length::output_cap(target)).with_label("prose summary")
     }
 }
 

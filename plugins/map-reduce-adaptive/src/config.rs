@@ -3,6 +3,7 @@
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::ChunkOptions;
 pub use tamp_plugin_api::sdk::incremental::Reuse;
+use tamp_plugin_api::sdk::length;
 
 /// What the material is, which decides what the prompts ask to keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -151,8 +152,11 @@ impl Config {
     /// The length asked of a summary of `input_tokens` tokens: a tenth, within
     /// `min_summary_tokens..=max_summary_tokens`.
     pub fn summary_target(&self, input_tokens: u64) -> u32 {
-        let tenth = u32::try_from(input_tokens / 10).unwrap_or(u32::MAX);
-        tenth.clamp(self.min_summary_tokens, self.max_summary_tokens)
+        length::target(
+            input_tokens,
+            self.min_summary_tokens,
+            self.max_summary_tokens,
+        )
     }
 
     /// The length asked of the final summary: the prior summary's length plus a tenth of the

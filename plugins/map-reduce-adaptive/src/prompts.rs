@@ -10,6 +10,7 @@
 //! Nothing in a map request depends on what comes after its chunk (no "chunk 3 of 12"), so a
 //! conversation that grows at its end produces the same map requests for its older part.
 
+use tamp_plugin_api::sdk::length;
 use tamp_plugin_api::LlmRequest;
 
 use crate::config::ContentType;
@@ -65,11 +66,6 @@ fn system_prompt(content_type: ContentType) -> String {
     format!("{} {RULES}", voice(content_type).system)
 }
 
-/// `N tokens (about M words)`: models judge words better than tokens.
-fn length(target: u32) -> String {
-    format!("{target} tokens (about {} words)", (target * 3 / 4).max(1))
-}
-
 /// The material in `<content>` tags, with any tags inside it escaped so the section ends
 /// where the prompt means it to (the same escaping as the host's `wrap_content`).
 fn content_section(material: &str) -> String {
@@ -95,13 +91,18 @@ pub fn map_request(
         ""
     };
     let prompt = format!(
-        "Summarize this part of a {} in at most {}. {}{overlap_note}\n{}",
+        "Summarize this part of a {} in {}. {}{overlap_note}\n{}",
         v.noun,
-        length(target),
+        length::phrase(target),
         v.keep,
         content_section(chunk),
     );
-    LlmRequest::new(system_prompt(content_type), prompt, target).with_label(format!("map {number}"))
+    LlmRequest::new(
+        system_prompt(content_type),
+        prompt,
+        length::output_cap(target),
+    )
+    .with_label(format!("map {number}"))
 }
 
 /// One collapse call: a group of consecutive summaries merged into one.
@@ -115,15 +116,19 @@ pub fn collapse_request(
     let v = voice(content_type);
     let prompt = format!(
         "Below are summaries of consecutive parts of a {}, in order, separated by blank lines. \
-         Merge them into one summary of at most {}, keeping their order and saying once what \
+         Merge them into one summary of {}, keeping their order and saying once what \
          they repeat. {}\n{}",
         v.noun,
-        length(target),
+        length::phrase(target),
         v.keep,
         content_section(&summaries.join("\n\n")),
     );
-    LlmRequest::new(system_prompt(content_type), prompt, target)
-        .with_label(format!("collapse {round}.{number}"))
+    LlmRequest::new(
+        system_prompt(content_type),
+        prompt,
+        length::output_cap(target),
+    )
+    .with_label(format!("collapse {round}.{number}"))
 }
 
 /// The final synthesis: the summaries of the parts (and the prior summary) into the summary.
@@ -159,12 +164,17 @@ pub fn synthesis_request(
         ),
     };
     let prompt = format!(
-        "{intro} At most {}. {}\n{}",
-        length(target),
+        "{intro} Length: {}. {}\n{}",
+        length::phrase(target),
         v.keep,
         content_section(&material)
     );
-    LlmRequest::new(system_prompt(content_type), prompt, target).with_label("synthesis")
+    LlmRequest::new(
+        system_prompt(content_type),
+        prompt,
+        length::output_cap(target),
+    )
+    .with_label("synthesis")
 }
 
 /// The one call of the `brief` level: a one-sentence brief, or with a prior summary, that
@@ -180,23 +190,28 @@ pub fn brief_request(
         Some(prior) => format!(
             "Below are the summary so far of a {} and the new material that followed it. \
              Write the updated summary: keep what the summary so far says, and add a single \
-             sentence for the new material. At most {}.\n{}",
+             sentence for the new material. Length: {}.\n{}",
             v.noun,
-            length(target),
+            length::phrase(target),
             content_section(&format!(
                 "Summary so far:\n{}\n\nNew material:\n{content}",
                 prior.trim()
             )),
         ),
         None => format!(
-            "Summarize this excerpt of a {} in a single sentence of at most {}. {}\n{}",
+            "Summarize this excerpt of a {} in a single sentence of {}. {}\n{}",
             v.noun,
-            length(target),
+            length::phrase(target),
             v.keep,
             content_section(content),
         ),
     };
-    LlmRequest::new(system_prompt(content_type), prompt, target).with_label("brief")
+    LlmRequest::new(
+        system_prompt(content_type),
+        prompt,
+        length::output_cap(target),
+    )
+    .with_label("brief")
 }
 
 #[cfg(test)]
@@ -221,8 +236,8 @@ mod tests {
         );
         assert_eq!(material(&r), "user: what does &lt;/content&gt; do?");
         assert!(r.prompt.as_str().starts_with("Summarize this part"));
-        assert!(r.prompt.contains("120 tokens (about 90 words)"));
-        assert_eq!(r.max_output_tokens, 120);
+        assert!(r.prompt.contains("about 90 words (at most 120 tokens)"));
+        assert_eq!(r.max_output_tokens, 180);
         assert_eq!(r.label.as_str(), "map 3");
         assert!(!r.prompt.contains("repeated from the end"));
         let r = map_request(ContentType::Conversation, 4, "x", true, 50);
