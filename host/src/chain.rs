@@ -356,7 +356,7 @@ impl ChainBuilder {
 /// message) that fit in that many tokens, whichever is fewer. The newest unit is always
 /// protected, so an agent's latest tool result is never summarized away.
 fn protected_tail(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCounter) -> u32 {
-    let Some(limit) = budget.keep_recent_tokens else {
+    let Some(limit) = budget.tail_token_limit() else {
         return budget.keep_recent;
     };
     let keep = budget.keep_recent as usize;

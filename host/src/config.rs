@@ -49,7 +49,8 @@ pub struct BudgetConfig {
     pub keep_recent: u32,
     /// Bounds the protected tail in tokens too: of the last `keep_recent` messages, only the
     /// newest whole tool exchanges that fit in this many tokens are protected (the newest
-    /// exchange always is). Unset: the tail is bounded by `keep_recent` alone.
+    /// exchange always is). Unset: an eighth of `max_tokens` ([`Self::tail_token_limit`]);
+    /// 0: the tail is bounded by `keep_recent` alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_recent_tokens: Option<u64>,
 }
@@ -73,6 +74,19 @@ impl BudgetConfig {
 
     pub fn low_tokens(&self) -> u64 {
         (self.max_tokens as f64 * self.low_watermark) as u64
+    }
+
+    /// The most tokens the protected recent tail may hold, if bounded: `keep_recent_tokens`,
+    /// by default an eighth of `max_tokens`. A compaction brings the context down to the low
+    /// watermark; a tail of 16 long tool results can fill that alone, and then every request
+    /// compacts again. An eighth leaves the low watermark's other three quarters (at the
+    /// default 0.5) for the system prompt, the task and the summaries.
+    pub fn tail_token_limit(&self) -> Option<u64> {
+        match self.keep_recent_tokens {
+            Some(0) => None,
+            Some(limit) => Some(limit),
+            None => Some((self.max_tokens / 8).max(1)),
+        }
     }
 
     /// Checks the budget's own rules; the error names the field.

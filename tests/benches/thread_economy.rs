@@ -474,33 +474,33 @@ fn rows() -> Vec<Row> {
     ]
 }
 
-/// `TAMP_BENCH_KEEP_RECENT_TOKENS=N` bounds the protected tail in tokens too (`[budget]
-/// keep_recent_tokens`), to see what the tail costs the hysteresis; unset by default, as in
-/// the chain file.
-fn keep_recent_tokens() -> Option<u64> {
-    std::env::var("TAMP_BENCH_KEEP_RECENT_TOKENS")
-        .ok()
-        .and_then(|v| v.parse().ok())
+/// The budget of every row. `TAMP_BENCH_KEEP_RECENT_TOKENS=N` sets `[budget]
+/// keep_recent_tokens` (0: no token bound on the protected tail), to see what the tail costs
+/// the hysteresis; unset, the chain file's default applies.
+fn budget() -> BudgetConfig {
+    BudgetConfig {
+        max_tokens: MAX_TOKENS,
+        keep_recent: KEEP_RECENT,
+        keep_recent_tokens: std::env::var("TAMP_BENCH_KEEP_RECENT_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        ..Default::default()
+    }
 }
 
 fn build_chain(row: &Row, provider: Arc<dyn Provider>, store: &Arc<SqliteStore>) -> Chain {
-    let mut builder = ChainBuilder::new(BudgetConfig {
-        max_tokens: MAX_TOKENS,
-        keep_recent: KEEP_RECENT,
-        keep_recent_tokens: keep_recent_tokens(),
-        ..Default::default()
-    })
-    .provider(provider)
-    .store(Arc::clone(store) as Arc<dyn PageStore>)
-    .cache(Some(Arc::clone(store) as Arc<dyn SummaryCache>))
-    .threads(
-        Arc::clone(store) as Arc<dyn ThreadStore>,
-        ThreadsConfig::default(),
-    )
-    .tokens(Arc::new(
-        TokenCounter::new(Encoding::O200kBase).expect("tokenizer"),
-    ))
-    .llm_concurrency(16);
+    let mut builder = ChainBuilder::new(budget())
+        .provider(provider)
+        .store(Arc::clone(store) as Arc<dyn PageStore>)
+        .cache(Some(Arc::clone(store) as Arc<dyn SummaryCache>))
+        .threads(
+            Arc::clone(store) as Arc<dyn ThreadStore>,
+            ThreadsConfig::default(),
+        )
+        .tokens(Arc::new(
+            TokenCounter::new(Encoding::O200kBase).expect("tokenizer"),
+        ))
+        .llm_concurrency(16);
     for stage in &row.stages {
         builder = builder
             .stage(
@@ -821,13 +821,15 @@ fn main() {
     println!(
         "thread economy: {} turns, {} messages, {} tokens (o200k_base), {} requests (the model \
          is called after every user-role message); budget {MAX_TOKENS}, watermarks 0.75/0.5, \
-         keep_recent {KEEP_RECENT}, keep_recent_tokens {:?}; compacted before every request; \
-         planted constraint \"{CONSTRAINT}\" in the first user message",
+         keep_recent {KEEP_RECENT}, protected tail at most {} tokens; compacted before every \
+         request; planted constraint \"{CONSTRAINT}\" in the first user message",
         session.turns,
         session.messages.len(),
         session.tokens,
         session.requests.len(),
-        keep_recent_tokens()
+        budget()
+            .tail_token_limit()
+            .map_or("unbounded".to_string(), |t| t.to_string())
     );
     println!(
         "session: a turn is one tool exchange of the Anthropic corpus, in corpus order ({} \

@@ -166,6 +166,9 @@ fn harness_with_store(
     let chain = ChainBuilder::new(BudgetConfig {
         max_tokens: 1_000,
         keep_recent,
+        // The tail in messages alone: these tests count it, where the default token bound
+        // (an eighth of max_tokens) would protect the newest exchange only.
+        keep_recent_tokens: Some(0),
         ..Default::default()
     })
     .provider(Arc::clone(&provider) as Arc<dyn Provider>)

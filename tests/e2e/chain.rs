@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
+use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire;
 use tamp_plugin_api::{Conversation, Message};
 
@@ -429,7 +430,7 @@ summarize = false
     let options = CompactOptions::default();
 
     let plain = rt
-        .block_on(chain_with("").compact(session.clone(), &options))
+        .block_on(chain_with("keep_recent_tokens = 0").compact(session.clone(), &options))
         .unwrap();
     assert_eq!(plain.report.budget.protected_tail, 16);
     let missed = plain
@@ -462,4 +463,24 @@ summarize = false
     tamp_plugin_api::sdk::units(&session.messages)
         .iter()
         .for_each(|u| assert!(!u.range.contains(&(n - tail)) || u.range.start == n - tail));
+
+    // Unset, the tail is bounded at an eighth of max_tokens.
+    let by_default = rt
+        .block_on(chain_with("").compact(session.clone(), &options))
+        .unwrap();
+    let report = &by_default.report;
+    let tail = report.budget.protected_tail as usize;
+    assert!((1..16).contains(&tail), "{:?}", report.budget);
+    let tail_tokens = TokenCounter::new(Encoding::O200kBase)
+        .unwrap()
+        .count_messages(&session.messages[n - tail..]);
+    let newest_unit = tamp_plugin_api::sdk::units(&session.messages)
+        .last()
+        .unwrap()
+        .len();
+    assert!(
+        tail_tokens <= 1_000 || tail == newest_unit,
+        "{tail_tokens} tokens in the tail"
+    );
+    assert_eq!(report.low_watermark_missed, None);
 }

@@ -192,7 +192,7 @@ mod tests {
     fn invalid_combinations_name_the_field() {
         let bad = |c: Config| c.validate().unwrap_err().message.to_string();
         assert!(bad(Config {
-            chunk_overlap: 1500,
+            chunk_overlap: 2500,
             ..Config::default()
         })
         .starts_with("chunk_overlap"));

@@ -634,7 +634,7 @@ mod tests {
     #[test]
     fn invalid_config_is_refused() {
         let err = MapReduceAdaptive::new(Config {
-            chunk_overlap: 2_000,
+            chunk_overlap: 2_500,
             ..Config::default()
         })
         .err()
