@@ -537,6 +537,40 @@ fn a_folded_prior_summary_goes_to_the_synthesis_only_and_into_the_new_summary() 
 }
 
 #[test]
+fn new_material_of_one_chunk_updates_a_folded_prior_in_one_call() {
+    let provider = Arc::new(ScriptedProvider::always("Summary written by request {n}."));
+    let config = json!({"keep_summaries_share": 0.0});
+    let chain = stage_chain(config, provider.clone(), Encoding::O200kBase, 2);
+    let prose = corpus_prose(12_000);
+    let paragraphs: Vec<String> = prose.split("\n\n").map(str::to_string).collect();
+    let (first, second) = paragraphs.split_at(paragraphs.len() / 2);
+    let out = compact(&chain, &conversation_of(first));
+    let prior_text = our_summaries(&out.conversation)[0].joined_text();
+    let before = provider.request_count();
+
+    // The new material (~1,500 tokens) fits one 4,096-token chunk: one call reads it, with
+    // the prior summary, where a map call and a synthesis would read it twice.
+    let grown = grow(&out, second);
+    let out2 = compact(&chain, &grown);
+    let run = stage(&out2);
+    assert_eq!(run.status, StageStatus::Acted, "{run:?}");
+    assert_eq!(run.details["calls"], 1, "{:#}", run.details);
+    let requests = provider.requests()[before..].to_vec();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].label.as_str(), "update");
+    let material = material(&requests[0]);
+    assert!(
+        material.starts_with(&format!("Summary so far:\n{prior_text}\n\nNew material:\n")),
+        "{material}"
+    );
+    assert!(material.contains(second[0].trim()), "{material}");
+    assert_eq!(
+        our_summaries(&out2.conversation)[0].joined_text(),
+        format!("Summary written by request {}.", before + 1)
+    );
+}
+
+#[test]
 fn order_is_kept_when_answers_arrive_out_of_order() {
     // Four messages of ~150 tokens, each its own chunk (two do not fit in 200). Each starts
     // with a marker the overlap (the end of the previous message) does not repeat; the first

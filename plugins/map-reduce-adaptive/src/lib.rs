@@ -15,7 +15,9 @@
 //!    repeated across each cut; anchored at the start), summarize them concurrently.
 //! 4. **Collapse** while the summaries together exceed `token_max`: summarize them in groups
 //!    that fit `token_max`, at most `max_collapse_depth` rounds.
-//! 5. **Synthesize** the final summary from the summaries and the prior summary.
+//! 5. **Synthesize** the final summary from the summaries and the prior summary. Content that
+//!    is one chunk skips steps 3–5: with a prior summary, one *update* call rewrites the prior
+//!    from the chunk itself; without one, the chunk's summary is the summary.
 //! 6. **Replace**: archive the whole span (prior summary included) as one page, put the new
 //!    summary, carrying the page's ref, in its place.
 //!
@@ -442,6 +444,18 @@ impl MapReduceAdaptive {
         let config = &self.config;
         let count = |text: &str| host.count_tokens(text);
         let chunks = chunk_pieces(pieces, &config.chunk_options(), &count);
+        if let ([chunk], Some(prior)) = (chunks.as_slice(), prior) {
+            let target = config.final_target(prior_tokens, content_tokens);
+            let request = prompts::update_request(config.content_type, &chunk.text, prior, target);
+            let text = self.run_batch(host, vec![request]).await?.remove(0);
+            return Ok(Summarized {
+                text,
+                calls: 1,
+                chunks: 1,
+                depth: 0,
+                warnings: Vec::new(),
+            });
+        }
         let requests: Vec<LlmRequest> = chunks
             .iter()
             .enumerate()

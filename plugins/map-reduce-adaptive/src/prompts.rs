@@ -177,6 +177,35 @@ pub fn synthesis_request(
     .with_label("synthesis")
 }
 
+/// New material that fits one chunk, with a prior summary: the summary updated from the
+/// material itself in one call, where a map call and a synthesis would read it twice.
+pub fn update_request(
+    content_type: ContentType,
+    content: &str,
+    prior: &str,
+    target: u32,
+) -> LlmRequest {
+    let v = voice(content_type);
+    let prompt = format!(
+        "Below are the summary so far of a {noun} and the new material that followed it. Write \
+         the updated summary of the whole {noun}: keep what the summary so far says unless the \
+         new material changes it, and add what the new material says. Length: {}. {}\n{}",
+        length::phrase(target),
+        v.keep,
+        content_section(&format!(
+            "Summary so far:\n{}\n\nNew material:\n{content}",
+            prior.trim()
+        )),
+        noun = v.noun,
+    );
+    LlmRequest::new(
+        system_prompt(content_type),
+        prompt,
+        length::output_cap(target),
+    )
+    .with_label("update")
+}
+
 /// The one call of the `brief` level: a one-sentence brief, or with a prior summary, that
 /// summary updated with one sentence for the new content.
 pub fn brief_request(
@@ -282,6 +311,13 @@ mod tests {
         let r = brief_request(ContentType::General, "new stuff", Some("PRIOR"), 60);
         assert!(material(&r).starts_with("Summary so far:\nPRIOR"));
         assert!(r.prompt.contains("single sentence"));
+        let r = update_request(ContentType::Conversation, "new stuff", " PRIOR\n", 400);
+        assert_eq!(
+            material(&r),
+            "Summary so far:\nPRIOR\n\nNew material:\nnew stuff"
+        );
+        assert_eq!(r.label.as_str(), "update");
+        assert!(r.prompt.contains("about 300 words (at most 400 tokens)"));
         let r = collapse_request(ContentType::Journal, 2, 5, &parts, 80);
         assert_eq!(r.label.as_str(), "collapse 2.5");
         assert_eq!(material(&r), "first part\n\nsecond part");
