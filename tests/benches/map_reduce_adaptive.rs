@@ -289,7 +289,7 @@ fn main() {
         };
         settings.push((label, json!({ "max_concurrency": concurrency })));
     }
-    for chunk_size in [1_024, 4_096] {
+    for chunk_size in [1_024, 2_048, 4_096] {
         settings.push((
             format!("chunk_size {chunk_size}, overlap {}", chunk_size / 10),
             json!({"chunk_size": chunk_size, "chunk_overlap": chunk_size / 10}),

@@ -872,7 +872,7 @@ fn real_conversations_in_both_wire_formats() {
 fn invalid_configs_are_refused_naming_the_field() {
     let plugin = load_plugin(&plugin("tamp_map_reduce_adaptive")).unwrap();
     for (config, field) in [
-        (json!({"chunk_overlap": 2500}), "chunk_overlap"),
+        (json!({"chunk_overlap": 3500}), "chunk_overlap"),
         (json!({"content_type": "poetry"}), "content_type"),
         (json!({"chunk_sise": 10}), "chunk_sise"),
         (json!({"none_below": 900}), "brief_below"),

@@ -33,7 +33,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             structured: true,
-            chunk_tokens: 4_096,
+            chunk_tokens: 6_144,
             max_concurrency: 4,
             max_summary_chars: 16_000,
             extra_instruction: None,
@@ -75,7 +75,7 @@ mod tests {
         let c = Config::default();
         c.validate().unwrap();
         assert!(c.structured);
-        assert_eq!((c.chunk_tokens, c.max_concurrency), (4_096, 4));
+        assert_eq!((c.chunk_tokens, c.max_concurrency), (6_144, 4));
         assert_eq!(c.max_summary_chars, 16_000);
         assert!(c.extra_instruction.is_none());
         assert_eq!(c.reuse, Reuse::Merge);

@@ -87,7 +87,7 @@ impl Default for Config {
         Config {
             none_below: 100,
             brief_below: 500,
-            chunk_size: 4_096,
+            chunk_size: 6_144,
             chunk_overlap: 200,
             max_concurrency: 5,
             token_max: 3_000,
@@ -179,7 +179,7 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(
             (c.none_below, c.brief_below, c.chunk_size, c.chunk_overlap),
-            (100, 500, 4096, 200)
+            (100, 500, 6144, 200)
         );
         assert_eq!(
             (c.max_concurrency, c.token_max, c.max_collapse_depth),
@@ -192,7 +192,7 @@ mod tests {
     fn invalid_combinations_name_the_field() {
         let bad = |c: Config| c.validate().unwrap_err().message.to_string();
         assert!(bad(Config {
-            chunk_overlap: 2500,
+            chunk_overlap: 3500,
             ..Config::default()
         })
         .starts_with("chunk_overlap"));

@@ -648,7 +648,7 @@ mod tests {
     #[test]
     fn invalid_config_is_refused() {
         let err = MapReduceAdaptive::new(Config {
-            chunk_overlap: 2_500,
+            chunk_overlap: 3_500,
             ..Config::default()
         })
         .err()
