@@ -202,8 +202,13 @@ fn prefix_stability(rt: &tokio::runtime::Runtime, tokens: &TokenCounter, base: &
     let chain = chain(provider.clone(), json!({}));
     run(rt, &chain, base);
     let first: Vec<LlmRequest> = provider.requests();
-    run(rt, &chain, &grown);
+    let (out, _) = run(rt, &chain, &grown);
     let second: Vec<LlmRequest> = provider.requests()[first.len()..].to_vec();
+    let sent = |rs: &[LlmRequest]| -> u64 {
+        rs.iter()
+            .map(|r| tokens.count_text(&r.system) + tokens.count_text(&r.prompt))
+            .sum()
+    };
     let first_maps: Vec<&LlmRequest> = first
         .iter()
         .filter(|r| r.label.starts_with("map "))
@@ -239,6 +244,15 @@ fn prefix_stability(rt: &tokio::runtime::Runtime, tokens: &TokenCounter, base: &
         size(&repeated),
         size(&all),
         100.0 * size(&repeated) as f64 / size(&all) as f64
+    );
+    println!(
+        "  the second run: {} calls and {} tokens sent, against {} and {} for the first; the \
+         summary cache covered its first {} messages, so only what follows was mapped",
+        second.len(),
+        sent(&second),
+        first.len(),
+        sent(&first),
+        out.report.stages[0].details["reused_messages"]
     );
 }
 
