@@ -32,6 +32,9 @@ pub struct ChainFile {
     pub batch: BatchConfig,
     #[serde(default)]
     pub threads: crate::threads::ThreadsConfig,
+    /// `tamp proxy`'s upstreams and fallback (ignored by the other commands).
+    #[serde(default)]
+    pub proxy: crate::proxy::config::ProxyConfig,
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
@@ -578,6 +581,15 @@ impl LoadedChainFile {
                 .unwrap_or("")
                 .to_string();
             self.error_at_key("batch", &field, m)
+        })?;
+        self.file.proxy.validate().map_err(|m| {
+            let field = m
+                .split(':')
+                .next()
+                .and_then(|f| f.strip_prefix("proxy."))
+                .unwrap_or("")
+                .to_string();
+            self.error_at_key("proxy", &field, m)
         })?;
         if self
             .file

@@ -8,7 +8,8 @@
 //! - [`threads`]: thread continuity, so a growing thread pays for what is new.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter.
-//! - [`serve`]: `tamp serve`, the HTTP API with hot reload; [`conformance`]: the plugin kit.
+//! - [`serve`]: `tamp serve`, the HTTP API with hot reload; [`proxy`]: `tamp proxy`, the
+//!   providers' own APIs with every request compacted; [`conformance`]: the plugin kit.
 
 pub mod chain;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod invariants;
 pub mod loader;
 pub mod logging;
 pub mod providers;
+pub mod proxy;
 pub mod serve;
 pub mod services;
 pub mod store;

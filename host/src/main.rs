@@ -68,6 +68,9 @@ enum Command {
     Pages(PagesCommand),
     /// Serve the chain over HTTP, reloading it when its file changes.
     Serve(tamp_host::serve::ServeArgs),
+    /// A drop-in base URL for the Anthropic and OpenAI APIs: every conversation is compacted
+    /// on its way upstream, answers (streams included) relayed as they come.
+    Proxy(tamp_host::proxy::ProxyArgs),
     /// Validate a chain file (plugins loaded, stage configs checked) without serving.
     CheckConfig(tamp_host::serve::CheckConfigArgs),
     /// Check a plugin library against tamp's plugin specification.
@@ -188,6 +191,7 @@ fn main() -> ExitCode {
         Command::Plugins(cmd) => plugins(cmd),
         Command::Pages(cmd) => pages(cmd),
         Command::Serve(args) => tamp_host::serve::run_cli(args),
+        Command::Proxy(args) => tamp_host::proxy::run_cli(args),
         Command::CheckConfig(args) => {
             let config = args.config.clone();
             tamp_host::serve::check_config_cli(args).map(|()| {

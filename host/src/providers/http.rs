@@ -130,7 +130,7 @@ pub(crate) fn client(timeout: Duration, base_url: &str) -> Result<reqwest::Clien
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
-fn is_loopback(url: &str) -> bool {
+pub(crate) fn is_loopback(url: &str) -> bool {
     let rest = url.split_once("://").map(|(_, rest)| rest).unwrap_or(url);
     let host = rest.split(['/', '?']).next().unwrap_or("");
     let host = host.rsplit_once('@').map(|(_, h)| h).unwrap_or(host);

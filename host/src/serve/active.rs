@@ -25,6 +25,8 @@ pub struct ActiveChain {
     /// Which store the chain's pages are in ([`StoreSpec::location`]): a reload may not
     /// move them.
     pub store_location: String,
+    /// The file's `[proxy]` table (`tamp proxy` reads it per request, so it reloads too).
+    pub proxy: crate::proxy::config::ProxyConfig,
 }
 
 /// Why a config could not become the active chain: the file, the line where known, and
@@ -155,6 +157,7 @@ impl ActiveChain {
             loaded_at: SystemTime::now(),
             build_time: started.elapsed(),
             store_location: store.location(),
+            proxy: file.file.proxy.clone(),
         })
     }
 

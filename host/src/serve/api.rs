@@ -91,7 +91,11 @@ impl Gate {
 
     /// Reads a whole body: at most `max_body` bytes (413 beyond), within `body_timeout` of
     /// the start (408 after), and only until the server starts shutting down (503).
-    async fn read_body(&self, body: Body, declared: Option<u64>) -> Result<Bytes, ApiError> {
+    pub(crate) async fn read_body(
+        &self,
+        body: Body,
+        declared: Option<u64>,
+    ) -> Result<Bytes, ApiError> {
         let max = self.max_body;
         let read = async move {
             let capacity = declared.map_or(0, |n| n.min(max as u64) as usize);
@@ -197,7 +201,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -327,7 +331,7 @@ async fn limit(
 }
 
 /// The request's `Content-Length`, when it has one (hyper refuses a malformed one).
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
+pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)?
         .to_str()
@@ -415,7 +419,12 @@ async fn method_not_allowed(request: Request) -> ApiError {
 /// `200 {"status": "ok"}`, or 503 when the store can no longer keep pages (its file was
 /// deleted or replaced while open): acknowledged pages would be lost.
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    match state.slot.health() {
+    health_answer(&state.slot)
+}
+
+/// The `/healthz` answer of a server answering with `slot` (`tamp proxy`'s too).
+pub(crate) fn health_answer(slot: &ChainSlot) -> Response {
+    match slot.health() {
         Ok(()) => Json(json!({"status": "ok"})).into_response(),
         Err(e) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -672,9 +681,9 @@ impl CompactBody {
 }
 
 #[derive(Debug, Deserialize)]
-struct PageQuery {
+pub(crate) struct PageQuery {
     /// `anthropic`, `openai` or `internal`; the page's source format by default.
-    format: Option<String>,
+    pub(crate) format: Option<String>,
 }
 
 /// `GET /v1/pages/{id}`: the archived original messages behind a page ref.
@@ -688,8 +697,18 @@ async fn page(
         id.map_err(|e| ApiError::invalid_request(format!("page id: {}", e.body_text())))?;
     let Query(query) =
         query.map_err(|e| ApiError::invalid_request(format!("query: {}", e.body_text())))?;
-    let active = state.slot.current();
-    let stored = active.chain.store().get_page(&id).await.map_err(|e| {
+    page_answer(&state.slot, &id, query.format).await
+}
+
+/// A page as `GET /v1/pages/{id}` answers it (`tamp proxy`'s `/tamp/v1/pages/{id}` too): in
+/// `format`, else the page's source format.
+pub(crate) async fn page_answer(
+    slot: &ChainSlot,
+    id: &str,
+    format: Option<String>,
+) -> Result<Response, ApiError> {
+    let active = slot.current();
+    let stored = active.chain.store().get_page(id).await.map_err(|e| {
         match e {
             e if e.is_not_found() => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
@@ -707,8 +726,7 @@ async fn page(
             ),
         }
     })?;
-    let format = query
-        .format
+    let format = format
         .or(stored.source_format.clone())
         .unwrap_or_else(|| "anthropic".into());
     let view = wire::page_view(&stored.page, &format)
@@ -717,7 +735,7 @@ async fn page(
 }
 
 /// A `200 OK` with a JSON body written by tamp (see [`wire::Written`]).
-fn json_answer(body: String) -> Response {
+pub(crate) fn json_answer(body: String) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

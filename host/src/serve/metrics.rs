@@ -37,7 +37,7 @@ impl ReloadOutcome {
 }
 
 #[derive(Debug, Clone, Default)]
-struct Histogram {
+pub(crate) struct Histogram {
     /// Per bucket of [`LATENCY_BUCKETS`] (not cumulative; summed when written).
     counts: Vec<u64>,
     sum: f64,
@@ -45,7 +45,7 @@ struct Histogram {
 }
 
 impl Histogram {
-    fn observe(&mut self, seconds: f64) {
+    pub(crate) fn observe(&mut self, seconds: f64) {
         if self.counts.is_empty() {
             self.counts = vec![0; LATENCY_BUCKETS.len()];
         }
@@ -56,7 +56,7 @@ impl Histogram {
         self.count += 1;
     }
 
-    fn write(&self, out: &mut String, name: &str, labels: &str) {
+    pub(crate) fn write(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
         for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
@@ -122,11 +122,17 @@ fn status_label(status: StageStatus) -> &'static str {
 }
 
 /// A label value with `\`, `"` and newlines escaped as the exposition format requires.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// The `# HELP` and `# TYPE` lines of a metric family.
+pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 impl Metrics {
@@ -188,10 +194,6 @@ impl Metrics {
     pub fn render(&self, chain_hash: &str, loaded_at_unix: f64, in_flight: usize) -> String {
         let m = self.lock();
         let mut out = String::with_capacity(4096);
-        let family = |out: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-        };
 
         family(
             &mut out,

@@ -101,7 +101,7 @@ pub struct ServeArgs {
 }
 
 /// A positive number of seconds (`10`, `0.5`).
-fn parse_secs(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_secs(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(secs) if secs > 0.0 && secs.is_finite() && secs < 1e9 => Ok(secs),
         _ => Err(format!("\"{text}\": expected a positive number of seconds")),
@@ -109,7 +109,7 @@ fn parse_secs(text: &str) -> Result<f64, String> {
 }
 
 /// `8MiB`, `512KiB`, `1GiB`, `1048576`.
-fn parse_size(text: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
     let t = text.trim();
     let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
     let n: usize = digits
@@ -142,7 +142,7 @@ pub fn run_cli(args: ServeArgs) -> anyhow::Result<()> {
 
 /// The token `--auth-token-env NAME` names, refused when no request could carry it: a
 /// header value has no leading or trailing whitespace, nor control or non-ASCII characters.
-fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<String> {
+pub(crate) fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<String> {
     let Some(token) = value else {
         bail!("--auth-token-env {name}: the environment variable {name} is not set (or not UTF-8)");
     };
@@ -273,7 +273,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// Starts the deferred-summary worker when the chain has a `batch-deferred` stage: its
 /// queue is the chain's store, its settings `[batch]` (read at start; a reload does not
 /// restart it). It stops when `stop` turns true.
-fn start_batch_worker(
+pub(crate) fn start_batch_worker(
     slot: &reload::ChainSlot,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Option<crate::deferred::WorkerHandle>> {
@@ -292,7 +292,7 @@ fn start_batch_worker(
     let file = crate::config::LoadedChainFile::read(&active.config_path)?;
     let worker = crate::deferred::Worker::from_chain_file(&file, queue)?
         .with_pages(Arc::clone(active.chain.store()));
-    eprintln!("tamp serve: deferred-summary worker started");
+    eprintln!("tamp: deferred-summary worker started");
     let mut stop = stop;
     Ok(Some(worker.spawn(async move {
         let _ = stop.wait_for(|s| *s).await;
@@ -301,7 +301,7 @@ fn start_batch_worker(
 
 /// The open connections: a permit each, out of `--max-connections`.
 #[derive(Clone)]
-struct Connections {
+pub(crate) struct Connections {
     permits: Arc<Semaphore>,
     max: u32,
     header_timeout: Duration,
@@ -310,7 +310,7 @@ struct Connections {
 }
 
 impl Connections {
-    fn new(max: u32, header_timeout: Duration) -> Connections {
+    pub(crate) fn new(max: u32, header_timeout: Duration) -> Connections {
         Connections {
             permits: Arc::new(Semaphore::new(max as usize)),
             max,
@@ -340,12 +340,12 @@ impl Connections {
             .expect("the connection semaphore is never closed")
     }
 
-    fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.max as usize - self.permits.available_permits()
     }
 
     /// Returns once every connection has closed.
-    async fn all_closed(&self) {
+    pub(crate) async fn all_closed(&self) {
         let _all = self
             .permits
             .acquire_many(self.max)
@@ -357,7 +357,7 @@ impl Connections {
 /// Accepts connections until `stop` turns true, at most `--max-connections` open at once:
 /// beyond, new ones wait in the listen backlog (the listener is not polled) rather than take
 /// a file descriptor each. Returning drops the listener.
-async fn accept_loop(
+pub(crate) async fn accept_loop(
     listener: TcpListener,
     app: Router,
     connections: Connections,
@@ -576,7 +576,7 @@ const OWN_FILES: u64 = 64;
 /// Warns when `--max-connections` does not fit under the open-file limit: accepting would
 /// then fail (EMFILE) before the limit is reached, and the server could not answer even
 /// `/healthz` until connections close.
-fn warn_if_over_file_limit(max_connections: u32) {
+pub(crate) fn warn_if_over_file_limit(max_connections: u32) {
     let Some(limit) = std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|text| soft_open_files_limit(&text))
@@ -585,7 +585,7 @@ fn warn_if_over_file_limit(max_connections: u32) {
     };
     if u64::from(max_connections) + OWN_FILES > limit {
         eprintln!(
-            "tamp serve: warning: --max-connections {max_connections} plus the server's own \
+            "tamp: warning: --max-connections {max_connections} plus the server's own \
              files (about {OWN_FILES}) is above the open-file limit of {limit} (ulimit -n): \
              lower --max-connections or raise the limit"
         );
@@ -602,7 +602,7 @@ fn soft_open_files_limit(limits: &str) -> Option<u64> {
         .ok()
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

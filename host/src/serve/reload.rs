@@ -46,6 +46,8 @@ pub struct ChainSlot {
     metrics: Arc<Metrics>,
     /// One reload at a time (the watcher's, or a test's), so two builds never race to swap.
     reloading: tokio::sync::Mutex<()>,
+    /// The command that serves it (`tamp serve`, `tamp proxy`), for its log lines.
+    label: &'static str,
 }
 
 impl ChainSlot {
@@ -62,7 +64,14 @@ impl ChainSlot {
             overrides,
             metrics,
             reloading: tokio::sync::Mutex::new(()),
+            label: "tamp serve",
         }
+    }
+
+    /// The same slot, its log lines headed `label` (`tamp proxy`).
+    pub fn labelled(mut self, label: &'static str) -> Self {
+        self.label = label;
+        self
     }
 
     /// The active chain. A request holds this `Arc` to its end, so a swap never changes the
@@ -115,7 +124,7 @@ impl ChainSlot {
                 let summary = new.summary();
                 self.active.store(Arc::new(new));
                 self.set_last_error(None);
-                eprintln!("tamp serve: reloaded {summary}");
+                eprintln!("{}: reloaded {summary}", self.label);
                 ReloadOutcome::Applied
             }
             Err(problem) => {

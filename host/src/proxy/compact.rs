@@ -1,0 +1,255 @@
+//! A request body through the chain, never in the way: whatever goes wrong (a body tamp
+//! cannot read, a chain error, a panic, a compaction slower than
+//! `[proxy] compaction_timeout_secs`), the original body is what is forwarded, and
+//! `x-tamp-compaction` says why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use abi_stable::std_types::ROption;
+use axum::body::Bytes;
+use axum::http::HeaderValue;
+
+use crate::chain::{ChainError, ChainReport, CompactOptions, StageStatus};
+use crate::serve::active::ActiveChain;
+use crate::serve::api::InFlight;
+use crate::serve::metrics::Metrics;
+use crate::wire::{self, WireFormat};
+
+/// What the chain made of a body.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The chain changed the conversation: forward `body`.
+    Compacted {
+        body: Bytes,
+        tokens_before: u64,
+        tokens_after: u64,
+        pages: Vec<String>,
+    },
+    /// The chain ran and left the conversation as it was (under the watermark, or every
+    /// stage that ran was rolled back): the original bytes are forwarded.
+    Unchanged { reason: String },
+    /// No compaction could be had: the original bytes are forwarded (or, in strict mode,
+    /// 502). `invalid` when the body itself is at fault, so the same request fails again.
+    Skipped { reason: String, invalid: bool },
+}
+
+impl Outcome {
+    /// The `x-tamp-compaction` value: `12034->4410; pages=pg_1,pg_2`, `unchanged (...)` or
+    /// `skipped (...)`. ASCII only (RFC 9110 §5.5 leaves other bytes to each client).
+    pub fn header(&self) -> HeaderValue {
+        let text = match self {
+            Outcome::Compacted {
+                tokens_before,
+                tokens_after,
+                pages,
+                ..
+            } if pages.is_empty() => format!("{tokens_before}->{tokens_after}"),
+            Outcome::Compacted {
+                tokens_before,
+                tokens_after,
+                pages,
+                ..
+            } => format!("{tokens_before}->{tokens_after}; pages={}", pages.join(",")),
+            Outcome::Unchanged { reason } => format!("unchanged ({})", header_text(reason)),
+            Outcome::Skipped { reason, .. } => format!("skipped ({})", header_text(reason)),
+        };
+        HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("skipped"))
+    }
+
+    /// The label of `tamp_proxy_compactions_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Compacted { .. } => "compacted",
+            Outcome::Unchanged { .. } => "unchanged",
+            Outcome::Skipped { .. } => "skipped",
+        }
+    }
+}
+
+/// A reason as a header can carry it: printable ASCII, one line, at most 300 characters.
+fn header_text(reason: &str) -> String {
+    let mut text: String = reason
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .collect();
+    if text.len() > 300 {
+        text.truncate(297);
+        text.push_str("...");
+    }
+    text
+}
+
+/// Runs `body` (a request in `format`) through `active`'s chain, continuing `thread` (the
+/// client's `x-tamp-thread-id`, else derived from the leading messages).
+///
+/// The compaction runs on a task of its own: a client that hangs up, or a request that stops
+/// waiting after `timeout`, does not cancel it half-way (the pages it archives stay whole and
+/// the thread state it leaves is a valid start for the next request), and a panic outside
+/// the plugins' containment is caught here rather than taking the request down.
+pub async fn compact(
+    active: Arc<ActiveChain>,
+    metrics: Arc<Metrics>,
+    in_flight: &Arc<InFlight>,
+    format: WireFormat,
+    body: Bytes,
+    thread: Option<String>,
+    timeout: Duration,
+) -> Outcome {
+    let guard = in_flight.enter();
+    let task = tokio::spawn({
+        let metrics = Arc::clone(&metrics);
+        let body = body.clone();
+        async move {
+            let _guard = guard;
+            run(&active, &metrics, format, &body, thread).await
+        }
+    });
+    match tokio::time::timeout(timeout, task).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => {
+            metrics.compaction_failed("error");
+            let what = if e.is_panic() {
+                "panicked"
+            } else {
+                "was cancelled"
+            };
+            Outcome::Skipped {
+                reason: format!("the compaction {what}"),
+                invalid: false,
+            }
+        }
+        Err(_) => {
+            metrics.compaction_failed("error");
+            Outcome::Skipped {
+                reason: format!(
+                    "the compaction took longer than {} s ([proxy] compaction_timeout_secs); it \
+                     goes on in the background",
+                    timeout.as_secs_f64()
+                ),
+                invalid: false,
+            }
+        }
+    }
+}
+
+async fn run(
+    active: &ActiveChain,
+    metrics: &Metrics,
+    format: WireFormat,
+    body: &[u8],
+    thread: Option<String>,
+) -> Outcome {
+    let invalid = |reason: String| {
+        metrics.compaction_failed("invalid");
+        Outcome::Skipped {
+            reason,
+            invalid: true,
+        }
+    };
+    let text = match std::str::from_utf8(body) {
+        Ok(text) => text,
+        Err(e) => {
+            return invalid(format!(
+                "request body: invalid UTF-8 at byte offset {}",
+                e.valid_up_to()
+            ))
+        }
+    };
+    let mut conversation = match wire::parse_str(text, Some(format)) {
+        Ok((conversation, _)) => conversation,
+        Err(e) if e.path.is_empty() => return invalid(format!("request body: {}", e.message)),
+        Err(e) => return invalid(format!("request body: {e}")),
+    };
+    if let Some(thread) = thread {
+        conversation.thread_id = ROption::RSome(thread.into());
+    }
+    let options = CompactOptions {
+        format: Some(format),
+        force: false,
+        budget: None,
+        thread_continuity: true,
+    };
+    let compacted = match active.chain.compact(conversation, &options).await {
+        Ok(compacted) => compacted,
+        Err(ChainError::InvalidInput(e)) => return invalid(format!("request body: {e}")),
+        Err(e) => {
+            metrics.compaction_failed("error");
+            return Outcome::Skipped {
+                reason: e.to_string(),
+                invalid: false,
+            };
+        }
+    };
+    metrics.compaction(&compacted.report);
+    let report = &compacted.report;
+    let continued = report.thread.as_ref().is_some_and(|t| t.continued);
+    if !acted(report) && !continued {
+        return Outcome::Unchanged {
+            reason: unchanged_reason(report),
+        };
+    }
+    // Written by the wire writer: every field tamp does not interpret (`model`, `stream`,
+    // `tools`, unknown ones) is the exact text the client sent.
+    let body = wire::write(&compacted.conversation, format).compact();
+    Outcome::Compacted {
+        body: Bytes::from(body),
+        tokens_before: report.tokens_before,
+        tokens_after: report.tokens_after,
+        pages: report
+            .stages
+            .iter()
+            .flat_map(|s| s.pages.iter().cloned())
+            .collect(),
+    }
+}
+
+fn acted(report: &ChainReport) -> bool {
+    report.stages.iter().any(|s| s.status == StageStatus::Acted)
+}
+
+/// Why nothing changed: the stages rolled back, if any were, else the chain's reason.
+fn unchanged_reason(report: &ChainReport) -> String {
+    let rolled_back: Vec<String> = report
+        .stages
+        .iter()
+        .filter(|s| s.status == StageStatus::RolledBack)
+        .map(|s| format!("stage \"{}\" {}", s.stage, s.reason))
+        .collect();
+    if rolled_back.is_empty() {
+        report.reason.clone()
+    } else {
+        rolled_back.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_is_ascii_on_one_line() {
+        let outcome = Outcome::Skipped {
+            reason: "messages[3]: bad\nline → é".into(),
+            invalid: true,
+        };
+        assert_eq!(outcome.header(), "skipped (messages[3]: bad line    )");
+        let long = Outcome::Unchanged {
+            reason: "x".repeat(1000),
+        };
+        assert!(long.header().len() < 320);
+        let compacted = Outcome::Compacted {
+            body: Bytes::new(),
+            tokens_before: 12034,
+            tokens_after: 4410,
+            pages: vec!["pg_1".into(), "pg_2".into()],
+        };
+        assert_eq!(compacted.header(), "12034->4410; pages=pg_1,pg_2");
+    }
+}

@@ -1,0 +1,92 @@
+//! The chain file's `[proxy]` table: where `tamp proxy` forwards, and what it does when a
+//! compaction cannot be had. Reloaded with the chain (a request takes both at once).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `[proxy]`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// The Anthropic API's base URL, as `ANTHROPIC_BASE_URL` spells it (no `/v1`): the
+    /// request's path is appended whole.
+    pub anthropic: String,
+    /// The OpenAI-compatible API's base URL, as `OPENAI_BASE_URL` spells it (with its `/v1`):
+    /// the request's path is appended less its leading `/v1`.
+    pub openai: String,
+    /// A compaction that fails or runs out of time answers 502 with tamp's error, instead of
+    /// forwarding the original body.
+    pub strict: bool,
+    /// How long a request waits for its compaction before the original body is forwarded
+    /// (seconds). The compaction goes on in the background: its pages are still archived.
+    pub compaction_timeout_secs: f64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            anthropic: "https://api.anthropic.com".into(),
+            openai: "https://api.openai.com/v1".into(),
+            strict: false,
+            compaction_timeout_secs: 10.0,
+        }
+    }
+}
+
+impl ProxyConfig {
+    pub fn compaction_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.compaction_timeout_secs)
+    }
+
+    /// Checks the table's own rules; the error names the field (`proxy.openai: ...`).
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, url) in [("anthropic", &self.anthropic), ("openai", &self.openai)] {
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            match rest {
+                Some(rest) if !rest.is_empty() && !rest.starts_with('/') => {}
+                _ => {
+                    return Err(format!(
+                        "proxy.{key}: must be an http:// or https:// URL with a host, got \"{url}\""
+                    ))
+                }
+            }
+            if url.contains(['?', '#']) {
+                return Err(format!(
+                    "proxy.{key}: a base URL takes no query or fragment, got \"{url}\""
+                ));
+            }
+        }
+        let secs = self.compaction_timeout_secs;
+        if !(secs > 0.0 && secs < 1e9) {
+            return Err(format!(
+                "proxy.compaction_timeout_secs: must be a positive number of seconds, got {secs}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_field() {
+        assert!(ProxyConfig::default().validate().is_ok());
+        let bad = |change: fn(&mut ProxyConfig)| {
+            let mut c = ProxyConfig::default();
+            change(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert!(bad(|c| c.openai = "api.openai.com/v1".into()).starts_with("proxy.openai: "));
+        assert!(bad(|c| c.anthropic = "https://".into()).starts_with("proxy.anthropic: "));
+        assert!(bad(|c| c.anthropic = "http://h/?x=1".into()).contains("no query"));
+        assert!(
+            bad(|c| c.compaction_timeout_secs = 0.0).starts_with("proxy.compaction_timeout_secs: ")
+        );
+        assert!(bad(|c| c.compaction_timeout_secs = f64::NAN).contains("positive"));
+    }
+}

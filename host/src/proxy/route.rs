@@ -1,0 +1,277 @@
+//! Which upstream a request goes to, at which URL, with which headers; and which requests
+//! are compacted on the way.
+
+use axum::http::{header, HeaderMap, HeaderName, Method};
+
+use super::config::ProxyConfig;
+use crate::wire::WireFormat;
+
+/// The two APIs the proxy speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    Anthropic,
+    OpenAi,
+}
+
+/// Where a request goes and what happens to its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub provider: Provider,
+    /// The body is a conversation in this format, compacted before it is forwarded.
+    pub compact: Option<WireFormat>,
+    /// The route's name in the metrics: the compacted routes by path, the rest by provider
+    /// only (a path may carry ids: one series per batch would grow without bound).
+    pub label: &'static str,
+}
+
+/// Routes a request by its path, and where the path is shared by both APIs (`/v1/models`,
+/// `/v1/files`, ...) by its headers: the Anthropic SDKs always send `anthropic-version`, and
+/// only Anthropic takes the key in `x-api-key`.
+pub fn route(method: &Method, path: &str, headers: &HeaderMap) -> Route {
+    let post = method == Method::POST;
+    let (provider, compact, label) = match path {
+        "/v1/messages" if post => (
+            Provider::Anthropic,
+            Some(WireFormat::Anthropic),
+            "POST /v1/messages",
+        ),
+        "/v1/messages/count_tokens" if post => (
+            Provider::Anthropic,
+            Some(WireFormat::Anthropic),
+            "POST /v1/messages/count_tokens",
+        ),
+        "/v1/chat/completions" if post => (
+            Provider::OpenAi,
+            Some(WireFormat::OpenAi),
+            "POST /v1/chat/completions",
+        ),
+        p if p == "/v1/messages" || p.starts_with("/v1/messages/") || p == "/v1/complete" => {
+            (Provider::Anthropic, None, "anthropic (passed through)")
+        }
+        p if p.starts_with("/v1/chat/")
+            || p == "/v1/responses"
+            || p.starts_with("/v1/responses/") =>
+        {
+            (Provider::OpenAi, None, "openai (passed through)")
+        }
+        _ if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") => {
+            (Provider::Anthropic, None, "anthropic (passed through)")
+        }
+        _ => (Provider::OpenAi, None, "openai (passed through)"),
+    };
+    Route {
+        provider,
+        compact,
+        label,
+    }
+}
+
+/// The upstream URL of a request: Anthropic's base URL plus the whole path (as
+/// `ANTHROPIC_BASE_URL` is spelled, without `/v1`); the OpenAI base URL plus the path less
+/// its `/v1` (as `OPENAI_BASE_URL` is spelled, with it). The query is kept as sent.
+pub fn upstream_url(config: &ProxyConfig, provider: Provider, path_and_query: &str) -> String {
+    match provider {
+        Provider::Anthropic => {
+            format!("{}{path_and_query}", config.anthropic.trim_end_matches('/'))
+        }
+        Provider::OpenAi => {
+            let rest = path_and_query
+                .strip_prefix("/v1")
+                .filter(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
+                .unwrap_or(path_and_query);
+            format!("{}{rest}", config.openai.trim_end_matches('/'))
+        }
+    }
+}
+
+/// The proxy's own request headers (`x-tamp-thread-id`, ...): read, never forwarded.
+pub const OWN_PREFIX: &str = "x-tamp-";
+
+/// Headers that describe one connection, not the request or the answer (RFC 9110, 7.6.1),
+/// plus `host` (the upstream's is set from its URL) and `expect` (the body is sent whole).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "expect"
+    )
+}
+
+/// The client's headers as the upstream gets them: every one (credentials included,
+/// untouched) but the hop-by-hop ones, the proxy's own, any named by `connection`, and
+/// `content-length` when the body was rewritten (the client for the upstream sets it).
+pub fn request_headers(client: &HeaderMap, body_rewritten: bool) -> HeaderMap {
+    let named = connection_named(client);
+    let mut out = HeaderMap::with_capacity(client.len());
+    for (name, value) in client {
+        if is_hop_by_hop(name)
+            || name.as_str().starts_with(OWN_PREFIX)
+            || named.contains(name)
+            || (body_rewritten && name == header::CONTENT_LENGTH)
+        {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// The upstream's answer headers as the client gets them: all but the hop-by-hop ones, so
+/// `retry-after`, `request-id`, the rate-limit headers and `content-type` arrive verbatim.
+pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
+    let named = connection_named(upstream);
+    let mut out = HeaderMap::with_capacity(upstream.len() + 1);
+    for (name, value) in upstream {
+        if is_hop_by_hop(name) || named.contains(name) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// The headers a `connection` header names (they are hop-by-hop too).
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(*k, HeaderValue::from_static(v));
+        }
+        map
+    }
+
+    #[test]
+    fn conversations_are_compacted_and_the_rest_routed_by_path_then_headers() {
+        let none = HeaderMap::new();
+        let r = route(&Method::POST, "/v1/messages", &none);
+        assert_eq!(
+            (r.provider, r.compact),
+            (Provider::Anthropic, Some(WireFormat::Anthropic))
+        );
+        let r = route(&Method::POST, "/v1/messages/count_tokens", &none);
+        assert_eq!(r.compact, Some(WireFormat::Anthropic));
+        let r = route(&Method::POST, "/v1/chat/completions", &none);
+        assert_eq!(
+            (r.provider, r.compact),
+            (Provider::OpenAi, Some(WireFormat::OpenAi))
+        );
+        let r = route(&Method::POST, "/v1/messages/batches", &none);
+        assert_eq!((r.provider, r.compact), (Provider::Anthropic, None));
+        let r = route(
+            &Method::POST,
+            "/v1/responses",
+            &headers(&[("x-api-key", "k")]),
+        );
+        assert_eq!((r.provider, r.compact), (Provider::OpenAi, None));
+        let r = route(
+            &Method::GET,
+            "/v1/models",
+            &headers(&[("anthropic-version", "2023-06-01")]),
+        );
+        assert_eq!(r.provider, Provider::Anthropic);
+        let r = route(
+            &Method::GET,
+            "/v1/models",
+            &headers(&[("authorization", "Bearer k")]),
+        );
+        assert_eq!(r.provider, Provider::OpenAi);
+        // Only POST compacts: a GET of the same path is passed through.
+        assert_eq!(
+            route(&Method::GET, "/v1/chat/completions", &none).compact,
+            None
+        );
+    }
+
+    #[test]
+    fn upstream_urls_follow_each_sdks_base_url_convention() {
+        let config = ProxyConfig {
+            anthropic: "http://a.test/".into(),
+            openai: "http://o.test/openai/v1".into(),
+            ..ProxyConfig::default()
+        };
+        assert_eq!(
+            upstream_url(&config, Provider::Anthropic, "/v1/messages?beta=true"),
+            "http://a.test/v1/messages?beta=true"
+        );
+        assert_eq!(
+            upstream_url(&config, Provider::OpenAi, "/v1/chat/completions"),
+            "http://o.test/openai/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_url(&config, Provider::OpenAi, "/v1?x=1"),
+            "http://o.test/openai/v1?x=1"
+        );
+        assert_eq!(
+            upstream_url(&config, Provider::OpenAi, "/v1beta/models"),
+            "http://o.test/openai/v1/v1beta/models"
+        );
+    }
+
+    #[test]
+    fn credentials_pass_and_connection_headers_do_not() {
+        let client = headers(&[
+            ("x-api-key", "sk-secret"),
+            ("authorization", "Bearer sk-secret"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "a,b"),
+            ("anthropic-beta", "c"),
+            ("host", "127.0.0.1:7475"),
+            ("connection", "keep-alive, x-drop-me"),
+            ("x-drop-me", "1"),
+            ("x-tamp-thread-id", "t1"),
+            ("content-length", "12"),
+            ("transfer-encoding", "chunked"),
+        ]);
+        let out = request_headers(&client, true);
+        assert_eq!(out["x-api-key"], "sk-secret");
+        assert_eq!(out["authorization"], "Bearer sk-secret");
+        assert_eq!(out.get_all("anthropic-beta").iter().count(), 2);
+        for gone in [
+            "host",
+            "connection",
+            "x-drop-me",
+            "x-tamp-thread-id",
+            "content-length",
+            "transfer-encoding",
+        ] {
+            assert!(!out.contains_key(gone), "{gone}");
+        }
+        assert_eq!(request_headers(&client, false)["content-length"], "12");
+
+        let upstream = headers(&[
+            ("retry-after", "3"),
+            ("request-id", "req_1"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("transfer-encoding", "chunked"),
+            ("keep-alive", "timeout=5"),
+        ]);
+        let out = response_headers(&upstream);
+        assert_eq!(out["retry-after"], "3");
+        assert_eq!(out["request-id"], "req_1");
+        assert!(out.contains_key("anthropic-ratelimit-requests-remaining"));
+        assert!(!out.contains_key("transfer-encoding") && !out.contains_key("keep-alive"));
+    }
+}
