@@ -12,9 +12,10 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::tools::{install_once, tools_dir};
 use tamp_e2e::workspace_root;
 use tamp_host::providers::{
     anthropic, openai, AnthropicProvider, ApiKey, ClientSettings, OpenAiProvider, Provider,
@@ -27,55 +28,9 @@ const TEST_KEY: &str = "contract-test-key";
 
 /// `target/tools/prism/node_modules/.bin/prism`, installed if absent.
 fn prism_bin() -> PathBuf {
-    let dir = workspace_root().join("target/tools/prism");
+    let dir = tools_dir("prism");
     let bin = dir.join("node_modules/.bin/prism");
-    if bin.is_file() {
-        return bin;
-    }
-    std::fs::create_dir_all(&dir).expect("create target/tools/prism");
-    let lock = dir.join(".install.lock");
-    let started = Instant::now();
-    loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&lock)
-        {
-            Ok(_) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if bin.is_file() {
-                    return bin;
-                }
-                // A lock left by an install that died is stale after ten minutes.
-                let stale = std::fs::metadata(&lock)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| SystemTime::now().duration_since(t).ok())
-                    .is_some_and(|age| age > Duration::from_secs(600));
-                if stale {
-                    let _ = std::fs::remove_file(&lock);
-                }
-                assert!(
-                    started.elapsed() < Duration::from_secs(900),
-                    "waited 15 minutes for another Prism install ({})",
-                    lock.display()
-                );
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            Err(e) => panic!("{}: {e}", lock.display()),
-        }
-    }
-    let result = if bin.is_file() {
-        Ok(())
-    } else {
-        install_prism(&dir)
-    };
-    let _ = std::fs::remove_file(&lock);
-    if let Err(message) = result {
-        panic!("{message}");
-    }
-    assert!(bin.is_file(), "npm install left no {}", bin.display());
-    bin
+    install_once(&dir, &bin, PRISM_PACKAGE, || install_prism(&dir))
 }
 
 fn install_prism(dir: &Path) -> Result<(), String> {

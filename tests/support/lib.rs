@@ -13,10 +13,14 @@ pub mod local_server;
 /// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
 pub mod mock_batches;
 pub mod mock_llm;
+/// A local Anthropic and OpenAI upstream for `tamp proxy`, SSE streams included.
+pub mod mock_upstream;
 /// A real PostgreSQL server in a scratch directory, for the shared-store tests.
 pub mod postgres;
 /// Starting and driving a real `tamp serve` process.
 pub mod serve_support;
+/// Tools installed once into `target/tools/`: Prism, the official Python SDKs.
+pub mod tools;
 
 /// Packages whose artifacts the tests load or run.
 const PACKAGES: &[&str] = &[

@@ -25,8 +25,19 @@ impl Server {
 
     /// Like [`Server::start`], with extra environment variables.
     pub fn start_with_env(config: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::start_command("serve", config, extra_args, env)
+    }
+
+    /// `tamp <command> --config <config> --listen 127.0.0.1:0` (`serve` or `proxy`), once it
+    /// has printed `tamp <command>: listening on ...`.
+    pub fn start_command(
+        command: &str,
+        config: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut cmd = Command::new(crate::tamp_bin());
-        cmd.arg("serve")
+        cmd.arg(command)
             .arg("--config")
             .arg(config)
             .args(["--listen", "127.0.0.1:0"])
@@ -37,7 +48,10 @@ impl Server {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("spawn tamp serve");
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn tamp {command}: {e}"));
+        let listening = format!("tamp {command}: listening on ");
         let stderr = child.stderr.take().expect("stderr piped");
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
@@ -47,7 +61,7 @@ impl Server {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines() {
                     let Ok(line) = line else { break };
-                    if let Some(addr) = line.strip_prefix("tamp serve: listening on ") {
+                    if let Some(addr) = line.strip_prefix(listening.as_str()) {
                         let _ = tx.send(addr.trim().to_string());
                     }
                     let mut log = log.lock().unwrap();
@@ -63,7 +77,7 @@ impl Server {
                 let _ = child.wait();
                 std::thread::sleep(Duration::from_millis(100));
                 panic!(
-                    "tamp serve did not start; its output:\n{}",
+                    "tamp {command} did not start; its output:\n{}",
                     log.lock().unwrap()
                 );
             }

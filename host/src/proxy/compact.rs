@@ -19,7 +19,8 @@ use crate::wire::{self, WireFormat};
 /// What the chain made of a body.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The chain changed the conversation: forward `body`.
+    /// The chain changed the conversation, or continued its thread from the last answer:
+    /// forward `body`. `tokens_before` counts what the client sent.
     Compacted {
         body: Bytes,
         tokens_before: u64,
@@ -176,6 +177,10 @@ async fn run(
         budget: None,
         thread_continuity: true,
     };
+    // Kept to count what the client sent when the chain continues the thread (its report
+    // then counts the thread's last answer plus what is new): a copy is cheaper than a count
+    // made on every request.
+    let sent = conversation.messages.clone();
     let compacted = match active.chain.compact(conversation, &options).await {
         Ok(compacted) => compacted,
         Err(ChainError::InvalidInput(e)) => return invalid(format!("request body: {e}")),
@@ -198,9 +203,14 @@ async fn run(
     // Written by the wire writer: every field tamp does not interpret (`model`, `stream`,
     // `tools`, unknown ones) is the exact text the client sent.
     let body = wire::write(&compacted.conversation, format).compact();
+    let tokens_before = if continued {
+        active.chain.tokens().count_messages(&sent)
+    } else {
+        report.tokens_before
+    };
     Outcome::Compacted {
         body: Bytes::from(body),
-        tokens_before: report.tokens_before,
+        tokens_before,
         tokens_after: report.tokens_after,
         pages: report
             .stages

@@ -1,0 +1,124 @@
+//! Tools the tests install on first use into `target/tools/` (Prism from npm, the official
+//! provider SDKs from PyPI), once per machine: later runs reuse them. Several test binaries
+//! run at once, so an install holds a lock file; the others wait for it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+/// `target/tools/<name>`.
+pub fn tools_dir(name: &str) -> PathBuf {
+    crate::workspace_root().join("target/tools").join(name)
+}
+
+/// Returns `ready` once it is a file, running `install` (under `dir/.install.lock`) if it is
+/// not. `install`'s error is the test's failure message.
+pub fn install_once(
+    dir: &Path,
+    ready: &Path,
+    what: &str,
+    install: impl FnOnce() -> Result<(), String>,
+) -> PathBuf {
+    if ready.is_file() {
+        return ready.to_path_buf();
+    }
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let lock = dir.join(".install.lock");
+    let started = Instant::now();
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+        {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if ready.is_file() {
+                    return ready.to_path_buf();
+                }
+                // A lock left by an install that died is stale after ten minutes.
+                let stale = std::fs::metadata(&lock)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| SystemTime::now().duration_since(t).ok())
+                    .is_some_and(|age| age > Duration::from_secs(600));
+                if stale {
+                    let _ = std::fs::remove_file(&lock);
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(900),
+                    "waited 15 minutes for another install of {what} ({})",
+                    lock.display()
+                );
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("{}: {e}", lock.display()),
+        }
+    }
+    let result = if ready.is_file() { Ok(()) } else { install() };
+    let _ = std::fs::remove_file(&lock);
+    if let Err(message) = result {
+        panic!("{message}");
+    }
+    assert!(
+        ready.is_file(),
+        "installing {what} left no {}",
+        ready.display()
+    );
+    ready.to_path_buf()
+}
+
+/// The official SDKs the proxy tests drive, pinned so a new release cannot change a test's
+/// outcome unseen.
+pub const PYTHON_SDKS: &[&str] = &["anthropic==2.10.0", "openai==3.54.0"];
+
+/// The Python of a virtual environment in `target/tools/python-sdks` holding
+/// [`PYTHON_SDKS`], created (with `python3 -m venv`, then `pip install` from PyPI) if absent.
+pub fn python_with_sdks() -> PathBuf {
+    let dir = tools_dir("python-sdks");
+    let python = dir.join("venv/bin/python");
+    // Written last: a venv whose pip install died half-way is not taken for a finished one.
+    let ready = dir.join("installed.txt");
+    let pins = PYTHON_SDKS.join("\n");
+    if std::fs::read_to_string(&ready).is_ok_and(|had| had != pins) {
+        // Other versions: installed again over them.
+        let _ = std::fs::remove_file(&ready);
+    }
+    install_once(&dir, &ready, "the Python SDKs", || {
+        let venv = dir.join("venv");
+        let _ = std::fs::remove_dir_all(&venv);
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "the proxy tests need Python 3 with venv (e.g. `apt-get install python3-venv`) to \
+             install the official SDKs",
+        )?;
+        run(
+            Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .args(PYTHON_SDKS),
+            "pip install of the official SDKs from PyPI",
+        )?;
+        std::fs::write(&ready, &pins).map_err(|e| e.to_string())
+    });
+    python
+}
+
+fn run(command: &mut Command, what: &str) -> Result<(), String> {
+    let status = command
+        .status()
+        .map_err(|e| format!("{what}: cannot run {:?}: {e}", command.get_program()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: {:?} failed ({status})",
+            command.get_program()
+        ))
+    }
+}
