@@ -25,8 +25,9 @@ pub enum LoadError {
     #[error("plugin {path}: not a tamp plugin ({detail})")]
     NotAPlugin { path: PathBuf, detail: String },
     #[error(
-        "plugin {path}: built against tamp-plugin-api {plugin_version}, but this host uses \
-         tamp-plugin-api {host_version}; rebuild the plugin against {host_version}"
+        "plugin {path}: built against plugin ABI {plugin_version}, but this host uses plugin ABI \
+         {host_version} (tamp-plugin-abi); rebuild the plugin against tamp-plugin-api \
+         {host_version}"
     )]
     IncompatibleVersion {
         path: PathBuf,
@@ -34,8 +35,9 @@ pub enum LoadError {
         host_version: String,
     },
     #[error(
-        "plugin {path}: its ABI layout does not match tamp-plugin-api {host_version} \
-         (same version number, different types: was it built from a modified plugin-api?): {summary}"
+        "plugin {path}: its ABI layout does not match plugin ABI {host_version} \
+         (same version number, different types: was it built from a modified tamp-plugin-abi?): \
+         {summary}"
     )]
     LayoutMismatch {
         path: PathBuf,

@@ -12,10 +12,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
-use tamp_plugin_api::deferred::{
-    is_page_transcript_prompt, page_transcript_probe_answer, PageTranscriptPrompt,
-    PAGE_TRANSCRIPT_PROBE,
-};
+use tamp_plugin_api::capability;
+use tamp_plugin_api::deferred::{is_page_transcript_prompt, PageTranscriptPrompt};
 use tamp_plugin_api::{
     CachedSummary, DeferredRequest, DeferredState, DeferredStatus, ErrorKind, FfiFuture, FfiOption,
     FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, HostError, HostServices, HostServicesBox,
@@ -393,6 +391,20 @@ where
 }
 
 impl HostServices for StageServices {
+    fn capabilities(&self) -> FfiVec<FfiString> {
+        let ctx = &self.0.ctx;
+        let mut offered = Vec::new();
+        if ctx.store.deferred_queue().is_some() {
+            // The worker fills page-transcript prompts in (`deferred::render`).
+            offered.push(capability::DEFERRED_SUMMARIES);
+            offered.push(capability::PAGE_TRANSCRIPT_PROMPTS_V1);
+        }
+        if ctx.cache.is_some() {
+            offered.push(capability::SUMMARY_CACHE);
+        }
+        offered.into_iter().map(FfiString::from).collect()
+    }
+
     fn complete(&self, request: LlmRequest) -> FfiFuture<FfiResult<LlmResponse, HostError>> {
         let this = self.clone();
         async move {
@@ -605,24 +617,7 @@ impl HostServices for StageServices {
         let this = self.clone();
         async move {
             let ids: Vec<String> = page_ids.into_iter().map(String::from).collect();
-            // The worker fills page-transcript prompts in (`deferred::render`); plugins ask
-            // whether it does with the reserved probe id, answered here.
-            let probe = |id: &String| id == PAGE_TRANSCRIPT_PROBE;
-            let asked: Vec<String> = ids.iter().filter(|id| !probe(id)).cloned().collect();
-            let mut states = if asked.is_empty() {
-                Vec::new()
-            } else {
-                this.queue_states(asked).await
-            }
-            .into_iter();
-            ids.iter()
-                .map(|id| match probe(id) {
-                    true => page_transcript_probe_answer(),
-                    false => states
-                        .next()
-                        .unwrap_or_else(|| DeferredState::unknown(id.as_str())),
-                })
-                .collect()
+            this.queue_states(ids).await.into()
         }
         .into_ffi()
     }

@@ -14,11 +14,8 @@
 //! compaction then stores the material once (in the page), not twice, and returns sooner.
 //!
 //! A plugin writes one with [`page_transcript_prompt`], only when
-//! [`crate::Host::renders_page_transcripts`] says the host fills them in (an older host would
-//! send the text as it is); the host fills it with [`PageTranscriptPrompt`]. The host says so
-//! in its answer to `deferred_results` for the reserved id [`PAGE_TRANSCRIPT_PROBE`] (see
-//! [`page_transcript_probe_answer`]), which every host answers, so asking changes no ABI type
-//! and plugins built against an older `plugin-api` still load. The text sent is
+//! [`crate::Host::renders_page_transcripts`] says the host fills them in: the host lists
+//! [`crate::capability::PAGE_TRANSCRIPT_PROMPTS_V1`] among its capabilities. The text sent is
 //! byte for byte what [`crate::sdk::render_template`] makes with the transcript as the
 //! placeholder's value. The encoding (version 1), for hosts written in other languages:
 //!
@@ -31,110 +28,14 @@
 //!
 //! A prompt that does not start with the header is an ordinary prompt, sent as it is.
 
-use abi_stable::std_types::RString;
-use abi_stable::StableAbi;
-use serde::{Deserialize, Serialize};
+pub use tamp_plugin_abi::deferred::{DeferredRequest, DeferredState, DeferredStatus};
 
 use crate::conversation::Message;
 use crate::error::PluginError;
-use crate::llm::LlmRequest;
 use crate::sdk::prompt::{render_messages, render_template, RenderOptions};
-
-/// Where a deferred request stands.
-#[repr(u8)]
-#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeferredStatus {
-    /// Waiting for the next batch.
-    Queued,
-    /// Sent in a batch that has not ended yet.
-    Submitted,
-    /// Finished: `text` holds the answer.
-    Done,
-    /// Given up: `reason` says why.
-    Failed,
-    /// The host knows no request for this page (never deferred, or a host without the
-    /// deferred service).
-    Unknown,
-}
-
-impl DeferredStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeferredStatus::Queued => "queued",
-            DeferredStatus::Submitted => "submitted",
-            DeferredStatus::Done => "done",
-            DeferredStatus::Failed => "failed",
-            DeferredStatus::Unknown => "unknown",
-        }
-    }
-}
-
-/// A summary request to defer, for one page.
-#[repr(C)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeferredRequest {
-    /// The page the answer will summarize (its id, as in the pending summary's page ref).
-    pub page_id: RString,
-    pub request: LlmRequest,
-}
-
-/// The state of the deferred request of one page.
-#[repr(C)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeferredState {
-    pub page_id: RString,
-    pub status: DeferredStatus,
-    /// The answer when `status` is `Done`, else empty.
-    pub text: RString,
-    /// Why it failed when `status` is `Failed`, else empty.
-    pub reason: RString,
-}
-
-impl DeferredState {
-    /// The state of a page the host knows nothing about.
-    pub fn unknown(page_id: impl Into<RString>) -> Self {
-        DeferredState {
-            page_id: page_id.into(),
-            status: DeferredStatus::Unknown,
-            text: RString::new(),
-            reason: RString::new(),
-        }
-    }
-}
 
 /// The newest page-transcript prompt version this `plugin-api` writes and fills.
 pub const PAGE_TRANSCRIPT_VERSION: u32 = 1;
-
-/// The id a plugin asks `deferred_results` about to learn whether the host fills in
-/// page-transcript prompts. No page has it (page ids are `pg_` and hex); an older host knows
-/// no request for it and answers `Unknown` with an empty reason.
-pub const PAGE_TRANSCRIPT_PROBE: &str = "tamp:page-transcript-prompts";
-
-/// What the reason of a host's answer for [`PAGE_TRANSCRIPT_PROBE`] starts with, followed by
-/// the newest version it fills.
-const PROBE_REASON: &str = "fills page-transcript prompts up to version ";
-
-/// A host's answer for [`PAGE_TRANSCRIPT_PROBE`]: it fills page-transcript prompts up to
-/// [`PAGE_TRANSCRIPT_VERSION`].
-pub fn page_transcript_probe_answer() -> DeferredState {
-    DeferredState {
-        reason: format!("{PROBE_REASON}{PAGE_TRANSCRIPT_VERSION}").into(),
-        ..DeferredState::unknown(PAGE_TRANSCRIPT_PROBE)
-    }
-}
-
-/// Whether `answer`, the host's state for [`PAGE_TRANSCRIPT_PROBE`], says it fills the
-/// page-transcript prompts this `plugin-api` writes.
-pub fn fills_page_transcripts(answer: &DeferredState) -> bool {
-    answer.page_id.as_str() == PAGE_TRANSCRIPT_PROBE
-        && answer
-            .reason
-            .as_str()
-            .strip_prefix(PROBE_REASON)
-            .and_then(|v| v.parse::<u32>().ok())
-            .is_some_and(|v| v >= PAGE_TRANSCRIPT_VERSION)
-}
 
 /// The one character that delimits the header and the slots; a prompt holds it nowhere else.
 const MARK: char = '\u{1}';
@@ -310,20 +211,6 @@ mod tests {
             PageTranscriptPrompt::parse(&plain).unwrap().fill(&[]),
             "2 only"
         );
-    }
-
-    #[test]
-    fn only_a_host_that_says_so_fills_page_transcripts() {
-        assert!(fills_page_transcripts(&page_transcript_probe_answer()));
-        // What an older host answers: it knows no request for the probe.
-        assert!(!fills_page_transcripts(&DeferredState::unknown(
-            PAGE_TRANSCRIPT_PROBE
-        )));
-        let mut newer = page_transcript_probe_answer();
-        newer.reason = format!("{PROBE_REASON}7").into();
-        assert!(fills_page_transcripts(&newer));
-        newer.page_id = "pg_1".into();
-        assert!(!fills_page_transcripts(&newer));
     }
 
     #[test]

@@ -1,127 +1,18 @@
-//! Host services: what a plugin may ask of the host while it compacts.
-//!
-//! [`HostServices`] is the ABI trait the host implements; [`Host`] is the handle a plugin
-//! uses, with plain Rust signatures, which also counts the LLM calls and tokens it makes so the
-//! stage report does not depend on each plugin keeping score.
+//! The [`Host`] handle: what a plugin asks of the host while it compacts, with plain Rust
+//! signatures over the ABI trait [`HostServices`](crate::HostServices).
 
-// `#[sabi_trait]` expands to impls and names these lints object to; nothing to fix here.
-#![allow(non_local_definitions, non_camel_case_types)]
-
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use abi_stable::sabi_trait;
-use abi_stable::std_types::{RArc, ROption, RResult, RSlice, RStr, RString, RVec};
-use abi_stable::StableAbi;
-use async_ffi::{FfiFuture, FutureExt as _};
+use abi_stable::std_types::{RResult, RString, RVec};
+
 use futures::StreamExt as _;
-use serde::{Deserialize, Serialize};
 
 use crate::conversation::Message;
 use crate::deferred::{DeferredRequest, DeferredState};
-use crate::error::{ErrorKind, HostError};
+use crate::error::HostError;
 use crate::llm::{LlmRequest, LlmResponse};
 use crate::page::{Page, PageDraft};
-
-/// A progress event: `done` of `total` units of work finished.
-#[repr(C)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProgressEvent {
-    pub done: u32,
-    pub total: u32,
-    pub message: RString,
-}
-
-/// The services the host offers a plugin, as an ABI-stable trait object.
-///
-/// Methods that may wait (LLM calls, the page store) return futures, so a plugin never blocks
-/// a host thread. New methods are only ever added after the last one. Even so, abi_stable's
-/// load-time layout check refuses a plugin whose copy of this trait has fewer methods than the
-/// host's (seen with a plugin built before a method was added: "too many fields"), so adding
-/// one breaks every plugin built earlier; a new capability that older plugins need not know
-/// of is better offered through an existing method (see `deferred::PAGE_TRANSCRIPT_PROBE`).
-#[sabi_trait]
-pub trait HostServices: Clone + Send + Sync + 'static {
-    /// One LLM call, with the host's retries, timeout and cache.
-    fn complete(&self, request: LlmRequest) -> FfiFuture<RResult<LlmResponse, HostError>>;
-
-    /// Many LLM calls, at most `max_concurrency` at once (0: the host's limit); the answers
-    /// come back in request order, and the host emits a progress event as each one finishes.
-    fn complete_all(
-        &self,
-        requests: RVec<LlmRequest>,
-        max_concurrency: u32,
-    ) -> FfiFuture<RVec<RResult<LlmResponse, HostError>>>;
-
-    /// Tokens in `text`, with the chain's one tokenizer.
-    fn count_tokens(&self, text: RStr<'_>) -> u64;
-
-    /// Tokens of messages as the host counts them against the budget (content + overhead).
-    fn count_message_tokens(&self, messages: RSlice<'_, Message>) -> u64;
-
-    /// Archives original messages; returns the page id to put in the summary's page ref.
-    fn archive_page(&self, page: PageDraft) -> FfiFuture<RResult<RString, HostError>>;
-
-    /// Loads an archived page.
-    fn load_page(&self, id: RString) -> FfiFuture<RResult<Page, HostError>>;
-
-    /// Reports progress of long work (shown by the CLI, counted by `tamp serve`).
-    #[sabi(last_prefix_field)]
-    fn progress(&self, event: ProgressEvent);
-
-    /// The summary cache: the longest leading run of `messages` this strategy, with this
-    /// config, already summarized in this thread (or, without a thread id, anywhere), and that
-    /// summary. The host computes the key (thread, strategy, config hash, the messages' content
-    /// hashes) while the call is made, so the messages need not outlive it.
-    ///
-    /// Added after `progress`: a host without it answers "nothing cached".
-    fn cached_summary(&self, _messages: RSlice<'_, Message>) -> FfiFuture<ROption<CachedSummary>> {
-        async { ROption::RNone }.into_ffi()
-    }
-
-    /// Records `summary` as the summary of exactly `messages` (see [`Self::cached_summary`]).
-    /// Best effort: a store failure is logged by the host, never returned.
-    fn cache_summary(&self, _messages: RSlice<'_, Message>, _summary: RString) -> FfiFuture<()> {
-        async {}.into_ffi()
-    }
-
-    /// Queues each request to be answered later, through a batch, as the summary of its
-    /// page (see [`crate::deferred`]), all in one store write. Idempotent per page and
-    /// strategy: deferring a page again leaves the first request in place. Returns once the
-    /// requests are stored.
-    ///
-    /// Added after `cache_summary`: a host without it refuses, and the plugin must then
-    /// summarize some other way.
-    fn defer_summaries(
-        &self,
-        _requests: RVec<DeferredRequest>,
-    ) -> FfiFuture<RResult<(), HostError>> {
-        async {
-            RResult::RErr(HostError::new(
-                ErrorKind::Host,
-                "this host has no deferred-summary service",
-            ))
-        }
-        .into_ffi()
-    }
-
-    /// The states of the deferred requests of `page_ids` (this strategy's), in the order
-    /// asked. A host without the service answers `Unknown` for each.
-    fn deferred_results(&self, page_ids: RVec<RString>) -> FfiFuture<RVec<DeferredState>> {
-        let states: RVec<DeferredState> =
-            page_ids.into_iter().map(DeferredState::unknown).collect();
-        async move { states }.into_ffi()
-    }
-}
-
-/// A summary the host had cached for a leading run of the messages asked about.
-#[repr(C)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CachedSummary {
-    /// How many of the messages asked about (from the first) the summary covers.
-    pub messages_covered: u32,
-    pub text: RString,
-}
+use crate::services::{CachedSummary, HostServicesBox, ProgressEvent};
 
 /// One request of [`Host::complete_all_with_progress`] has finished.
 #[derive(Debug)]
@@ -134,22 +25,11 @@ pub struct CallFinished<'a> {
     pub answer: &'a Result<LlmResponse, HostError>,
 }
 
-/// The host services trait object as it crosses the boundary.
-pub type HostServicesBox = HostServices_TO<RArc<()>>;
-
-#[derive(Default, Debug)]
-struct CallStats {
-    calls: AtomicU32,
-    input_tokens: AtomicU64,
-    output_tokens: AtomicU64,
-}
-
 /// A plugin's handle on the host for one compaction.
 #[derive(Clone)]
 pub struct Host {
     services: HostServicesBox,
     strategy: Arc<str>,
-    stats: Arc<CallStats>,
 }
 
 impl Host {
@@ -158,26 +38,11 @@ impl Host {
         Host {
             services,
             strategy: Arc::from(strategy),
-            stats: Arc::default(),
-        }
-    }
-
-    fn record(&self, response: &Result<LlmResponse, HostError>) {
-        self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        if let Ok(r) = response {
-            self.stats
-                .input_tokens
-                .fetch_add(r.usage.input_tokens, Ordering::Relaxed);
-            self.stats
-                .output_tokens
-                .fetch_add(r.usage.output_tokens, Ordering::Relaxed);
         }
     }
 
     pub async fn complete(&self, request: LlmRequest) -> Result<LlmResponse, HostError> {
-        let response = self.services.complete(request).await.into_result();
-        self.record(&response);
-        response
+        self.services.complete(request).await.into_result()
     }
 
     /// Runs `requests` concurrently (at most `max_concurrency` at once); answers in order.
@@ -188,14 +53,7 @@ impl Host {
     ) -> Vec<Result<LlmResponse, HostError>> {
         let limit = u32::try_from(max_concurrency).unwrap_or(u32::MAX);
         let answers = self.services.complete_all(requests.into(), limit).await;
-        answers
-            .into_iter()
-            .map(|a| {
-                let a = a.into_result();
-                self.record(&a);
-                a
-            })
-            .collect()
+        answers.into_iter().map(RResult::into_result).collect()
     }
 
     /// Runs `requests` through [`Host::complete`], at most `max_concurrency` at once (0: all at
@@ -336,28 +194,22 @@ impl Host {
 
     /// Whether the host fills in the page-transcript prompts that
     /// [`crate::deferred::page_transcript_prompt`] writes, so a deferred request need not carry
-    /// its page's messages a second time. Asked through [`Self::deferred_results`] (see
-    /// [`crate::deferred::PAGE_TRANSCRIPT_PROBE`]): an older host answers no.
-    pub async fn renders_page_transcripts(&self) -> bool {
-        let probe = crate::deferred::PAGE_TRANSCRIPT_PROBE.to_string();
-        self.deferred_results(&[probe])
-            .await
-            .first()
-            .is_some_and(crate::deferred::fills_page_transcripts)
+    /// its page's messages a second time.
+    pub fn renders_page_transcripts(&self) -> bool {
+        self.has_capability(crate::capability::PAGE_TRANSCRIPT_PROMPTS_V1)
+    }
+
+    /// Whether the host lists `name` (one of [`crate::capability`]) among its capabilities.
+    pub fn has_capability(&self, name: &str) -> bool {
+        self.services
+            .capabilities()
+            .iter()
+            .any(|c| c.as_str() == name)
     }
 
     /// The strategy name pages and summaries are attributed to.
     pub fn strategy_name(&self) -> &str {
         &self.strategy
-    }
-
-    /// LLM calls made through this handle so far, and their input and output tokens.
-    pub fn llm_stats(&self) -> (u32, u64, u64) {
-        (
-            self.stats.calls.load(Ordering::Relaxed),
-            self.stats.input_tokens.load(Ordering::Relaxed),
-            self.stats.output_tokens.load(Ordering::Relaxed),
-        )
     }
 
     /// The raw ABI object (for adapters and tests).
@@ -373,13 +225,16 @@ mod tests {
     use std::sync::Mutex;
     use std::task::{Context, Poll};
 
+    use std::sync::atomic::{AtomicU32, Ordering};
+
     use abi_stable::sabi_trait::TD_Opaque;
-    use abi_stable::std_types::ROption;
-    use async_ffi::FutureExt as _;
+    use abi_stable::std_types::{RArc, ROption, RSlice, RStr};
+    use async_ffi::{FfiFuture, FutureExt as _};
 
     use super::*;
     use crate::error::ErrorKind;
     use crate::llm::Usage;
+    use crate::{HostServices, HostServices_TO};
 
     /// Pending `n` times (waking itself each time), then ready: lets a test decide which
     /// of several concurrent calls finishes first without a runtime or timers.
@@ -522,8 +377,6 @@ mod tests {
             ["1/5 failed", "2/5 ok", "3/5 ok", "4/5 ok", "5/5 ok"]
         );
         assert!(events.iter().all(|e| e.total == 5));
-        // Every call is counted for the stage report, failed ones included.
-        assert_eq!(host.llm_stats(), (5, 12, 8));
     }
 
     #[test]

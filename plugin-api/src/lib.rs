@@ -1,24 +1,22 @@
-//! `tamp-plugin-api`: the one crate a tamp compaction-strategy plugin depends on.
+//! `tamp-plugin-api`: the one crate a tamp compaction-strategy plugin depends on, the SDK on
+//! top of the ABI crate `tamp-plugin-abi`.
 //!
 //! - [`conversation`]: the conversation model that crosses the boundary.
 //! - [`Strategy`]: what a plugin implements; [`export_plugin!`] exports it.
 //! - [`Host`]: LLM calls, token counting, pages and progress, as the host offers them.
 //! - [`sdk`]: tool-exchange grouping, protected ranges, summary messages, prompt rendering.
 //!
-//! The ABI is built on `abi_stable` and `async-ffi`, but a plugin author never names either:
-//! the wrapper types they need are re-exported here under tamp's own names ([`FfiString`],
-//! [`FfiVec`], [`FfiOption`]), so the ABI crate can be replaced in one place.
+//! Every type that crosses the boundary lives in `tamp-plugin-abi`, whose version is the one
+//! the loader checks; this crate re-exports them, so an SDK-only release leaves built plugins
+//! loadable. A plugin author never names `abi_stable` or `async-ffi`: the wrapper types they
+//! need are re-exported here under tamp's own names ([`FfiString`], [`FfiVec`], [`FfiOption`]).
 
-pub mod budget;
-pub mod conversation;
+pub use tamp_plugin_abi::{budget, capability, conversation, error, llm, page, report, services};
+
 pub mod deferred;
-pub mod error;
 pub mod host;
-pub mod llm;
 pub mod logging;
 pub mod module;
-pub mod page;
-pub mod report;
 pub mod sdk;
 pub mod strategy;
 
@@ -28,29 +26,24 @@ pub use conversation::{
 };
 pub use deferred::{DeferredRequest, DeferredState, DeferredStatus};
 pub use error::{ErrorKind, HostError, PluginError};
-pub use host::{
-    CachedSummary, CallFinished, Host, HostServices, HostServicesBox, HostServices_TO,
-    ProgressEvent,
-};
+pub use host::{CallFinished, Host};
 pub use llm::{LlmRequest, LlmResponse, Usage};
 pub use logging::{LogLevel, LogSink};
-pub use module::{PluginInfo, PluginModule, PluginModuleRef, PLUGIN_API_VERSION};
 pub use page::{Page, PageDraft};
 pub use report::StageReport;
-pub use strategy::{
-    new_strategy, parse_config, CompactOutcome, CompactRequest, Compaction, Strategy,
-    StrategyAdapter, StrategyBox, StrategyFfi, StrategyFfi_TO,
+pub use services::{CachedSummary, HostServices, HostServicesBox, HostServices_TO, ProgressEvent};
+pub use strategy::{new_strategy, parse_config, Compaction, Strategy, StrategyAdapter};
+pub use tamp_plugin_abi::{
+    CompactOutcome, CompactRequest, PluginInfo, PluginModule, PluginModuleRef, StrategyBox,
+    StrategyFfi, StrategyFfi_TO, ABI_VERSION,
 };
 
-/// The erasure marker host implementations use with `HostServices_TO::from_value`.
-pub use abi_stable::sabi_trait::TD_Opaque;
-/// ABI string, vector, option and result types, under tamp's names.
-pub use abi_stable::std_types::{
-    ROption as FfiOption, RResult as FfiResult, RSlice as FfiSlice, RStr as FfiStr,
-    RString as FfiString, RVec as FfiVec,
+/// The ABI version this SDK builds plugins against (the ABI crate's, [`ABI_VERSION`]).
+pub const PLUGIN_API_VERSION: &str = ABI_VERSION;
+
+pub use tamp_plugin_abi::{
+    FfiFuture, FfiOption, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, IntoFfiFuture, TD_Opaque,
 };
-/// The future type that crosses the boundary, and the conversion into it.
-pub use async_ffi::{FfiFuture, FutureExt as IntoFfiFuture};
 
 /// Re-exports for the code plugins generate with [`export_plugin!`]; not a public API.
 #[doc(hidden)]

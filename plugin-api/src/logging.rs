@@ -2,60 +2,37 @@
 //!
 //! Each plugin library links its own copy of `tracing`, with its own global dispatcher, so the
 //! host's subscriber never sees a plugin's events on its own. When the host loads a plugin it
-//! hands over a [`LogSink`]; the plugin installs a small subscriber that formats each event and
+//! hands over a [`LogSink`](crate::LogSink); the plugin installs a small subscriber that formats each event and
 //! passes it through the sink, and the host re-emits it tagged with the plugin's name.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use abi_stable::std_types::RStr;
-use abi_stable::StableAbi;
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Event, Level, LevelFilter, Metadata, Subscriber};
 
-/// A log level, as it crosses the boundary.
-#[repr(u8)]
-#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Error = 1,
-    Warn = 2,
-    Info = 3,
-    Debug = 4,
-    Trace = 5,
-}
+pub use tamp_plugin_abi::logging::{LogLevel, LogSink};
 
-impl LogLevel {
-    fn from_tracing(level: &Level) -> Self {
-        match *level {
-            Level::ERROR => LogLevel::Error,
-            Level::WARN => LogLevel::Warn,
-            Level::INFO => LogLevel::Info,
-            Level::DEBUG => LogLevel::Debug,
-            Level::TRACE => LogLevel::Trace,
-        }
-    }
-
-    fn to_filter(self) -> LevelFilter {
-        match self {
-            LogLevel::Error => LevelFilter::ERROR,
-            LogLevel::Warn => LevelFilter::WARN,
-            LogLevel::Info => LevelFilter::INFO,
-            LogLevel::Debug => LevelFilter::DEBUG,
-            LogLevel::Trace => LevelFilter::TRACE,
-        }
+fn level_of(level: &Level) -> LogLevel {
+    match *level {
+        Level::ERROR => LogLevel::Error,
+        Level::WARN => LogLevel::Warn,
+        Level::INFO => LogLevel::Info,
+        Level::DEBUG => LogLevel::Debug,
+        Level::TRACE => LogLevel::Trace,
     }
 }
 
-/// Where a plugin sends its log events: a host function, and the most verbose level the host
-/// wants (so the plugin skips formatting events nobody reads).
-#[repr(C)]
-#[derive(StableAbi, Clone, Copy)]
-pub struct LogSink {
-    pub max_level: LogLevel,
-    /// `(plugin name, level, event target, formatted message and fields)`.
-    pub emit: extern "C" fn(RStr<'_>, LogLevel, RStr<'_>, RStr<'_>),
+fn filter_of(level: LogLevel) -> LevelFilter {
+    match level {
+        LogLevel::Error => LevelFilter::ERROR,
+        LogLevel::Warn => LevelFilter::WARN,
+        LogLevel::Info => LevelFilter::INFO,
+        LogLevel::Debug => LevelFilter::DEBUG,
+        LogLevel::Trace => LevelFilter::TRACE,
+    }
 }
 
 struct BridgeSubscriber {
@@ -90,11 +67,11 @@ impl Visit for EventText {
 
 impl Subscriber for BridgeSubscriber {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= self.sink.max_level.to_filter()
+        *metadata.level() <= filter_of(self.sink.max_level)
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
-        Some(self.sink.max_level.to_filter())
+        Some(filter_of(self.sink.max_level))
     }
 
     fn new_span(&self, _span: &Attributes<'_>) -> Id {
@@ -113,7 +90,7 @@ impl Subscriber for BridgeSubscriber {
         let metadata = event.metadata();
         (self.sink.emit)(
             self.plugin.into(),
-            LogLevel::from_tracing(metadata.level()),
+            level_of(metadata.level()),
             metadata.target().into(),
             text.message.as_str().into(),
         );

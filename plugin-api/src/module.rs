@@ -1,58 +1,16 @@
-//! The root module every plugin exports, and the macro that exports it.
+//! Building the root module from a [`Strategy`], and the macro that exports it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use abi_stable::library::RootModule;
 use abi_stable::prefix_type::PrefixTypeTrait;
-use abi_stable::std_types::{RResult, RStr, RString};
-use abi_stable::{declare_root_module_statics, package_version_strings, StableAbi};
-use serde::{Deserialize, Serialize};
+use abi_stable::std_types::{RResult, RStr};
 
 use crate::error::PluginError;
 use crate::logging::{install_log_bridge, LogSink};
-use crate::strategy::{new_strategy, panic_message, Strategy, StrategyBox};
-
-/// The version of `plugin-api` this crate is; a plugin records the one it was built with.
-pub const PLUGIN_API_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// What a plugin says about itself.
-#[repr(C)]
-#[derive(StableAbi, Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PluginInfo {
-    pub name: RString,
-    /// The plugin's own version (its crate version, semver).
-    pub version: RString,
-    pub description: RString,
-    /// The `plugin-api` version it was built against.
-    pub plugin_api_version: RString,
-    /// JSON Schema of the stage config.
-    pub config_schema_json: RString,
-    /// The default stage config, as JSON.
-    pub default_config_json: RString,
-}
-
-/// The root module: the plugin's exported entry points.
-#[repr(C)]
-#[derive(StableAbi)]
-#[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
-#[sabi(missing_field(panic))]
-pub struct PluginModule {
-    /// Name, versions, description, config schema and default config.
-    pub info: extern "C" fn() -> RResult<PluginInfo, PluginError>,
-    /// Routes the plugin's `tracing` events to the host (called once, right after loading).
-    pub set_log_sink: extern "C" fn(LogSink),
-    /// Builds an instance from a JSON stage config.
-    #[sabi(last_prefix_field)]
-    pub new_strategy: extern "C" fn(RStr<'_>) -> RResult<StrategyBox, PluginError>,
-}
-
-impl RootModule for PluginModuleRef {
-    declare_root_module_statics! {PluginModuleRef}
-    const BASE_NAME: &'static str = "tamp_plugin";
-    const NAME: &'static str = "tamp plugin";
-    const VERSION_STRINGS: abi_stable::sabi_types::VersionStrings = package_version_strings!();
-}
+use crate::strategy::{new_strategy, panic_message, Strategy};
+use crate::StrategyBox;
+use crate::{PluginInfo, PluginModule, PluginModuleRef, ABI_VERSION};
 
 /// The plugin's crate version, recorded by the export macro (each plugin library has its own
 /// copy of this static).
@@ -66,7 +24,7 @@ pub fn plugin_info<S: Strategy>(version: &str) -> Result<PluginInfo, PluginError
         name: S::NAME.into(),
         version: version.into(),
         description: S::DESCRIPTION.into(),
-        plugin_api_version: PLUGIN_API_VERSION.into(),
+        plugin_api_version: ABI_VERSION.into(),
         config_schema_json: serde_json::to_string(&schema)?.into(),
         default_config_json: default_config.into(),
     })

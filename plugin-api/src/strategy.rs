@@ -1,21 +1,16 @@
-//! The strategy a plugin implements, and its ABI form.
+//! The strategy a plugin implements, and its adapter to the ABI.
 //!
 //! A plugin author implements [`Strategy`] with ordinary Rust types and an `async fn`; the
 //! [`export_plugin!`](crate::export_plugin) macro wraps it in [`StrategyFfi`], the
 //! ABI-stable trait object the host calls, catching every panic on the plugin's side of the
 //! boundary (a panic that unwound into the host would end the process).
 
-// `#[sabi_trait]` expands to impls and names these lints object to; nothing to fix here.
-#![allow(non_local_definitions, non_camel_case_types)]
-
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use abi_stable::sabi_trait;
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RBox, RResult, RString};
-use abi_stable::StableAbi;
+use abi_stable::std_types::RResult;
 use async_ffi::{FfiFuture, FutureExt as _};
 use futures::FutureExt as _;
 use schemars::JsonSchema;
@@ -25,37 +20,8 @@ use serde::Serialize;
 use crate::budget::Budget;
 use crate::conversation::Conversation;
 use crate::error::{ErrorKind, PluginError};
-use crate::host::{Host, HostServicesBox};
-use crate::report::StageReport;
-
-/// What the host hands a stage: the conversation, the budget, and host services.
-#[repr(C)]
-#[derive(StableAbi)]
-pub struct CompactRequest {
-    pub conversation: Conversation,
-    pub budget: Budget,
-    pub host: HostServicesBox,
-    /// The stage's name in the chain file (for logs).
-    pub stage: RString,
-}
-
-/// What a stage returns: the new conversation and its report.
-#[repr(C)]
-#[derive(StableAbi, Clone, Debug)]
-pub struct CompactOutcome {
-    pub conversation: Conversation,
-    pub report: StageReport,
-}
-
-impl CompactOutcome {
-    /// The stage did nothing: the conversation goes on as it came, with the reason.
-    pub fn unchanged(conversation: Conversation, reason: impl Into<String>) -> Self {
-        CompactOutcome {
-            conversation,
-            report: StageReport::skipped(reason),
-        }
-    }
-}
+use crate::host::Host;
+use crate::{CompactOutcome, CompactRequest, StrategyBox, StrategyFfi, StrategyFfi_TO};
 
 /// A compaction strategy, as a plugin author writes it.
 ///
@@ -103,16 +69,6 @@ pub struct Compaction {
     pub stage: String,
 }
 
-/// The ABI form of a strategy instance.
-#[sabi_trait]
-pub trait StrategyFfi: Send + Sync + 'static {
-    #[sabi(last_prefix_field)]
-    fn compact(&self, request: CompactRequest) -> FfiFuture<RResult<CompactOutcome, PluginError>>;
-}
-
-/// A strategy instance as it crosses the boundary.
-pub type StrategyBox = StrategyFfi_TO<RBox<()>>;
-
 /// Adapts a [`Strategy`] to [`StrategyFfi`].
 pub struct StrategyAdapter<S: Strategy>(Arc<S>);
 
@@ -145,11 +101,10 @@ fn panicked(payload: Box<dyn std::any::Any + Send>) -> PluginError {
 impl<S: Strategy> StrategyFfi for StrategyAdapter<S> {
     fn compact(&self, request: CompactRequest) -> FfiFuture<RResult<CompactOutcome, PluginError>> {
         let strategy = Arc::clone(&self.0);
-        let host = Host::new(request.host, S::NAME);
         let input = Compaction {
             conversation: request.conversation,
             budget: request.budget,
-            host: host.clone(),
+            host: Host::new(request.host, S::NAME),
             stage: request.stage.into(),
         };
         async move {
@@ -159,14 +114,6 @@ impl<S: Strategy> StrategyFfi for StrategyAdapter<S> {
                 Ok(result) => result,
                 Err(payload) => Err(panicked(payload)),
             };
-            let outcome = outcome.map(|mut outcome| {
-                let (calls, input_tokens, output_tokens) = host.llm_stats();
-                let report = &mut outcome.report;
-                report.llm_calls = calls;
-                report.llm_input_tokens = input_tokens;
-                report.llm_output_tokens = output_tokens;
-                outcome
-            });
             RResult::from(outcome)
         }
         .into_ffi()

@@ -1,7 +1,7 @@
 //! The real loader against real libraries: a plugin, a file that is not one, a library that
 //! is not a tamp plugin, a plugin built against another plugin-api, a missing file.
 
-use tamp_e2e::{plugin, scratch_dir};
+use tamp_e2e::{plugin, scratch_dir, workspace_root};
 use tamp_host::loader::{LoadError, LoadedPlugin};
 
 #[test]
@@ -70,14 +70,36 @@ fn an_incompatible_plugin_api_is_refused_naming_both_versions() {
         matches!(err, LoadError::IncompatibleVersion { .. }),
         "{text}"
     );
-    assert!(text.contains("tamp-plugin-api 0.9.0"), "{text}");
+    assert!(text.contains("plugin ABI 0.9.0"), "{text}");
     assert!(
         text.contains(&format!(
-            "tamp-plugin-api {}",
-            tamp_plugin_api::PLUGIN_API_VERSION
+            "this host uses plugin ABI {}",
+            tamp_plugin_api::ABI_VERSION
         )),
         "{text}"
     );
+}
+
+/// A real build of examples/custom-strategy against plugin-api 0.1, kept as a fixture (see
+/// its README): refused, with both ABI versions named.
+#[test]
+fn a_plugin_built_against_plugin_api_0_1_is_refused_naming_both_versions() {
+    let path = workspace_root().join("tests/fixtures/plugins/api-0.1/libtamp_custom_strategy.so");
+    let err = LoadedPlugin::load(&path).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, LoadError::IncompatibleVersion { .. }),
+        "{text}"
+    );
+    assert!(text.contains("built against plugin ABI 0.1.0"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "this host uses plugin ABI {}",
+            tamp_plugin_api::ABI_VERSION
+        )),
+        "{text}"
+    );
+    assert!(text.contains("libtamp_custom_strategy.so"), "{text}");
 }
 
 #[test]

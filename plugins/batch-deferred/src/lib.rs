@@ -145,11 +145,13 @@ impl BatchDeferred {
                      messages are in the page",
                     state.reason
                 )),
-                DeferredStatus::Unknown => report.warn(format!(
-                    "the host knows no deferred request for {page_ref} (another store, or a \
-                     host without the deferred service); it stays pending"
-                )),
                 DeferredStatus::Queued | DeferredStatus::Submitted => {}
+                // `Unknown`, or a state a later host added that this plugin cannot act on.
+                status => report.warn(format!(
+                    "the host reports {} for the deferred request of {page_ref} (another \
+                     store, or a host without the deferred service); it stays pending",
+                    status.as_str()
+                )),
             }
         }
         finalized
@@ -216,7 +218,7 @@ impl BatchDeferred {
         let ids = host.archive_pages(drafts).await;
         // The host fills the transcript in from the page when it sends the request, so the
         // page's text is stored once rather than again inside the queued prompt.
-        let transcript_from_page = host.renders_page_transcripts().await;
+        let transcript_from_page = host.renders_page_transcripts();
         let mut ready = Vec::new();
         for ((range, label, text), id) in planned.into_iter().zip(ids) {
             let page_id = match id {

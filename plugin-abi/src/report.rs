@@ -4,10 +4,8 @@ use abi_stable::std_types::{RString, RVec};
 use abi_stable::StableAbi;
 use serde::{Deserialize, Serialize};
 
-/// A plugin's account of one compaction.
-///
-/// `llm_calls` and `usage` are filled in by the SDK from the calls made through
-/// [`crate::Host`]; a plugin only sets what it decided and why.
+/// A plugin's account of one compaction: what it decided and why. The host counts the LLM
+/// calls and tokens itself, from the calls it served.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StageReport {
@@ -19,9 +17,6 @@ pub struct StageReport {
     pub pages: RVec<RString>,
     pub messages_removed: u32,
     pub summaries_added: u32,
-    pub llm_calls: u32,
-    pub llm_input_tokens: u64,
-    pub llm_output_tokens: u64,
     /// Things that went partly wrong without failing the stage (one group's failed call...).
     pub warnings: RVec<RString>,
     /// Plugin-specific details as a JSON object, or empty.
