@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use futures::FutureExt as _;
 use serde::Serialize;
 use tamp_plugin_api::{
-    Budget, CompactRequest, Conversation, FfiResult, Message, StageReport, StrategyBox, Usage,
+    Budget, CompactRequest, Conversation, FfiResult, HostServices as _, Message, Shared,
+    StageReport, StrategyBox, Usage,
 };
 use tokio::sync::Semaphore;
 
 use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, PriceConfig, Trigger};
-use crate::invariants::{check_no_growth, check_stage_output, infer_format, Violation};
+use crate::edits;
+use crate::invariants::{check_no_growth, infer_format, Violation};
 use crate::loader::{resolve_plugin, LoadError, LoadedPlugin};
 use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
@@ -664,9 +666,9 @@ impl Chain {
                         keep_recent,
                         current_tokens: tokens,
                     };
-                    let (next, run) = self.run_stage(stage, &current, budget, format).await;
-                    if let Some(next) = next {
-                        current = next;
+                    let (next, changed, run) = self.run_stage(stage, current, budget, format).await;
+                    current = next;
+                    if changed {
                         tokens = run.tokens_after;
                     }
                     run
@@ -740,14 +742,16 @@ impl Chain {
         })
     }
 
-    /// Runs one stage; returns its output (None when rolled back or unchanged) and its report.
+    /// Runs one stage on `input` and applies its edits; returns the conversation (the input
+    /// itself when the stage was rolled back or asked for nothing), whether it changed, and
+    /// the stage's report.
     async fn run_stage(
         &self,
         stage: &Stage,
-        input: &Conversation,
+        input: Conversation,
         budget: Budget,
         format: WireFormat,
-    ) -> (Option<Conversation>, StageRun) {
+    ) -> (Conversation, bool, StageRun) {
         let started = Instant::now();
         let services = StageServices::new(
             Arc::clone(&self.ctx),
@@ -759,8 +763,11 @@ impl Chain {
             input.thread_id().map(str::to_string),
             Some(format),
         );
+        // The stage reads the conversation shared: nothing is copied for it, and the input
+        // comes back unchanged whatever the stage does.
+        let shared = Shared::new(input);
         let request = CompactRequest {
-            conversation: input.clone(),
+            conversation: Shared::clone(&shared),
             budget,
             host: services.to_ffi(),
             stage: stage.name.as_str().into(),
@@ -795,19 +802,19 @@ impl Chain {
             }),
             Ok(Ok(FfiResult::ROk(outcome))) => Ok(outcome),
         };
+        // A stage that kept a handle on the conversation (a task it left running) makes
+        // this a copy; otherwise the input is taken back as it was.
+        let input =
+            Shared::try_unwrap(shared).unwrap_or_else(|still_shared| (*still_shared).clone());
         let mut run = StageRun::not_run(stage, String::new(), budget.current_tokens);
-        let used = services.usage();
-        run.llm_calls = used.llm_calls;
-        run.failed_llm_calls = used.failed_llm_calls;
-        run.cache_hits = used.cache_hits;
-        run.usage = used.usage;
-        run.cost_usd = self.price.map(|p| p.cost_of(&used.usage));
-        run.llm_errors = used.errors;
 
+        let result = match outcome {
+            Ok(outcome) => self.apply(&input, outcome, &services, stage, budget).await,
+            Err(failure) => Err(failure),
+        };
         // The stage's pages may still be staged: its output is accepted only once they are
         // written, so every summary's page is durable when the caller gets it.
-        let written = services.pages_written().await;
-        let result = match (outcome, written) {
+        let result = match (result, services.pages_written().await) {
             (Err(failure), written) => {
                 if let Err(e) = written {
                     tracing::warn!(stage = %stage.name, "the pages of a failed stage were not written: {e}");
@@ -819,8 +826,15 @@ impl Chain {
                 message: format!("its pages could not be written: {e}"),
                 rule: None,
             }),
-            (Ok(outcome), Ok(())) => self.verify(input, outcome, &services, budget, format).await,
+            (Ok(applied), Ok(())) => Ok(applied),
         };
+        let used = services.usage();
+        run.llm_calls = used.llm_calls;
+        run.failed_llm_calls = used.failed_llm_calls;
+        run.cache_hits = used.cache_hits;
+        run.usage = used.usage;
+        run.cost_usd = self.price.map(|p| p.cost_of(&used.usage));
+        run.llm_errors = used.errors;
         run.duration_ms = started.elapsed().as_secs_f64() * 1e3;
         match result {
             Err(failure) => {
@@ -828,71 +842,77 @@ impl Chain {
                 run.status = StageStatus::RolledBack;
                 run.reason = format!("rolled back ({}): {}", failure.kind, failure.message);
                 run.error = Some(failure);
-                (None, run)
+                (input, false, run)
             }
-            Ok((conversation, report, tokens_after)) => {
+            Ok((report, None)) => {
                 run.apply_report(report);
+                (input, false, run)
+            }
+            Ok((report, Some((plan, tokens_after)))) => {
+                let applied = edits::splice(input, plan);
+                run.apply_report(report);
+                run.pages = applied.pages;
+                run.messages_removed = applied.messages_removed;
+                run.summaries_added = applied.summaries_added;
                 run.tokens_after = tokens_after;
-                (conversation, run)
+                (applied.conversation, true, run)
             }
         }
     }
 
-    /// Checks a stage's output against the rules of `format` (the wire format the chain
-    /// resolved for this call); returns it (None if unchanged), its report and its tokens.
-    async fn verify(
+    /// Checks a stage's edits against its input, counts their growth and archives the pages
+    /// of its `Summarize` edits; returns the report and what to splice (None: no edits).
+    async fn apply(
         &self,
         input: &Conversation,
         outcome: tamp_plugin_api::CompactOutcome,
         services: &StageServices,
+        stage: &Stage,
         budget: Budget,
-        format: WireFormat,
-    ) -> Result<(Option<Conversation>, StageReport, u64), StageFailure> {
-        let mut output = outcome.conversation;
-        // The thread and request metadata belong to the caller, not the stage.
-        output.thread_id = input.thread_id.clone();
-        output.metadata_json = input.metadata_json.clone();
-        if output.messages == input.messages {
-            return Ok((None, outcome.report, budget.current_tokens));
+    ) -> Result<(StageReport, Option<(Vec<edits::Ready>, u64)>), StageFailure> {
+        let tamp_plugin_api::CompactOutcome {
+            edits: asked,
+            report,
+        } = outcome;
+        if asked.is_empty() {
+            return Ok((report, None));
         }
-        let keep_recent = budget.keep_recent as usize;
-        let mut pages = services.take_archived_pages();
-        let mut checked = check_stage_output(
-            &input.messages,
-            &output.messages,
-            keep_recent,
-            format,
-            &pages,
+        let strategy = stage.plugin.meta().name.as_str();
+        let messages = &input.messages;
+        let checked = edits::check(messages, asked, budget.keep_recent as usize, strategy)
+            .map_err(invariant_failure)?;
+        let tokens_after = edits::count_after(
+            messages,
+            &checked,
+            budget.current_tokens,
+            &self.ctx.tokens,
+            strategy,
         );
-        if matches!(&checked, Err(v) if v.rule == crate::invariants::Rule::NothingLost) {
-            // The summaries may refer to pages archived by earlier runs: load those too.
-            for id in referenced_pages(&output.messages) {
-                if let std::collections::hash_map::Entry::Vacant(slot) = pages.entry(id) {
-                    if let Ok(stored) = self.ctx.store.get_page(slot.key()).await {
-                        slot.insert(stored.page.messages.into());
-                    }
-                }
-            }
-            checked = check_stage_output(
-                &input.messages,
-                &output.messages,
-                keep_recent,
-                format,
-                &pages,
-            );
-        }
-        checked.map_err(invariant_failure)?;
-        let tokens_after = self.ctx.tokens.count_messages(&output.messages);
         check_no_growth(budget.current_tokens, tokens_after).map_err(invariant_failure)?;
-        Ok((Some(output), outcome.report, tokens_after))
+        // A replaced span's page must exist: archived by this stage, or by an earlier one.
+        for page in edits::replaced_pages(&checked) {
+            let archived_now = services.archived_pages().contains_key(&page);
+            if !archived_now && self.ctx.store.get_page(&page).await.is_err() {
+                return Err(invariant_failure(Violation {
+                    rule: crate::invariants::Rule::NothingLost,
+                    detail: format!(
+                        "a summary refers to page {page}, which the store does not hold"
+                    ),
+                }));
+            }
+        }
+        let mut pages = Vec::new();
+        for draft in edits::drafts(messages, &checked, strategy) {
+            let archived = services.archive_page(draft).await.into_result();
+            pages.push(archived.map(String::from).map_err(|e| StageFailure {
+                kind: "error".into(),
+                message: format!("a page could not be archived: {}", e.message),
+                rule: None,
+            })?);
+        }
+        let ready = edits::ready(messages, checked, pages.into_iter(), strategy);
+        Ok((report, Some((ready, tokens_after))))
     }
-}
-
-fn referenced_pages(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| m.summary_info().map(|s| s.page_ref.to_string()))
-        .collect()
 }
 
 fn invariant_failure(v: Violation) -> StageFailure {

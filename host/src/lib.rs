@@ -15,6 +15,7 @@ pub mod chain;
 pub mod config;
 pub mod conformance;
 pub mod deferred;
+mod edits;
 pub mod invariants;
 pub mod loader;
 pub mod logging;

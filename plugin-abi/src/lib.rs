@@ -4,7 +4,8 @@
 //!   [`logging`]: the `#[repr(C)]`, layout-checked types both sides exchange.
 //! - [`HostServices`]: what the host offers a plugin; [`capability`]: the names of what it
 //!   offers beyond every host's methods.
-//! - [`StrategyFfi`]: a strategy instance as the host calls it.
+//! - [`StrategyFfi`]: a strategy instance as the host calls it: it reads the conversation
+//!   shared and returns [`Edit`]s.
 //! - [`PluginModule`]: the root module a plugin exports.
 //!
 //! Its version ([`ABI_VERSION`]) is the one the loader checks, so a release of the SDK
@@ -16,6 +17,7 @@ pub mod budget;
 pub mod capability;
 pub mod conversation;
 pub mod deferred;
+pub mod edit;
 pub mod error;
 pub mod llm;
 pub mod logging;
@@ -30,6 +32,7 @@ pub use conversation::{
     ContentBlock, Conversation, Message, Role, SummaryInfo, SummaryStatus, ToolResultPart,
 };
 pub use deferred::{DeferredRequest, DeferredState, DeferredStatus};
+pub use edit::{Edit, EditFfi, Span};
 pub use error::{ErrorKind, HostError, PluginError};
 pub use llm::{LlmRequest, LlmResponse, Usage};
 pub use logging::{LogLevel, LogSink};

@@ -207,6 +207,16 @@ impl Host {
             .any(|c| c.as_str() == name)
     }
 
+    /// Whether a summary of `text` costs fewer tokens than the `replaced` messages: a summary
+    /// as long as what it replaces saves nothing (and the host refuses a stage whose edits
+    /// grow the conversation).
+    pub fn summary_is_smaller(&self, text: &str, replaced: &[Message]) -> bool {
+        let summary =
+            crate::sdk::summary_message(text, "", &self.strategy, crate::SummaryStatus::Final);
+        self.count_message_tokens(std::slice::from_ref(&summary))
+            < self.count_message_tokens(replaced)
+    }
+
     /// The strategy name pages and summaries are attributed to.
     pub fn strategy_name(&self) -> &str {
         &self.strategy

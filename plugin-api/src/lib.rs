@@ -11,7 +11,9 @@
 //! loadable. A plugin author never names `abi_stable` or `async-ffi`: the wrapper types they
 //! need are re-exported here under tamp's own names ([`FfiString`], [`FfiVec`], [`FfiOption`]).
 
-pub use tamp_plugin_abi::{budget, capability, conversation, error, llm, page, report, services};
+pub use tamp_plugin_abi::{
+    budget, capability, conversation, edit, error, llm, page, report, services,
+};
 
 pub mod deferred;
 pub mod host;
@@ -33,6 +35,7 @@ pub use page::{Page, PageDraft};
 pub use report::StageReport;
 pub use services::{CachedSummary, HostServices, HostServicesBox, HostServices_TO, ProgressEvent};
 pub use strategy::{new_strategy, parse_config, Compaction, Strategy, StrategyAdapter};
+pub use tamp_plugin_abi::edit::{Edit, EditFfi, Span};
 pub use tamp_plugin_abi::{
     CompactOutcome, CompactRequest, PluginInfo, PluginModule, PluginModuleRef, StrategyBox,
     StrategyFfi, StrategyFfi_TO, ABI_VERSION,
@@ -40,6 +43,10 @@ pub use tamp_plugin_abi::{
 
 /// The ABI version this SDK builds plugins against (the ABI crate's, [`ABI_VERSION`]).
 pub const PLUGIN_API_VERSION: &str = ABI_VERSION;
+
+/// A value shared across the boundary without copying (the conversation a stage reads);
+/// it dereferences to the value.
+pub type Shared<T> = abi_stable::std_types::RArc<T>;
 
 pub use tamp_plugin_abi::{
     FfiFuture, FfiOption, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, IntoFfiFuture, TD_Opaque,
@@ -59,9 +66,9 @@ pub mod __private {
 pub mod prelude {
     pub use crate::sdk::{self, Replacement, Unit, UnitKind};
     pub use crate::{
-        export_plugin, Budget, CompactOutcome, Compaction, ContentBlock, Conversation, ErrorKind,
-        FfiString, FfiVec, Host, LlmRequest, Message, PluginError, Role, StageReport, Strategy,
-        SummaryStatus, ToolResultPart,
+        export_plugin, Budget, CompactOutcome, Compaction, ContentBlock, Conversation, Edit,
+        ErrorKind, FfiString, FfiVec, Host, LlmRequest, Message, PluginError, Role, StageReport,
+        Strategy, SummaryStatus, ToolResultPart,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

@@ -21,6 +21,7 @@ use crate::budget::Budget;
 use crate::conversation::Conversation;
 use crate::error::{ErrorKind, PluginError};
 use crate::host::Host;
+use crate::Shared;
 use crate::{CompactOutcome, CompactRequest, StrategyBox, StrategyFfi, StrategyFfi_TO};
 
 /// A compaction strategy, as a plugin author writes it.
@@ -61,9 +62,10 @@ pub trait Strategy: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<CompactOutcome, PluginError>> + Send;
 }
 
-/// A [`Strategy`]'s input: the conversation, the budget and the host.
+/// A [`Strategy`]'s input: the conversation (shared with the host: read it, return
+/// [`Edit`](crate::Edit)s), the budget and the host.
 pub struct Compaction {
-    pub conversation: Conversation,
+    pub conversation: Shared<Conversation>,
     pub budget: Budget,
     pub host: Host,
     pub stage: String,

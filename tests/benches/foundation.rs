@@ -19,7 +19,7 @@ use tamp_host::services::{HostContext, StageIdentity, StageServices};
 use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
-use tamp_plugin_api::{Budget, CompactRequest, Compaction, Conversation, Host, Strategy};
+use tamp_plugin_api::{Budget, CompactRequest, Compaction, Conversation, Host, Shared, Strategy};
 use tokio::sync::Semaphore;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -78,7 +78,7 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
     let run_static = |conv: Conversation| {
         let services = StageServices::new(Arc::clone(&ctx), bench_identity(), None, None);
         let input = Compaction {
-            conversation: conv,
+            conversation: Shared::new(conv),
             budget: budget(10, 0),
             host: Host::new(services.to_ffi(), "custom-strategy"),
             stage: "bench".into(),
@@ -86,13 +86,13 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
         rt.block_on(async {
             let t = Instant::now();
             let out = statically.compact(input).await.unwrap();
-            (t.elapsed(), out.conversation.messages.len())
+            (t.elapsed(), out.edits.len())
         })
     };
     let run_plugin = |conv: Conversation| {
         let services = StageServices::new(Arc::clone(&ctx), bench_identity(), None, None);
         let request = CompactRequest {
-            conversation: conv,
+            conversation: Shared::new(conv),
             budget: budget(10, 0),
             host: services.to_ffi(),
             stage: "bench".into(),
@@ -100,7 +100,7 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
         rt.block_on(async {
             let t = Instant::now();
             let out = dynamically.compact(request).await.into_result().unwrap();
-            (t.elapsed(), out.conversation.messages.len())
+            (t.elapsed(), out.edits.len())
         })
     };
     // Warm up both (page store, token memo, caches), then alternate so noise hits both alike.

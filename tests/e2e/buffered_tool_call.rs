@@ -557,8 +557,10 @@ impl PageStore for RefusingStore {
     }
 }
 
+/// The host archives the pages of a stage's edits; one it cannot write rolls the whole stage
+/// back (the edits are all or nothing), the conversation unchanged and the error named.
 #[test]
-fn a_group_whose_page_cannot_be_written_is_not_replaced() {
+fn a_page_that_cannot_be_written_rolls_the_stage_back() {
     let input = Trace::new().exchanges(12).chat(8).conversation();
     let refusing = || {
         Arc::new(RefusingStore {
@@ -569,34 +571,12 @@ fn a_group_whose_page_cannot_be_written_is_not_replaced() {
     let h = harness_with_store(scenario_config(json!({})), short_answers(), 4, refusing());
     let out = h.compact(&input);
     let run = stage(&out);
-    assert_eq!(run.status, StageStatus::Acted, "{run:?}");
-    assert_eq!(run.summaries_added, 11);
-    assert!(
-        run.warnings.len() == 1
-            && run.warnings[0].starts_with("group 8/12")
-            && run.warnings[0].contains("archiving failed")
-            && run.warnings[0].contains("disk full"),
-        "{:?}",
-        run.warnings
-    );
-    let mut replaced = exchange_ranges(0, 12, 1);
-    replaced.remove(7);
-    assert_replaced_exactly(&h, &input, &out.conversation, &replaced);
-
-    let h = harness_with_store(
-        scenario_config(json!({"all_or_nothing": true})),
-        short_answers(),
-        4,
-        refusing(),
-    );
-    let out = h.compact(&input);
-    let run = stage(&out);
-    assert_eq!(run.status, StageStatus::Skipped, "{run:?}");
+    assert_eq!(run.status, StageStatus::RolledBack, "{run:?}");
     assert_eq!(out.conversation, input);
+    let error = run.error.as_ref().expect("the failure");
     assert!(
-        run.reason.starts_with("all_or_nothing: 1 of 12"),
-        "{}",
-        run.reason
+        error.message.contains("could not be archived") && error.message.contains("disk full"),
+        "{error:?}"
     );
 }
 

@@ -84,14 +84,7 @@ impl Strategy for ArchiveOldToolCalls {
                 "{exchanges} tool exchange(s) old enough to archive, {} needed",
                 self.config.min_exchanges
             );
-            return Ok(CompactOutcome::unchanged(conversation, reason));
-        }
-
-        // Pages first: a summary may only point at a page that already exists.
-        let mut pages = Vec::with_capacity(runs.len());
-        for run in &runs {
-            let originals = messages[run.range.clone()].to_vec();
-            pages.push(host.archive_page(originals, None).await?);
+            return Ok(CompactOutcome::unchanged(reason));
         }
 
         let llm_texts = if self.config.summarize {
@@ -100,10 +93,12 @@ impl Strategy for ArchiveOldToolCalls {
             vec![None; runs.len()]
         };
 
+        // Each run becomes one edit: the host archives its messages as a page and puts the
+        // note, with the page's ref, in their place.
         let mut report = StageReport::acted(String::new());
-        let mut replacements = Vec::with_capacity(runs.len());
+        let mut edits = Vec::with_capacity(runs.len());
         let mut archived = 0;
-        for ((run, page), llm_text) in runs.iter().zip(&pages).zip(llm_texts) {
+        for (run, llm_text) in runs.iter().zip(llm_texts) {
             // The SDK names the tools (in first-call order) and counts the calls.
             let activity = sdk::groups::tool_activity(&messages[run.range.clone()]);
             let mut note = format!(
@@ -112,6 +107,7 @@ impl Strategy for ArchiveOldToolCalls {
                 activity.tool_list()
             );
             let originals = &messages[run.range.clone()];
+            let at = format!("messages {}..{}", run.range.start, run.range.end);
             match llm_text {
                 Some(Ok(text)) => {
                     let summarized = format!(
@@ -120,66 +116,41 @@ impl Strategy for ArchiveOldToolCalls {
                     );
                     // A summary must not outweigh what it replaces (an LLM may answer far more
                     // than it was asked for): then the plain note stands alone.
-                    if self.shorter_than(&host, &summarized, originals) {
+                    if host.summary_is_smaller(&summarized, originals) {
                         note = summarized;
                     } else {
                         report.warn(format!(
-                            "summary of page {page} is longer than the exchanges it replaces; \
-                             kept the plain note"
+                            "summary of {at} is longer than the exchanges it replaces; kept \
+                             the plain note"
                         ));
                     }
                 }
-                Some(Err(e)) => report.warn(format!("summary of page {page} failed: {e}")),
+                Some(Err(e)) => report.warn(format!("summary of {at} failed: {e}")),
                 None => {}
             }
-            if !self.shorter_than(&host, &note, originals) {
-                // Even the plain note outweighs these exchanges: leave them as they are. The
-                // page stays in the store unreferenced, which loses nothing.
+            if !host.summary_is_smaller(&note, originals) {
+                // Even the plain note outweighs these exchanges: leave them as they are.
                 continue;
             }
-            replacements.push(Replacement {
-                range: run.range.clone(),
-                message: sdk::summary_message(&note, page, Self::NAME, SummaryStatus::Final),
-            });
+            edits.push(Edit::summarize(run.range.clone(), note));
             archived += run.units.len();
-            report.messages_removed += run.range.len() as u32;
-            report.summaries_added += 1;
-            report.pages.push(page.as_str().into());
         }
-        if replacements.is_empty() {
-            let mut outcome = CompactOutcome::unchanged(
-                conversation,
-                "no run of tool exchanges outweighs its summary; nothing archived",
-            );
+        if edits.is_empty() {
+            let mut outcome =
+                CompactOutcome::unchanged("no run of tool exchanges outweighs its summary");
             outcome.report.warnings = report.warnings;
             return Ok(outcome);
         }
         report.reason = format!(
             "archived {archived} tool exchange(s) in {} run(s)",
-            replacements.len()
+            edits.len()
         )
         .into();
-        let new_messages = sdk::splice(messages, replacements);
-        Ok(CompactOutcome {
-            conversation: conversation.with_messages(new_messages),
-            report,
-        })
+        Ok(CompactOutcome::with_edits(edits, report))
     }
 }
 
 impl ArchiveOldToolCalls {
-    /// Whether a summary with `text` costs fewer tokens than `originals`.
-    fn shorter_than(&self, host: &Host, text: &str, originals: &[Message]) -> bool {
-        let summary = sdk::summary_message(
-            text,
-            "pg_00000000000000000000000000000000",
-            Self::NAME,
-            SummaryStatus::Final,
-        );
-        host.count_message_tokens(std::slice::from_ref(&summary))
-            < host.count_message_tokens(originals)
-    }
-
     /// The oldest tool exchanges in the compactable range, beyond the newest
     /// `keep_exchanges`, grouped into runs of adjacent exchanges (the SDK's grouping).
     fn runs_to_archive(&self, messages: &[Message], keep_recent: usize) -> Vec<Group> {

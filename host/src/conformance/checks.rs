@@ -361,12 +361,28 @@ impl Ctx {
         let at = message_index(&v.detail);
         let mut f = Finding::new(v.rule.code(), v.to_string());
         f.case = Some(self.case_label(&run.case, what));
-        f.returned = Some(format!(
-            "{} message(s) for {} in:\n{}",
-            output.len(),
-            run.case.messages.len(),
-            describe_messages(output, at)
-        ));
+        f.returned = Some(match &run.outcome {
+            // Edits the host refused: what they asked for, against the input.
+            Ok(o) if o.broken.is_some() => {
+                let lines: Vec<String> = (0..)
+                    .zip(&o.edits)
+                    .map(|(i, e)| format!("  [{i}] {e}"))
+                    .collect();
+                format!(
+                    "{} edit(s) on {} message(s):\n{}\nin:\n{}",
+                    o.edits.len(),
+                    run.case.messages.len(),
+                    lines.join("\n"),
+                    describe_messages(&run.case.messages, at)
+                )
+            }
+            _ => format!(
+                "{} message(s) for {} in:\n{}",
+                output.len(),
+                run.case.messages.len(),
+                describe_messages(output, at)
+            ),
+        });
         f.conversation = small_enough(&run.case);
         f
     }
@@ -1040,7 +1056,7 @@ fn difference(a: &Run, b: &Run) -> Option<String> {
         }
         (Err(x), Err(y)) if std::mem::discriminant(x) == std::mem::discriminant(y) => {}
         (x, y) => {
-            let show = |r: &Result<tamp_plugin_api::CompactOutcome, RunFailure>| match r {
+            let show = |r: &Result<super::harness::Outcome, RunFailure>| match r {
                 Ok(_) => "an output".to_string(),
                 Err(e) => e.to_string(),
             };
@@ -1068,7 +1084,9 @@ fn difference(a: &Run, b: &Run) -> Option<String> {
 
 /// The first `message N` index a violation names.
 fn message_index(detail: &str) -> Option<usize> {
-    let at = detail.find("message ")? + "message ".len();
+    let at = ["message ", "messages["]
+        .iter()
+        .find_map(|mark| detail.find(mark).map(|i| i + mark.len()))?;
     let digits: String = detail[at..]
         .chars()
         .take_while(char::is_ascii_digit)

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt as _;
 use tamp_plugin_api::{
     Budget, CompactOutcome, CompactRequest, Conversation, ErrorKind, FfiOption, FfiResult,
-    LlmRequest, LlmResponse, Message, PluginError, StrategyBox, Usage,
+    LlmRequest, LlmResponse, Message, PluginError, StageReport, StrategyBox, Usage,
 };
 use tokio::sync::Semaphore;
 
@@ -172,11 +172,24 @@ impl std::fmt::Display for RunFailure {
     }
 }
 
+/// What a plugin returned, its edits applied (as the chain would, without a store).
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The case's conversation after the edits (unchanged when there were none, or when they
+    /// broke a rule).
+    pub conversation: Conversation,
+    pub report: StageReport,
+    /// The rule the edits break, found before any is applied.
+    pub broken: Option<Violation>,
+    /// One line per edit the plugin returned, in its order.
+    pub edits: Vec<String>,
+}
+
 /// One compaction and everything the kit needs to judge it.
 pub struct Run {
     pub case: Case,
     pub budget: Budget,
-    pub outcome: Result<CompactOutcome, RunFailure>,
+    pub outcome: Result<Outcome, RunFailure>,
     /// Pages archived in this run and pages the case's earlier summaries refer to.
     pub pages: HashMap<String, Vec<Message>>,
     pub requests: Vec<LlmRequest>,
@@ -281,8 +294,9 @@ impl Harness {
         );
         let tokens_before = self.tokens.count_messages(&case.messages);
         let budget = self.forcing_budget(case, tokens_before);
+        let input = Conversation::new(case.messages.clone());
         let request = CompactRequest {
-            conversation: Conversation::new(case.messages.clone()),
+            conversation: tamp_plugin_api::Shared::new(input.clone()),
             budget,
             host: services.to_ffi(),
             stage: "conformance".into(),
@@ -303,6 +317,27 @@ impl Harness {
         };
         let elapsed = started.elapsed();
         pages.extend(services.archived_pages());
+        let strategy = self.plugin.meta().name.as_str();
+        let outcome = outcome.map(|CompactOutcome { edits, report }| {
+            let described = edits.iter().map(crate::edits::describe).collect();
+            match crate::edits::preview(&input, edits, case.keep_recent as usize, strategy) {
+                Ok((conversation, archived)) => {
+                    pages.extend(archived);
+                    Outcome {
+                        conversation,
+                        report,
+                        broken: None,
+                        edits: described,
+                    }
+                }
+                Err(v) => Outcome {
+                    conversation: input.clone(),
+                    report,
+                    broken: Some(v),
+                    edits: described,
+                },
+            }
+        });
         Run {
             case: case.clone(),
             budget,
@@ -318,6 +353,12 @@ impl Harness {
 
     /// Every invariant the run's output breaks (none when it returned no changed output).
     pub fn violations(&self, run: &Run) -> Vec<Violation> {
+        if let Ok(Outcome {
+            broken: Some(v), ..
+        }) = &run.outcome
+        {
+            return vec![v.clone()];
+        }
         let Some(output) = run.changed_output() else {
             return Vec::new();
         };

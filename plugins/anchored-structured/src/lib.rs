@@ -117,7 +117,6 @@ impl Strategy for AnchoredStructured {
         let mut selection = select(messages, budget.keep_recent as usize);
         if selection.span.is_empty() {
             return Ok(CompactOutcome::unchanged(
-                conversation,
                 "no messages outside the system prompt and the protected recent messages",
             ));
         }
@@ -125,7 +124,6 @@ impl Strategy for AnchoredStructured {
         let prior = load_prior(&host, &mut selection, &mut warnings).await;
         if selection.pieces.iter().all(|p| p.trim().is_empty()) {
             return Ok(CompactOutcome::unchanged(
-                conversation,
                 "nothing new since the last anchored summary",
             ));
         }
@@ -206,19 +204,13 @@ impl Strategy for AnchoredStructured {
             "messages": span_messages.len(),
             "span_tokens": span_tokens,
         });
-        // One page for everything removed, prior summary included, written only now that
-        // the summary exists: an error above leaves nothing behind.
-        let page = host
-            .archive_page(span_messages.to_vec(), Some(&metadata))
-            .await?;
         let text = render(
             produced.path,
             span_messages.len(),
-            &page,
             &body,
             self.config.max_summary_chars,
         );
-        let summary = sdk::summary_message(&text, &page, NAME, SummaryStatus::Final);
+        let summary = sdk::summary_message(&text, "", NAME, SummaryStatus::Final);
         let summary_tokens = host.count_message_tokens(std::slice::from_ref(&summary));
         let details = json!({
             "path": produced.path.as_str(),
@@ -232,13 +224,13 @@ impl Strategy for AnchoredStructured {
         })
         .to_string();
         if summary_tokens >= span_tokens {
-            // The page is content-addressed and harmless; the conversation must not grow.
+            // The conversation must not grow.
             let reason = format!(
                 "the summary ({summary_tokens} tokens) would not be smaller than the {} \
                  message(s) it replaces ({span_tokens} tokens)",
                 span_messages.len()
             );
-            let mut outcome = CompactOutcome::unchanged(conversation, reason);
+            let mut outcome = CompactOutcome::unchanged(reason);
             for warning in warnings {
                 outcome.report.warn(warning);
             }
@@ -262,20 +254,10 @@ impl Strategy for AnchoredStructured {
             report.warn(warning);
         }
         report.details_json = details.into();
-        report.pages.push(page.as_str().into());
-        report.messages_removed = span_messages.len() as u32;
-        report.summaries_added = 1;
-        let new_messages = sdk::splice(
-            messages,
-            vec![Replacement {
-                range: selection.span.clone(),
-                message: summary,
-            }],
-        );
-        Ok(CompactOutcome {
-            conversation: conversation.with_messages(new_messages),
-            report,
-        })
+        // One page for everything removed, prior summary included, archived by the host only
+        // now that the summary exists: an error above leaves nothing behind.
+        let edit = Edit::summarize(selection.span.clone(), text).with_metadata(&metadata);
+        Ok(CompactOutcome::with_edits([edit], report))
     }
 }
 

@@ -195,13 +195,7 @@ pub const HEADER: &str = "# Anchored summary";
 
 /// The summary message's Markdown: the header, a line saying what it covers and where the
 /// JSON is, the body, capped at `max_chars` in total.
-pub fn render(
-    path: SummaryPath,
-    messages: usize,
-    page: &str,
-    body: &str,
-    max_chars: usize,
-) -> String {
+pub fn render(path: SummaryPath, messages: usize, body: &str, max_chars: usize) -> String {
     let origin = match path {
         SummaryPath::Structured => "structured",
         SummaryPath::Prose => "prose fallback; sections carried forward from earlier",
@@ -212,7 +206,7 @@ pub fn render(
     };
     let text = format!(
         "{HEADER}\n_{messages} earlier message(s), {origin}. Originals and the structured JSON \
-         (metadata key `anchored_summary`) are in page {page}._\n{body}"
+         (metadata key `anchored_summary`) are in the page this summary refers to._\n{body}"
     );
     cap_chars(text.trim_end(), max_chars)
 }
@@ -309,27 +303,15 @@ mod tests {
             next_steps: vec!["add a regression test".into()],
             ..Default::default()
         };
-        let text = render(
-            SummaryPath::Structured,
-            12,
-            "pg_1",
-            &s.markdown_sections(),
-            10_000,
-        );
+        let text = render(SummaryPath::Structured, 12, &s.markdown_sections(), 10_000);
         assert!(text.starts_with(HEADER));
-        assert!(text.contains("pg_1"));
+        assert!(text.contains("12 earlier message(s)"));
         assert!(text.contains(
             "## Session intent\nFix the config loader.\n\n## Files modified\n- src/config.rs\n"
         ));
         assert!(text.ends_with("## Next steps\n- add a regression test"));
         assert!(!text.contains("Decisions") && !text.contains("Open questions"));
-        let capped = render(
-            SummaryPath::Structured,
-            12,
-            "pg_1",
-            &s.markdown_sections(),
-            60,
-        );
+        let capped = render(SummaryPath::Structured, 12, &s.markdown_sections(), 60);
         assert_eq!(capped.chars().count(), 60);
     }
 

@@ -53,12 +53,12 @@ impl Strategy for BatchDeferred {
         let mut report = StageReport::acted("");
 
         // Finalized summaries replace one message each, pages a run of plain messages: the
-        // ranges never overlap, and only what is kept is copied into the output.
+        // edits never overlap.
         let keep_recent = input.budget.keep_recent as usize;
-        let mut replacements = self
+        let mut edits = self
             .finalize(host, messages, keep_recent, &mut report)
             .await;
-        let finalized = replacements.len();
+        let finalized = edits.len();
 
         let compact = match self.config.compact_when {
             CompactWhen::Always => true,
@@ -77,8 +77,8 @@ impl Strategy for BatchDeferred {
         let placed = self.defer(host, messages, pages, &mut report).await;
 
         let deferred = placed.len();
-        let removed: usize = placed.iter().map(|r| r.range.len()).sum();
-        replacements.extend(placed);
+        let removed: usize = placed.iter().map(|e| e.span().len()).sum();
+        edits.extend(placed);
         if finalized == 0 && deferred == 0 {
             let why = if compact {
                 format!(
@@ -88,24 +88,18 @@ impl Strategy for BatchDeferred {
             } else {
                 "under the high watermark, and no pending summary finished".to_string()
             };
-            let mut outcome = CompactOutcome::unchanged(input.conversation, why);
+            let mut outcome = CompactOutcome::unchanged(why);
             outcome.report.warnings = report.warnings;
             return Ok(outcome);
         }
-        let out = sdk::splice(messages, replacements);
         report.reason = format!(
             "deferred {deferred} page(s) ({removed} messages) behind pending summaries; \
              finalized {finalized} pending summary(ies)"
         )
         .into();
-        report.messages_removed = u32::try_from(removed).unwrap_or(u32::MAX);
-        report.summaries_added = u32::try_from(deferred).unwrap_or(u32::MAX);
         report.details_json =
             format!(r#"{{"deferred":{deferred},"finalized":{finalized}}}"#).into();
-        Ok(CompactOutcome {
-            conversation: input.conversation.with_messages(out),
-            report,
-        })
+        Ok(CompactOutcome::with_edits(edits, report))
     }
 }
 
@@ -118,7 +112,7 @@ impl BatchDeferred {
         messages: &[Message],
         keep_recent: usize,
         report: &mut StageReport,
-    ) -> Vec<sdk::Replacement> {
+    ) -> Vec<Edit> {
         let pending = finalizable(messages, keep_recent);
         if pending.is_empty() {
             return Vec::new();
@@ -130,15 +124,7 @@ impl BatchDeferred {
             match state.status {
                 DeferredStatus::Done => {
                     let text = self.final_text(host, &messages[index], state.text.as_str());
-                    finalized.push(sdk::Replacement {
-                        message: summary_message(
-                            &text,
-                            &page_ref,
-                            BatchDeferred::NAME,
-                            SummaryStatus::Final,
-                        ),
-                        range: index..index + 1,
-                    });
+                    finalized.push(Edit::finalize(index, text));
                 }
                 DeferredStatus::Failed => report.warn(format!(
                     "the deferred summary of {page_ref} failed ({}); it stays pending, the \
@@ -191,7 +177,7 @@ impl BatchDeferred {
         messages: &[Message],
         pages: Vec<Range<usize>>,
         report: &mut StageReport,
-    ) -> Vec<sdk::Replacement> {
+    ) -> Vec<Edit> {
         // A placeholder that would not be smaller than its messages is not worth it.
         let planned: Vec<(Range<usize>, String, String)> = pages
             .into_iter()
@@ -250,19 +236,14 @@ impl BatchDeferred {
             ));
             return Vec::new();
         }
+        // The pages are archived (the deferred requests name them): each pending summary
+        // replaces exactly its page's messages, which the host checks.
         placed
             .into_iter()
             .map(|(range, text, page_id)| {
-                report.pages.push(page_id.as_str().into());
-                sdk::Replacement {
-                    message: summary_message(
-                        &text,
-                        &page_id,
-                        BatchDeferred::NAME,
-                        SummaryStatus::Pending,
-                    ),
-                    range,
-                }
+                let pending =
+                    summary_message(&text, &page_id, BatchDeferred::NAME, SummaryStatus::Pending);
+                Edit::replace(range, pending)
             })
             .collect()
     }

@@ -77,7 +77,7 @@ impl Strategy for BufferedToolCall {
         let tokens = |m: &[Message]| host.count_message_tokens(m);
         let plan = match plan::decide(messages, budget.keep_recent as usize, &self.config, &tokens)
         {
-            Decision::Wait(reason) => return Ok(CompactOutcome::unchanged(conversation, reason)),
+            Decision::Wait(reason) => return Ok(CompactOutcome::unchanged(reason)),
             Decision::Summarize(plan) => plan,
         };
         tamp_plugin_api::tracing::debug!(groups = plan.groups.len(), "{}", plan.why);
@@ -94,58 +94,40 @@ impl Strategy for BufferedToolCall {
             .summarize_groups(&host, messages, &plan.groups, &facts)
             .await?;
         if self.config.all_or_nothing && count_failed(&fates) > 0 {
-            return Ok(self.nothing_replaced(conversation, &plan, fates));
+            return Ok(self.nothing_replaced(&plan, fates));
         }
 
         keep_summaries_that_do_not_shrink(&host, &plan.groups, &facts, &mut fates);
 
-        let pages =
-            archive_replaced_groups(&host, messages, &plan.groups, &facts, &mut fates).await;
-        if self.config.all_or_nothing && count_failed(&fates) > 0 {
-            return Ok(self.nothing_replaced(conversation, &plan, fates));
-        }
-
         let details = self.details(&plan, &fates);
         let mut report = StageReport::default();
-        let mut replacements = Vec::new();
+        let mut edits = Vec::new();
+        let mut exchanges = 0;
         for (i, fate) in fates.into_iter().enumerate() {
             let group = &plan.groups[i];
-            match (fate, &pages[i]) {
-                (GroupFate::Replace(text), Some(page)) => {
-                    replacements.push(Replacement {
-                        range: group.range.clone(),
-                        message: sdk::summary_message(
-                            &text,
-                            page,
-                            Self::NAME,
-                            SummaryStatus::Final,
-                        ),
+            match fate {
+                GroupFate::Replace(text) => {
+                    // The host archives the group as a page, with what it holds named in the
+                    // page's metadata, and puts the summary in its place.
+                    let metadata = json!({
+                        "tool_exchanges": group.units.len(),
+                        "tools": facts[i].activity.tool_list(),
+                        "failed_tools": facts[i].activity.failed_list(),
                     });
-                    report.pages.push(page.as_str().into());
-                    report.messages_removed += group.range.len() as u32;
-                    report.summaries_added += 1;
+                    edits.push(Edit::summarize(group.range.clone(), text).with_metadata(&metadata));
+                    exchanges += group.units.len();
                 }
-                (GroupFate::Replace(_), None) => unreachable!("every replaced group was archived"),
-                (kept, _) => report.warn(kept.warning().unwrap_or_default()),
+                kept => report.warn(kept.warning().unwrap_or_default()),
             }
         }
-        let summarized = replacements.len();
+        let summarized = edits.len();
         if summarized == 0 {
-            let mut outcome = CompactOutcome::unchanged(
-                conversation,
-                format!("no group replaced ({})", plan.why),
-            );
+            let mut outcome =
+                CompactOutcome::unchanged(format!("no group replaced ({})", plan.why));
             outcome.report.warnings = report.warnings;
             outcome.report.details_json = details.to_string().into();
             return Ok(outcome);
         }
-        let exchanges: usize = plan
-            .groups
-            .iter()
-            .zip(&pages)
-            .filter(|(_, page)| page.is_some())
-            .map(|(g, _)| g.units.len())
-            .sum();
         let mut reason = format!(
             "summarized {exchanges} tool exchange(s) in {summarized} of {} group(s) ({})",
             plan.groups.len(),
@@ -160,11 +142,7 @@ impl Strategy for BufferedToolCall {
         report.acted = true;
         report.reason = reason.into();
         report.details_json = details.to_string().into();
-        let new_messages = sdk::splice(messages, replacements);
-        Ok(CompactOutcome {
-            conversation: conversation.with_messages(new_messages),
-            report,
-        })
+        Ok(CompactOutcome::with_edits(edits, report))
     }
 }
 
@@ -252,12 +230,7 @@ impl BufferedToolCall {
 
     /// The outcome when `all_or_nothing` applies: the conversation as it came, every failure
     /// listed.
-    fn nothing_replaced(
-        &self,
-        conversation: Conversation,
-        plan: &Plan,
-        fates: Vec<GroupFate>,
-    ) -> CompactOutcome {
+    fn nothing_replaced(&self, plan: &Plan, fates: Vec<GroupFate>) -> CompactOutcome {
         let mut details = self.details(plan, &fates);
         details["groups_summarized"] = json!(0);
         let failed = count_failed(&fates);
@@ -266,14 +239,11 @@ impl BufferedToolCall {
             .filter_map(GroupFate::warning)
             .map(FfiString::from)
             .collect();
-        let mut outcome = CompactOutcome::unchanged(
-            conversation,
-            format!(
-                "all_or_nothing: {failed} of {} group(s) failed, so nothing was replaced ({})",
-                plan.groups.len(),
-                plan.why
-            ),
-        );
+        let mut outcome = CompactOutcome::unchanged(format!(
+            "all_or_nothing: {failed} of {} group(s) failed, so nothing was replaced ({})",
+            plan.groups.len(),
+            plan.why
+        ));
         outcome.report.details_json = details.to_string().into();
         outcome.report.warnings = warnings.into();
         outcome
@@ -322,46 +292,6 @@ fn keep_summaries_that_do_not_shrink(
             ));
         }
     }
-}
-
-/// Archives each group about to be replaced, all at once, before anything is replaced: a
-/// summary may only point at a page that already exists. A group whose page could not be
-/// written is failed and left as it was. Returns each group's page id, if archived.
-async fn archive_replaced_groups(
-    host: &Host,
-    messages: &[Message],
-    groups: &[Group],
-    facts: &[GroupFacts],
-    fates: &mut [GroupFate],
-) -> Vec<Option<String>> {
-    let to_archive: Vec<usize> = (0..fates.len())
-        .filter(|&i| matches!(fates[i], GroupFate::Replace(_)))
-        .collect();
-    let drafts = to_archive
-        .iter()
-        .map(|&i| {
-            let group = &groups[i];
-            let metadata = json!({
-                "tool_exchanges": group.units.len(),
-                "tools": facts[i].activity.tool_list(),
-                "failed_tools": facts[i].activity.failed_list(),
-            });
-            (messages[group.range.clone()].to_vec(), Some(metadata))
-        })
-        .collect();
-    let mut pages: Vec<Option<String>> = vec![None; fates.len()];
-    for (&i, archived) in to_archive.iter().zip(host.archive_pages(drafts).await) {
-        match archived {
-            Ok(id) => pages[i] = Some(id),
-            Err(e) => {
-                fates[i] = GroupFate::Failed(format!(
-                    "{}: archiving failed: {e}; left as it was",
-                    describe_group(i, groups, &facts[i].activity)
-                ))
-            }
-        }
-    }
-    pages
 }
 
 fn count_failed(fates: &[GroupFate]) -> usize {

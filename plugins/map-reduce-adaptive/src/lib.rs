@@ -224,7 +224,7 @@ impl Strategy for MapReduceAdaptive {
                         self.config.none_below
                     )
                 };
-                let mut outcome = CompactOutcome::unchanged(conversation, reason);
+                let mut outcome = CompactOutcome::unchanged(reason);
                 outcome.report.details_json = details.to_string().into();
                 return Ok(outcome);
             }
@@ -286,27 +286,12 @@ impl Strategy for MapReduceAdaptive {
             ));
         }
 
-        // The page is written only once every call has succeeded, so a failed stage leaves
-        // nothing behind; its metadata keeps the figures with the messages they describe.
-        let messages = &conversation.messages;
-        let originals = messages[selection.span.clone()].to_vec();
-        let page = host.archive_page(originals, Some(&details)).await?;
-        let summary = sdk::summary_message(&summarized.text, &page, NAME, SummaryStatus::Final);
-        let new_messages = sdk::splice(
-            messages,
-            vec![Replacement {
-                range: selection.span.clone(),
-                message: summary,
-            }],
-        );
-        report.pages.push(page.as_str().into());
-        report.messages_removed = selection.span.len() as u32;
-        report.summaries_added = 1;
+        // The host archives the span as one page only once every call has succeeded, so a
+        // failed stage leaves nothing behind; its metadata keeps the figures with the messages
+        // they describe.
         report.details_json = details.to_string().into();
-        Ok(CompactOutcome {
-            conversation: conversation.with_messages(new_messages),
-            report,
-        })
+        let edit = Edit::summarize(selection.span.clone(), summarized.text).with_metadata(&details);
+        Ok(CompactOutcome::with_edits([edit], report))
     }
 }
 

@@ -23,11 +23,8 @@ impl Strategy for BadMetadata {
         Ok(BadMetadata)
     }
 
-    async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
-        Ok(CompactOutcome::unchanged(
-            input.conversation,
-            "does nothing",
-        ))
+    async fn compact(&self, _input: Compaction) -> Result<CompactOutcome, PluginError> {
+        Ok(CompactOutcome::unchanged("does nothing"))
     }
 }
 

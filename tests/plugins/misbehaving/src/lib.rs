@@ -60,8 +60,8 @@ impl Strategy for Misbehaving {
             host,
             ..
         } = input;
-        let messages = conversation.messages.to_vec();
-        let range = sdk::compactable_range(&messages, budget.keep_recent as usize);
+        let messages = &conversation.messages;
+        let range = sdk::compactable_range(messages, budget.keep_recent as usize);
         match self.0 {
             Mode::PanicInCompact => {
                 let _ = host.count_tokens("x");
@@ -74,42 +74,37 @@ impl Strategy for Misbehaving {
             }
             Mode::Error => return Err(PluginError::internal("misbehaving: asked to fail")),
             Mode::DropMessage => {
-                let mut out = messages.clone();
+                // A summary of a page that does not hold the message it stands for.
                 if range.is_empty() {
-                    return Ok(CompactOutcome::unchanged(conversation, "nothing to drop"));
+                    return Ok(CompactOutcome::unchanged("nothing to drop"));
                 }
-                out.remove(range.start);
-                return Ok(acted(&conversation, out));
+                let summary = sdk::summary_message(
+                    "dropped",
+                    "pg_00000000000000000000000000000000",
+                    Self::NAME,
+                    SummaryStatus::Final,
+                );
+                let span = sdk::units(messages)
+                    .into_iter()
+                    .find(|u| range.start <= u.range.start && u.range.end <= range.end)
+                    .map_or(range.start..range.start + 1, |u| u.range);
+                return Ok(acted([Edit::replace(span, summary)]));
             }
             Mode::SplitExchange => {
-                let exchange = sdk::units(&messages)
+                let exchange = sdk::units(messages)
                     .into_iter()
                     .find(|u| u.kind == UnitKind::ToolExchange && u.range.end <= range.end);
                 let Some(unit) = exchange else {
-                    return Ok(CompactOutcome::unchanged(conversation, "no exchange"));
+                    return Ok(CompactOutcome::unchanged("no exchange"));
                 };
-                // Archive only the call, leaving its result orphaned.
+                // Summarize only the call, leaving its result orphaned.
                 let call = unit.range.start..unit.range.start + 1;
-                let page = host
-                    .archive_page(messages[call.clone()].to_vec(), None)
-                    .await?;
-                let summary =
-                    sdk::summary_message("call archived", &page, Self::NAME, SummaryStatus::Final);
-                let out = sdk::splice(
-                    &messages,
-                    vec![Replacement {
-                        range: call,
-                        message: summary,
-                    }],
-                );
-                return Ok(acted(&conversation, out));
+                return Ok(acted([Edit::summarize(call, "call archived")]));
             }
             Mode::TouchRecent => {
-                let mut out = messages.clone();
-                if let Some(last) = out.last_mut() {
-                    last.content.push(ContentBlock::text("tampered"));
-                }
-                return Ok(acted(&conversation, out));
+                // A summary over the last (protected) message.
+                let n = messages.len();
+                return Ok(acted([Edit::summarize(n - 1..n, "tampered")]));
             }
             Mode::AwaitLlm => {
                 let requests = (0..3)
@@ -117,10 +112,9 @@ impl Strategy for Misbehaving {
                     .collect();
                 let answers = host.complete_all(requests, 3).await;
                 let ok = answers.iter().filter(|a| a.is_ok()).count();
-                return Ok(CompactOutcome::unchanged(
-                    conversation,
-                    format!("{ok}/3 LLM calls answered"),
-                ));
+                return Ok(CompactOutcome::unchanged(format!(
+                    "{ok}/3 LLM calls answered"
+                )));
             }
             Mode::Log => {
                 tracing::error!(mode = "log", "misbehaving error event");
@@ -131,42 +125,21 @@ impl Strategy for Misbehaving {
             Mode::Ok | Mode::PanicInNew => {}
         }
         // Ok: archive the oldest compactable unit that is not a system message or summary.
-        let unit = sdk::units(&messages).into_iter().find(|u| {
+        let unit = sdk::units(messages).into_iter().find(|u| {
             range.start <= u.range.start
                 && u.range.end <= range.end
                 && matches!(u.kind, UnitKind::Message | UnitKind::ToolExchange)
         });
         let Some(unit) = unit else {
-            return Ok(CompactOutcome::unchanged(
-                conversation,
-                "nothing compactable",
-            ));
+            return Ok(CompactOutcome::unchanged("nothing compactable"));
         };
-        let page = host
-            .archive_page(messages[unit.range.clone()].to_vec(), None)
-            .await?;
-        let summary = sdk::summary_message(
-            &format!("{} message(s) archived", unit.range.len()),
-            &page,
-            Self::NAME,
-            SummaryStatus::Final,
-        );
-        let out = sdk::splice(
-            &messages,
-            vec![Replacement {
-                range: unit.range,
-                message: summary,
-            }],
-        );
-        Ok(acted(&conversation, out))
+        let text = format!("{} message(s) archived", unit.range.len());
+        Ok(acted([Edit::summarize(unit.range, text)]))
     }
 }
 
-fn acted(conversation: &Conversation, messages: Vec<Message>) -> CompactOutcome {
-    CompactOutcome {
-        conversation: conversation.with_messages(messages),
-        report: StageReport::acted("misbehaving acted"),
-    }
+fn acted(edits: impl IntoIterator<Item = Edit>) -> CompactOutcome {
+    CompactOutcome::with_edits(edits, StageReport::acted("misbehaving acted"))
 }
 
 /// Yields once to the executor without needing a runtime inside the plugin.

@@ -1,16 +1,17 @@
 //! Test fixture for the conformance kit. With the default config it is a correct strategy:
 //! it replaces the oldest run of compactable units with an LLM summary (capped, and only
-//! when that makes the conversation smaller), archiving them first, and returns an error when
-//! the LLM fails. `break` names the one rule of `docs/plugin-spec.md` it should break, so the
+//! when that makes the conversation smaller) through a `Summarize` edit, and returns an error
+//! when the LLM fails. With plugin-api 0.2 a stage returns edits that the host checks, so
+//! most rules can only be broken by asking for an edit the host refuses. `break` names the one rule of `docs/plugin-spec.md` it should break, so the
 //! kit can show that each check catches what it should and nothing else:
 //!
 //! | `break` | what it does wrong |
 //! | --- | --- |
 //! | `TAMP-CFG-02` | panics in its constructor on a `max_summary_chars` above the schema's maximum |
-//! | `TAMP-INV-01` | leaves the last replaced message out of the page |
-//! | `TAMP-INV-02` | keeps a tool result whose call it replaced |
-//! | `TAMP-INV-03` | appends a block to the last (protected) message |
-//! | `TAMP-INV-04` | swaps two adjacent messages instead of summarizing |
+//! | `TAMP-INV-01` | archives the run without its last message, and replaces the whole run by a summary of that page |
+//! | `TAMP-INV-02` | summarizes a tool exchange without its last result message |
+//! | `TAMP-INV-03` | summarizes through the last (protected) message |
+//! | `TAMP-INV-04` | returns two edits that overlap |
 //! | `TAMP-INV-05` | on an LLM error, acts anyway with a stand-in text and says nothing |
 //! | `TAMP-INV-06` | pads its summary until the conversation is larger than it was |
 //! | `TAMP-INV-07` | numbers its summaries with a per-instance counter |
@@ -127,14 +128,8 @@ impl Strategy for RuleBreaker {
             })
             .collect();
         let Some(first) = candidates.first() else {
-            return Ok(CompactOutcome::unchanged(
-                conversation,
-                "nothing compactable",
-            ));
+            return Ok(CompactOutcome::unchanged("nothing compactable"));
         };
-        if self.breaks == "TAMP-INV-04" {
-            return Ok(self.swap_two(&conversation, &candidates));
-        }
         // The first run of adjacent compactable units.
         let mut end = first.range.end;
         for unit in &candidates[1..] {
@@ -181,84 +176,66 @@ impl Strategy for RuleBreaker {
             text = format!("summary #{n}: {text}");
         }
 
-        let mut archived = messages[run.clone()].to_vec();
-        if self.breaks == "TAMP-INV-01" {
-            archived.pop();
-        }
-        let page = if archived.is_empty() {
-            "pg_missing".to_string()
-        } else {
-            host.archive_page(archived, None).await?
-        };
-        let summary = sdk::summary_message(&text, &page, Self::NAME, SummaryStatus::Final);
-        let mut out = sdk::splice(
-            &messages,
-            vec![Replacement {
-                range: run.clone(),
-                message: summary,
-            }],
-        );
-        match self.breaks {
+        let summary_edit = |span: std::ops::Range<usize>, text: &str| Edit::summarize(span, text);
+        let edits = match self.breaks {
+            "TAMP-INV-01" => {
+                // The page misses the run's last message, yet the summary stands for all of it.
+                let mut archived = messages[run.clone()].to_vec();
+                archived.pop();
+                let page = if archived.is_empty() {
+                    "pg_missing".to_string()
+                } else {
+                    host.archive_page(archived, None).await?
+                };
+                let summary = sdk::summary_message(&text, &page, Self::NAME, SummaryStatus::Final);
+                vec![Edit::replace(run.clone(), summary)]
+            }
             "TAMP-INV-02" => {
                 let exchange = candidates
                     .iter()
-                    .find(|u| u.kind == UnitKind::ToolExchange && u.range.end <= run.end);
-                if let Some(exchange) = exchange {
-                    // Keep the last result message of a replaced exchange right after the summary.
-                    let result = messages[exchange.range.end - 1].clone();
-                    out.insert(run.start + 1, result);
+                    .find(|u| u.kind == UnitKind::ToolExchange && u.range.len() > 1);
+                match exchange {
+                    // The call and all but the last result message.
+                    Some(u) => vec![summary_edit(u.range.start..u.range.end - 1, &text)],
+                    None => vec![summary_edit(run.clone(), &text)],
                 }
             }
-            "TAMP-INV-03" => {
-                if let Some(last) = out.last_mut() {
-                    last.content.push(ContentBlock::text("tampered"));
-                }
-            }
+            "TAMP-INV-03" => vec![summary_edit(run.start..messages.len(), &text)],
+            "TAMP-INV-04" => vec![
+                summary_edit(run.clone(), &text),
+                summary_edit(first.range.clone(), &text),
+            ],
             "TAMP-INV-06" => {
-                let before = host.count_message_tokens(&conversation.messages);
-                while host.count_message_tokens(&out) <= before {
-                    let missing = before + 1 - host.count_message_tokens(&out);
-                    text.push_str(&" pad".repeat(missing as usize + 1));
-                    out[run.start] =
-                        sdk::summary_message(&text, &page, Self::NAME, SummaryStatus::Final);
+                let before = host.count_message_tokens(&messages[run.clone()]);
+                while !summary_bigger(&host, &text, before) {
+                    // Whole stretches at a time: a run may be a 400 kB message.
+                    let now = summary_tokens(&host, &text);
+                    text.push_str(&" pad".repeat((before + 1 - now.min(before)) as usize + 1));
                 }
-                return Ok(acted(&conversation, out, run.len()));
+                vec![summary_edit(run.clone(), &text)]
             }
-            _ => {}
-        }
-        if host.count_message_tokens(&out) >= host.count_message_tokens(&conversation.messages) {
-            return Ok(CompactOutcome::unchanged(
-                conversation,
-                "a summary would not make the conversation smaller",
-            ));
-        }
-        Ok(acted(&conversation, out, run.len()))
-    }
-}
-
-impl RuleBreaker {
-    /// The `TAMP-INV-04` break: two adjacent single messages change places.
-    fn swap_two(&self, conversation: &Conversation, candidates: &[Unit]) -> CompactOutcome {
-        let pair = candidates.windows(2).find(|w| {
-            w.iter().all(|u| u.kind == UnitKind::Message) && w[0].range.end == w[1].range.start
-        });
-        let Some(pair) = pair else {
-            return CompactOutcome::unchanged(conversation.clone(), "no two adjacent messages");
+            _ => {
+                if !host.summary_is_smaller(&text, &messages[run.clone()]) {
+                    return Ok(CompactOutcome::unchanged(
+                        "a summary would not make the conversation smaller",
+                    ));
+                }
+                vec![summary_edit(run.clone(), &text)]
+            }
         };
-        let mut out = conversation.messages.to_vec();
-        out.swap(pair[0].range.start, pair[1].range.start);
-        acted(conversation, out, 0)
+        let report = StageReport::acted(format!("summarized {} message(s)", run.len()));
+        Ok(CompactOutcome::with_edits(edits, report))
     }
 }
 
-fn acted(conversation: &Conversation, messages: Vec<Message>, removed: usize) -> CompactOutcome {
-    let mut report = StageReport::acted(format!("summarized {removed} message(s)"));
-    report.messages_removed = removed as u32;
-    report.summaries_added = 1;
-    CompactOutcome {
-        conversation: conversation.with_messages(messages),
-        report,
-    }
+/// Whether a summary of `text` would cost more than `tokens`.
+fn summary_bigger(host: &Host, text: &str, tokens: u64) -> bool {
+    summary_tokens(host, text) > tokens
+}
+
+fn summary_tokens(host: &Host, text: &str) -> u64 {
+    let summary = sdk::summary_message(text, "", RuleBreaker::NAME, SummaryStatus::Final);
+    host.count_message_tokens(std::slice::from_ref(&summary))
 }
 
 /// Yields once to the executor (the plugin carries no runtime of its own).
