@@ -356,3 +356,43 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
     let err = text(&out.stderr);
     assert!(err.contains(":2: plugins.allow_dirs: empty"), "{err}");
 }
+
+/// docs/security.md's example chain, with its directory and pin made real, is accepted by
+/// `tamp check-config --require-pins`; with the placeholder pin left in, it is refused.
+#[test]
+fn the_security_docs_example_chain_checks() {
+    let doc = std::fs::read_to_string(tamp_e2e::workspace_root().join("docs/security.md"))
+        .expect("docs/security.md");
+    let example = doc
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a toml block in docs/security.md");
+    let dir = ScratchDir::new("trust-doc");
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let library = plugins.join("libtamp_custom_strategy.so");
+    std::fs::copy(plugin("tamp_custom_strategy"), &library).unwrap();
+    let placeholder = example
+        .lines()
+        .find(|l| l.starts_with("sha256 = "))
+        .expect("the example pins its stage");
+    let toml = example.replace("/opt/tamp/plugins", plugins.to_str().unwrap());
+    let config = write_chain(&dir, &toml);
+    let out = tamp(
+        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &dir,
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("sha256: expected 64 hex digits"),
+        "{}",
+        text(&out.stderr)
+    );
+    write_chain(&dir, &toml.replace(placeholder, &pin_line(&library)));
+    let out = tamp(
+        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
