@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, PriceConfig, Trigger};
 use crate::edits;
 use crate::invariants::{check_no_growth, infer_format, Violation};
-use crate::loader::{resolve_plugin, LoadError, LoadedPlugin};
+use crate::loader::{load_trusted, resolve_plugin, LoadError, LoadedPlugin, PluginTrust};
 use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
 use crate::store::cache::config_hash;
@@ -428,6 +428,8 @@ pub struct FileOverrides {
     /// Use this store file instead of the chain file's.
     pub store_path: Option<PathBuf>,
     pub progress: Option<ProgressFn>,
+    /// Refuse a stage without a `sha256` pin (`tamp serve --require-pins`).
+    pub require_pins: bool,
 }
 
 impl Chain {
@@ -473,14 +475,27 @@ impl Chain {
             builder = builder.progress(p);
         }
         let base = file.base_dir();
+        let allow_dirs = file.allow_dirs()?;
         for (i, spanned) in cfg.stages.iter().enumerate() {
             let stage = spanned.get_ref();
-            let path = resolve_plugin(&stage.plugin, &base, &cfg.plugin_dirs).map_err(|e| {
+            let stage_error = |e: &dyn std::fmt::Display| {
                 file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name))
-            })?;
-            let plugin = load_plugin(&path).map_err(|e| {
-                file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name))
-            })?;
+            };
+            let path = resolve_plugin(&stage.plugin, &base, &cfg.plugin_dirs)
+                .map_err(|e| stage_error(&e))?;
+            if overrides.require_pins && stage.sha256.is_none() {
+                return Err(stage_error(&format_args!(
+                    "sha256: required (--require-pins), and this stage has no pin; \
+                     `tamp plugins hash {}` prints the line to add",
+                    path.display()
+                ))
+                .into());
+            }
+            let trust = PluginTrust {
+                sha256: stage.sha256.clone(),
+                allow_dirs: allow_dirs.clone(),
+            };
+            let plugin = load_trusted(&path, &trust).map_err(|e| stage_error(&e))?;
             builder = builder
                 .stage(
                     &stage.name,

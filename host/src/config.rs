@@ -38,6 +38,9 @@ pub struct ChainFile {
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
+    /// `[plugins]`: where plugin files may come from (see docs/security.md).
+    #[serde(default)]
+    pub plugins: PluginsConfig,
     #[serde(default, rename = "stage")]
     pub stages: Vec<Spanned<StageFile>>,
 }
@@ -451,6 +454,21 @@ fn is_env_var_name(var: &str) -> bool {
         && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `[plugins]`: which plugin files a chain may load.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginsConfig {
+    /// When set, a plugin file outside these directories (once symlinks are resolved) is
+    /// refused before it is loaded. Relative to the chain file's directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_dirs: Option<Vec<PathBuf>>,
+}
+
+/// Whether `pin` is a SHA-256 as `tamp plugins hash` prints it: 64 hex digits.
+fn is_sha256_hex(pin: &str) -> bool {
+    pin.len() == 64 && pin.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// When a stage runs.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
@@ -472,6 +490,10 @@ pub struct StageFile {
     pub name: String,
     /// A plugin path, or a name looked up as `lib<name>.so` (see `plugin_dirs`).
     pub plugin: String,
+    /// The SHA-256 the plugin file must have (`tamp plugins hash <file>` prints it): a file
+    /// with other bytes is refused, at start and at every reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     #[serde(default)]
     pub trigger: Trigger,
     /// The stage's time limit, in seconds; a stage that takes longer is rolled back.
@@ -626,6 +648,31 @@ impl LoadedChainFile {
                     format!("stage \"{}\": timeout_secs must be positive", s.name),
                 ));
             }
+            if let Some(pin) = s.sha256.as_deref().filter(|p| !is_sha256_hex(p)) {
+                return Err(self.error(
+                    line,
+                    format!(
+                        "stage \"{}\": sha256: expected 64 hex digits as `tamp plugins hash \
+                         <file>` prints them, got \"{pin}\"",
+                        s.name
+                    ),
+                ));
+            }
+        }
+        if self
+            .file
+            .plugins
+            .allow_dirs
+            .as_ref()
+            .is_some_and(Vec::is_empty)
+        {
+            return Err(self.error_at_key(
+                "plugins",
+                "allow_dirs",
+                "plugins.allow_dirs: empty, so no plugin could load; list the directories \
+                 plugins may come from, or remove the key to allow any"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -839,6 +886,29 @@ impl LoadedChainFile {
     /// Resolves a path written in the file (relative to the file's directory).
     pub fn resolve_path(&self, p: &Path) -> PathBuf {
         self.base_dir().join(p)
+    }
+
+    /// `[plugins] allow_dirs`, canonical (relative ones from the file's directory); `None`
+    /// when unset. A directory that does not exist is an error naming it (a typo there would
+    /// otherwise refuse every plugin with a puzzling message).
+    pub fn allow_dirs(&self) -> Result<Option<Vec<PathBuf>>, ConfigError> {
+        let Some(dirs) = &self.file.plugins.allow_dirs else {
+            return Ok(None);
+        };
+        let base = self.base_dir();
+        dirs.iter()
+            .enumerate()
+            .map(|(i, dir)| {
+                base.join(dir).canonicalize().map_err(|e| {
+                    self.error_at_key(
+                        "plugins",
+                        "allow_dirs",
+                        format!("plugins.allow_dirs[{i}]: {}: {e}", dir.display()),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     pub fn base_dir(&self) -> PathBuf {

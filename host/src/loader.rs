@@ -44,6 +44,25 @@ pub enum LoadError {
         host_version: String,
         summary: String,
     },
+    #[error(
+        "plugin {path}: its SHA-256 is {actual}, but the chain file pins sha256 = \"{pinned}\"; \
+         refused, not loaded (rebuilt or replaced? if this build is the one to run, pin it \
+         with the line `tamp plugins hash {path}` prints)"
+    )]
+    PinMismatch {
+        path: PathBuf,
+        pinned: String,
+        actual: String,
+    },
+    #[error(
+        "plugin {path}: resolves to {resolved}, which is outside [plugins] allow_dirs \
+         ({allowed}); refused, not loaded"
+    )]
+    NotAllowed {
+        path: PathBuf,
+        resolved: PathBuf,
+        allowed: String,
+    },
     #[error("plugin {path}: {detail}")]
     Other { path: PathBuf, detail: String },
 }
@@ -85,6 +104,8 @@ impl LoadError {
                 path,
                 detail: fix(detail),
             },
+            // Raised before any copy exists: they already name the user's file.
+            e @ (LoadError::PinMismatch { .. } | LoadError::NotAllowed { .. }) => e,
         }
     }
 }
@@ -108,6 +129,9 @@ pub struct LoadedPlugin {
     source: PathBuf,
     /// What identifies the loaded bytes (see [`LoadedPlugin::identity`]).
     identity: String,
+    /// The full SHA-256 (hex) of the loaded bytes, when they were read and hashed before
+    /// loading (private copies); `None` for a library loaded in place.
+    sha256: Option<String>,
     meta: PluginMeta,
     module: PluginModuleRef,
 }
@@ -132,13 +156,14 @@ impl LoadedPlugin {
         let identity = FileStamp::of(path)
             .map(|s| s.to_string())
             .unwrap_or_default();
-        Self::load_as(path, path, identity)
+        Self::load_as(path, path, identity, None)
     }
 
     fn load_as(
         path: &Path,
         source: &Path,
         identity: String,
+        sha256: Option<String>,
     ) -> Result<Arc<LoadedPlugin>, LoadError> {
         if !path.is_file() {
             return Err(LoadError::NotFound {
@@ -172,6 +197,7 @@ impl LoadedPlugin {
             path: path.to_path_buf(),
             source: source.to_path_buf(),
             identity,
+            sha256,
             meta,
             module,
         }))
@@ -191,6 +217,12 @@ impl LoadedPlugin {
     /// copies), else the file's device, inode, size and modification time at load.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// The full SHA-256 (64 hex digits) of the loaded bytes, when they were hashed before
+    /// they were loaded (every load in `tamp serve`, and every pinned one).
+    pub fn sha256(&self) -> Option<&str> {
+        self.sha256.as_deref()
     }
 
     pub fn meta(&self) -> &PluginMeta {
@@ -481,6 +513,70 @@ pub fn remove_private_copies() {
     let _ = std::fs::remove_dir_all(private_copy_dir());
 }
 
+/// What a chain file demands of a plugin file before any of its code runs (see
+/// docs/security.md): a content pin, directories it must live in, or neither.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginTrust {
+    /// The SHA-256 (64 hex digits) the file's bytes must have: a stage's `sha256 = "..."`.
+    pub sha256: Option<String>,
+    /// The directories (canonical) the file must be in once symlinks are resolved:
+    /// `[plugins] allow_dirs`. `None`: anywhere.
+    pub allow_dirs: Option<Vec<PathBuf>>,
+}
+
+impl PluginTrust {
+    /// Refuses `canonical` (the file `path` resolves to) when it is outside `allow_dirs`.
+    fn check_dir(&self, path: &Path, canonical: &Path) -> Result<(), LoadError> {
+        let Some(dirs) = &self.allow_dirs else {
+            return Ok(());
+        };
+        // Path components, not text: /srv/plugins-evil is not inside /srv/plugins.
+        if dirs.iter().any(|d| canonical.starts_with(d)) {
+            return Ok(());
+        }
+        Err(LoadError::NotAllowed {
+            path: path.to_path_buf(),
+            resolved: canonical.to_path_buf(),
+            allowed: dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    /// Refuses bytes whose SHA-256 (`actual`) is not the pinned one.
+    fn check_pin(&self, path: &Path, actual: &str) -> Result<(), LoadError> {
+        match &self.sha256 {
+            Some(pinned) if !pinned.eq_ignore_ascii_case(actual) => Err(LoadError::PinMismatch {
+                path: path.to_path_buf(),
+                pinned: pinned.clone(),
+                actual: actual.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The SHA-256 of the file at `path`, as a stage's `sha256 = "..."` takes it (64 lowercase
+/// hex digits). Reads the file only: nothing in it runs.
+pub fn sha256_of_file(path: &Path) -> Result<String, LoadError> {
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => LoadError::NotFound {
+            path: path.to_path_buf(),
+        },
+        _ => LoadError::Other {
+            path: path.to_path_buf(),
+            detail: format!("cannot read: {e}"),
+        },
+    })?;
+    Ok(sha256_hex(&bytes))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 /// Loads the plugin at `path`, or returns the one already loaded from the same file content.
 ///
 /// The first load of a path is in place (what `tamp compact` and embedding hosts do), unless
@@ -489,40 +585,65 @@ pub fn remove_private_copies() {
 /// [`private_copy_dir`]): the dynamic linker matches libraries by path, so loading the same
 /// path again would return the old library.
 pub fn load_shared(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+    load_trusted(path, &PluginTrust::default())
+}
+
+/// [`load_shared`], refusing a file outside `trust.allow_dirs` or whose bytes are not the
+/// pinned ones before any of its code runs. A pinned library is always loaded from a private
+/// copy of the very bytes that were hashed: loaded in place, the file could change between
+/// the check and the dynamic linker's read.
+pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin>, LoadError> {
     let canonical = path.canonicalize().map_err(|_| LoadError::NotFound {
         path: path.to_path_buf(),
     })?;
+    // Checked on the path this function reads, so a symlink swapped after the chain file
+    // was checked cannot lead elsewhere.
+    trust.check_dir(path, &canonical)?;
     let stamp = FileStamp::of(&canonical).map_err(|_| LoadError::NotFound {
         path: path.to_path_buf(),
     })?;
     // Held across the load: two chains naming the same new file load it once.
     let mut reg = registry();
     if let Some(p) = reg.by_stamp.get(&(canonical.clone(), stamp)) {
-        return Ok(Arc::clone(p));
+        match (&trust.sha256, p.sha256()) {
+            (None, _) => return Ok(Arc::clone(p)),
+            // The bytes loaded were hashed when they were read; whatever the file holds
+            // now under the same stamp, the code that runs is theirs.
+            (Some(_), Some(actual)) => {
+                trust.check_pin(path, actual)?;
+                return Ok(Arc::clone(p));
+            }
+            // Loaded in place, never hashed: read and hash it below.
+            (Some(_), None) => {}
+        }
     }
     let private_dir = match &reg.private_dir {
         Some(dir) => Some(dir.clone()),
-        None if reg.loaded_in_place.contains(&canonical) => Some(private_copy_dir()),
+        None if trust.sha256.is_some() || reg.loaded_in_place.contains(&canonical) => {
+            Some(private_copy_dir())
+        }
         None => None,
     };
     let plugin = match private_dir {
         None => {
-            let plugin = LoadedPlugin::load_as(&canonical, &canonical, stamp.to_string())?;
+            let plugin = LoadedPlugin::load_as(&canonical, &canonical, stamp.to_string(), None)?;
             reg.loaded_in_place.insert(canonical.clone());
             plugin
         }
         Some(dir) => {
-            let (bytes, hash) = read_stable(&canonical, stamp)?;
-            if let Some(p) = reg.by_content.get(&(canonical.clone(), hash.clone())) {
+            let (bytes, sha256) = read_stable(&canonical, stamp)?;
+            trust.check_pin(path, &sha256)?;
+            let key = (canonical.clone(), sha256.clone());
+            if let Some(p) = reg.by_content.get(&key) {
                 let p = Arc::clone(p);
                 reg.by_stamp.insert((canonical, stamp), Arc::clone(&p));
                 return Ok(p);
             }
-            let copy = write_private_copy(&dir, &canonical, &hash, &bytes)?;
-            let plugin = LoadedPlugin::load_as(&copy, &canonical, format!("sha256:{hash}"))
+            let copy = write_private_copy(&dir, &canonical, &sha256, &bytes)?;
+            let identity = format!("sha256:{}", &sha256[..32]);
+            let plugin = LoadedPlugin::load_as(&copy, &canonical, identity, Some(sha256))
                 .map_err(|e| e.naming(&copy, &canonical))?;
-            reg.by_content
-                .insert((canonical.clone(), hash), Arc::clone(&plugin));
+            reg.by_content.insert(key, Arc::clone(&plugin));
             plugin
         }
     };
@@ -530,8 +651,8 @@ pub fn load_shared(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
     Ok(plugin)
 }
 
-/// The file's bytes and their SHA-256 prefix (32 hex digits), refusing a file that changed
-/// while it was read (a `cp` still writing it): the next change event retries.
+/// The file's bytes and their SHA-256 (64 hex digits), refusing a file that changed while it
+/// was read (a `cp` still writing it): the next change event retries.
 fn read_stable(path: &Path, stamp: FileStamp) -> Result<(Vec<u8>, String), LoadError> {
     let bytes = std::fs::read(path).map_err(|e| LoadError::Other {
         path: path.to_path_buf(),
@@ -543,8 +664,40 @@ fn read_stable(path: &Path, stamp: FileStamp) -> Result<(Vec<u8>, String), LoadE
             detail: "the file changed while it was being read (still being written?)".into(),
         });
     }
-    let digest = sha2::Sha256::digest(&bytes);
-    Ok((bytes, hex::encode(&digest[..16])))
+    let hash = sha256_hex(&bytes);
+    Ok((bytes, hash))
+}
+
+/// Creates `dir` for this user alone, or checks that it is so. Libraries are loaded from the
+/// copies in it, so whoever could write it could put other code under a pinned stage (the
+/// name under the temporary directory is predictable).
+fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let meta = std::fs::symlink_metadata(dir)?;
+        // Linux: /proc/self belongs to the process's effective user.
+        let own_uid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+        if !meta.is_dir()
+            || meta.mode() & 0o077 != 0
+            || own_uid.is_some_and(|uid| uid != meta.uid())
+        {
+            return Err(std::io::Error::other(format!(
+                "it exists but is not a directory private to this user (mode {:o}, owner {}); \
+                 remove it",
+                meta.mode() & 0o7777,
+                meta.uid()
+            )));
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir)
 }
 
 fn write_private_copy(
@@ -557,7 +710,7 @@ fn write_private_copy(
         path: source.to_path_buf(),
         detail: format!("cannot {what} a private copy in {}: {e}", dir.display()),
     };
-    std::fs::create_dir_all(dir).map_err(|e| fail("create the directory for", e))?;
+    ensure_private_dir(dir).map_err(|e| fail("create the directory for", e))?;
     let stem = source
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -614,6 +767,58 @@ mod tests {
         std::fs::write(&source, b"third").unwrap();
         let err = read_stable(&source, stamp).unwrap_err();
         assert!(err.to_string().contains("changed while"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn allow_dirs_compare_path_components_and_pins_ignore_case() {
+        let trust = PluginTrust {
+            sha256: Some("AB".repeat(32)),
+            allow_dirs: Some(vec![PathBuf::from("/srv/plugins")]),
+        };
+        let user = Path::new("plugins/x.so");
+        assert!(trust
+            .check_dir(user, Path::new("/srv/plugins/sub/x.so"))
+            .is_ok());
+        let err = trust
+            .check_dir(user, Path::new("/srv/plugins-evil/x.so"))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "plugin plugins/x.so: resolves to /srv/plugins-evil/x.so, which is outside \
+             [plugins] allow_dirs (/srv/plugins); refused, not loaded"
+        );
+        assert!(trust.check_pin(user, &"ab".repeat(32)).is_ok());
+        let err = trust.check_pin(user, &"cd".repeat(32)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&"cd".repeat(32)), "{text}");
+        assert!(text.contains(&"AB".repeat(32)), "{text}");
+        // No trust demanded: anything goes.
+        let none = PluginTrust::default();
+        assert!(none.check_dir(user, Path::new("/anywhere/x.so")).is_ok());
+        assert!(none.check_pin(user, "00").is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_private_copy_directory_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("tamp-loader-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        ensure_private_dir(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // Already there and private: accepted.
+        ensure_private_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err =
+            write_private_copy(&dir, Path::new("/p/libx.so"), &"0".repeat(64), b"x").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("not a directory private to this user"),
+            "{err}"
+        );
+        assert!(!dir.join(format!("libx-{}.so", "0".repeat(16))).exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -138,6 +138,18 @@ enum PluginsCommand {
     },
     /// Print a plugin's config JSON Schema.
     Schema { plugin: String },
+    /// Print the `sha256 = "..."` line that pins a plugin file in a chain file's [[stage]].
+    /// The file is read, never loaded: none of its code runs.
+    #[command(
+        after_help = "Example:\n  tamp plugins hash target/release/libtamp_custom_strategy.so\n  \
+        sha256 = \"3f0c...\"   (paste under the stage's plugin = \"...\")\n\n\
+        With a pin, tamp refuses the stage when the file holds other bytes (a rebuild, a \
+        replacement), at start and at every reload of tamp serve. See docs/security.md."
+    )]
+    Hash {
+        /// A plugin file, or a name looked up like a chain file's `plugin = "..."`.
+        plugin: String,
+    },
     /// List the plugins in a directory (default: next to this executable and TAMP_PLUGIN_PATH).
     List {
         #[arg(long)]
@@ -210,6 +222,9 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
     };
+    // A pinned plugin is loaded from a private copy even here (see `loader::load_trusted`);
+    // the library stays mapped, the copy on disk is not needed any more.
+    tamp_host::loader::remove_private_copies();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -281,6 +296,7 @@ fn compact(args: CompactArgs) -> Result<()> {
     let overrides = FileOverrides {
         store_path: args.store.clone(),
         progress,
+        ..Default::default()
     };
     let chain = Chain::from_loaded(&file, overrides)?;
     let mut budget = *chain.budget();
@@ -406,6 +422,10 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
                     serde_json::to_string_pretty(&meta.config_schema)?
                 );
             }
+        }
+        PluginsCommand::Hash { plugin } => {
+            let path = resolve_plugin(&plugin, Path::new("."), &[])?;
+            out!("sha256 = \"{}\"", tamp_host::loader::sha256_of_file(&path)?);
         }
         PluginsCommand::Schema { plugin } => {
             out!(

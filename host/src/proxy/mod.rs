@@ -131,7 +131,7 @@ async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     crate::loader::remove_stale_private_copies();
     let overrides = FileOverrides {
         store_path: args.store.clone(),
-        progress: None,
+        ..Default::default()
     };
     let config = args.config.clone();
     let first = {

@@ -276,7 +276,7 @@ mod tests {
         // `--store` fixes the store whatever the file says.
         let pinned = FileOverrides {
             store_path: Some(dir.join("pinned.sqlite3")),
-            progress: None,
+            ..Default::default()
         };
         let active = ActiveChain::build(&config, pinned.clone()).unwrap();
         std::fs::write(&config, "[store]\npath = \"c.sqlite3\"\n").unwrap();

@@ -98,6 +98,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 512, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// Refuse a chain with a stage that has no `sha256 = "..."` pin, at start and at every
+    /// reload (`tamp plugins hash <file>` prints the pin). See docs/security.md.
+    #[arg(long)]
+    pub require_pins: bool,
 }
 
 /// A positive number of seconds (`10`, `0.5`).
@@ -178,6 +182,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = FileOverrides {
         store_path: args.store.clone(),
         progress: None,
+        require_pins: args.require_pins,
     };
     let config = args.config.clone();
     let first = {
@@ -635,6 +640,9 @@ pub struct CheckConfigArgs {
     /// reload would).
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
+    /// Refuse a stage without a `sha256` pin, as `tamp serve --require-pins` would.
+    #[arg(long)]
+    pub require_pins: bool,
 }
 
 /// Validates a chain file the way a reload would, without serving: parses it, loads every
@@ -643,6 +651,7 @@ pub fn check_config_cli(args: CheckConfigArgs) -> anyhow::Result<()> {
     let overrides = FileOverrides {
         store_path: args.store,
         progress: None,
+        require_pins: args.require_pins,
     };
     // Loaded as the server loads them, so the config hash printed is the one it would show.
     crate::loader::load_from_private_copies();

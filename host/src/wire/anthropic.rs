@@ -387,7 +387,7 @@ fn block_out(block: &ContentBlock) -> Out<'_> {
             let input = if input_json.trim().is_empty() {
                 Out::Object(Vec::new())
             } else {
-                Out::json_or_string(input_json.as_str())
+                Out::compact_json_or_string(input_json.as_str())
             };
             let own = vec![
                 ("type".into(), Out::str("tool_use")),

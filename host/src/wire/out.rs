@@ -39,6 +39,17 @@ impl<'a> Out<'a> {
         }
     }
 
+    /// [`Out::json_or_string`], JSON without the whitespace between its tokens: the form the
+    /// Anthropic reader keeps a tool input in ([`super::json::strip_whitespace`]). An input that
+    /// came as OpenAI `arguments` text (`"{\"a\": 1}"`) written as an Anthropic `input` then
+    /// reads back as the text it was written as (found by tests/e2e/fuzz.rs).
+    pub(crate) fn compact_json_or_string(text: &'a str) -> Self {
+        match Self::json_or_string(text) {
+            Out::Raw(_) => Out::Raw(super::json::strip_whitespace(text)),
+            other => other,
+        }
+    }
+
     /// The same value, owning its text.
     pub(crate) fn into_owned(self) -> Out<'static> {
         fn own(s: Cow<'_, str>) -> Cow<'static, str> {

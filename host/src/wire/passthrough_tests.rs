@@ -153,6 +153,32 @@ fn a_tool_input_loses_only_its_indentation() {
     );
 }
 
+/// Regression (tests/e2e/fuzz.rs, wire/corpus): an OpenAI `arguments` text with spaces,
+/// written as an Anthropic `input`, read and written again, gave other text (the reader
+/// drops the whitespace, the writer kept it).
+#[test]
+fn openai_arguments_written_as_anthropic_read_back_as_written() {
+    let text = r#"{"messages":[{"role":"user","content":"go"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"bash","arguments":"{\"command\": \"ls -la\",\n \"n\": [1, 2]}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}]}"#;
+    let (conversation, format) = parse_str(text, None).unwrap();
+    assert_eq!(format, WireFormat::OpenAi);
+    let anthropic = to_string(&conversation, WireFormat::Anthropic);
+    assert!(
+        anthropic.contains(r#""input":{"command":"ls -la","n":[1,2]}"#),
+        "{anthropic}"
+    );
+    let (again, _) = parse_str(&anthropic, Some(WireFormat::Anthropic)).unwrap();
+    assert_eq!(to_string(&again, WireFormat::Anthropic), anthropic);
+    // An input that is not JSON is still written as a string, untouched.
+    let text = text.replace(
+        r#"{\"command\": \"ls -la\",\n \"n\": [1, 2]}"#,
+        "not json  at all",
+    );
+    let (conversation, _) = parse_str(&text, None).unwrap();
+    assert!(
+        to_string(&conversation, WireFormat::Anthropic).contains(r#""input":"not json  at all""#)
+    );
+}
+
 #[test]
 fn a_string_tamp_reads_that_is_not_text_is_refused_with_its_path() {
     let text =

@@ -1,0 +1,263 @@
+//! `tamp proxy`'s cost, side by side in one run, against a local upstream that answers at
+//! once (`mock_upstream`): the client talking to the upstream directly, through the proxy
+//! with a chain that does not act (no stages), and through the proxy with the shipped chain
+//! on a 100-message corpus conversation (thread continuity on, as agents resend it).
+//!
+//! Printed per setup: non-streaming latency p50/p99, streaming time to first byte p50/p99,
+//! and the ratio and difference to direct. Targets (issue 19): added latency <= 2 ms p50 and
+//! <= 5 ms p99 beyond the compaction's own time; first streamed byte <= 1 ms later than
+//! direct. Then the proxy's peak RSS before and after relaying a short and a long stream
+//! (the relay must copy no whole answer: flat in the stream's length).
+//!
+//! `cargo bench -p tamp-e2e --bench proxy` (about a minute); `-- quick` for fewer requests.
+
+use std::time::Instant;
+
+use tamp_e2e::mock_upstream::MockUpstream;
+use tamp_e2e::serve_support::{ScratchDir, Server};
+use tamp_e2e::{corpus_mix, workspace_root, write_chain};
+
+const KEY: &str = "sk-bench";
+
+struct Figures {
+    latency: Vec<f64>,
+    ttfb: Vec<f64>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn measure(client: &reqwest::Client, base: &str, body: &str, n: usize) -> Figures {
+    let request = |stream: bool| {
+        let body = if stream {
+            body.replacen("{", "{\"stream\": true, ", 1)
+        } else {
+            body.to_string()
+        };
+        client
+            .post(format!("{base}/v1/messages"))
+            .header("x-api-key", KEY)
+            .header("anthropic-version", "2023-06-01")
+            .header("content-type", "application/json")
+            .header("x-tamp-thread-id", "bench")
+            .body(body)
+    };
+    // Warm-up: connections, the first compaction of the thread, caches.
+    for _ in 0..10 {
+        request(false).send().await.unwrap().bytes().await.unwrap();
+    }
+    let mut latency = Vec::with_capacity(n);
+    let mut ttfb = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let answer = request(false).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.bytes().await.unwrap();
+        latency.push(started.elapsed().as_secs_f64() * 1e3);
+
+        let started = Instant::now();
+        let mut answer = request(true).send().await.unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.chunk().await.unwrap().expect("a first chunk");
+        ttfb.push(started.elapsed().as_secs_f64() * 1e3);
+        while answer.chunk().await.unwrap().is_some() {}
+    }
+    latency.sort_by(f64::total_cmp);
+    ttfb.sort_by(f64::total_cmp);
+    Figures { latency, ttfb }
+}
+
+/// Peak resident memory (VmHWM) and current (VmRSS) of a process, in MiB.
+fn rss_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Streams `deltas` deltas through the proxy; the bytes relayed.
+async fn long_stream(client: &reqwest::Client, base: &str, deltas: usize) -> usize {
+    let mut answer = client
+        .post(format!("{base}/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .header("x-mock-deltas", deltas.to_string())
+        .body("{\"model\": \"m\", \"max_tokens\": 8, \"stream\": true, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}")
+        .send()
+        .await
+        .unwrap();
+    let mut bytes = 0;
+    while let Some(chunk) = answer.chunk().await.unwrap() {
+        bytes += chunk.len();
+    }
+    bytes
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let n = if quick { 60 } else { 400 };
+    let upstream = MockUpstream::start_unrecorded();
+    let proxy_table = format!(
+        "[proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n",
+        upstream.url(),
+        upstream.openai_url()
+    );
+
+    let idle_dir = ScratchDir::new("bench-proxy-idle");
+    let idle_chain = write_chain(
+        &idle_dir,
+        &format!("[store]\npath = \"store.sqlite3\"\n\n{proxy_table}"),
+    );
+    let shipped_dir = ScratchDir::new("bench-proxy-shipped");
+    let shipped = std::fs::read_to_string(workspace_root().join("examples/chains/shipped.toml"))
+        .unwrap()
+        .replace("\"../../.tamp/store.sqlite3\"", "\"store.sqlite3\"");
+    let shipped_chain = write_chain(&shipped_dir, &format!("{shipped}\n{proxy_table}"));
+
+    let small = "{\"model\": \"claude-test\", \"max_tokens\": 64, \"messages\": [{\"role\": \"user\", \"content\": \"What is the weather in Paris?\"}]}".to_string();
+    let conversation = corpus_mix(100);
+    let big = tamp_host::wire::to_string(&conversation, tamp_host::wire::WireFormat::Anthropic)
+        .replacen("{", "{\"model\": \"claude-test\", \"max_tokens\": 64, ", 1);
+
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let idle = Server::start_command("proxy", &idle_chain, &[], &[]);
+    let through = Server::start_command("proxy", &shipped_chain, &[], &[]);
+
+    println!(
+        "tamp proxy bench: {n} requests per row (non-streaming, then streaming), local \
+         upstream answering at once"
+    );
+    println!(
+        "  100-message conversation: {} messages, {} KB",
+        conversation.messages.len(),
+        big.len() / 1024
+    );
+    let rows = [
+        ("direct, small request", upstream.url(), &small),
+        ("proxy, no stages, small request", idle.base.clone(), &small),
+        ("direct, 100 messages", upstream.url(), &big),
+        ("proxy, no stages, 100 messages", idle.base.clone(), &big),
+        (
+            "proxy, shipped chain, 100 messages",
+            through.base.clone(),
+            &big,
+        ),
+    ];
+    let mut results = Vec::new();
+    for (name, base, body) in &rows {
+        results.push((*name, measure(&client, base, body, n).await));
+    }
+    // The compaction's own time, as the proxy's metrics saw it (mean wait per request).
+    let metrics = client
+        .get(through.url("/tamp/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let metric = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let compaction_ms = metric("tamp_proxy_compaction_wait_seconds_sum ") * 1e3
+        / metric("tamp_proxy_compaction_wait_seconds_count ").max(1.0);
+
+    println!();
+    println!(
+        "{:<36} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11}",
+        "setup",
+        "p50 ms",
+        "p99 ms",
+        "ttfb p50",
+        "ttfb p99",
+        "p50 vs dir",
+        "p99 vs dir",
+        "ttfb vs dir"
+    );
+    for (i, (name, f)) in results.iter().enumerate() {
+        let direct = if i < 2 { &results[0].1 } else { &results[2].1 };
+        let (p50, p99) = (percentile(&f.latency, 0.5), percentile(&f.latency, 0.99));
+        let (t50, t99) = (percentile(&f.ttfb, 0.5), percentile(&f.ttfb, 0.99));
+        let (d50, d99) = (
+            percentile(&direct.latency, 0.5),
+            percentile(&direct.latency, 0.99),
+        );
+        let dt50 = percentile(&direct.ttfb, 0.5);
+        println!(
+            "{name:<36} {p50:>9.3} {p99:>9.3} {t50:>9.3} {t99:>9.3} {:>+10.3}ms {:>+10.3}ms {:>+10.3}ms",
+            p50 - d50,
+            p99 - d99,
+            t50 - dt50
+        );
+        println!(
+            "{:<36} {:>9} {:>9} {:>9} {:>9} {:>10.2}x {:>10.2}x {:>10.2}x",
+            "",
+            "",
+            "",
+            "",
+            "",
+            p50 / d50,
+            p99 / d99,
+            t50 / dt50
+        );
+    }
+    let shipped = &results[4].1;
+    let direct = &results[2].1;
+    println!();
+    println!(
+        "shipped chain: mean compaction wait {compaction_ms:.3} ms per request (thread \
+         continued, summaries cached); p50 beyond direct and that wait: {:+.3} ms",
+        percentile(&shipped.latency, 0.5) - percentile(&direct.latency, 0.5) - compaction_ms
+    );
+    let idle_small = &results[1].1;
+    let direct_small = &results[0].1;
+    let added50 = percentile(&idle_small.latency, 0.5) - percentile(&direct_small.latency, 0.5);
+    let added99 = percentile(&idle_small.latency, 0.99) - percentile(&direct_small.latency, 0.99);
+    let ttfb_added = percentile(&idle_small.ttfb, 0.5) - percentile(&direct_small.ttfb, 0.5);
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!(
+        "targets (no stages, small request): added p50 {added50:+.3} ms <= 2 ms {}; added p99 \
+         {added99:+.3} ms <= 5 ms {}; first byte {ttfb_added:+.3} ms <= 1 ms {}",
+        verdict(added50 <= 2.0),
+        verdict(added99 <= 5.0),
+        verdict(ttfb_added <= 1.0)
+    );
+
+    // Peak RSS flat in the stream's length: a short stream, then one 100 times longer.
+    let (short, long) = if quick {
+        (1_000, 20_000)
+    } else {
+        (1_000, 100_000)
+    };
+    let before = rss_mib(idle.pid());
+    let short_bytes = long_stream(&client, &idle.base, short).await;
+    let after_short = rss_mib(idle.pid());
+    let started = Instant::now();
+    let long_bytes = long_stream(&client, &idle.base, long).await;
+    let took = started.elapsed();
+    let after_long = rss_mib(idle.pid());
+    println!();
+    println!(
+        "relay memory: peak RSS {:.1} MiB before, {:.1} MiB after a {} KB stream, {:.1} MiB \
+         after a {} KB stream ({:.0} MB/s); growth for 100x the bytes: {:+.1} MiB",
+        before.0,
+        after_short.0,
+        short_bytes / 1024,
+        after_long.0,
+        long_bytes / 1024,
+        long_bytes as f64 / 1e6 / took.as_secs_f64().max(1e-9),
+        after_long.0 - after_short.0
+    );
+}
