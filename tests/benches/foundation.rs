@@ -120,7 +120,7 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
     }
     let (s, d) = (median(st), median(dy));
     println!(
-        "ffi tax (template strategy, {} messages → {a}, median of {iterations} alternating runs):",
+        "ffi tax (template strategy, {} messages → {a} edit(s), median of {iterations} alternating runs):",
         conversation.messages.len()
     );
     println!(

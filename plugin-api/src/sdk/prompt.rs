@@ -1,4 +1,5 @@
-//! Rendering messages into prompt text, and filling prompt templates.
+//! Rendering messages into prompt text, filling prompt templates, and the `<content>` section
+//! that holds a prompt's material.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -142,6 +143,58 @@ pub fn render_template(template: &str, vars: &[(&str, &str)]) -> Result<String, 
     Ok(out)
 }
 
+/// Opens the material section of a prompt: the host's providers (the extractive summarizer,
+/// the scripted provider's matching) read the material between the last pair of tags.
+pub const CONTENT_OPEN: &str = "<content>";
+/// Closes the material section of a prompt.
+pub const CONTENT_CLOSE: &str = "</content>";
+
+/// Wraps `material` in [`CONTENT_OPEN`]/[`CONTENT_CLOSE`] on lines of their own:
+/// `<content>\n{material}\n</content>`.
+///
+/// Tags that occur inside the material itself are escaped (`&lt;content&gt;`,
+/// `&lt;/content&gt;`) so that [`content_section`] finds the real section boundaries; the
+/// material is otherwise unchanged.
+pub fn wrap_content(material: &str) -> String {
+    let mut out =
+        String::with_capacity(material.len() + CONTENT_OPEN.len() + CONTENT_CLOSE.len() + 2);
+    out.push_str(CONTENT_OPEN);
+    out.push('\n');
+    if material.contains(CONTENT_OPEN) || material.contains(CONTENT_CLOSE) {
+        out.push_str(
+            &material
+                .replace(CONTENT_OPEN, "&lt;content&gt;")
+                .replace(CONTENT_CLOSE, "&lt;/content&gt;"),
+        );
+    } else {
+        out.push_str(material);
+    }
+    out.push('\n');
+    out.push_str(CONTENT_CLOSE);
+    out
+}
+
+/// The material of a prompt: the text between the last [`CONTENT_CLOSE`] and the last
+/// [`CONTENT_OPEN`] before it, without the single newline [`wrap_content`] puts on each side.
+/// The whole prompt when it has no such pair (no closing tag, or no opening tag before it).
+pub fn content_section(prompt: &str) -> &str {
+    let Some(close) = prompt.rfind(CONTENT_CLOSE) else {
+        return prompt;
+    };
+    let Some(open) = prompt[..close].rfind(CONTENT_OPEN) else {
+        return prompt;
+    };
+    let inner = &prompt[open + CONTENT_OPEN.len()..close];
+    let inner = inner
+        .strip_prefix("\r\n")
+        .or_else(|| inner.strip_prefix('\n'))
+        .unwrap_or(inner);
+    inner
+        .strip_suffix("\r\n")
+        .or_else(|| inner.strip_suffix('\n'))
+        .unwrap_or(inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +246,39 @@ mod tests {
             text,
             "user: list files\nassistant called ls({\"dir\":\"/\"})\nls failed: etc usr\n"
         );
+    }
+    #[test]
+    fn content_section_uses_last_pair() {
+        assert_eq!(content_section("no tags here"), "no tags here");
+        assert_eq!(
+            content_section("x <content>only open"),
+            "x <content>only open"
+        );
+        assert_eq!(
+            content_section("only close</content>"),
+            "only close</content>"
+        );
+        let p = format!(
+            "Summarize the text in {CONTENT_OPEN}{CONTENT_CLOSE} tags.\n{}\nBe brief.",
+            wrap_content("the material")
+        );
+        assert_eq!(content_section(&p), "the material");
+        let p = format!(
+            "{}\nand now\n{}",
+            wrap_content("first"),
+            wrap_content("second")
+        );
+        assert_eq!(content_section(&p), "second");
+        assert_eq!(content_section("<content>inline</content>"), "inline");
+    }
+
+    #[test]
+    fn wrap_escapes_nested_tags() {
+        let wrapped = wrap_content("html: <content>x</content> end");
+        assert_eq!(
+            content_section(&wrapped),
+            "html: &lt;content&gt;x&lt;/content&gt; end"
+        );
+        assert_eq!(content_section(&wrap_content("")), "");
     }
 }

@@ -26,7 +26,7 @@ use tamp_plugin_api::sdk::chunk::{chunk_pieces, ChunkOptions};
 use tamp_plugin_api::sdk::groups::tool_activity;
 use tamp_plugin_api::sdk::incremental::Plan;
 use tamp_plugin_api::sdk::length;
-use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
+use tamp_plugin_api::sdk::prompt::{render_messages, wrap_content, RenderOptions};
 use tamp_plugin_api::serde_json::{self, json, Value};
 use tamp_plugin_api::tracing;
 use tamp_plugin_api::{FfiOption, HostError, LlmResponse};
@@ -508,9 +508,10 @@ impl AnchoredStructured {
         let prompt = format!(
             "Summarize part {index} of {total} of an agent session in prose, in {}. Keep every \
              file path touched, every decision with its reason, every open question and every \
-             next step it states, word for word where short.{}\n<content>\n{chunk}\n</content>",
+             next step it states, word for word where short.{}\n{}",
             length::phrase(target),
-            self.extra()
+            self.extra(),
+            wrap_content(chunk)
         );
         LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
             .with_label(format!("chunk {index}/{total}"))
@@ -546,8 +547,9 @@ impl AnchoredStructured {
              An empty list is the right answer when the material has nothing of that kind. \
              Never invent anything the material does not say. Each entry at most \
              {MAX_ENTRY_CHARS} characters, at most {MAX_ENTRIES} entries per list.{}{prior_text}\
-             \n<content>\n{material}\n</content>",
-            self.extra()
+             \n{}",
+            self.extra(),
+            wrap_content(material)
         );
         let mut request = LlmRequest::new(SYSTEM, prompt, STRUCTURED_OUTPUT_TOKENS)
             .with_label("anchored summary");
@@ -565,10 +567,10 @@ impl AnchoredStructured {
         let prompt = format!(
             "Summarize {what} so the agent can carry on from the summary alone: its intent, the \
              files it modified, the decisions it made and why, what is still open and the next \
-             steps, in {}. Say nothing the material does not say.{}\n<content>\n{material}\n\
-             </content>",
+             steps, in {}. Say nothing the material does not say.{}\n{}",
             length::phrase(target),
-            self.extra()
+            self.extra(),
+            wrap_content(material)
         );
         LlmRequest::new(SYSTEM, prompt, length::output_cap(target)).with_label("prose summary")
     }

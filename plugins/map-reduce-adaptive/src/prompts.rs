@@ -11,6 +11,7 @@
 //! conversation that grows at its end produces the same map requests for its older part.
 
 use tamp_plugin_api::sdk::length;
+use tamp_plugin_api::sdk::prompt::wrap_content;
 use tamp_plugin_api::LlmRequest;
 
 use crate::config::ContentType;
@@ -66,13 +67,10 @@ fn system_prompt(content_type: ContentType) -> String {
     format!("{} {RULES}", voice(content_type).system)
 }
 
-/// The material in `<content>` tags, with any tags inside it escaped so the section ends
-/// where the prompt means it to (the same escaping as the host's `wrap_content`).
+/// The material in `<content>` tags, trimmed, any tags inside it escaped so the section ends
+/// where the prompt means it to.
 fn content_section(material: &str) -> String {
-    let escaped = material
-        .replace("<content>", "&lt;content&gt;")
-        .replace("</content>", "&lt;/content&gt;");
-    format!("<content>\n{}\n</content>", escaped.trim())
+    wrap_content(material.trim())
 }
 
 /// One map call: a chunk alone (the prior summary, if any, goes to the synthesis).
