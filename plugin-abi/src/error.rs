@@ -5,85 +5,22 @@ use abi_stable::StableAbi;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// What kind of failure a [`PluginError`] or [`HostError`] reports.
-///
-/// A code, not a Rust enum, so that a later ABI version may add kinds without breaking
-/// plugins built earlier: a kind this version does not know reads as `unknown` (its code is
-/// kept), and a `match` on it needs a `_` arm. The known kinds are associated constants named
-/// like enum variants, and match like them.
-#[repr(transparent)]
-#[derive(StableAbi, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ErrorKind(u8);
-
-#[allow(non_upper_case_globals)]
-impl ErrorKind {
-    /// The stage config does not fit the plugin's schema or rules.
-    pub const InvalidConfig: ErrorKind = ErrorKind(0);
-    /// The conversation is not something the plugin can work on.
-    pub const InvalidInput: ErrorKind = ErrorKind(1);
-    /// An LLM call failed (after the host's retries) or answered something unusable.
-    pub const Llm: ErrorKind = ErrorKind(2);
-    /// A host service (store, tokenizer) failed.
-    pub const Host: ErrorKind = ErrorKind(3);
-    /// The plugin panicked; the message is the panic payload.
-    pub const Panicked: ErrorKind = ErrorKind(4);
-    /// Anything else inside the plugin.
-    pub const Internal: ErrorKind = ErrorKind(5);
-
-    const NAMES: [(&'static str, &'static str); 6] = [
-        ("invalid_config", "InvalidConfig"),
-        ("invalid_input", "InvalidInput"),
-        ("llm", "Llm"),
-        ("host", "Host"),
-        ("panicked", "Panicked"),
-        ("internal", "Internal"),
-    ];
-
-    /// The kind with this code (one this version may not know).
-    pub const fn from_code(code: u8) -> Self {
-        ErrorKind(code)
-    }
-
-    pub const fn code(self) -> u8 {
-        self.0
-    }
-
-    /// `snake_case` name, or `unknown` for a kind a later version added.
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES
-            .get(usize::from(self.0))
-            .map_or("unknown", |n| n.0)
-    }
-
-    /// The kind named `name` (as [`Self::as_str`] spells it), if this version knows it.
-    pub fn from_name(name: &str) -> Option<Self> {
-        (0u8..)
-            .zip(Self::NAMES)
-            .find(|(_, (snake, _))| *snake == name)
-            .map(|(code, _)| ErrorKind(code))
-    }
-}
-
-impl fmt::Debug for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match Self::NAMES.get(usize::from(self.0)) {
-            Some((_, variant)) => f.write_str(variant),
-            None => write!(f, "Unknown({})", self.0),
-        }
-    }
-}
-
-impl Serialize for ErrorKind {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for ErrorKind {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        ErrorKind::from_name(&name)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown error kind `{name}`")))
+crate::code::extensible_code! {
+    /// What kind of failure a [`PluginError`] or [`HostError`] reports; kinds may be added
+    /// (see `code.rs`), so a `match` needs a `_` arm.
+    pub struct ErrorKind, "error kind" {
+        /// The stage config does not fit the plugin's schema or rules.
+        InvalidConfig = 0, "invalid_config";
+        /// The conversation is not something the plugin can work on.
+        InvalidInput = 1, "invalid_input";
+        /// An LLM call failed (after the host's retries) or answered something unusable.
+        Llm = 2, "llm";
+        /// A host service (store, tokenizer) failed.
+        Host = 3, "host";
+        /// The plugin panicked; the message is the panic payload.
+        Panicked = 4, "panicked";
+        /// Anything else inside the plugin.
+        Internal = 5, "internal";
     }
 }
 

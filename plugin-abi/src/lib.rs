@@ -15,6 +15,7 @@
 
 pub mod budget;
 pub mod capability;
+mod code;
 pub mod conversation;
 pub mod deferred;
 pub mod edit;

@@ -69,6 +69,42 @@ pub async fn plan(host: &Host, messages: &[Message], reuse: Reuse) -> Plan {
     }
 }
 
+/// A cached summary of the leading pieces of a span (a piece being what a strategy renders
+/// as one unit: a message or a tool exchange).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leading {
+    /// Pieces (from the first) the summary covers.
+    pub pieces: usize,
+    /// Messages those pieces make up.
+    pub messages: usize,
+    pub summary: String,
+}
+
+/// The cached summary of the longest leading run of `messages[span]` that ends where a piece
+/// ends (`piece_ranges`: each piece's messages, in order), or `None`: a summary ending inside
+/// a piece cannot be combined with the pieces after it.
+pub async fn leading_pieces(
+    host: &Host,
+    messages: &[Message],
+    span: std::ops::Range<usize>,
+    piece_ranges: &[std::ops::Range<usize>],
+    reuse: Reuse,
+) -> Option<Leading> {
+    let run = &messages[span.clone()];
+    let (covered, summary) = match plan(host, run, reuse).await {
+        Plan::Cached(summary) => (run.len(), summary),
+        Plan::Extend { covered, summary } => (covered, summary),
+        Plan::Fresh => return None,
+    };
+    let end = span.start + covered;
+    let pieces = piece_ranges.iter().position(|r| r.end == end)? + 1;
+    Some(Leading {
+        pieces,
+        messages: covered,
+        summary,
+    })
+}
+
 /// The cached summary followed by the summary of what came after it ([`Reuse::Append`]).
 pub fn append(cached: &str, new: &str) -> String {
     format!("{}\n\n{}", cached.trim_end(), new.trim_start())

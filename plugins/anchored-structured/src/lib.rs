@@ -24,7 +24,6 @@ use std::ops::Range;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, ChunkOptions};
 use tamp_plugin_api::sdk::groups::tool_activity;
-use tamp_plugin_api::sdk::incremental::Plan;
 use tamp_plugin_api::sdk::length;
 use tamp_plugin_api::sdk::prompt::{render_messages, wrap_content, RenderOptions};
 use tamp_plugin_api::serde_json::{self, json, Value};
@@ -367,26 +366,22 @@ impl AnchoredStructured {
         messages: &[Message],
         selection: &Selection,
     ) -> Option<Reused> {
-        let span = &messages[selection.span.clone()];
-        let (covered, text) = match sdk::incremental::plan(host, span, self.config.reuse).await {
-            Plan::Cached(text) => (span.len(), text),
-            Plan::Extend { covered, summary } => (covered, summary),
-            Plan::Fresh => return None,
-        };
-        let end = selection.span.start + covered;
-        let pieces = selection
-            .piece_ranges
-            .iter()
-            .position(|r| r.end == end)
-            .map(|i| i + 1)?;
-        let summary = match serde_json::from_str::<AnchoredSummary>(&text) {
+        let leading = sdk::incremental::leading_pieces(
+            host,
+            messages,
+            selection.span.clone(),
+            &selection.piece_ranges,
+            self.config.reuse,
+        )
+        .await?;
+        let summary = match serde_json::from_str::<AnchoredSummary>(&leading.summary) {
             Ok(summary) if summary.validate().is_ok() => summary,
             // Another version's entry, or not ours: summarize from scratch.
             _ => return None,
         };
         Some(Reused {
-            pieces,
-            messages: covered,
+            pieces: leading.pieces,
+            messages: leading.messages,
             summary,
         })
     }

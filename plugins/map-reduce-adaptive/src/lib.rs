@@ -39,7 +39,7 @@ use tamp_plugin_api::serde_json::{json, Value};
 use tamp_plugin_api::{HostError, LlmResponse};
 
 pub use config::{Config, ContentType, Reuse};
-use tamp_plugin_api::sdk::incremental::Plan;
+use tamp_plugin_api::sdk::incremental::Leading;
 
 /// The strategy's name: in pages, summary messages and logs.
 pub const NAME: &str = "map-reduce-adaptive";
@@ -109,15 +109,6 @@ impl Selection {
         self.pieces.truncate(n);
         self.piece_ranges.truncate(n);
     }
-}
-
-/// How the summary cache shaped this compaction.
-struct Reused {
-    /// Content messages (from the first) whose cached summary was used.
-    messages: usize,
-    /// Pieces those messages make up.
-    pieces: usize,
-    summary: String,
 }
 
 /// What the LLM calls produced.
@@ -304,27 +295,18 @@ impl MapReduceAdaptive {
         host: &Host,
         messages: &[Message],
         selection: &Selection,
-    ) -> Option<Reused> {
+    ) -> Option<Leading> {
         if self.config.reuse == Reuse::Off || selection.prior.is_some() {
             return None;
         }
-        let span = &messages[selection.span.clone()];
-        let (covered, summary) = match sdk::incremental::plan(host, span, self.config.reuse).await {
-            Plan::Cached(summary) => (span.len(), summary),
-            Plan::Extend { covered, summary } => (covered, summary),
-            Plan::Fresh => return None,
-        };
-        let end = selection.span.start + covered;
-        let pieces = selection
-            .piece_ranges
-            .iter()
-            .position(|r| r.end == end)
-            .map(|i| i + 1)?;
-        Some(Reused {
-            messages: covered,
-            pieces,
-            summary,
-        })
+        sdk::incremental::leading_pieces(
+            host,
+            messages,
+            selection.span.clone(),
+            &selection.piece_ranges,
+            self.config.reuse,
+        )
+        .await
     }
 
     /// How many summaries at the start of the compactable range stay where they are: all of
