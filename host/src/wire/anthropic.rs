@@ -81,6 +81,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         Msg::Object(fields) => fields,
         Msg::Other(kind) => return Err(expected_kind(path, "an object", kind)),
     };
+    json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS, path)?;
     let order = json::key_order_marker(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS);
     let mut role = None;
     let mut content = None;
@@ -147,6 +148,14 @@ fn parse_block(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError>
         return Err(path.error("block without \"type\""));
     };
     let ty = string(ty, &path.key("type"))?;
+    // The keys read from a block of this type; an opaque block is passed through whole.
+    let interpreted = match ty.as_ref() {
+        "text" => TEXT_KEYS,
+        "tool_use" => TOOL_USE_KEYS,
+        "tool_result" => TOOL_RESULT_KEYS,
+        _ => &["type"],
+    };
+    json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), interpreted, path)?;
     let required = |key: &str| {
         field(&fields, key).ok_or_else(|| path.error(format!("{ty} without \"{key}\"")))
     };

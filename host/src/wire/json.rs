@@ -121,6 +121,28 @@ pub(crate) fn rstring(s: Cow<'_, str>) -> RString {
     }
 }
 
+/// Refuses an object in which a key tamp interprets appears more than once. Which of the two
+/// a provider reads is not defined (JSON leaves it open; serde_json keeps the last, these
+/// readers the first), so compacting either would silently change the request. A key tamp
+/// does not interpret may repeat: it is passed through as written, both times.
+pub(crate) fn known_keys_once<'k>(
+    keys: impl Iterator<Item = &'k str>,
+    known: &[&str],
+    path: &Path<'_>,
+) -> Result<(), WireError> {
+    let mut seen: Vec<&str> = Vec::new();
+    for key in keys.filter(|k| known.contains(k)) {
+        if seen.contains(&key) {
+            return Err(path.error(format!(
+                "\"{key}\" appears more than once; a provider may read either value, so tamp \
+                 will not guess"
+            )));
+        }
+        seen.push(key);
+    }
+    Ok(())
+}
+
 /// The first raw value under `key` in `fields`.
 pub(crate) fn field<'a>(fields: &[(Cow<'a, str>, Raw<'a>)], key: &str) -> Option<Raw<'a>> {
     fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v)

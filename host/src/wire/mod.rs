@@ -349,6 +349,11 @@ fn split_top<'a>(
     format: WireFormat,
 ) -> Result<Top<'a>, WireError> {
     let root = Path::Root;
+    json::known_keys_once(
+        fields.iter().map(|(k, _)| k.as_ref()),
+        &["messages", "system", "thread_id"],
+        &root,
+    )?;
     let mut messages = None;
     let mut system = None;
     let mut thread_id = ROption::RNone;

@@ -67,6 +67,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
     } else {
         MESSAGE_KEYS
     };
+    json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), canonical, path)?;
     let order = json::key_order_marker(fields.iter().map(|(k, _)| k.as_ref()), canonical);
     let mut content = None;
     let mut tool_calls = None;
@@ -158,6 +159,8 @@ fn parse_part(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> 
         return Err(path.error("part without \"type\""));
     };
     let ty = string(ty, &path.key("type"))?;
+    let interpreted: &[&str] = if ty == "text" { TEXT_KEYS } else { &["type"] };
+    json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), interpreted, path)?;
     if ty != "text" {
         return Ok(ContentBlock::Opaque {
             json: RString::from(raw.get()),
@@ -186,6 +189,7 @@ fn parse_call(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> 
         Level::Object(fields) => fields,
         other => return Err(expected(path, "an object", &other)),
     };
+    json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), CALL_KEYS, path)?;
     let Some(id) = field(&fields, "id") else {
         return Err(path.error("tool call without \"id\""));
     };
@@ -209,6 +213,11 @@ fn parse_call(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> 
         Level::Object(fields) => fields,
         other => return Err(expected(&function_path, "an object", &other)),
     };
+    json::known_keys_once(
+        function.iter().map(|(k, _)| k.as_ref()),
+        FUNCTION_KEYS,
+        &function_path,
+    )?;
     let Some(name) = field(&function, "name") else {
         return Err(function_path.error("function without \"name\""));
     };

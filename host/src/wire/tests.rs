@@ -1249,3 +1249,46 @@ fn write_messages_writes_pages() {
         Value::Array(original["messages"].as_array().unwrap()[0..4].to_vec())
     );
 }
+
+/// A key tamp reads, given twice, is refused with its path: a provider may read either value
+/// (serde_json and most providers take the last, tamp's readers the first), so compacting one
+/// would silently change the request. A key tamp does not read may repeat and is kept twice.
+#[test]
+fn a_known_key_given_twice_is_refused_and_an_unknown_one_kept() {
+    let twice = "appears more than once; a provider may read either value, so tamp will not guess";
+    let cases = [
+        (
+            r#"{"messages":[{"role":"user","content":"a","content":"b"}]}"#,
+            "messages[0]: \"content\"",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"a"}],"messages":[]}"#,
+            "\"messages\"",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}"#,
+            "messages[0].content[0]: \"text\"",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n","input":{},"input":{"x":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"}]}]}"#,
+            "messages[1].content[0]: \"input\"",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}]}"#,
+            "messages[1].tool_calls[0].function: \"arguments\"",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"q"},{"role":"tool","tool_call_id":"c","tool_call_id":"d","content":"ok"}]}"#,
+            "messages[1]: \"tool_call_id\"",
+        ),
+    ];
+    for (text, at) in cases {
+        let message = err(text, None);
+        assert_eq!(message, format!("{at} {twice}"), "{text}");
+    }
+    // Unknown keys, and any key inside an opaque block, repeat freely and come back twice.
+    let kept = r#"{"model":"m","x":1,"x":2,"messages":[{"role":"user","content":[{"type":"image","source":{},"source":{"a":1}}],"n":1,"n":2}]}"#;
+    let (conversation, format) = parse_str(kept, None).unwrap();
+    let written = to_string(&conversation, format);
+    assert_eq!(written, kept);
+}
