@@ -33,7 +33,7 @@ use crate::serve::active::ActiveChain;
 use crate::serve::api::{self, ApiError, Gate, InFlight, PageQuery};
 use crate::serve::metrics::Metrics;
 use crate::serve::reload::{self, ChainSlot};
-use crate::serve::{self as serve_mod, parse_secs, parse_size, Connections};
+use crate::serve::{self as serve_mod, parse_secs, parse_size};
 
 pub mod compact;
 pub mod config;
@@ -183,43 +183,20 @@ async fn run(args: ProxyArgs) -> anyhow::Result<()> {
     eprintln!("tamp proxy: serving {summary}");
     eprintln!("tamp proxy: upstreams {upstreams_line}");
 
-    let connections = Connections::new(
-        args.max_connections,
-        Duration::from_secs_f64(args.header_timeout_secs),
-    );
-    let accepting = tokio::spawn(serve_mod::accept_loop(
+    serve_mod::run_until_shutdown(
+        "tamp proxy",
         listener,
         app,
-        connections.clone(),
-        stop_rx.clone(),
-    ));
-
-    serve_mod::shutdown_signal().await;
-    let _ = stop_tx.send(true);
-    let _ = accepting.await;
-    eprintln!("tamp proxy: shutting down: no new connections; finishing answers in flight");
-    let grace = Duration::from_secs_f64(args.shutdown_grace_secs.max(0.0));
-    let drained = async {
-        connections.all_closed().await;
-        in_flight.wait_idle().await;
-    };
-    if tokio::time::timeout(grace, drained).await.is_err() {
-        eprintln!(
-            "tamp proxy: {} compaction(s) and {} connection(s) still open after {:.0}s; \
-             stopping anyway",
-            in_flight.count(),
-            connections.open(),
-            grace.as_secs_f64()
-        );
-    }
-    if let Some(worker) = worker {
-        worker.join().await;
-    }
-    watcher.abort();
-    let _ = watcher.await;
-    crate::loader::remove_private_copies();
-    eprintln!("tamp proxy: stopped");
-    Ok(())
+        serve_mod::Running {
+            limits: serve_mod::ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
+            stop: (stop_tx, stop_rx),
+            in_flight,
+            grace_secs: args.shutdown_grace_secs,
+            worker,
+            watcher,
+        },
+    )
+    .await
 }
 
 /// tamp's own routes under `/tamp/` (no provider has that path); everything else goes
@@ -229,7 +206,7 @@ fn router(state: Arc<ProxyState>) -> Router {
         .route("/tamp/v1/pages/{id}", get(page))
         .route("/tamp/healthz", get(healthz))
         .route("/tamp/metrics", get(metrics_text))
-        .method_not_allowed_fallback(method_not_allowed)
+        .method_not_allowed_fallback(api::method_not_allowed)
         .fallback(proxy_request)
         .with_state(state)
 }
@@ -276,18 +253,6 @@ async fn metrics_text(State(state): State<Arc<ProxyState>>) -> Response {
         text,
     )
         .into_response()
-}
-
-async fn method_not_allowed(request: Request) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        format!(
-            "{} is not allowed on {}",
-            request.method(),
-            request.uri().path()
-        ),
-    )
 }
 
 /// Every request that is not tamp's own: routed, compacted if it is a conversation,

@@ -404,7 +404,7 @@ async fn not_found(request: Request) -> ApiError {
     )
 }
 
-async fn method_not_allowed(request: Request) -> ApiError {
+pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",

@@ -227,36 +227,85 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("tamp serve: listening on http://{addr}");
     eprintln!("tamp serve: serving {summary}");
 
-    let connections = Connections::new(
-        args.max_connections,
-        Duration::from_secs_f64(args.header_timeout_secs),
-    );
-    let accepting = tokio::spawn(accept_loop(
+    run_until_shutdown(
+        "tamp serve",
         listener,
         app,
-        connections.clone(),
-        stop_rx.clone(),
-    ));
+        Running {
+            limits: ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
+            stop: (stop_tx, stop_rx),
+            in_flight,
+            grace_secs: args.shutdown_grace_secs,
+            worker,
+            watcher,
+        },
+    )
+    .await
+}
+
+/// The connection limits `tamp serve` and `tamp proxy` take from their flags.
+pub(crate) struct ConnectionLimits {
+    max_connections: u32,
+    header_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    pub(crate) fn of(max_connections: u32, header_timeout_secs: f64) -> Self {
+        ConnectionLimits {
+            max_connections,
+            header_timeout: Duration::from_secs_f64(header_timeout_secs),
+        }
+    }
+}
+
+/// What a server built around the chain runs with, once its router exists.
+pub(crate) struct Running {
+    pub(crate) limits: ConnectionLimits,
+    pub(crate) stop: (watch::Sender<bool>, watch::Receiver<bool>),
+    pub(crate) in_flight: Arc<api::InFlight>,
+    pub(crate) grace_secs: f64,
+    pub(crate) worker: Option<crate::deferred::WorkerHandle>,
+    pub(crate) watcher: tokio::task::JoinHandle<()>,
+}
+
+/// Accepts connections until a shutdown signal, then drains: `tamp serve` and `tamp proxy`
+/// stop the same way. `name` starts each line printed.
+pub(crate) async fn run_until_shutdown(
+    name: &str,
+    listener: TcpListener,
+    app: axum::Router,
+    running: Running,
+) -> anyhow::Result<()> {
+    let Running {
+        limits,
+        stop: (stop_tx, stop_rx),
+        in_flight,
+        grace_secs,
+        worker,
+        watcher,
+    } = running;
+    let connections = Connections::new(limits.max_connections, limits.header_timeout);
+    let accepting = tokio::spawn(accept_loop(listener, app, connections.clone(), stop_rx));
 
     shutdown_signal().await;
     let _ = stop_tx.send(true);
     // The listener is closed once the loop has returned: from here on connections are refused.
     let _ = accepting.await;
-    eprintln!("tamp serve: shutting down: no new connections; finishing requests in flight");
+    eprintln!("{name}: shutting down: no new connections; finishing requests in flight");
 
     // Idle and half-sent connections close at once (they hold no work); a body still
     // arriving is answered 503. What is left: answers being computed or sent, and
     // compactions whose client hung up, which still run on their own tasks (their pages are
     // written as they go).
-    let grace = Duration::from_secs_f64(args.shutdown_grace_secs.max(0.0));
+    let grace = Duration::from_secs_f64(grace_secs.max(0.0));
     let drained = async {
         connections.all_closed().await;
         in_flight.wait_idle().await;
     };
     if tokio::time::timeout(grace, drained).await.is_err() {
         eprintln!(
-            "tamp serve: {} compaction(s) and {} connection(s) still open after {:.0}s; \
-             stopping anyway",
+            "{name}: {} compaction(s) and {} connection(s) still open after {:.0}s; stopping \
+             anyway",
             in_flight.count(),
             connections.open(),
             grace.as_secs_f64()
@@ -271,7 +320,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // The chains (and with them the page stores, whose writes have all been committed by
     // now) are dropped here: the SQLite connections close and checkpoint their WAL.
     crate::loader::remove_private_copies();
-    eprintln!("tamp serve: stopped");
+    eprintln!("{name}: stopped");
     Ok(())
 }
 
