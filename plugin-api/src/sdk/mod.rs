@@ -9,6 +9,7 @@ pub mod incremental;
 pub mod length;
 pub mod prompt;
 pub mod protect;
+pub mod span;
 pub mod splice;
 pub mod summary;
 

@@ -265,40 +265,30 @@ impl Strategy for AnchoredStructured {
 fn select(messages: &[Message], keep_recent: usize) -> Selection {
     let range = sdk::compactable_range(messages, keep_recent);
     let render_options = RenderOptions::default();
-    let mut selection = Selection {
-        span: range.start..range.start,
-        prior_pages: Vec::new(),
-        prior_texts: Vec::new(),
-        pieces: Vec::new(),
-        piece_ranges: Vec::new(),
-    };
-    let inside = sdk::units(messages)
+    let selected = sdk::span::select_span(messages, range, NAME, &render_options);
+    let (prior_pages, prior_texts) = selected
+        .priors
+        .iter()
+        .map(|&i| {
+            let page = messages[i]
+                .summary_info()
+                .map(|info| info.page_ref.to_string())
+                .unwrap_or_default();
+            (page, render_messages(&messages[i..i + 1], &render_options))
+        })
+        .unzip();
+    let (piece_ranges, pieces) = selected
+        .pieces
         .into_iter()
-        .filter(|u| range.start <= u.range.start && u.range.end <= range.end);
-    for unit in inside {
-        let run = &messages[unit.range.clone()];
-        match unit.kind {
-            UnitKind::System => break,
-            UnitKind::Summary => match run[0].summary_info() {
-                Some(info) if info.strategy.as_str() == NAME => {
-                    selection.prior_pages.push(info.page_ref.to_string());
-                    selection
-                        .prior_texts
-                        .push(render_messages(run, &render_options));
-                }
-                _ => {
-                    selection.pieces.push(render_messages(run, &render_options));
-                    selection.piece_ranges.push(unit.range.clone());
-                }
-            },
-            _ => {
-                selection.pieces.push(render_messages(run, &render_options));
-                selection.piece_ranges.push(unit.range.clone());
-            }
-        }
-        selection.span.end = unit.range.end;
+        .map(|p| (p.range, p.text))
+        .unzip();
+    Selection {
+        span: selected.span,
+        prior_pages,
+        prior_texts,
+        pieces,
+        piece_ranges,
     }
-    selection
 }
 
 /// The prior summaries' JSON, merged in order, read back from their pages. A prior whose JSON

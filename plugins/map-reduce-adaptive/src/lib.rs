@@ -34,7 +34,7 @@ use std::ops::Range;
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, longest_prefix_within, pack_by_tokens};
-use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
+use tamp_plugin_api::sdk::prompt::RenderOptions;
 use tamp_plugin_api::serde_json::{json, Value};
 use tamp_plugin_api::{HostError, LlmResponse};
 
@@ -346,34 +346,20 @@ impl MapReduceAdaptive {
         let render = RenderOptions {
             max_block_chars: self.config.max_block_chars,
         };
-        let mut end = range.start;
-        let mut prior: Vec<String> = Vec::new();
-        let mut pieces = Vec::new();
-        let mut piece_ranges = Vec::new();
-        let inside = sdk::units(messages)
+        let selected = sdk::span::select_span(messages, range, NAME, &render);
+        let prior: Vec<String> = selected
+            .priors
+            .iter()
+            .map(|&i| messages[i].joined_text())
+            .filter(|p| !p.trim().is_empty())
+            .collect();
+        let (piece_ranges, pieces) = selected
+            .pieces
             .into_iter()
-            .filter(|u| range.start <= u.range.start && u.range.end <= range.end);
-        for unit in inside {
-            let run = &messages[unit.range.clone()];
-            match unit.kind {
-                UnitKind::System => break,
-                UnitKind::Summary
-                    if run[0]
-                        .summary_info()
-                        .is_some_and(|info| info.strategy.as_str() == NAME) =>
-                {
-                    prior.push(run[0].joined_text());
-                }
-                _ => {
-                    pieces.push(render_messages(run, &render));
-                    piece_ranges.push(unit.range.clone());
-                }
-            }
-            end = unit.range.end;
-        }
-        let prior: Vec<String> = prior.into_iter().filter(|p| !p.trim().is_empty()).collect();
+            .map(|p| (p.range, p.text))
+            .unzip();
         Selection {
-            span: range.start..end,
+            span: selected.span,
             prior: (!prior.is_empty()).then(|| prior.join("\n\n")),
             pieces,
             piece_ranges,

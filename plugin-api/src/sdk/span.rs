@@ -1,0 +1,95 @@
+//! Choosing the span a summarizing strategy replaces, as the shipped ones do: from the start
+//! of a range to its end or to the first system message inside it (one contiguous run, so
+//! one page and one summary), with the strategy's own earlier summaries (its *priors*) told
+//! apart from the rest (the *pieces*, rendered one unit at a time).
+
+use std::ops::Range;
+
+use crate::conversation::Message;
+use crate::sdk::exchanges::{units, UnitKind};
+use crate::sdk::prompt::{render_messages, RenderOptions};
+
+/// A unit of the span and its rendering.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Its messages.
+    pub range: Range<usize>,
+    pub text: String,
+}
+
+/// The span to replace, taken apart.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpanSelection {
+    /// The messages to replace (empty when there is nothing to take).
+    pub span: Range<usize>,
+    /// Indices of `strategy`'s own summaries in the span, in order.
+    pub priors: Vec<usize>,
+    /// Everything else in the span, one rendered unit (message, tool exchange, another
+    /// strategy's summary) per piece, in order.
+    pub pieces: Vec<Piece>,
+}
+
+/// Takes the span within `range` (usually `sdk::compactable_range`, or a later start),
+/// stopping before the first system message; `strategy`'s summaries become priors.
+pub fn select_span(
+    messages: &[Message],
+    range: Range<usize>,
+    strategy: &str,
+    render: &RenderOptions,
+) -> SpanSelection {
+    let mut selection = SpanSelection {
+        span: range.start..range.start,
+        ..SpanSelection::default()
+    };
+    let inside = units(messages)
+        .into_iter()
+        .filter(|u| range.start <= u.range.start && u.range.end <= range.end);
+    for unit in inside {
+        let run = &messages[unit.range.clone()];
+        let ours = unit.kind == UnitKind::Summary
+            && run[0]
+                .summary_info()
+                .is_some_and(|info| info.strategy.as_str() == strategy);
+        match unit.kind {
+            UnitKind::System => break,
+            _ if ours => selection.priors.push(unit.range.start),
+            _ => selection.pieces.push(Piece {
+                text: render_messages(run, render),
+                range: unit.range.clone(),
+            }),
+        }
+        selection.span.end = unit.range.end;
+    }
+    selection
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Role, SummaryStatus};
+    use crate::sdk::summary::summary_message;
+
+    #[test]
+    fn priors_are_told_apart_and_the_span_stops_at_a_system_message() {
+        let m = vec![
+            Message::text(Role::System, "sys"),
+            summary_message("ours", "pg_1", "me", SummaryStatus::Final),
+            summary_message("theirs", "pg_2", "other", SummaryStatus::Final),
+            Message::text(Role::User, "u1"),
+            Message::text(Role::Assistant, "a1"),
+            Message::text(Role::System, "mid-conversation instructions"),
+            Message::text(Role::User, "after"),
+        ];
+        let s = select_span(&m, 1..7, "me", &RenderOptions::default());
+        assert_eq!(s.span, 1..5);
+        assert_eq!(s.priors, vec![1]);
+        let ranges: Vec<_> = s.pieces.iter().map(|p| p.range.clone()).collect();
+        assert_eq!(ranges, vec![2..3, 3..4, 4..5]);
+        assert!(s.pieces[1].text.contains("u1"));
+        // Nothing to take: an empty span where the range starts.
+        assert_eq!(
+            select_span(&m, 5..7, "me", &RenderOptions::default()).span,
+            5..5
+        );
+    }
+}
