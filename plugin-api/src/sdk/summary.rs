@@ -41,6 +41,38 @@ pub fn cap_chars(text: &str, max_chars: usize) -> String {
     }
 }
 
+/// An LLM answer fit to enter the conversation: its text, trimmed and cut (marked `…`) to at
+/// most `limit_tokens` tokens; an error for a failed call or an empty answer (an empty
+/// summary would silently lose the content it replaces). `label` names the call in errors.
+pub fn bounded_answer(
+    host: &crate::Host,
+    answer: Result<crate::LlmResponse, crate::HostError>,
+    label: &str,
+    limit_tokens: u64,
+) -> Result<String, crate::PluginError> {
+    use crate::{ErrorKind, PluginError};
+    let response =
+        answer.map_err(|e| PluginError::new(ErrorKind::Llm, format!("{label}: {}", e.message)))?;
+    let text = response.text.trim();
+    if text.is_empty() {
+        return Err(PluginError::new(
+            ErrorKind::Llm,
+            format!(
+                "{label}: the LLM answered nothing (stop reason `{}`); no empty summaries",
+                response.stop_reason
+            ),
+        ));
+    }
+    let keep = crate::sdk::chunk::longest_prefix_within(text, limit_tokens, &|t: &str| {
+        host.count_tokens(t)
+    });
+    if keep == text.len() {
+        Ok(text.to_string())
+    } else {
+        Ok(format!("{}…", text[..keep].trim_end()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

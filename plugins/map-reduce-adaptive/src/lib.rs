@@ -33,10 +33,9 @@ mod prompts;
 use std::ops::Range;
 
 use tamp_plugin_api::prelude::*;
-use tamp_plugin_api::sdk::chunk::{chunk_pieces, longest_prefix_within, pack_by_tokens};
+use tamp_plugin_api::sdk::chunk::{chunk_pieces, pack_by_tokens};
 use tamp_plugin_api::sdk::prompt::RenderOptions;
 use tamp_plugin_api::serde_json::{json, Value};
-use tamp_plugin_api::{HostError, LlmResponse};
 
 pub use config::{Config, ContentType, Reuse};
 use tamp_plugin_api::sdk::incremental::Leading;
@@ -505,38 +504,11 @@ impl MapReduceAdaptive {
         answers
             .into_iter()
             .zip(asked)
-            .map(|(answer, (label, max_tokens))| bounded_answer(host, answer, &label, max_tokens))
+            .map(|(answer, (label, max_tokens))| {
+                let limit = u64::from(max_tokens).saturating_mul(ANSWER_SLACK);
+                sdk::summary::bounded_answer(host, answer, &label, limit)
+            })
             .collect()
-    }
-}
-
-/// The answer's text, trimmed and cut to [`ANSWER_SLACK`] times the tokens asked for; an
-/// error for a failed call or an empty answer (an empty summary would silently lose the
-/// content it replaces).
-fn bounded_answer(
-    host: &Host,
-    answer: Result<LlmResponse, HostError>,
-    label: &str,
-    max_tokens: u32,
-) -> Result<String, PluginError> {
-    let response =
-        answer.map_err(|e| PluginError::new(ErrorKind::Llm, format!("{label}: {}", e.message)))?;
-    let text = response.text.trim();
-    if text.is_empty() {
-        return Err(PluginError::new(
-            ErrorKind::Llm,
-            format!(
-                "{label}: the LLM answered nothing (stop reason `{}`); no empty summaries",
-                response.stop_reason
-            ),
-        ));
-    }
-    let limit = u64::from(max_tokens).saturating_mul(ANSWER_SLACK);
-    let keep = longest_prefix_within(text, limit, &|t: &str| host.count_tokens(t));
-    if keep == text.len() {
-        Ok(text.to_string())
-    } else {
-        Ok(format!("{}…", text[..keep].trim_end()))
     }
 }
 
