@@ -578,7 +578,9 @@ impl Chain {
         let input = match resumed {
             Some(output) => {
                 let mut messages = output.to_vec();
-                messages.extend(conversation.messages[covered..].iter().cloned());
+                // The request's new messages are moved, not copied: the rest of it is dropped.
+                let raw: Vec<Message> = conversation.messages.into();
+                messages.extend(raw.into_iter().skip(covered));
                 Conversation {
                     thread_id: conversation.thread_id,
                     messages: messages.into(),
@@ -906,8 +908,7 @@ impl Chain {
         check_no_growth(budget.current_tokens, tokens_after).map_err(invariant_failure)?;
         // A replaced span's page must exist: archived by this stage, or by an earlier one.
         for page in edits::replaced_pages(&checked) {
-            let archived_now = services.archived_pages().contains_key(&page);
-            if !archived_now && self.ctx.store.get_page(&page).await.is_err() {
+            if !services.has_archived(&page) && self.ctx.store.get_page(&page).await.is_err() {
                 return Err(invariant_failure(Violation {
                     rule: crate::invariants::Rule::NothingLost,
                     detail: format!(
@@ -916,15 +917,25 @@ impl Chain {
                 }));
             }
         }
-        let mut pages = Vec::new();
-        for draft in edits::drafts(messages, &checked, strategy) {
-            let archived = services.archive_page(draft).await.into_result();
-            pages.push(archived.map(String::from).map_err(|e| StageFailure {
-                kind: "error".into(),
-                message: format!("a page could not be archived: {}", e.message),
-                rule: None,
-            })?);
-        }
+        // All at once, as `Host::archive_pages` does: a store that commits in groups writes
+        // them together.
+        let archiving = edits::drafts(messages, &checked, strategy)
+            .into_iter()
+            .map(|draft| services.archive_page(draft));
+        let pages = futures::future::join_all(archiving)
+            .await
+            .into_iter()
+            .map(|archived| {
+                archived
+                    .into_result()
+                    .map(String::from)
+                    .map_err(|e| StageFailure {
+                        kind: "error".into(),
+                        message: format!("a page could not be archived: {}", e.message),
+                        rule: None,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let ready = edits::ready(messages, checked, pages.into_iter(), strategy);
         Ok((report, Some((ready, tokens_after))))
     }

@@ -1,8 +1,9 @@
 //! Applying a stage's edits: checked against the input first, then archived, then spliced.
 //!
 //! A stage reads the conversation shared and returns [`Edit`]s; nothing it does changes the
-//! input, so rolling a stage back is not applying its edits. The checks are structural and
-//! cost O(edits + removed messages), not O(conversation):
+//! input, so rolling a stage back is not applying its edits. The checks are structural: one
+//! pass over the conversation for its unit boundaries, then O(edits + removed messages), with
+//! no copy of the conversation and no diff of a whole output against its input:
 //!
 //! - every span lies inside the compactable range (after the system prompt and the task,
 //!   before the protected tail: TAMP-INV-03) and on unit boundaries, so a tool exchange is
@@ -49,6 +50,24 @@ impl Checked {
             Checked::Finalize { index, .. } => *index..*index + 1,
         }
     }
+
+    /// The message that takes the span's place, its summary referring to `page` (a
+    /// `Summarize` edit's new page; a `Finalize` keeps the pending summary's).
+    fn message(&self, messages: &[Message], strategy: &str, page: &str) -> Message {
+        match self {
+            Checked::Summarize { text, status, .. } => {
+                summary_message(text, page, strategy, *status)
+            }
+            Checked::Replace { message, .. } => message.clone(),
+            Checked::Finalize { index, text } => {
+                let pending = &messages[*index];
+                let page_ref = pending.summary_info().map_or("", |i| i.page_ref.as_str());
+                let mut message = summary_message(text, page_ref, strategy, SummaryStatus::Final);
+                message.role = pending.role;
+                message
+            }
+        }
+    }
 }
 
 fn violation(rule: Rule, detail: String) -> Violation {
@@ -63,11 +82,11 @@ pub(crate) fn check(
     keep_recent: usize,
     strategy: &str,
 ) -> Result<Vec<Checked>, Violation> {
-    let allowed = sdk::compactable_range(messages, keep_recent);
-    // Unit boundaries inside the allowed range: a span must start and end on one.
-    let units = sdk::units(&messages[..allowed.end]);
-    let starts: std::collections::HashSet<usize> = units.iter().map(|u| u.range.start).collect();
-    let ends: std::collections::HashSet<usize> = units.iter().map(|u| u.range.end).collect();
+    let units = sdk::units(messages);
+    let allowed = sdk::compactable_range_of(messages, &units, keep_recent);
+    // A span must start and end on a unit boundary; units are in order, so a search finds it.
+    let starts_a_unit = |i: usize| units.binary_search_by_key(&i, |u| u.range.start).is_ok();
+    let ends_a_unit = |i: usize| units.binary_search_by_key(&i, |u| u.range.end).is_ok();
 
     let mut checked = Vec::with_capacity(edits.len());
     for (n, edit) in edits.into_iter().enumerate() {
@@ -108,7 +127,7 @@ pub(crate) fn check(
                 ),
             ));
         }
-        if !starts.contains(&range.start) || !ends.contains(&range.end) {
+        if !starts_a_unit(range.start) || !ends_a_unit(range.end) {
             return Err(violation(
                 Rule::ToolExchangesIntact,
                 format!(
@@ -256,41 +275,25 @@ pub(crate) fn ready(
 ) -> Vec<Ready> {
     checked
         .into_iter()
-        .map(|c| match c {
-            Checked::Summarize {
+        .map(|c| {
+            let range = c.range();
+            let page = match &c {
+                Checked::Summarize { .. } => {
+                    Some(pages.next().expect("one page per Summarize edit"))
+                }
+                Checked::Replace { message, .. } => {
+                    message.summary_info().map(|i| i.page_ref.to_string())
+                }
+                Checked::Finalize { .. } => None,
+            };
+            let message = match c {
+                Checked::Replace { message, .. } => message,
+                other => other.message(messages, strategy, page.as_deref().unwrap_or("")),
+            };
+            Ready {
                 range,
-                text,
-                status,
-                ..
-            } => {
-                let page = pages.next().expect("one page per Summarize edit");
-                Ready {
-                    message: summary_message(&text, &page, strategy, status),
-                    range,
-                    page: Some(page),
-                }
-            }
-            Checked::Replace { range, message } => {
-                let page = message.summary_info().map(|i| i.page_ref.to_string());
-                Ready {
-                    range,
-                    message,
-                    page,
-                }
-            }
-            Checked::Finalize { index, text } => {
-                let pending = &messages[index];
-                let page_ref = pending
-                    .summary_info()
-                    .map(|i| i.page_ref.to_string())
-                    .unwrap_or_default();
-                let mut message = summary_message(&text, &page_ref, strategy, SummaryStatus::Final);
-                message.role = pending.role;
-                Ready {
-                    range: index..index + 1,
-                    message,
-                    page: None,
-                }
+                message,
+                page,
             }
         })
         .collect()
@@ -309,16 +312,11 @@ pub(crate) fn count_after(
     let mut removed = 0u64;
     let mut added = 0u64;
     for c in checked {
-        let range = c.range();
-        removed += tokens.count_messages(&messages[range]);
+        removed += tokens.count_messages(&messages[c.range()]);
         added += match c {
-            Checked::Summarize { text, status, .. } => {
-                tokens.count_message(&summary_message(text, "", strategy, *status))
-            }
             Checked::Replace { message, .. } => tokens.count_message(message),
-            Checked::Finalize { text, .. } => {
-                tokens.count_message(&summary_message(text, "", strategy, SummaryStatus::Final))
-            }
+            // The page ref is not counted, so the page a summary will get does not matter.
+            other => tokens.count_message(&other.message(messages, strategy, "")),
         };
     }
     (tokens_before + added).saturating_sub(removed)

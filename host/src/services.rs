@@ -59,7 +59,8 @@ struct StageState {
     source_format: Option<WireFormat>,
     /// Where this stage's cache entries live: its thread, strategy and config.
     scope: CacheScope,
-    archived: Mutex<HashMap<String, Vec<Message>>>,
+    /// Ids of the pages archived through these services in this run.
+    archived: Mutex<Vec<String>>,
     /// The archived pages' receipts: staged, not necessarily written yet (see
     /// [`StageServices::pages_written`]).
     staged: Mutex<Vec<Written>>,
@@ -113,7 +114,7 @@ impl StageServices {
             thread_id,
             source_format,
             scope,
-            archived: Mutex::new(HashMap::new()),
+            archived: Mutex::new(Vec::new()),
             staged: Mutex::new(Vec::new()),
             usage: Mutex::new(Usage::default()),
             calls: AtomicU32::new(0),
@@ -131,9 +132,14 @@ impl StageServices {
         )
     }
 
-    /// Pages archived through these services in this run, by id.
-    pub fn archived_pages(&self) -> HashMap<String, Vec<Message>> {
+    /// Ids of the pages archived through these services in this run, in order.
+    pub fn archived_ids(&self) -> Vec<String> {
         lock(&self.0.archived).clone()
+    }
+
+    /// Whether page `id` was archived through these services in this run.
+    pub fn has_archived(&self, id: &str) -> bool {
+        lock(&self.0.archived).iter().any(|a| a == id)
     }
 
     /// Waits until every page archived through these services is durable. Pages are staged
@@ -142,12 +148,6 @@ impl StageServices {
     pub async fn pages_written(&self) -> Result<(), StoreError> {
         let staged = std::mem::take(&mut *lock(&self.0.staged));
         futures::future::try_join_all(staged).await.map(drop)
-    }
-
-    /// The same, moved out rather than copied (the pages of a large compaction are
-    /// megabytes): for a caller that asks once, after the stage returned.
-    pub fn take_archived_pages(&self) -> HashMap<String, Vec<Message>> {
-        std::mem::take(&mut *lock(&self.0.archived))
     }
 
     pub fn usage(&self) -> StageUsage {
@@ -470,11 +470,10 @@ impl HostServices for StageServices {
         let this = self.clone();
         async move {
             contained("page store", async {
-                let messages: Vec<Message> = page.messages.into();
                 let new_page = NewPage {
                     thread_id: this.0.thread_id.clone(),
                     strategy: page.strategy.into(),
-                    messages: messages.clone(),
+                    messages: page.messages.into(),
                     metadata_json: page.metadata_json.into(),
                     source_format: this.0.source_format.map(|f| f.to_string()),
                 };
@@ -486,7 +485,7 @@ impl HostServices for StageServices {
                     .await
                     .map_err(|e| PluginError::new(ErrorKind::Host, e.to_string()))?;
                 lock(&this.0.staged).push(written);
-                lock(&this.0.archived).insert(id.clone(), messages);
+                lock(&this.0.archived).push(id.clone());
                 Ok(FfiString::from(id))
             })
             .await

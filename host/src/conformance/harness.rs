@@ -275,7 +275,7 @@ impl Harness {
         let busy_before = provider.busy();
         let ctx = Arc::new(HostContext {
             provider: provider.clone(),
-            store,
+            store: Arc::clone(&store),
             cache: None,
             tokens: Arc::clone(&self.tokens),
             llm_permits: Arc::new(Semaphore::new(64)),
@@ -316,7 +316,12 @@ impl Harness {
             Ok(Ok(FfiResult::ROk(o))) => Ok(o),
         };
         let elapsed = started.elapsed();
-        pages.extend(services.archived_pages());
+        // Pages the stage archived itself (for a `Replace` edit), read back from the store.
+        for id in services.archived_ids() {
+            if let Ok(stored) = store.get_page(&id).await {
+                pages.insert(id, stored.page.messages.into());
+            }
+        }
         let strategy = self.plugin.meta().name.as_str();
         let outcome = outcome.map(|CompactOutcome { edits, report }| {
             let described = edits.iter().map(crate::edits::describe).collect();

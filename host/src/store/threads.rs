@@ -17,7 +17,7 @@ use super::StoreError;
 pub struct ThreadState {
     /// How many leading messages of the client's raw history `output` stands for.
     pub covered: u64,
-    /// The hash chain over those messages (see [`crate::threads::prefix_hash`]).
+    /// The hash chain over those messages (see [`crate::threads::prefix_hashes`]).
     pub prefix_hash: String,
     /// The conversation tamp answered with: what a request that extends the covered messages
     /// starts from.

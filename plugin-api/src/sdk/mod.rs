@@ -15,6 +15,6 @@ pub mod summary;
 
 pub use exchanges::{units, Unit, UnitKind};
 pub use prompt::{render_messages, render_template, RenderOptions};
-pub use protect::{compactable_range, protected_head};
+pub use protect::{compactable_range, compactable_range_of, protected_head};
 pub use splice::{splice, Replacement};
 pub use summary::{cap_chars, summary_message, SUMMARY_ROLE};

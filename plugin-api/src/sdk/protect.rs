@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use crate::conversation::{ContentBlock, Message, Role};
-use crate::sdk::exchanges::units;
+use crate::sdk::exchanges::{units, Unit};
 
 /// How many leading messages no stage may touch: the leading system messages and the task,
 /// the first message after them when it is a plain user message (not a tool result, not a
@@ -31,15 +31,19 @@ pub fn protected_head(messages: &[Message]) -> usize {
 /// exchange that straddles it is protected whole. System messages inside the range still must
 /// not be replaced (skip [`UnitKind::System`](super::UnitKind) units).
 pub fn compactable_range(messages: &[Message], keep_recent: usize) -> Range<usize> {
+    compactable_range_of(messages, &units(messages), keep_recent)
+}
+
+/// [`compactable_range`] for a caller that already has the conversation's [`units`].
+pub fn compactable_range_of(
+    messages: &[Message],
+    units: &[Unit],
+    keep_recent: usize,
+) -> Range<usize> {
     let start = protected_head(messages);
     let mut tail_start = messages.len().saturating_sub(keep_recent);
-    if tail_start < messages.len() {
-        if let Some(unit) = units(messages)
-            .into_iter()
-            .find(|u| u.range.contains(&tail_start))
-        {
-            tail_start = unit.range.start;
-        }
+    if let Some(unit) = units.iter().find(|u| u.range.contains(&tail_start)) {
+        tail_start = unit.range.start;
     }
     start..tail_start.max(start)
 }

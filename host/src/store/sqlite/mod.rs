@@ -739,6 +739,23 @@ mod tests {
         ]
     }
 
+    /// A store at `path` holding one page of `messages`, taken back to schema version 1 (the
+    /// pages table alone); returns the page's id.
+    async fn version_one_store(path: &std::path::Path, messages: Vec<Message>) -> String {
+        let id = {
+            let store = SqliteStore::open(path).unwrap();
+            store.put_page(new_page(messages)).await.unwrap()
+        };
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(
+            "DROP TABLE llm_answers; DROP TABLE range_summaries;
+             DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
+        )
+        .unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        id
+    }
+
     fn new_page(messages: Vec<Message>) -> NewPage {
         NewPage {
             thread_id: Some("thread-1".into()),
@@ -1107,20 +1124,8 @@ mod tests {
 
         let path = dir.0.join("store.sqlite3");
         let messages = conversation("ro");
-        let id = {
-            let store = SqliteStore::open(&path).unwrap();
-            store.put_page(new_page(messages.clone())).await.unwrap()
-        };
-        {
-            // An older schema: a writer would migrate it.
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                "DROP TABLE llm_answers; DROP TABLE range_summaries;
-                 DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
-            )
-            .unwrap();
-            conn.pragma_update(None, "user_version", 1).unwrap();
-        }
+        // An older schema: a writer would migrate it.
+        let id = version_one_store(&path, messages.clone()).await;
         let store = SqliteStore::open_read_only(&path).unwrap();
         assert_eq!(
             store.get_page(&id).await.unwrap().page.messages.as_slice(),
@@ -1224,20 +1229,7 @@ mod tests {
             let dir = TempDir::new("migrate");
             let path = dir.0.join("store.sqlite3");
             let messages = conversation("v1");
-            let id = {
-                let store = SqliteStore::open(&path).unwrap();
-                store.put_page(new_page(messages.clone())).await.unwrap()
-            };
-            {
-                // Back to version 1: the pages table alone.
-                let conn = Connection::open(&path).unwrap();
-                conn.execute_batch(
-                    "DROP TABLE llm_answers; DROP TABLE range_summaries;
-                     DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
-                )
-                .unwrap();
-                conn.pragma_update(None, "user_version", 1).unwrap();
-            }
+            let id = version_one_store(&path, messages.clone()).await;
             let store = SqliteStore::open(&path).unwrap();
             assert_eq!(
                 store.get_page(&id).await.unwrap().page.messages.as_slice(),
