@@ -989,9 +989,6 @@ impl StageRun {
             StageStatus::Skipped
         };
         self.reason = report.reason.into();
-        self.pages = report.pages.into_iter().map(String::from).collect();
-        self.messages_removed = report.messages_removed;
-        self.summaries_added = report.summaries_added;
         self.warnings = report.warnings.into_iter().map(String::from).collect();
         self.details = if report.details_json.is_empty() {
             serde_json::Value::Null

@@ -81,30 +81,21 @@ pub type EditFfi = NonExhaustiveFor<Edit>;
 impl Edit {
     /// Summarize `span` into `text`, a final summary.
     pub fn summarize(span: impl Into<Span>, text: impl Into<String>) -> Edit {
-        Edit::Summarize {
-            span: span.into(),
-            text: RString::from(text.into()),
-            status: SummaryStatus::Final,
-            metadata_json: RString::new(),
-        }
+        Edit::summary(span.into(), text.into(), SummaryStatus::Final)
     }
 
     /// Summarize `span` into a pending summary (its final text comes later, by
     /// [`Edit::finalize`]).
     pub fn summarize_pending(span: impl Into<Span>, text: impl Into<String>) -> Edit {
-        match Edit::summarize(span, text) {
-            Edit::Summarize {
-                span,
-                text,
-                metadata_json,
-                ..
-            } => Edit::Summarize {
-                span,
-                text,
-                status: SummaryStatus::Pending,
-                metadata_json,
-            },
-            other => other,
+        Edit::summary(span.into(), text.into(), SummaryStatus::Pending)
+    }
+
+    fn summary(span: Span, text: String, status: SummaryStatus) -> Edit {
+        Edit::Summarize {
+            span,
+            text: text.into(),
+            status,
+            metadata_json: RString::new(),
         }
     }
 

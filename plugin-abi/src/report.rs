@@ -5,7 +5,8 @@ use abi_stable::StableAbi;
 use serde::{Deserialize, Serialize};
 
 /// A plugin's account of one compaction: what it decided and why. The host counts the LLM
-/// calls and tokens itself, from the calls it served.
+/// calls and tokens itself, from the calls it served, and the pages, removed messages and
+/// summaries from the edits it applied.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StageReport {
@@ -13,10 +14,6 @@ pub struct StageReport {
     pub acted: bool,
     /// What it did and why, or why it did nothing (e.g. "3 exchanges eligible, 10 needed").
     pub reason: RString,
-    /// Ids of the pages it archived.
-    pub pages: RVec<RString>,
-    pub messages_removed: u32,
-    pub summaries_added: u32,
     /// Things that went partly wrong without failing the stage (one group's failed call...).
     pub warnings: RVec<RString>,
     /// Plugin-specific details as a JSON object, or empty.
