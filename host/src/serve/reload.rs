@@ -122,8 +122,10 @@ impl ChainSlot {
             }
             Ok(new) => {
                 let summary = new.summary();
-                self.active.store(Arc::new(new));
+                // The error goes first: a reader that sees the new chain must not also see
+                // the refusal it replaced (the two are read separately).
                 self.set_last_error(None);
+                self.active.store(Arc::new(new));
                 eprintln!("{}: reloaded {summary}", self.label);
                 ReloadOutcome::Applied
             }
