@@ -179,6 +179,8 @@ pub struct StageRun {
     pub pages: Vec<String>,
     pub messages_removed: u32,
     pub summaries_added: u32,
+    /// Messages whose tool output (or input) was cleared in place, each original archived.
+    pub messages_cleared: u32,
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "serde_json::Value::is_null")]
     pub details: serde_json::Value,
@@ -871,6 +873,7 @@ impl Chain {
                 run.pages = applied.pages;
                 run.messages_removed = applied.messages_removed;
                 run.summaries_added = applied.summaries_added;
+                run.messages_cleared = applied.messages_cleared;
                 run.tokens_after = tokens_after;
                 (applied.conversation, true, run)
             }
@@ -878,7 +881,7 @@ impl Chain {
     }
 
     /// Checks a stage's edits against its input, counts their growth and archives the pages
-    /// of its `Summarize` edits; returns the report and what to splice (None: no edits).
+    /// of its `Summarize` and `Clear` edits; returns the report and what to splice (None: no edits).
     async fn apply(
         &self,
         input: &Conversation,
@@ -936,7 +939,13 @@ impl Chain {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let ready = edits::ready(messages, checked, pages.into_iter(), strategy);
+        let ready = edits::ready(messages, checked, pages.into_iter(), strategy).map_err(|e| {
+            StageFailure {
+                kind: "error".into(),
+                message: e,
+                rule: None,
+            }
+        })?;
         Ok((report, Some((ready, tokens_after))))
     }
 }
@@ -945,7 +954,7 @@ fn invariant_failure(v: Violation) -> StageFailure {
     StageFailure {
         kind: "invariant".into(),
         message: v.to_string(),
-        rule: Some(v.rule.id().to_string()),
+        rule: Some(v.rule.id()),
     }
 }
 
@@ -977,6 +986,7 @@ impl StageRun {
             pages: Vec::new(),
             messages_removed: 0,
             summaries_added: 0,
+            messages_cleared: 0,
             warnings: Vec::new(),
             details: serde_json::Value::Null,
         }

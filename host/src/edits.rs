@@ -13,14 +13,17 @@
 //! - a `Summarize` span is archived by the host itself, and a `Replace` names a page that
 //!   holds exactly its span (one hash of the span, pages being content-addressed), so nothing
 //!   removed is lost (TAMP-INV-01);
-//! - a `Finalize` turns one of this strategy's pending summaries final, on the same page.
+//! - a `Finalize` turns one of this strategy's pending summaries final, on the same page;
+//! - a `Clear` keeps its message's structure (TAMP-INV-10: only tool-result content and tool
+//!   inputs change, each to a placeholder) and its placeholders name the page of exactly the
+//!   original message, which the host archives before it applies the clearing (TAMP-INV-01).
 //!
 //! The no-growth rule (TAMP-INV-06) is counted from the spans and their replacements.
 
 use tamp_plugin_api::sdk::{self, summary_message};
 use tamp_plugin_api::{Conversation, Edit, EditFfi, FfiVec, Message, PageDraft, SummaryStatus};
 
-use crate::invariants::{Rule, Violation};
+use crate::invariants::{check_clearing, Rule, Violation};
 use crate::store::page_id;
 use crate::tokens::TokenCounter;
 
@@ -41,13 +44,19 @@ pub(crate) enum Checked {
         index: usize,
         text: String,
     },
+    Clear {
+        index: usize,
+        message: Message,
+        /// The page its placeholders name: the original message's.
+        page: String,
+    },
 }
 
 impl Checked {
     fn range(&self) -> std::ops::Range<usize> {
         match self {
             Checked::Summarize { range, .. } | Checked::Replace { range, .. } => range.clone(),
-            Checked::Finalize { index, .. } => *index..*index + 1,
+            Checked::Finalize { index, .. } | Checked::Clear { index, .. } => *index..*index + 1,
         }
     }
 
@@ -58,7 +67,7 @@ impl Checked {
             Checked::Summarize { text, status, .. } => {
                 summary_message(text, page, strategy, *status)
             }
-            Checked::Replace { message, .. } => message.clone(),
+            Checked::Replace { message, .. } | Checked::Clear { message, .. } => message.clone(),
             Checked::Finalize { index, text } => {
                 let pending = &messages[*index];
                 let page_ref = pending.summary_info().map_or("", |i| i.page_ref.as_str());
@@ -127,7 +136,10 @@ pub(crate) fn check(
                 ),
             ));
         }
-        if !starts_a_unit(range.start) || !ends_a_unit(range.end) {
+        // A clearing changes one message in place and keeps its tool ids, so it cannot split
+        // an exchange; a finalized summary is a unit of its own.
+        let in_place = matches!(edit, Edit::Clear { .. } | Edit::Finalize { .. });
+        if !in_place && (!starts_a_unit(range.start) || !ends_a_unit(range.end)) {
             return Err(violation(
                 Rule::ToolExchangesIntact,
                 format!(
@@ -192,6 +204,31 @@ pub(crate) fn check(
                     text: text.into(),
                 }
             }
+            Edit::Clear { index, message } => {
+                let index = index as usize;
+                let original = &messages[index];
+                let named = check_clearing(original, &message).map_err(|e| {
+                    violation(
+                        Rule::ClearingKeepsStructure,
+                        format!("edit {n} clears messages[{index}]: {e}"),
+                    )
+                })?;
+                let page = page_id(std::slice::from_ref(original));
+                if named != page {
+                    return Err(violation(
+                        Rule::NothingLost,
+                        format!(
+                            "edit {n} clears messages[{index}] with placeholders naming page \
+                             {named}, but that message makes page {page}"
+                        ),
+                    ));
+                }
+                Checked::Clear {
+                    index,
+                    message,
+                    page,
+                }
+            }
             // `Edit` is non-exhaustive: a kind added to the ABI after this host was written.
             _ => {
                 return Err(violation(
@@ -234,6 +271,14 @@ pub(crate) fn describe(edit: &EditFfi) -> String {
             None => format!("replace {at} by a message that is not a summary"),
         },
         Edit::Finalize { text, .. } => format!("finalize {at}: {:?}", preview(text)),
+        Edit::Clear { message, .. } => {
+            let cleared = message
+                .content
+                .iter()
+                .filter(|b| sdk::clearing::is_cleared(b))
+                .count();
+            format!("clear {at} ({cleared} cleared block(s) in it)")
+        }
         _ => format!("an edit of another kind at {at}"),
     }
 }
@@ -242,11 +287,13 @@ pub(crate) fn describe(edit: &EditFfi) -> String {
 pub(crate) struct Ready {
     range: std::ops::Range<usize>,
     message: Message,
-    /// The page it refers to, when the edit removed messages into one.
+    /// The page it refers to, when the edit removed messages into one, or cleared one.
     page: Option<String>,
+    cleared: bool,
 }
 
-/// The page drafts of the `Summarize` edits, in order, for the host to archive.
+/// The page drafts of the `Summarize` and `Clear` edits, in order, for the host to archive
+/// (a clearing's page holds the original message alone).
 pub(crate) fn drafts(messages: &[Message], checked: &[Checked], strategy: &str) -> Vec<PageDraft> {
     checked
         .iter()
@@ -260,26 +307,43 @@ pub(crate) fn drafts(messages: &[Message], checked: &[Checked], strategy: &str) 
                 strategy: strategy.into(),
                 metadata_json: metadata_json.as_str().into(),
             }),
+            Checked::Clear { index, .. } => Some(PageDraft {
+                messages: vec![messages[*index].clone()].into(),
+                strategy: strategy.into(),
+                metadata_json: Default::default(),
+            }),
             _ => None,
         })
         .collect()
 }
 
-/// Turns checked edits into replacements, `pages` being the ids the `Summarize` drafts were
-/// archived under, in order.
+/// Turns checked edits into replacements, `pages` being the ids the drafts were archived
+/// under, in order. A store that gave a clearing's original another id than the one its
+/// placeholders name is an error: the placeholders would name a page that is not there.
 pub(crate) fn ready(
     messages: &[Message],
     checked: Vec<Checked>,
     mut pages: impl Iterator<Item = String>,
     strategy: &str,
-) -> Vec<Ready> {
+) -> Result<Vec<Ready>, String> {
     checked
         .into_iter()
         .map(|c| {
             let range = c.range();
+            let cleared = matches!(c, Checked::Clear { .. });
             let page = match &c {
                 Checked::Summarize { .. } => {
                     Some(pages.next().expect("one page per Summarize edit"))
+                }
+                Checked::Clear { page, .. } => {
+                    let archived = pages.next().expect("one page per Clear edit");
+                    if archived != *page {
+                        return Err(format!(
+                            "the store archived a cleared message as page {archived}, not as \
+                             page {page}, which its placeholders name"
+                        ));
+                    }
+                    Some(archived)
                 }
                 Checked::Replace { message, .. } => {
                     message.summary_info().map(|i| i.page_ref.to_string())
@@ -287,14 +351,15 @@ pub(crate) fn ready(
                 Checked::Finalize { .. } => None,
             };
             let message = match c {
-                Checked::Replace { message, .. } => message,
+                Checked::Replace { message, .. } | Checked::Clear { message, .. } => message,
                 other => other.message(messages, strategy, page.as_deref().unwrap_or("")),
             };
-            Ready {
+            Ok(Ready {
                 range,
                 message,
                 page,
-            }
+                cleared,
+            })
         })
         .collect()
 }
@@ -314,7 +379,9 @@ pub(crate) fn count_after(
     for c in checked {
         removed += tokens.count_messages(&messages[c.range()]);
         added += match c {
-            Checked::Replace { message, .. } => tokens.count_message(message),
+            Checked::Replace { message, .. } | Checked::Clear { message, .. } => {
+                tokens.count_message(message)
+            }
             // The page ref is not counted, so the page a summary will get does not matter.
             other => tokens.count_message(&other.message(messages, strategy, "")),
         };
@@ -342,6 +409,8 @@ pub(crate) struct Applied {
     pub pages: Vec<String>,
     pub messages_removed: u32,
     pub summaries_added: u32,
+    /// Messages cleared in place (their originals archived).
+    pub messages_cleared: u32,
 }
 
 /// Splices `ready` into `input`, moving the kept messages (none is copied).
@@ -349,11 +418,16 @@ pub(crate) fn splice(input: Conversation, ready: Vec<Ready>) -> Applied {
     let mut pages = Vec::new();
     let mut messages_removed = 0u32;
     let mut summaries_added = 0u32;
+    let mut messages_cleared = 0u32;
     for r in &ready {
         if let Some(page) = &r.page {
             pages.push(page.clone());
-            messages_removed += r.range.len() as u32;
-            summaries_added += 1;
+            if r.cleared {
+                messages_cleared += 1;
+            } else {
+                messages_removed += r.range.len() as u32;
+                summaries_added += 1;
+            }
         }
     }
     let Conversation {
@@ -386,6 +460,7 @@ pub(crate) fn splice(input: Conversation, ready: Vec<Ready>) -> Applied {
         pages,
         messages_removed,
         summaries_added,
+        messages_cleared,
     }
 }
 
@@ -410,7 +485,8 @@ pub(crate) fn preview(
         })
         .collect();
     let ids = pages.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>();
-    let ready = ready(&input.messages, checked, ids.into_iter(), strategy);
+    let ready = ready(&input.messages, checked, ids.into_iter(), strategy)
+        .expect("pages made by page_id are the pages clearings name");
     Ok((splice(input.clone(), ready).conversation, pages))
 }
 
@@ -579,19 +655,160 @@ mod tests {
         );
     }
 
+    /// `message` with every tool result and input in it cleared.
+    fn cleared(message: &Message, index: usize) -> Edit {
+        let mut clearing = sdk::clearing::Clearing::new(message, index);
+        for b in 0..message.content.len() {
+            clearing.clear_result(b, "cleared");
+            clearing.clear_input(b);
+        }
+        clearing.into_edit().expect("a tool message")
+    }
+
+    fn clear_message(edit: Edit) -> Message {
+        match edit {
+            Edit::Clear { message, .. } => message,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_clearing_archives_the_original_and_keeps_the_message_in_place() {
+        let c = conversation(6); // call c2 at 4, its result at 5
+        let edits = vec![cleared(&c.messages[5], 5), Edit::summarize(2..4, "early")];
+        let (out, pages) = preview(&c, ffi(edits), 1, ME).unwrap();
+        assert_eq!(out.messages.len(), c.messages.len() - 1);
+        assert_eq!(out.messages[3], c.messages[4], "the call is kept");
+        let cleared = &out.messages[4];
+        assert_eq!(cleared.tool_result_ids().collect::<Vec<_>>(), ["c2"]);
+        let page = page_id(&c.messages[5..6]);
+        assert_eq!(
+            sdk::clearing::cleared_page(&cleared.content[0]),
+            Some(page.as_str())
+        );
+        assert!(pages.contains(&(page, c.messages[5..6].to_vec())));
+        let pages: HashMap<String, Vec<Message>> = pages.into_iter().collect();
+        check_stage_output(&c.messages, &out.messages, 1, WireFormat::Anthropic, &pages)
+            .expect("the diff checker agrees");
+        // Without the original's page, the diff checker finds it lost.
+        let mut without = pages.clone();
+        without.retain(|_, v| v.len() != 1);
+        let v = check_stage_output(
+            &c.messages,
+            &out.messages,
+            1,
+            WireFormat::Anthropic,
+            &without,
+        )
+        .unwrap_err();
+        assert_eq!(v.rule, Rule::NothingLost, "{v}");
+    }
+
+    #[test]
+    fn clearings_that_change_more_than_tool_output_are_refused_by_rule() {
+        let c = conversation(6);
+        let result = &c.messages[5];
+        let good = clear_message(cleared(result, 5));
+        let refused_as =
+            |message: Message, index: usize| refused(&c, vec![Edit::clear(index, message)], 1);
+
+        let mut changed_id = good.clone();
+        if let ContentBlock::ToolResult { tool_use_id, .. } = &mut changed_id.content[0] {
+            *tool_use_id = "other".into();
+        }
+        let v = refused_as(changed_id, 5);
+        assert_eq!(v.rule, Rule::ClearingKeepsStructure, "{v}");
+        assert!(v.detail.contains("tool id changed"), "{v}");
+
+        let mut dropped = good.clone();
+        dropped.content = Vec::new().into();
+        let v = refused_as(dropped, 5);
+        assert_eq!(v.rule, Rule::ClearingKeepsStructure, "{v}");
+        assert!(v.detail.contains("keeps every block"), "{v}");
+
+        let mut no_page = good.clone();
+        if let ContentBlock::ToolResult { content, .. } = &mut no_page.content[0] {
+            *content = vec![ToolResultPart::Text {
+                text: "[output cleared]".into(),
+            }]
+            .into();
+        }
+        let v = refused_as(no_page, 5);
+        assert_eq!(v.rule, Rule::ClearingKeepsStructure, "{v}");
+        assert!(v.detail.contains("not a placeholder"), "{v}");
+
+        let other_page = clear_message(cleared(&c.messages[9], 5));
+        let mut wrong_page = good.clone();
+        wrong_page.content[0] = match (&other_page.content[0], &good.content[0]) {
+            (
+                ContentBlock::ToolResult { content, .. },
+                ContentBlock::ToolResult {
+                    tool_use_id,
+                    is_error,
+                    extra_json,
+                    ..
+                },
+            ) => ContentBlock::ToolResult {
+                tool_use_id: tool_use_id.clone(),
+                content: content.clone(),
+                is_error: *is_error,
+                extra_json: extra_json.clone(),
+            },
+            other => panic!("{other:?}"),
+        };
+        let v = refused_as(wrong_page, 5);
+        assert_eq!(v.rule, Rule::NothingLost, "{v}");
+
+        let text = Message::text(Role::Assistant, "turn 0 rewritten");
+        assert_eq!(refused_as(text, 2).rule, Rule::ClearingKeepsStructure);
+
+        // The protected tail: the last result (9) with keep_recent 2.
+        let tail = clear_message(cleared(&c.messages[9], 9));
+        let v = refused(&c, vec![Edit::clear(9, tail)], 2);
+        assert_eq!(v.rule, Rule::ProtectedUntouched, "{v}");
+
+        // A block is cleared once: clearing the cleared message again is refused.
+        let (once, _) = preview(&c, ffi(vec![cleared(result, 5)]), 1, ME).unwrap();
+        let mut again = clear_message(cleared(result, 5));
+        if let ContentBlock::ToolResult { content, .. } = &mut again.content[0] {
+            *content = vec![ToolResultPart::Text {
+                text: sdk::clearing::result_placeholder(&page_id(&once.messages[5..6]), "x").into(),
+            }]
+            .into();
+        }
+        let v = refused(&once, vec![Edit::clear(5, again)], 1);
+        assert_eq!(v.rule, Rule::ClearingKeepsStructure, "{v}");
+        assert!(v.detail.contains("cleared already"), "{v}");
+
+        assert_eq!(
+            refused(&c, vec![cleared(result, 5), Edit::summarize(4..6, "s")], 1).rule,
+            Rule::OrderKept,
+            "a clearing inside a summarized span overlaps it"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
-        /// Whatever spans a plugin asks for, the host either refuses them or the result keeps
-        /// every rule the diff-based checker knows: nothing lost, no exchange split, the
-        /// protected messages and the order kept.
+        /// Whatever spans and clearings a plugin asks for, the host either refuses them or the
+        /// result keeps every rule the diff-based checker knows: nothing lost, no exchange
+        /// split, the protected messages and the order kept, clearings in place.
         #[test]
         fn no_edits_lose_a_message_or_split_an_exchange(
             turns in 1usize..14,
             keep_recent in 0usize..4,
             spans in prop::collection::vec((0usize..40, 0usize..6, any::<bool>()), 0..4),
+            clears in prop::collection::vec(0usize..40, 0..3),
         ) {
             let c = conversation(turns);
+            let clearings = clears
+                .iter()
+                .filter(|&&i| {
+                    c.messages.get(i).is_some_and(|m| {
+                        m.tool_use_ids().next().is_some() || m.tool_result_ids().next().is_some()
+                    })
+                })
+                .map(|&i| cleared(&c.messages[i], i));
             let edits: Vec<Edit> = spans
                 .iter()
                 .map(|&(start, len, pending)| {
@@ -602,6 +819,7 @@ mod tests {
                         Edit::summarize(span, "s")
                     }
                 })
+                .chain(clearings)
                 .collect();
             if let Ok((out, pages)) = preview(&c, ffi(edits), keep_recent, ME) {
                 let pages: HashMap<String, Vec<Message>> = pages.into_iter().collect();

@@ -8,8 +8,9 @@ use std::sync::OnceLock;
 
 use xxhash_rust::xxh3::Xxh3Builder;
 
+use tamp_plugin_api::sdk::clearing::{cleared_page, parse_input_placeholder};
 use tamp_plugin_api::sdk::{compactable_range, protected_head};
-use tamp_plugin_api::{Message, Role};
+use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
 
 use crate::wire::{check_tool_pairing, WireFormat};
 
@@ -27,26 +28,32 @@ pub enum Rule {
     OrderKept,
     /// TAMP-INV-06: a stage never makes the conversation larger.
     NoGrowth,
+    /// TAMP-INV-10: a clearing changes only tool-result content and tool inputs, each to a
+    /// placeholder naming the page of the original.
+    ClearingKeepsStructure,
 }
 
 impl Rule {
-    /// The bare id, e.g. `TAMP-INV-01` (what [`Rule::id`] starts with).
+    /// The bare id, e.g. `TAMP-INV-01`.
     pub fn code(self) -> &'static str {
-        let id = self.id();
-        &id[..id.find(' ').unwrap_or(id.len())]
+        match self {
+            Rule::NothingLost => "TAMP-INV-01",
+            Rule::ToolExchangesIntact => "TAMP-INV-02",
+            Rule::ProtectedUntouched => "TAMP-INV-03",
+            Rule::OrderKept => "TAMP-INV-04",
+            Rule::NoGrowth => "TAMP-INV-06",
+            Rule::ClearingKeepsStructure => "TAMP-INV-10",
+        }
+    }
+
+    /// The rule's short title, from the one table of rules (`conformance::spec::RULES`).
+    pub fn title(self) -> &'static str {
+        crate::conformance::spec::rule(self.code()).map_or("", |r| r.title)
     }
 
     /// The id and its short title, e.g. `TAMP-INV-01 nothing lost`.
-    pub fn id(self) -> &'static str {
-        match self {
-            Rule::NothingLost => "TAMP-INV-01 nothing lost",
-            Rule::ToolExchangesIntact => "TAMP-INV-02 tool exchanges intact",
-            Rule::ProtectedUntouched => {
-                "TAMP-INV-03 system prompt, task and recent messages untouched"
-            }
-            Rule::OrderKept => "TAMP-INV-04 order kept",
-            Rule::NoGrowth => "TAMP-INV-06 no growth",
-        }
+    pub fn id(self) -> String {
+        format!("{} {}", self.code(), self.title())
     }
 }
 
@@ -98,8 +105,8 @@ pub fn check_stage_output(
     pages: &HashMap<String, Vec<Message>>,
 ) -> Result<(), Violation> {
     check_protected(input, output, keep_recent)?;
-    let removed = check_order(input, output)?;
-    check_nothing_lost(input, output, &removed, pages)?;
+    let walk = check_order(input, output)?;
+    check_nothing_lost(input, output, &walk, pages)?;
     check_pairing(output, format)
 }
 
@@ -126,14 +133,17 @@ pub fn stage_violations(
             &repaired
         }
     };
-    let removed = match check_order(input, output) {
-        Ok(removed) => removed,
+    let walk = match check_order(input, output) {
+        Ok(walk) => walk,
         Err(v) => {
             found.push(v);
-            missing_from(input, output)
+            Walk {
+                removed: missing_from(input, output),
+                cleared: Vec::new(),
+            }
         }
     };
-    if let Err(v) = check_nothing_lost(input, output, &removed, pages) {
+    if let Err(v) = check_nothing_lost(input, output, &walk, pages) {
         found.push(v);
     }
     if let Err(v) = check_pairing(output, format) {
@@ -204,15 +214,23 @@ pub fn check_protected(
     Ok(())
 }
 
-/// TAMP-INV-04: walks the output against the input: each output message is either the next
-/// kept input message (in order) or a summary that was not in the input. Returns the indices
-/// of the input messages the output no longer has.
-pub fn check_order(input: &[Message], output: &[Message]) -> Result<Vec<usize>, Violation> {
-    let mut removed: Vec<usize> = Vec::new();
+/// What [`check_order`] found: the input messages the output no longer has, and those it
+/// has cleared in place, each with the page its placeholders name.
+#[derive(Debug, Default)]
+pub struct Walk {
+    pub removed: Vec<usize>,
+    pub cleared: Vec<(usize, String)>,
+}
+
+/// TAMP-INV-04 (and -10): walks the output against the input: each output message is the
+/// next kept input message (in order), a summary that was not in the input, or a clearing of
+/// a later input message that keeps its structure.
+pub fn check_order(input: &[Message], output: &[Message]) -> Result<Walk, Violation> {
+    let mut walk = Walk::default();
     let mut next = 0;
     for (j, message) in output.iter().enumerate() {
         if let Some(offset) = input[next..].iter().position(|m| m == message) {
-            removed.extend(next..next + offset);
+            walk.removed.extend(next..next + offset);
             next += offset + 1;
         // Not after `next`: an input message only if it is one before. A scan, like the one
         // just made after `next`, rather than hashing the whole input for the few new
@@ -224,7 +242,19 @@ pub fn check_order(input: &[Message], output: &[Message]) -> Result<Vec<usize>, 
                     "output message {j} is an input message moved out of its original order"
                 ),
             });
-        } else if message.summary_info().is_none() {
+        } else if message.summary_info().is_some() {
+            // A new summary.
+        } else if let Some(k) =
+            (next..input.len()).find(|&k| clearing_candidate(&input[k], message))
+        {
+            let page = check_clearing(&input[k], message).map_err(|e| Violation {
+                rule: Rule::ClearingKeepsStructure,
+                detail: format!("output message {j}, a clearing of input message {k}: {e}"),
+            })?;
+            walk.removed.extend(next..k);
+            walk.cleared.push((k, page.to_string()));
+            next = k + 1;
+        } else {
             return Err(Violation {
                 rule: Rule::OrderKept,
                 detail: format!(
@@ -233,8 +263,168 @@ pub fn check_order(input: &[Message], output: &[Message]) -> Result<Vec<usize>, 
             });
         }
     }
-    removed.extend(next..input.len());
-    Ok(removed)
+    walk.removed.extend(next..input.len());
+    Ok(walk)
+}
+
+/// Whether `changed`, a message new to the output, looks made from `original` in place (so
+/// that it is judged as a clearing, by TAMP-INV-10, rather than as an invention): the same
+/// role, and either a tool id in common or the same kinds of blocks in the same order.
+fn clearing_candidate(original: &Message, changed: &Message) -> bool {
+    if original.role != changed.role || original.is_summary() {
+        return false;
+    }
+    let ids = |m: &Message| -> Vec<String> {
+        m.tool_use_ids()
+            .chain(m.tool_result_ids())
+            .map(str::to_string)
+            .collect()
+    };
+    let (a, b) = (ids(original), ids(changed));
+    let shares_an_id = a.iter().any(|id| b.contains(id));
+    let same_kinds = original.content.len() == changed.content.len()
+        && original
+            .content
+            .iter()
+            .zip(changed.content.iter())
+            .all(|(x, y)| std::mem::discriminant(x) == std::mem::discriminant(y));
+    (shares_an_id || same_kinds) && !a.is_empty()
+}
+
+/// TAMP-INV-10: whether `cleared` is `original` with some tool results' content or tool
+/// inputs replaced by placeholders, and nothing else changed. Returns the page the new
+/// placeholders name (all name the same one), or what is wrong. That the page holds exactly
+/// `original` is TAMP-INV-01, checked by the caller.
+pub fn check_clearing<'a>(original: &Message, cleared: &'a Message) -> Result<&'a str, String> {
+    if original.role != cleared.role {
+        return Err(format!(
+            "its role changed from {} to {}",
+            original.role.as_str(),
+            cleared.role.as_str()
+        ));
+    }
+    if original.summary != cleared.summary || original.is_summary() {
+        return Err("a summary cannot be cleared".into());
+    }
+    if original.extra_json != cleared.extra_json {
+        return Err("the message's other wire fields changed".into());
+    }
+    if original.content.len() != cleared.content.len() {
+        return Err(format!(
+            "it had {} block(s) and has {}: a clearing keeps every block",
+            original.content.len(),
+            cleared.content.len()
+        ));
+    }
+    let mut page: Option<&str> = None;
+    for (b, (before, after)) in original
+        .content
+        .iter()
+        .zip(cleared.content.iter())
+        .enumerate()
+    {
+        if before == after {
+            continue;
+        }
+        let named = match (before, after) {
+            (
+                ContentBlock::ToolResult {
+                    tool_use_id: id0,
+                    is_error: e0,
+                    extra_json: x0,
+                    ..
+                },
+                ContentBlock::ToolResult {
+                    tool_use_id: id1,
+                    is_error: e1,
+                    extra_json: x1,
+                    content,
+                },
+            ) => {
+                if id0 != id1 {
+                    return Err(format!("block {b}: the tool id changed from {id0} to {id1}"));
+                }
+                if e0 != e1 {
+                    return Err(format!("block {b}: is_error changed"));
+                }
+                if x0 != x1 {
+                    return Err(format!("block {b}: the block's other wire fields changed"));
+                }
+                if cleared_page(before).is_some() {
+                    return Err(format!("block {b} was cleared already: it is cleared once"));
+                }
+                match content.as_slice() {
+                    [ToolResultPart::Text { .. }] => cleared_page(after).ok_or_else(|| {
+                        format!(
+                            "block {b}: the tool result's content was replaced by text that is                              not a placeholder naming a page (sdk::clearing::result_placeholder)"
+                        )
+                    })?,
+                    _ => {
+                        return Err(format!(
+                            "block {b}: the tool result's content changed, but not to one                              placeholder naming a page"
+                        ))
+                    }
+                }
+            }
+            (
+                ContentBlock::ToolUse {
+                    id: id0,
+                    name: n0,
+                    input_json: input0,
+                    extra_json: x0,
+                },
+                ContentBlock::ToolUse {
+                    id: id1,
+                    name: n1,
+                    input_json,
+                    extra_json: x1,
+                },
+            ) => {
+                if id0 != id1 {
+                    return Err(format!("block {b}: the tool id changed from {id0} to {id1}"));
+                }
+                if n0 != n1 {
+                    return Err(format!("block {b}: the tool name changed from {n0} to {n1}"));
+                }
+                if x0 != x1 {
+                    return Err(format!("block {b}: the block's other wire fields changed"));
+                }
+                if parse_input_placeholder(input0).is_some() {
+                    return Err(format!("block {b}'s input was cleared already: it is cleared once"));
+                }
+                parse_input_placeholder(input_json).ok_or_else(|| {
+                    format!(
+                        "block {b}: the tool input was replaced by something that is not the                          placeholder naming a page (sdk::clearing::input_placeholder)"
+                    )
+                })?
+            }
+            _ => {
+                return Err(format!(
+                    "block {b} changed, and only a tool result's content or a tool call's input                      may be cleared (it was {}, it is {})",
+                    block_kind(before),
+                    block_kind(after)
+                ))
+            }
+        };
+        match page {
+            Some(p) if p != named => {
+                return Err(format!(
+                    "its placeholders name two pages, {p} and {named}: one clearing, one page"
+                ))
+            }
+            _ => page = Some(named),
+        }
+    }
+    page.ok_or_else(|| "nothing in it was cleared".to_string())
+}
+
+fn block_kind(block: &ContentBlock) -> &'static str {
+    match block {
+        ContentBlock::Text { .. } => "a text",
+        ContentBlock::ToolUse { .. } => "a tool call",
+        ContentBlock::ToolResult { .. } => "a tool result",
+        ContentBlock::Opaque { .. } => "an opaque block",
+    }
 }
 
 /// Input messages (by index) that the output does not contain, counting duplicates.
@@ -255,13 +445,25 @@ fn missing_from(input: &[Message], output: &[Message]) -> Vec<usize> {
 }
 
 /// TAMP-INV-01: every removed input message (by index) is in a page that a summary in the
-/// output refers to.
+/// output refers to, and every cleared one is, alone, the page its placeholders name.
 pub fn check_nothing_lost(
     input: &[Message],
     output: &[Message],
-    removed: &[usize],
+    walk: &Walk,
     pages: &HashMap<String, Vec<Message>>,
 ) -> Result<(), Violation> {
+    for (i, page) in &walk.cleared {
+        if pages.get(page).map(Vec::as_slice) != Some(std::slice::from_ref(&input[*i])) {
+            return violation(
+                Rule::NothingLost,
+                format!(
+                    "input message {i} was cleared, but page {page}, which its placeholders \
+                     name, does not hold it"
+                ),
+            );
+        }
+    }
+    let removed = &walk.removed;
     let referenced: HashSet<&str> = output
         .iter()
         .filter_map(|m| m.summary_info().map(|s| s.page_ref.as_str()))

@@ -376,11 +376,17 @@ fn render_report(report: &ChainReport) -> String {
             run.stage, run.plugin, run.plugin_version, run.reason
         ));
         if run.status == StageStatus::Acted || run.llm_calls > 0 {
+            let archived = match (run.messages_removed, run.messages_cleared) {
+                (removed, 0) => format!("{removed} message(s) archived"),
+                (0, cleared) => format!("{cleared} message(s) cleared in place"),
+                (removed, cleared) => {
+                    format!("{removed} message(s) archived and {cleared} cleared in place")
+                }
+            };
             out.push_str(&format!(
-                "    {} → {} tokens; {} message(s) archived in {} page(s); {} LLM call(s), {} in / {} out tokens; {:.1} ms\n",
+                "    {} → {} tokens; {archived} in {} page(s); {} LLM call(s), {} in / {} out tokens; {:.1} ms\n",
                 run.tokens_before,
                 run.tokens_after,
-                run.messages_removed,
                 run.pages.len(),
                 run.llm_calls,
                 run.usage.input_tokens,

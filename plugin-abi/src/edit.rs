@@ -49,8 +49,8 @@ impl From<std::ops::Range<usize>> for Span {
 }
 
 /// One change a stage asks for. The enum is non-exhaustive across the boundary
-/// ([`EditFfi`]): a later ABI version may add kinds (tool-result clearing is the next), and a
-/// host refuses, with a clear error, a kind it does not know.
+/// ([`EditFfi`]): a later ABI version may add kinds, and a host refuses, with a clear error,
+/// a kind it does not know.
 #[repr(u8)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 #[sabi(kind(WithNonExhaustive(size = [usize; 32], traits(Debug, Clone, PartialEq))))]
@@ -73,6 +73,14 @@ pub enum Edit {
     /// The pending summary at `index` (one of this strategy's) becomes final: same place,
     /// same page, `text` as its text.
     Finalize { index: u32, text: RString },
+    /// A clearing (TAMP-INV-10): `message` is the message at `index` with some of its tool
+    /// results' content (or tool calls' input) replaced in place by placeholders naming the
+    /// page of the original message, and nothing else changed: same role, same blocks in the
+    /// same order, same tool ids, names and `is_error`. The SDK's `sdk::clearing::Clearing`
+    /// builds it. The host checks the structure and the page the placeholders name (pages
+    /// are content-addressed: it is the page of exactly the original message), archives the
+    /// original under it, and puts `message` in its place.
+    Clear { index: u32, message: Message },
 }
 
 /// An [`Edit`] as it crosses the boundary.
@@ -131,16 +139,24 @@ impl Edit {
         }
     }
 
+    /// Put `message`, a clearing of the message at `index`, in its place.
+    pub fn clear(index: usize, message: Message) -> Edit {
+        Edit::Clear {
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+            message,
+        }
+    }
+
     /// Wraps the edit for the boundary.
     pub fn into_ffi(self) -> EditFfi {
         NonExhaustive::new(self)
     }
 
-    /// The messages the edit replaces (a `Finalize` replaces its one message).
+    /// The messages the edit replaces (a `Finalize` or a `Clear` replaces its one message).
     pub fn span(&self) -> Span {
         match self {
             Edit::Summarize { span, .. } | Edit::Replace { span, .. } => *span,
-            Edit::Finalize { index, .. } => Span {
+            Edit::Finalize { index, .. } | Edit::Clear { index, .. } => Span {
                 start: *index,
                 end: index.saturating_add(1),
             },

@@ -1,8 +1,15 @@
-//! Pages: immutable archives of the original messages a stage replaced.
+//! Pages: immutable archives of the original messages a stage replaced, and how a page is
+//! named.
+//!
+//! A page's id is its content address, made here rather than in the host because both sides
+//! name pages: a `Replace` edit names the page its span makes, and a clearing's placeholder
+//! names the page of the message it cleared before the host has archived it. Changing how ids
+//! are made is therefore an ABI change, and the loader's version check covers it.
 
 use abi_stable::std_types::{ROption, RString, RVec};
 use abi_stable::StableAbi;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::conversation::Message;
 
@@ -30,4 +37,52 @@ pub struct Page {
     pub metadata_json: RString,
     /// Seconds since the Unix epoch when the page was first written.
     pub created_at: u64,
+}
+
+/// Length of the hex digest in a page id: 32 hex characters, the first 128 bits of SHA-256.
+pub const PAGE_ID_HEX_LEN: usize = 32;
+
+/// The content address of `messages`: `pg_` + the first 32 hex characters of the SHA-256 of
+/// their canonical JSON ([`canonical_json`]). The same messages always make the same id.
+pub fn page_id(messages: &[Message]) -> String {
+    page_id_of_json(&canonical_json(messages))
+}
+
+/// The canonical JSON of a page's messages (`serde_json::to_vec` of the slice): what
+/// [`page_id`] hashes and what stores keep.
+pub fn canonical_json(messages: &[Message]) -> Vec<u8> {
+    // Serializing plain data types to a Vec cannot fail: every map key is a string.
+    serde_json::to_vec(messages).expect("messages serialize to JSON")
+}
+
+/// The id of a page whose canonical JSON is `json`.
+pub fn page_id_of_json(json: &[u8]) -> String {
+    let digest = Sha256::digest(json);
+    let mut id = String::with_capacity(3 + PAGE_ID_HEX_LEN);
+    id.push_str("pg_");
+    id.push_str(&hex::encode(&digest[..PAGE_ID_HEX_LEN / 2]));
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::Role;
+
+    #[test]
+    fn page_id_is_prefixed_hex_and_content_addressed() {
+        let a = vec![Message::text(Role::User, "hello")];
+        let b = vec![Message::text(Role::User, "hello!")];
+        let id = page_id(&a);
+        assert!(id.starts_with("pg_"));
+        assert_eq!(id.len(), 3 + PAGE_ID_HEX_LEN);
+        assert!(id[3..]
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(id, page_id(&a.clone()));
+        assert_ne!(id, page_id(&b));
+        // The documented form, pinned: stores and built plugins depend on it.
+        assert_eq!(page_id_of_json(b"[]"), page_id(&[]));
+        assert_eq!(page_id(&[]), "pg_4f53cda18c2baa0c0354bb5f9a3ecbe5");
+    }
 }

@@ -5,6 +5,7 @@
 //! messages, Anthropic ones `user` blocks), written to that format's JSON and read back, so
 //! the plugin sees exactly what a real caller's request would give it.
 
+use tamp_plugin_api::sdk::clearing::Clearing;
 use tamp_plugin_api::sdk::{summary_message, units};
 use tamp_plugin_api::{ContentBlock, Message, Role, SummaryStatus, ToolResultPart};
 
@@ -311,7 +312,14 @@ impl Gen {
             });
             ids.push(id);
         }
-        out.push(Message::new(Role::Assistant, blocks));
+        let mut call = Message::new(Role::Assistant, blocks);
+        // Some exchanges were cleared by an earlier stage: their outputs (and now and then the
+        // call's inputs) are placeholders naming pages in the store.
+        let cleared_earlier = self.rng.chance(15);
+        if cleared_earlier && self.rng.chance(30) {
+            call = self.cleared(call);
+        }
+        out.push(call);
         let results: Vec<ContentBlock> = ids
             .iter()
             .map(|id| ContentBlock::ToolResult {
@@ -324,14 +332,30 @@ impl Gen {
                 extra_json: Default::default(),
             })
             .collect();
-        match self.format {
-            WireFormat::Anthropic => out.push(Message::new(Role::User, results)),
-            WireFormat::OpenAi => out.extend(
-                results
-                    .into_iter()
-                    .map(|r| Message::new(Role::Tool, vec![r])),
-            ),
+        let messages = match self.format {
+            WireFormat::Anthropic => vec![Message::new(Role::User, results)],
+            WireFormat::OpenAi => results
+                .into_iter()
+                .map(|r| Message::new(Role::Tool, vec![r]))
+                .collect(),
+        };
+        for m in messages {
+            let m = if cleared_earlier { self.cleared(m) } else { m };
+            out.push(m);
         }
+    }
+
+    /// `message` with every tool result and tool input in it cleared, its original put among
+    /// the prior pages.
+    fn cleared(&mut self, message: Message) -> Message {
+        let mut clearing = Clearing::new(&message, 0);
+        for b in 0..message.content.len() {
+            clearing.clear_result(b, "Output cleared by an earlier stage.");
+            clearing.clear_input(b);
+        }
+        let cleared = clearing.message().clone();
+        self.prior_pages.push(vec![message]);
+        cleared
     }
 
     fn prior_summary(&mut self, out: &mut Vec<Message>) {

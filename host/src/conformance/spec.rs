@@ -54,7 +54,10 @@ pub const RULES: &[RuleSpec] = &[
         "TAMP-INV-03",
         "system prompt, task and recent messages untouched",
     ),
-    must("TAMP-INV-04", "order kept, nothing new but summaries"),
+    must(
+        "TAMP-INV-04",
+        "order kept, nothing new but summaries and clearings",
+    ),
     must(
         "TAMP-INV-05",
         "failure-atomic on LLM errors and garbage answers",
@@ -70,6 +73,7 @@ pub const RULES: &[RuleSpec] = &[
         "TAMP-INV-09",
         "LLM output bounded before it enters the conversation",
     ),
+    must("TAMP-INV-10", "clearing keeps the structure"),
     must("TAMP-ERR-01", "errors are returned, never panics"),
     must("TAMP-EDGE-01", "empty conversation"),
     must("TAMP-EDGE-02", "a 5 MB message"),
@@ -102,7 +106,9 @@ mod tests {
             Rule::ProtectedUntouched,
             Rule::OrderKept,
             Rule::NoGrowth,
+            Rule::ClearingKeepsStructure,
         ] {
+            assert!(!r.title().is_empty(), "{}", r.code());
             assert!(rule(r.code()).is_some(), "{}", r.code());
         }
     }

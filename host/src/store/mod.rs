@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use tamp_plugin_api::{Message, Page, PageDraft};
 
 pub mod cache;
@@ -357,28 +356,9 @@ pub(crate) fn decode_page_messages(id: &str, messages_json: &str) -> Result<Vec<
     serde_json::from_str(messages_json).map_err(|e| format!("its messages do not parse: {e}"))
 }
 
-/// Length of the hex digest in a page id: 32 hex characters, the first 128 bits of SHA-256.
-pub const PAGE_ID_HEX_LEN: usize = 32;
-
-/// The content address of `messages`: `pg_` + the first 32 hex characters of the SHA-256 of
-/// their canonical JSON (`serde_json::to_vec` of the slice).
-pub fn page_id(messages: &[Message]) -> String {
-    page_id_of_json(&canonical_json(messages))
-}
-
-/// The canonical JSON of a page's messages: what [`page_id`] hashes and what stores keep.
-pub(crate) fn canonical_json(messages: &[Message]) -> Vec<u8> {
-    // Serializing plain data types to a Vec cannot fail: every map key is a string.
-    serde_json::to_vec(messages).expect("messages serialize to JSON")
-}
-
-pub(crate) fn page_id_of_json(json: &[u8]) -> String {
-    let digest = Sha256::digest(json);
-    let mut id = String::with_capacity(3 + PAGE_ID_HEX_LEN);
-    id.push_str("pg_");
-    id.push_str(&hex::encode(&digest[..PAGE_ID_HEX_LEN / 2]));
-    id
-}
+// Page ids are made by the ABI crate: plugins name pages too (a clearing's placeholder, a
+// `Replace`), so host and plugin must agree on them.
+pub use tamp_plugin_api::page::{canonical_json, page_id, page_id_of_json, PAGE_ID_HEX_LEN};
 
 #[cfg(test)]
 mod tests {
@@ -386,21 +366,8 @@ mod tests {
     use tamp_plugin_api::Role;
 
     #[test]
-    fn page_id_is_prefixed_hex_and_content_addressed() {
-        let a = vec![Message::text(Role::User, "hello")];
-        let b = vec![Message::text(Role::User, "hello!")];
-        let id = page_id(&a);
-        assert!(id.starts_with("pg_"));
-        assert_eq!(id.len(), 3 + PAGE_ID_HEX_LEN);
-        assert!(id[3..]
-            .chars()
-            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        assert_eq!(id, page_id(&a.clone()));
-        assert_ne!(id, page_id(&b));
-    }
-
-    #[test]
     fn page_id_matches_sha256_of_serde_json() {
+        use sha2::{Digest, Sha256};
         let messages = vec![Message::text(Role::Assistant, "x")];
         let json = serde_json::to_vec(&messages).unwrap();
         let full = hex::encode(Sha256::digest(&json));

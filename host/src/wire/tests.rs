@@ -1292,3 +1292,57 @@ fn a_known_key_given_twice_is_refused_and_an_unknown_one_kept() {
     let written = to_string(&conversation, format);
     assert_eq!(written, kept);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Clearings
+
+/// Every tool result and tool input of every corpus conversation cleared: in both formats the
+/// cleared conversation is a valid request, reads back as the same conversation (from text and
+/// from a JSON value), and every placeholder is still recognized, naming its original's page.
+#[test]
+fn cleared_blocks_survive_a_round_trip_in_both_formats() {
+    use crate::plugin_api::page::page_id;
+    use crate::plugin_api::sdk::clearing::{cleared_page, Clearing};
+    for name in CORPUS {
+        for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
+            let (mut conversation, _) =
+                parse_str(&corpus_text(format, name), Some(format)).unwrap();
+            let mut cleared = 0;
+            for (i, message) in conversation.messages.iter_mut().enumerate() {
+                let mut clearing = Clearing::new(message, i);
+                for b in 0..message.content.len() {
+                    clearing.clear_result(b, "Output cleared (1,234 tokens).");
+                    clearing.clear_input(b);
+                }
+                if clearing.cleared() > 0 {
+                    cleared += clearing.cleared();
+                    assert_eq!(clearing.page(), page_id(std::slice::from_ref(message)));
+                    *message = clearing.message().clone();
+                }
+            }
+            assert!(cleared > 0, "{name} {format}: has tool blocks");
+            check_tool_pairing(&conversation.messages, format).unwrap();
+            let text = to_string(&conversation, format);
+            let (back, read_as) = parse_str(&text, None).unwrap();
+            assert_eq!(read_as, format, "{name}: still detected as {format}");
+            assert_eq!(back, conversation, "{name} {format}: read back unchanged");
+            assert_eq!(
+                to_string(&back, format),
+                text,
+                "{name} {format}: byte for byte"
+            );
+            let (from_value, _) = parse_value(serde_json::from_str(&text).unwrap(), None).unwrap();
+            assert_eq!(
+                from_value, conversation,
+                "{name} {format}: from a JSON value"
+            );
+            let recognized: usize = back
+                .messages
+                .iter()
+                .flat_map(|m| m.content.iter())
+                .filter(|b| cleared_page(b).is_some())
+                .count();
+            assert_eq!(recognized, cleared, "{name} {format}");
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
-//! parts of a conversation, summary messages, prompt rendering, summary lengths ([`length`]), and reuse of cached summaries
-//! ([`incremental`]).
+//! parts of a conversation, summary messages, clearings ([`clearing`]), prompt rendering,
+//! summary lengths ([`length`]), and reuse of cached summaries ([`incremental`]).
 
 pub mod chunk;
+pub mod clearing;
 pub mod exchanges;
 pub mod groups;
 pub mod incremental;
