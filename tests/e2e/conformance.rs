@@ -14,7 +14,7 @@ use tamp_host::conformance::{KitReport, Status};
 /// they could break by accident are all here, and the run stays short.
 const ALL_BUT_SLOW: &str = "TAMP-META-01,TAMP-CFG-01,TAMP-CFG-02,TAMP-INV-01,TAMP-INV-02,\
     TAMP-INV-03,TAMP-INV-04,TAMP-INV-05,TAMP-INV-06,TAMP-INV-07,TAMP-INV-09,TAMP-ERR-01,\
-    TAMP-EDGE-01,TAMP-EDGE-03,TAMP-CONC-01";
+    TAMP-EDGE-01,TAMP-EDGE-03,TAMP-CONC-01,TAMP-INV-10";
 
 /// Runs `tamp conformance` with `args` after the plugin; returns the exit code and stdout.
 fn kit(plugin: &Path, args: &[&str]) -> (i32, String) {
@@ -45,6 +45,7 @@ fn shipped_plugins_and_the_template_conform() {
         "tamp_map_reduce_adaptive",
         "tamp_anchored_structured",
         "tamp_batch_deferred",
+        "tamp_tool_result_clearing",
         "tamp_custom_strategy",
     ] {
         // Default checks; a generous time limit, since the 5 MB message takes seconds in a
@@ -86,6 +87,12 @@ fn each_broken_variant_fails_exactly_the_rule_it_breaks() {
         "TAMP-INV-03",
         "TAMP-INV-04",
         "TAMP-INV-06",
+        // Broken clearings, by the rule before the colon.
+        "TAMP-INV-10:no-page",
+        "TAMP-INV-10:tool-id",
+        "TAMP-INV-10:dropped-block",
+        "TAMP-INV-01:clearing",
+        "TAMP-INV-03:clearing",
     ];
     let other_breaks = [
         "TAMP-CFG-02",
@@ -103,17 +110,18 @@ fn each_broken_variant_fails_exactly_the_rule_it_breaks() {
         "{}",
         report.to_text()
     );
-    for rule in invariant_breaks.iter().chain(&other_breaks) {
-        let config = format!("{{\"break\": \"{rule}\"}}");
+    for breaks in invariant_breaks.iter().chain(&other_breaks) {
+        let config = format!("{{\"break\": \"{breaks}\"}}");
+        let rule = &breaks.split(':').next().unwrap();
         let (code, report) = kit_json(
             &breaker,
             &["--config", &config, "--only", ALL_BUT_SLOW, "--cases", "3"],
         );
-        assert_eq!(code, 1, "{rule}: {}", report.to_text());
+        assert_eq!(code, 1, "{breaks}: {}", report.to_text());
         assert_eq!(report.failed_rules(), [*rule], "{}", report.to_text());
         let finding = &report.rule(rule).unwrap().findings[0];
         assert_eq!(finding.rule, *rule);
-        if invariant_breaks.contains(rule) {
+        if invariant_breaks.contains(breaks) {
             // The rule's id and the message at fault, what the plugin returned, and the
             // smallest failing conversation, which is a valid request in its wire format.
             assert!(finding.message.starts_with(rule), "{finding:?}");

@@ -29,6 +29,7 @@ const PACKAGES: &[&str] = &[
     "tamp-map-reduce-adaptive",
     "tamp-anchored-structured",
     "tamp-batch-deferred",
+    "tamp-tool-result-clearing",
     "tamp-custom-strategy",
     "tamp-test-misbehaving",
     "tamp-test-not-a-plugin",

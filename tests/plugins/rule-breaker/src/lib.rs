@@ -18,6 +18,11 @@
 //! | `TAMP-INV-09` | puts the LLM's answer into the conversation uncapped |
 //! | `TAMP-EDGE-03` | cuts a preview of the first replaced text at a byte index |
 //! | `TAMP-CONC-01` | keeps the conversation in instance state across an await |
+//! | `TAMP-INV-10:no-page` | clears a tool result to a placeholder that names no page |
+//! | `TAMP-INV-10:tool-id` | clears a tool result and changes its tool id |
+//! | `TAMP-INV-10:dropped-block` | clears a tool message and drops its last block |
+//! | `TAMP-INV-01:clearing` | clears a tool result to a placeholder naming another page |
+//! | `TAMP-INV-03:clearing` | clears the last tool message, inside the protected tail |
 //! | `abort` | aborts the process in `compact` |
 //! | `hang` | blocks its thread forever in `compact` (not even the host's timeout fires) |
 
@@ -25,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::sdk::clearing::{self, Clearing};
 use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
 
 const BREAKS: &[&str] = &[
@@ -39,6 +45,11 @@ const BREAKS: &[&str] = &[
     "TAMP-INV-09",
     "TAMP-EDGE-03",
     "TAMP-CONC-01",
+    "TAMP-INV-10:no-page",
+    "TAMP-INV-10:tool-id",
+    "TAMP-INV-10:dropped-block",
+    "TAMP-INV-01:clearing",
+    "TAMP-INV-03:clearing",
     "abort",
     "hang",
 ];
@@ -119,6 +130,9 @@ impl Strategy for RuleBreaker {
         }
         let mut messages = conversation.messages.to_vec();
         let range = sdk::compactable_range(&messages, budget.keep_recent as usize);
+        if self.breaks.contains(":") {
+            return Ok(bad_clearing(&messages, range, self.breaks));
+        }
         let candidates: Vec<Unit> = sdk::units(&messages)
             .into_iter()
             .filter(|u| {
@@ -226,6 +240,82 @@ impl Strategy for RuleBreaker {
         let report = StageReport::acted(format!("summarized {} message(s)", run.len()));
         Ok(CompactOutcome::with_edits(edits, report))
     }
+}
+
+/// A clearing broken as `breaks` says: of the first tool message in `range` (or, for the
+/// protected tail, of the last tool message of all).
+fn bad_clearing(
+    messages: &[Message],
+    range: std::ops::Range<usize>,
+    breaks: &str,
+) -> CompactOutcome {
+    let has_tool_blocks =
+        |m: &Message| m.tool_result_ids().next().is_some() || m.tool_use_ids().next().is_some();
+    let target = if breaks == "TAMP-INV-03:clearing" {
+        messages.iter().rposition(has_tool_blocks)
+    } else {
+        (range.start..range.end).find(|&i| {
+            has_tool_blocks(&messages[i]) && !messages[i].content.iter().any(clearing::is_cleared)
+        })
+    };
+    let Some(index) = target else {
+        return CompactOutcome::unchanged("no tool message to clear");
+    };
+    let original = &messages[index];
+    let mut cleared = Clearing::new(original, index);
+    for b in 0..original.content.len() {
+        cleared.clear_result(b, "Output cleared.");
+        cleared.clear_input(b);
+    }
+    let mut message = cleared.message().clone();
+    let changed: Vec<usize> = (0..message.content.len())
+        .filter(|&b| message.content[b] != original.content[b])
+        .collect();
+    let elsewhere = tamp_plugin_api::page::page_id(&messages[..index]);
+    for (n, &b) in changed.iter().enumerate() {
+        match (breaks, &mut message.content[b]) {
+            ("TAMP-INV-10:no-page", ContentBlock::ToolResult { content, .. }) if n == 0 => {
+                *content = vec![ToolResultPart::Text {
+                    text: "[output cleared]".into(),
+                }]
+                .into();
+            }
+            ("TAMP-INV-10:no-page", ContentBlock::ToolUse { input_json, .. }) if n == 0 => {
+                *input_json = "{}".into();
+            }
+            (
+                "TAMP-INV-10:tool-id",
+                ContentBlock::ToolResult {
+                    tool_use_id: id, ..
+                },
+            )
+            | ("TAMP-INV-10:tool-id", ContentBlock::ToolUse { id, .. })
+                if n == 0 =>
+            {
+                *id = format!("{id}_changed").into();
+            }
+            // Every placeholder names the same page, but not the original's.
+            ("TAMP-INV-01:clearing", ContentBlock::ToolResult { content, .. }) => {
+                *content = vec![ToolResultPart::Text {
+                    text: clearing::result_placeholder(&elsewhere, "Output cleared.").into(),
+                }]
+                .into();
+            }
+            ("TAMP-INV-01:clearing", ContentBlock::ToolUse { input_json, .. }) => {
+                *input_json = clearing::input_placeholder(&elsewhere).into();
+            }
+            _ => {}
+        }
+    }
+    if breaks == "TAMP-INV-10:dropped-block" {
+        let mut blocks = message.content.to_vec();
+        blocks.pop();
+        message.content = blocks.into();
+    }
+    CompactOutcome::with_edits(
+        vec![Edit::clear(index, message)],
+        StageReport::acted(format!("cleared messages[{index}]")),
+    )
 }
 
 /// Whether a summary of `text` would cost more than `tokens`.

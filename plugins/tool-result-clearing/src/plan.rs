@@ -1,0 +1,368 @@
+//! What to clear: a pure decision over the conversation, so it is tested without a host.
+//!
+//! Eligible are the tool results inside the compactable range that belong to none of the
+//! `keep` most recent tool uses, whose tool is not excluded, that are not cleared already and
+//! that hold at least `min_result_tokens` (and, with `clear_tool_inputs`, the inputs of those
+//! calls). All of them are cleared at once, or none when together they free less than
+//! `clear_at_least`. Since the eligible set only grows at its newer end as a conversation
+//! grows, and a message is always cleared the same way (its placeholders name its own
+//! content address), what was cleared once stays cleared byte for byte: the prefix before the
+//! oldest newly cleared result is unchanged.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+
+use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::sdk::clearing::{self, Clearing};
+
+use crate::config::Config;
+
+/// How the decision counts tokens (the host's tokenizer, in the plugin).
+pub trait Tokens {
+    /// Tokens of one whole message (the host memoizes these).
+    fn message(&self, message: &Message) -> u64;
+    fn text(&self, text: &str) -> u64;
+}
+
+/// One block to clear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub index: usize,
+    pub block: usize,
+    /// The tool's name ("" when its call is not in the conversation).
+    pub tool: String,
+    /// A tool result (else the call's input).
+    pub result: bool,
+    /// The block's tokens as it is.
+    pub tokens: u64,
+}
+
+/// What the stage will do.
+#[derive(Debug)]
+pub enum Decision {
+    /// Nothing, and why.
+    Leave(String),
+    /// These clearings, one per message, and the tokens they free in all.
+    Clear {
+        clearings: Vec<Clearing>,
+        freed: u64,
+        results: usize,
+        inputs: usize,
+    },
+}
+
+/// The calls of the conversation: id → (message, block, tool name), and the ids of the `keep`
+/// most recent.
+fn calls(
+    messages: &[Message],
+    keep: usize,
+) -> (HashMap<&str, (usize, usize, &str)>, HashSet<&str>) {
+    let mut by_id = HashMap::new();
+    let mut order = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        for (b, block) in m.content.iter().enumerate() {
+            if let ContentBlock::ToolUse { id, name, .. } = block {
+                by_id.insert(id.as_str(), (i, b, name.as_str()));
+                order.push(id.as_str());
+            }
+        }
+    }
+    let kept = order.iter().rev().take(keep).copied().collect();
+    (by_id, kept)
+}
+
+/// The tokens of block `b` of `m`: the whole message's (memoized by the host) when it is the
+/// only block, which is the common case; else its own text's.
+fn block_tokens(m: &Message, b: usize, tokens: &dyn Tokens) -> u64 {
+    if m.content.len() == 1 {
+        return tokens.message(m);
+    }
+    match &m.content[b] {
+        ContentBlock::ToolResult { content, .. } => content
+            .iter()
+            .map(|part| match part {
+                ToolResultPart::Text { text } => tokens.text(text),
+                ToolResultPart::Opaque { json } => tokens.text(json),
+            })
+            .sum(),
+        ContentBlock::ToolUse { input_json, .. } => tokens.text(input_json),
+        _ => 0,
+    }
+}
+
+/// Decides what to clear in `messages`, whose compactable range is `range`.
+pub fn decide(
+    messages: &[Message],
+    range: Range<usize>,
+    config: &Config,
+    tokens: &dyn Tokens,
+) -> Result<Decision, PluginError> {
+    let (calls, kept) = calls(messages, config.keep);
+    let mut targets: Vec<Target> = Vec::new();
+    let mut inputs: Vec<Target> = Vec::new();
+    for i in range.clone() {
+        let m = &messages[i];
+        for (b, block) in m.content.iter().enumerate() {
+            let ContentBlock::ToolResult { tool_use_id, .. } = block else {
+                continue;
+            };
+            let id = tool_use_id.as_str();
+            let call = calls.get(id);
+            let tool = call.map_or("", |c| c.2);
+            if kept.contains(id)
+                || config.exclude_tools.iter().any(|t| t == tool)
+                || clearing::is_cleared(block)
+            {
+                continue;
+            }
+            let size = block_tokens(m, b, tokens);
+            if size < config.min_result_tokens {
+                continue;
+            }
+            targets.push(Target {
+                index: i,
+                block: b,
+                tool: tool.to_string(),
+                result: true,
+                tokens: size,
+            });
+            if let Some(&(ci, cb, _)) = call.filter(|_| config.clear_tool_inputs) {
+                let call_block = &messages[ci].content[cb];
+                if range.contains(&ci) && !clearing::is_cleared(call_block) {
+                    let size = block_tokens(&messages[ci], cb, tokens);
+                    inputs.push(Target {
+                        index: ci,
+                        block: cb,
+                        tool: tool.to_string(),
+                        result: false,
+                        tokens: size,
+                    });
+                }
+            }
+        }
+    }
+    if targets.is_empty() {
+        return Ok(Decision::Leave(format!(
+            "no tool result to clear (the {} most recent tool uses are kept; results under {} \
+             tokens, excluded tools and cleared ones are left)",
+            config.keep, config.min_result_tokens
+        )));
+    }
+    let (results, input_count) = (targets.len(), inputs.len());
+    targets.extend(inputs);
+
+    // One clearing per message, oldest first; each block's gain is what it frees once its
+    // placeholder is in.
+    let mut by_message: BTreeMap<usize, Clearing> = BTreeMap::new();
+    let mut freed = 0u64;
+    for t in &targets {
+        let clearing = by_message
+            .entry(t.index)
+            .or_insert_with(|| Clearing::new(&messages[t.index], t.index));
+        let page = clearing.page().to_string();
+        let placeholder = if t.result {
+            let note = config.note(&t.tool, t.tokens, &page)?;
+            clearing.clear_result(t.block, &note);
+            clearing::result_placeholder(&page, &note)
+        } else {
+            clearing.clear_input(t.block);
+            clearing::input_placeholder(&page)
+        };
+        freed += t.tokens.saturating_sub(tokens.text(&placeholder));
+    }
+    if freed < config.clear_at_least {
+        return Ok(Decision::Leave(format!(
+            "clearing {results} tool result(s) would free about {freed} tokens, less than \
+             clear_at_least ({})",
+            config.clear_at_least
+        )));
+    }
+    Ok(Decision::Clear {
+        clearings: by_message.into_values().collect(),
+        freed,
+        results,
+        inputs: input_count,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A word per token, and a message is its blocks' words plus 3.
+    struct Words;
+    impl Tokens for Words {
+        fn message(&self, m: &Message) -> u64 {
+            3 + m
+                .content
+                .iter()
+                .map(|b| match b {
+                    ContentBlock::Text { text, .. } => self.text(text),
+                    ContentBlock::ToolUse { input_json, .. } => self.text(input_json),
+                    ContentBlock::ToolResult { content, .. } => content
+                        .iter()
+                        .map(|p| match p {
+                            ToolResultPart::Text { text } => self.text(text),
+                            ToolResultPart::Opaque { json } => self.text(json),
+                        })
+                        .sum(),
+                    ContentBlock::Opaque { json } => self.text(json),
+                })
+                .sum::<u64>()
+        }
+        fn text(&self, text: &str) -> u64 {
+            text.split_whitespace().count() as u64
+        }
+    }
+
+    fn call(id: &str, tool: &str) -> Message {
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: id.into(),
+                name: tool.into(),
+                input_json: format!("{{\"cmd\": \"{}\"}}", "word ".repeat(30)).into(),
+                extra_json: Default::default(),
+            }],
+        )
+    }
+
+    fn result(id: &str, words: usize) -> Message {
+        Message::new(
+            Role::Tool,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: id.into(),
+                content: vec![ToolResultPart::Text {
+                    text: "out ".repeat(words).into(),
+                }]
+                .into(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        )
+    }
+
+    /// System, task, then `n` exchanges of `words`-word results (tool `bash`, the third `memory`).
+    fn session(n: usize, words: usize) -> Vec<Message> {
+        let mut m = vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "task"),
+        ];
+        for k in 0..n {
+            let id = format!("c{k}");
+            m.push(call(&id, if k == 2 { "memory" } else { "bash" }));
+            m.push(result(&id, words));
+        }
+        m
+    }
+
+    fn cleared(decision: Decision) -> Vec<(usize, Message)> {
+        match decision {
+            Decision::Clear { clearings, .. } => clearings
+                .into_iter()
+                .map(|c| (c.index(), c.message().clone()))
+                .collect(),
+            Decision::Leave(why) => panic!("left: {why}"),
+        }
+    }
+
+    #[test]
+    fn old_results_are_cleared_except_the_kept_and_excluded_ones() {
+        let m = session(8, 200);
+        let config = Config {
+            exclude_tools: vec!["memory".into()],
+            ..Config::default()
+        };
+        let done = cleared(decide(&m, 2..m.len(), &config, &Words).unwrap());
+        // 8 results at 3, 5, ..., 17: the last 3 kept, c2 (memory) excluded.
+        let indices: Vec<usize> = done.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indices, [3, 5, 9, 11]);
+        for (i, message) in &done {
+            assert_eq!(
+                message.tool_result_ids().collect::<Vec<_>>(),
+                m[*i].tool_result_ids().collect::<Vec<_>>()
+            );
+            assert!(clearing::is_cleared(&message.content[0]));
+            let ContentBlock::ToolResult { content, .. } = &message.content[0] else {
+                panic!()
+            };
+            let ToolResultPart::Text { text } = &content[0] else {
+                panic!()
+            };
+            assert!(
+                text.contains("Output of bash cleared to save context (203 tokens)."),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn small_results_the_protected_tail_and_clear_at_least_hold_it_back() {
+        let m = session(8, 50);
+        let leave = decide(&m, 2..m.len(), &Config::default(), &Words).unwrap();
+        assert!(
+            matches!(leave, Decision::Leave(ref why) if why.contains("no tool result")),
+            "{leave:?}"
+        );
+        let m = session(8, 200);
+        // Only messages before 7 are compactable: results 3 and 5.
+        let done = cleared(decide(&m, 2..7, &Config::default(), &Words).unwrap());
+        assert_eq!(done.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [3, 5]);
+        let config = Config {
+            clear_at_least: 10_000,
+            ..Config::default()
+        };
+        let leave = decide(&m, 2..m.len(), &config, &Words).unwrap();
+        assert!(
+            matches!(leave, Decision::Leave(ref why) if why.contains("clear_at_least")),
+            "{leave:?}"
+        );
+    }
+
+    #[test]
+    fn inputs_are_cleared_when_asked_and_nothing_twice() {
+        let m = session(6, 200);
+        let config = Config {
+            clear_tool_inputs: true,
+            keep: 1,
+            ..Config::default()
+        };
+        let Decision::Clear {
+            results, inputs, ..
+        } = decide(&m, 2..m.len(), &config, &Words).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((results, inputs), (5, 5));
+        let mut once = m.clone();
+        for (i, message) in cleared(decide(&m, 2..m.len(), &config, &Words).unwrap()) {
+            once[i] = message;
+        }
+        assert!(
+            clearing::is_cleared(&once[2].content[0]),
+            "the first call's input"
+        );
+        let again = decide(&once, 2..once.len(), &config, &Words).unwrap();
+        assert!(matches!(again, Decision::Leave(_)), "{again:?}");
+        // Grown by two exchanges: only what aged is cleared, and the rest stays byte for byte.
+        let mut grown = once.clone();
+        grown.extend(session(8, 200).split_off(14));
+        let done = cleared(decide(&grown, 2..grown.len(), &config, &Words).unwrap());
+        assert_eq!(
+            done.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [12, 13, 14, 15]
+        );
+        let mut direct = m.clone();
+        direct.extend(session(8, 200).split_off(14));
+        for (i, message) in cleared(decide(&direct, 2..direct.len(), &config, &Words).unwrap()) {
+            direct[i] = message;
+        }
+        for (i, message) in done {
+            grown[i] = message;
+        }
+        assert_eq!(
+            grown, direct,
+            "cleared step by step or at once, the same bytes"
+        );
+    }
+}
