@@ -148,7 +148,10 @@ fn corpus_tool_outputs_are_cleared_in_place_and_each_original_is_in_its_page() {
             assert_wire_round_trip(&out.conversation, format, &ctx);
         }
     }
-    assert!(cleared_in_all > 20, "the corpus had tool output to clear: {cleared_in_all}");
+    assert!(
+        cleared_in_all > 20,
+        "the corpus had tool output to clear: {cleared_in_all}"
+    );
 }
 
 #[test]

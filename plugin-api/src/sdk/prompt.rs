@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use crate::conversation::{ContentBlock, Message, ToolResultPart};
 use crate::error::PluginError;
+use crate::sdk::clearing;
 use crate::sdk::summary::cap_chars;
 
 /// How [`render_messages`] renders.
@@ -59,7 +60,13 @@ pub fn render_messages(messages: &[Message], opts: &RenderOptions) -> String {
                     ..
                 } => {
                     tool_names.insert(id.as_str(), name.as_str());
-                    let _ = writeln!(out, "{role} called {name}({})", cap(input_json, opts));
+                    // A cleared input or output is shown as such, not as its placeholder: the
+                    // page id in it means nothing to a summarizer and costs it tokens.
+                    let input = match clearing::parse_input_placeholder(input_json) {
+                        Some(_) => "[input cleared]".to_string(),
+                        None => cap(input_json, opts),
+                    };
+                    let _ = writeln!(out, "{role} called {name}({input})");
                 }
                 ContentBlock::ToolResult {
                     tool_use_id,
@@ -72,6 +79,10 @@ pub fn render_messages(messages: &[Message], opts: &RenderOptions) -> String {
                         .copied()
                         .unwrap_or("tool");
                     let verb = if *is_error { "failed" } else { "returned" };
+                    if clearing::is_cleared(block) {
+                        let _ = writeln!(out, "{name} {verb}: [output cleared]");
+                        continue;
+                    }
                     let _ = writeln!(out, "{name} {verb}: {}", cap(&result_text(content), opts));
                 }
                 ContentBlock::Opaque { .. } => {
@@ -245,6 +256,18 @@ mod tests {
         assert_eq!(
             text,
             "user: list files\nassistant called ls({\"dir\":\"/\"})\nls failed: etc usr\n"
+        );
+        // Cleared, the call and its output are said to be cleared, without the placeholders.
+        let mut cleared = msgs.clone();
+        for i in 1..3 {
+            let mut c = crate::sdk::clearing::Clearing::new(&msgs[i], i);
+            c.clear_input(0);
+            c.clear_result(0, "Output of ls cleared.");
+            cleared[i] = c.message().clone();
+        }
+        assert_eq!(
+            render_messages(&cleared, &RenderOptions::default()),
+            "user: list files\nassistant called ls([input cleared])\nls failed: [output cleared]\n"
         );
     }
     #[test]

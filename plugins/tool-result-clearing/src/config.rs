@@ -47,7 +47,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             keep: 3,
-            clear_at_least: 0,
+            clear_at_least: 2_000,
             exclude_tools: Vec::new(),
             clear_tool_inputs: false,
             min_result_tokens: 100,

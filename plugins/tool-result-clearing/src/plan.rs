@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 
+use tamp_plugin_api::page::PAGE_ID_HEX_LEN;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::clearing::{self, Clearing};
 
@@ -148,27 +149,54 @@ pub fn decide(
             config.keep, config.min_result_tokens
         )));
     }
-    let (results, input_count) = (targets.len(), inputs.len());
     targets.extend(inputs);
 
-    // One clearing per message, oldest first; each block's gain is what it frees once its
-    // placeholder is in.
+    // A placeholder's size, counted once per tool (with the widest number and a page id's
+    // length), not once per block: the tokenizer is the costly part of a first compaction that
+    // clears hundreds of outputs. A block no larger than its placeholder is left alone.
+    let sample_page = format!("pg_{}", "0".repeat(PAGE_ID_HEX_LEN));
+    let mut sizes: HashMap<(String, bool), u64> = HashMap::new();
+    let mut worth: Vec<(&Target, u64)> = Vec::with_capacity(targets.len());
+    for t in &targets {
+        let key = (t.tool.clone(), t.result);
+        let size = match sizes.get(&key) {
+            Some(&size) => size,
+            None => {
+                let text = if t.result {
+                    let note = config.note(&t.tool, u64::MAX, &sample_page)?;
+                    clearing::result_placeholder(&sample_page, &note)
+                } else {
+                    clearing::input_placeholder(&sample_page)
+                };
+                *sizes.entry(key).or_insert(tokens.text(&text))
+            }
+        };
+        if t.tokens > size {
+            worth.push((t, t.tokens - size));
+        }
+    }
+    let results = worth.iter().filter(|(t, _)| t.result).count();
+    let input_count = worth.len() - results;
+    if results == 0 {
+        return Ok(Decision::Leave(
+            "no tool result is larger than its placeholder would be".into(),
+        ));
+    }
+
+    // One clearing per message, oldest first.
     let mut by_message: BTreeMap<usize, Clearing> = BTreeMap::new();
     let mut freed = 0u64;
-    for t in &targets {
+    for (t, gain) in worth {
         let clearing = by_message
             .entry(t.index)
             .or_insert_with(|| Clearing::new(&messages[t.index], t.index));
-        let page = clearing.page().to_string();
-        let placeholder = if t.result {
-            let note = config.note(&t.tool, t.tokens, &page)?;
+        if t.result {
+            let note = config.note(&t.tool, t.tokens, clearing.page())?;
             clearing.clear_result(t.block, &note);
-            clearing::result_placeholder(&page, &note)
         } else {
             clearing.clear_input(t.block);
-            clearing::input_placeholder(&page)
-        };
-        freed += t.tokens.saturating_sub(tokens.text(&placeholder));
+        }
+        freed += gain;
     }
     if freed < config.clear_at_least {
         return Ok(Decision::Leave(format!(
@@ -256,6 +284,14 @@ mod tests {
         m
     }
 
+    /// The defaults, but clearing whatever is eligible however little it frees.
+    fn eager() -> Config {
+        Config {
+            clear_at_least: 0,
+            ..Config::default()
+        }
+    }
+
     fn cleared(decision: Decision) -> Vec<(usize, Message)> {
         match decision {
             Decision::Clear { clearings, .. } => clearings
@@ -271,7 +307,7 @@ mod tests {
         let m = session(8, 200);
         let config = Config {
             exclude_tools: vec!["memory".into()],
-            ..Config::default()
+            ..eager()
         };
         let done = cleared(decide(&m, 2..m.len(), &config, &Words).unwrap());
         // 8 results at 3, 5, ..., 17: the last 3 kept, c2 (memory) excluded.
@@ -299,20 +335,17 @@ mod tests {
     #[test]
     fn small_results_the_protected_tail_and_clear_at_least_hold_it_back() {
         let m = session(8, 50);
-        let leave = decide(&m, 2..m.len(), &Config::default(), &Words).unwrap();
+        let leave = decide(&m, 2..m.len(), &eager(), &Words).unwrap();
         assert!(
             matches!(leave, Decision::Leave(ref why) if why.contains("no tool result")),
             "{leave:?}"
         );
         let m = session(8, 200);
         // Only messages before 7 are compactable: results 3 and 5.
-        let done = cleared(decide(&m, 2..7, &Config::default(), &Words).unwrap());
+        let done = cleared(decide(&m, 2..7, &eager(), &Words).unwrap());
         assert_eq!(done.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [3, 5]);
-        let config = Config {
-            clear_at_least: 10_000,
-            ..Config::default()
-        };
-        let leave = decide(&m, 2..m.len(), &config, &Words).unwrap();
+        // The default clear_at_least (2,000) holds back the 5 results' ~1,000 tokens.
+        let leave = decide(&m, 2..m.len(), &Config::default(), &Words).unwrap();
         assert!(
             matches!(leave, Decision::Leave(ref why) if why.contains("clear_at_least")),
             "{leave:?}"
@@ -325,7 +358,7 @@ mod tests {
         let config = Config {
             clear_tool_inputs: true,
             keep: 1,
-            ..Config::default()
+            ..eager()
         };
         let Decision::Clear {
             results, inputs, ..
