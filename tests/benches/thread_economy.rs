@@ -34,6 +34,7 @@ use replay::*;
 use tamp_host::config::Trigger;
 use tamp_host::tokens::{Encoding, TokenCounter};
 
+/// Peer figures quoted in issue 16 (tokens sent to the summarizer, summarizer calls).
 const PEERS: [(&str, u64, u64); 2] = [
     ("LangMem running summary", 110_777, 21),
     ("LangChain SummarizationMiddleware", 83_972, 27),
@@ -62,10 +63,6 @@ fn rows() -> Vec<Row> {
         shipped_chain(),
     ]
 }
-
-/// The budget of every row. `TAMP_BENCH_KEEP_RECENT_TOKENS=N` sets `[budget]
-/// keep_recent_tokens` (0: no token bound on the protected tail), to see what the tail costs
-/// the hysteresis; unset, the chain file's default applies.
 
 // ---------------------------------------------------------------------------------------------
 // Printing

@@ -52,24 +52,42 @@ pub enum Decision {
     },
 }
 
-/// The calls of the conversation: id → (message, block, tool name), and the ids of the `keep`
-/// most recent.
-fn calls(
-    messages: &[Message],
-    keep: usize,
-) -> (HashMap<&str, (usize, usize, &str)>, HashSet<&str>) {
-    let mut by_id = HashMap::new();
-    let mut order = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        for (b, block) in m.content.iter().enumerate() {
-            if let ContentBlock::ToolUse { id, name, .. } = block {
-                by_id.insert(id.as_str(), (i, b, name.as_str()));
-                order.push(id.as_str());
+/// A tool call: where it is, and which tool.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    index: usize,
+    block: usize,
+    tool: &'a str,
+}
+
+/// The conversation's calls by id, and the ids of the `keep` most recent.
+struct Calls<'a> {
+    by_id: HashMap<&'a str, Call<'a>>,
+    kept: HashSet<&'a str>,
+}
+
+impl<'a> Calls<'a> {
+    fn of(messages: &'a [Message], keep: usize) -> Self {
+        let mut by_id = HashMap::new();
+        let mut order = Vec::new();
+        for (index, m) in messages.iter().enumerate() {
+            for (block, b) in m.content.iter().enumerate() {
+                if let ContentBlock::ToolUse { id, name, .. } = b {
+                    by_id.insert(
+                        id.as_str(),
+                        Call {
+                            index,
+                            block,
+                            tool: name.as_str(),
+                        },
+                    );
+                    order.push(id.as_str());
+                }
             }
         }
+        let kept = order.iter().rev().take(keep).copied().collect();
+        Calls { by_id, kept }
     }
-    let kept = order.iter().rev().take(keep).copied().collect();
-    (by_id, kept)
 }
 
 /// The tokens of block `b` of `m`: the whole message's (memoized by the host) when it is the
@@ -98,7 +116,7 @@ pub fn decide(
     config: &Config,
     tokens: &dyn Tokens,
 ) -> Result<Decision, PluginError> {
-    let (calls, kept) = calls(messages, config.keep);
+    let calls = Calls::of(messages, config.keep);
     let mut targets: Vec<Target> = Vec::new();
     let mut inputs: Vec<Target> = Vec::new();
     for i in range.clone() {
@@ -108,9 +126,9 @@ pub fn decide(
                 continue;
             };
             let id = tool_use_id.as_str();
-            let call = calls.get(id);
-            let tool = call.map_or("", |c| c.2);
-            if kept.contains(id)
+            let call = calls.by_id.get(id).copied();
+            let tool = call.map_or("", |c| c.tool);
+            if calls.kept.contains(id)
                 || config.exclude_tools.iter().any(|t| t == tool)
                 || clearing::is_cleared(block)
             {
@@ -127,7 +145,12 @@ pub fn decide(
                 result: true,
                 tokens: size,
             });
-            if let Some(&(ci, cb, _)) = call.filter(|_| config.clear_tool_inputs) {
+            if let Some(Call {
+                index: ci,
+                block: cb,
+                ..
+            }) = call.filter(|_| config.clear_tool_inputs)
+            {
                 let call_block = &messages[ci].content[cb];
                 if range.contains(&ci) && !clearing::is_cleared(call_block) {
                     let size = block_tokens(&messages[ci], cb, tokens);

@@ -58,8 +58,6 @@ pub const ANSWER: &str = "Summary of the earlier work: the agent listed the repo
 pub const STRUCTURED_TEXT: &str = "The agent read the failing module, reproduced the failure with \
     the test suite and patched the aggregation step; the tests pass.";
 
-/// Peer figures quoted in issue 16 (tokens sent to the summarizer, summarizer calls).
-
 // ---------------------------------------------------------------------------------------------
 // The session
 
@@ -434,6 +432,9 @@ pub fn example_chain(name: &'static str, file: &str) -> Row {
     }
 }
 
+/// The budget of every row. `TAMP_BENCH_KEEP_RECENT_TOKENS=N` sets `[budget]
+/// keep_recent_tokens` (0: no token bound on the protected tail), to see what the tail costs
+/// the hysteresis; unset, the chain file's default applies.
 pub fn budget() -> BudgetConfig {
     BudgetConfig {
         max_tokens: MAX_TOKENS,
