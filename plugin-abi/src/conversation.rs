@@ -86,6 +86,34 @@ impl ContentBlock {
         }
     }
 
+    /// A tool call `id` of tool `name` with `input_json` as its input.
+    pub fn tool_use(
+        id: impl Into<RString>,
+        name: impl Into<RString>,
+        input_json: impl Into<RString>,
+    ) -> Self {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input_json: input_json.into(),
+            extra_json: RString::new(),
+        }
+    }
+
+    /// The result of tool call `tool_use_id`: one text part.
+    pub fn tool_result(
+        tool_use_id: impl Into<RString>,
+        text: impl Into<RString>,
+        is_error: bool,
+    ) -> Self {
+        ContentBlock::ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: vec![ToolResultPart::Text { text: text.into() }].into(),
+            is_error,
+            extra_json: RString::new(),
+        }
+    }
+
     /// The block's text, if it is a text block.
     pub fn as_text(&self) -> Option<&str> {
         match self {

@@ -25,14 +25,10 @@
 //!
 //! ```
 //! use tamp_plugin_api::sdk::clearing::{cleared_page, Clearing};
-//! use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
+//! use tamp_plugin_api::{ContentBlock, Message, Role};
 //!
-//! let result = Message::new(Role::Tool, vec![ContentBlock::ToolResult {
-//!     tool_use_id: "call_1".into(),
-//!     content: vec![ToolResultPart::Text { text: "400 lines of test output".into() }].into(),
-//!     is_error: false,
-//!     extra_json: Default::default(),
-//! }]);
+//! let output = ContentBlock::tool_result("call_1", "400 lines of test output", false);
+//! let result = Message::new(Role::Tool, vec![output]);
 //! let mut clearing = Clearing::new(&result, 7);
 //! assert!(clearing.clear_result(0, "Output of pytest cleared."));
 //! let page = clearing.page().to_string();

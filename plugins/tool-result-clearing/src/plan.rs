@@ -267,29 +267,18 @@ mod tests {
     }
 
     fn call(id: &str, tool: &str) -> Message {
+        let input = format!("{{\"cmd\": \"{}\"}}", "word ".repeat(30));
         Message::new(
             Role::Assistant,
-            vec![ContentBlock::ToolUse {
-                id: id.into(),
-                name: tool.into(),
-                input_json: format!("{{\"cmd\": \"{}\"}}", "word ".repeat(30)).into(),
-                extra_json: Default::default(),
-            }],
+            vec![ContentBlock::tool_use(id, tool, input)],
         )
     }
 
     fn result(id: &str, words: usize) -> Message {
+        let output = "out ".repeat(words);
         Message::new(
             Role::Tool,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text {
-                    text: "out ".repeat(words).into(),
-                }]
-                .into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
+            vec![ContentBlock::tool_result(id, output, false)],
         )
     }
 
