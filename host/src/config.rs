@@ -385,6 +385,10 @@ pub struct StoreConfig {
     pub url_env: Option<String>,
     /// Connections kept open to PostgreSQL by each host.
     pub pool_size: usize,
+    /// The CA certificate(s) (PEM) that sign the PostgreSQL server's certificate, relative to
+    /// the chain file's directory; the URL's `sslrootcert` says the same (one or the other).
+    /// With it, the URL's `sslmode` defaults to `verify-full`.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for StoreConfig {
@@ -394,6 +398,7 @@ impl Default for StoreConfig {
             path: None,
             url_env: None,
             pool_size: 8,
+            ca_file: None,
         }
     }
 }
@@ -416,7 +421,10 @@ impl StoreConfig {
     pub fn validate(&self) -> Result<(), String> {
         match self.kind {
             StoreKind::Sqlite => {
-                for (key, set) in [("url_env", self.url_env.is_some())] {
+                for (key, set) in [
+                    ("url_env", self.url_env.is_some()),
+                    ("ca_file", self.ca_file.is_some()),
+                ] {
                     if set {
                         return Err(format!("store.{key}: only for kind = \"postgres\""));
                     }
@@ -868,6 +876,12 @@ impl LoadedChainFile {
     pub fn store_error(&self, message: String) -> ConfigError {
         let key = match self.file.store.kind {
             StoreKind::Sqlite => "path",
+            // The CA file's own errors (unreadable, not the server's CA) point at it.
+            StoreKind::Postgres
+                if self.file.store.ca_file.is_some() && message.contains("store.ca_file") =>
+            {
+                "ca_file"
+            }
             StoreKind::Postgres => "url_env",
         };
         let named = self.source.contains("[store]")
@@ -959,9 +973,25 @@ pub fn store_spec(
                     ),
                 ));
             }
+            let ca_file = match &store.ca_file {
+                None => None,
+                Some(path) => {
+                    let resolved = file.resolve_path(path);
+                    // Read when the store opens; a typo is named here, with its line.
+                    if let Err(e) = std::fs::File::open(&resolved) {
+                        return Err(file.error_at_key(
+                            "store",
+                            "ca_file",
+                            format!("store.ca_file: {}: {e}", resolved.display()),
+                        ));
+                    }
+                    Some(resolved)
+                }
+            };
             Ok(StoreSpec::Postgres {
                 url,
                 pool_size: store.pool_size,
+                ca_file,
             })
         }
     }
@@ -1118,7 +1148,8 @@ mod tests {
             pg.store_spec(None).unwrap(),
             StoreSpec::Postgres {
                 url: "postgres://tamp:s3cret@127.0.0.1:5432/tamp".into(),
-                pool_size: 3
+                pool_size: 3,
+                ca_file: None,
             }
         );
         // `--store` names a file: it wins over the chain file's database.
@@ -1128,6 +1159,34 @@ mod tests {
                 path: PathBuf::from("x.sqlite3")
             }
         );
+        // ca_file: relative to the chain file's directory, and a missing one named with its
+        // line before any connection is tried.
+        let dir = std::env::temp_dir().join(format!("tamp-config-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("db-ca.pem"), "").unwrap();
+        let with_ca = |ca: &str| {
+            LoadedChainFile::parse(
+                &dir.join("chain.toml"),
+                format!("[store]\nkind = \"postgres\"\nurl_env = \"{var}\"\nca_file = \"{ca}\"\n"),
+            )
+            .unwrap()
+        };
+        match with_ca("db-ca.pem").store_spec(None).unwrap() {
+            StoreSpec::Postgres { ca_file, .. } => {
+                assert_eq!(ca_file, Some(dir.join("db-ca.pem")))
+            }
+            other => panic!("{other:?}"),
+        }
+        let missing = with_ca("nope.pem").store_spec(None).unwrap_err();
+        assert!(
+            missing.message.starts_with(&format!(
+                "store.ca_file: {}: ",
+                dir.join("nope.pem").display()
+            )),
+            "{missing}"
+        );
+        assert_eq!(missing.line, Some(4), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
         std::env::remove_var(var);
 
         for (text, field, line) in [
@@ -1148,6 +1207,7 @@ mod tests {
                 "store.pool_size",
                 4,
             ),
+            ("[store]\nca_file = \"ca.pem\"\n", "store.ca_file", 2),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.message.starts_with(field), "{text}: {e}");

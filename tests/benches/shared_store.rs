@@ -66,6 +66,7 @@ fn compaction_overhead(rt: &tokio::runtime::Runtime, pg: &PgServer, rounds: usiz
     let postgres = store::open(&StoreSpec::Postgres {
         url: pg.create_database("bench_compaction"),
         pool_size: 8,
+        ca_file: None,
     })
     .unwrap();
     let chains = [("sqlite", chain(&sqlite)), ("postgres", chain(&postgres))];
@@ -136,6 +137,7 @@ fn claim_rate(
     let seed = store::open(&StoreSpec::Postgres {
         url: url.clone(),
         pool_size: 4,
+        ca_file: None,
     })
     .unwrap();
     rt.block_on(async {
@@ -152,6 +154,7 @@ fn claim_rate(
             store::open(&StoreSpec::Postgres {
                 url: url.clone(),
                 pool_size: 2 + w,
+                ca_file: None,
             })
             .unwrap()
             .queue

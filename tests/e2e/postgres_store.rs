@@ -806,6 +806,7 @@ fn open_shares_one_pool_per_url_and_size_and_works_with_or_without_a_runtime() {
     let spec = StoreSpec::Postgres {
         url: url.clone(),
         pool_size: 5,
+        ca_file: None,
     };
     rt.block_on(async {
         let store = store::open(&spec).unwrap();
@@ -851,6 +852,7 @@ fn the_password_never_appears_in_descriptions_or_errors() {
     let store = store::open(&StoreSpec::Postgres {
         url: url.clone(),
         pool_size: 1,
+        ca_file: None,
     })
     .unwrap();
     let location = format!("postgres://postgres@127.0.0.1:{}/secret_url", pg.port());
@@ -859,7 +861,8 @@ fn the_password_never_appears_in_descriptions_or_errors() {
         "{:?}",
         StoreSpec::Postgres {
             url: url.clone(),
-            pool_size: 1
+            pool_size: 1,
+            ca_file: None,
         }
     );
     assert!(!spec.contains("s3cret"), "{spec}");

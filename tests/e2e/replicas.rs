@@ -44,6 +44,7 @@ fn open_store(url: &str) -> store::Store {
     store::open(&StoreSpec::Postgres {
         url: url.to_string(),
         pool_size: 4,
+        ca_file: None,
     })
     .expect("open the shared store")
 }

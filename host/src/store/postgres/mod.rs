@@ -18,15 +18,19 @@
 //!   password); broken connections are dropped from the pool, so the store recovers by
 //!   itself when the server is back.
 //! - Chains are rebuilt on every reload: [`PostgresStore::open`] shares one store (one pool)
-//!   per URL and pool size in the process while any chain still holds it.
+//!   per URL, pool size and CA file in the process while any chain still holds it.
+//! - TLS follows libpq's `sslmode` and `sslrootcert` in the URL (or `[store] ca_file`), with
+//!   rustls: see [`tls`].
 
 mod cache;
 mod pages;
 mod queue;
 mod threads;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -141,6 +145,8 @@ struct Inner {
     /// `postgres://user@host:port/db`: the server without the password; in `describe` and
     /// every error message.
     location: String,
+    /// The URL's `sslmode`, for explaining TLS failures.
+    ssl_mode: tls::SslMode,
     pool: Pool,
     /// Where the pool's connections and every operation run.
     handle: tokio::runtime::Handle,
@@ -165,8 +171,8 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-/// The stores open in this process, by URL and pool size.
-type Registry = HashMap<(String, usize), Weak<Inner>>;
+/// The stores open in this process, by URL, pool size and CA file.
+type Registry = HashMap<(String, usize, Option<PathBuf>), Weak<Inner>>;
 
 fn registry() -> &'static Mutex<Registry> {
     static REGISTRY: std::sync::OnceLock<Mutex<Registry>> = std::sync::OnceLock::new();
@@ -177,16 +183,27 @@ impl PostgresStore {
     /// Opens the database at `url` (`postgres://user:password@host:port/db`, or the key=value
     /// form) with at most `pool_size` connections, and migrates its schema. A store already
     /// open in this process for the same URL and pool size is returned instead, so rebuilding
-    /// a chain on reload does not open a second pool.
+    /// a chain on reload does not open a second pool. TLS as the URL's `sslmode` and
+    /// `sslrootcert` say ([`tls`]).
     pub fn open(url: &str, pool_size: usize) -> Result<Self, StoreError> {
-        let key = (url.to_owned(), pool_size);
+        Self::open_with_ca_file(url, pool_size, None)
+    }
+
+    /// [`open`](PostgresStore::open), with `ca_file` (`[store] ca_file`) as the CA that signs
+    /// the server's certificate.
+    pub fn open_with_ca_file(
+        url: &str,
+        pool_size: usize,
+        ca_file: Option<&Path>,
+    ) -> Result<Self, StoreError> {
+        let key = (url.to_owned(), pool_size, ca_file.map(Path::to_path_buf));
         // Held while opening: two chains built at once share one store too.
         let mut open = registry().lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|_, store| store.strong_count() > 0);
         if let Some(inner) = open.get(&key).and_then(Weak::upgrade) {
             return Ok(PostgresStore { inner });
         }
-        let store = Self::open_unshared(url, pool_size)?;
+        let store = Self::open_unshared_with_ca_file(url, pool_size, ca_file)?;
         open.insert(key, Arc::downgrade(&store.inner));
         Ok(store)
     }
@@ -194,14 +211,34 @@ impl PostgresStore {
     /// Opens the database with a pool of its own, never shared: what another host would
     /// have (tests, benchmarks).
     pub fn open_unshared(url: &str, pool_size: usize) -> Result<Self, StoreError> {
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        Self::open_unshared_with_ca_file(url, pool_size, None)
+    }
+
+    /// [`open_unshared`](PostgresStore::open_unshared) with `[store] ca_file`.
+    pub fn open_unshared_with_ca_file(
+        url: &str,
+        pool_size: usize,
+        ca_file: Option<&Path>,
+    ) -> Result<Self, StoreError> {
+        let (client_url, tls) = tls::split_url(url, ca_file).map_err(|e| {
+            StoreError::backend(&redacted_url(url), "open", format!("TLS settings: {e}"))
+        })?;
+        let mut config = tokio_postgres::Config::from_str(&client_url).map_err(|e| {
             StoreError::backend(
                 &redacted_url(url),
                 "open",
                 format!("invalid PostgreSQL URL: {}", error_chain(&e)),
             )
         })?;
+        tls.apply(&mut config);
         let location = location_of(&config);
+        let connector = tls.connector().map_err(|e| {
+            StoreError::backend(
+                &location,
+                "open",
+                format!("TLS settings (sslmode={}): {e}", tls.mode().as_str()),
+            )
+        })?;
         config
             .connect_timeout(CONNECT_TIMEOUT)
             .keepalives(true)
@@ -215,15 +252,15 @@ impl PostgresStore {
             .enable_all()
             .build()
             .map_err(|e| StoreError::backend(&location, "start the store's runtime", e))?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                // A connection the server closed (a restart) is seen closed and replaced;
-                // no extra round trip per checkout.
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            // A connection the server closed (a restart) is seen closed and replaced; no
+            // extra round trip per checkout.
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match connector {
+            Some(rustls) => Manager::from_config(config, rustls, manager_config),
+            None => Manager::from_config(config, NoTls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
             .wait_timeout(Some(POOL_TIMEOUT))
@@ -235,6 +272,7 @@ impl PostgresStore {
         let store = PostgresStore {
             inner: Arc::new(Inner {
                 location,
+                ssl_mode: tls.mode(),
                 pool,
                 handle: runtime.handle().clone(),
                 runtime: Some(runtime),
@@ -271,6 +309,7 @@ impl PostgresStore {
     {
         let pool = self.inner.pool.clone();
         let location = self.inner.location.clone();
+        let ssl_mode = self.inner.ssl_mode;
         let task = self.inner.handle.spawn(async move {
             let attempt = async {
                 let client = pool.get().await.map_err(Failure::Pool)?;
@@ -287,7 +326,7 @@ impl PostgresStore {
         async move {
             match task.await {
                 Ok(Ok(value)) => Ok(value),
-                Ok(Err(failure)) => Err(failure.into_store_error(&location, operation)),
+                Ok(Err(failure)) => Err(failure.into_store_error(&location, ssl_mode, operation)),
                 Err(e) => Err(StoreError::backend(&location, operation, e)),
             }
         }
@@ -317,7 +356,12 @@ impl From<tokio_postgres::Error> for Failure {
 }
 
 impl Failure {
-    fn into_store_error(self, location: &str, operation: String) -> StoreError {
+    fn into_store_error(
+        self,
+        location: &str,
+        ssl_mode: tls::SslMode,
+        operation: String,
+    ) -> StoreError {
         let detail = match self {
             Failure::Store(e) => return e,
             Failure::NewerSchema(found) => {
@@ -334,18 +378,30 @@ impl Failure {
                     detail,
                 }
             }
-            Failure::Pg(e) => error_chain(&e),
+            Failure::Pg(e) => explain_tls(error_chain(&e), ssl_mode),
             Failure::Pool(PoolError::Timeout(_)) => format!(
                 "no database connection within {} s (the server is slow or unreachable, or \
                  all pooled connections are busy)",
                 POOL_TIMEOUT.as_secs()
             ),
-            Failure::Pool(PoolError::Backend(e)) => error_chain(&e),
+            Failure::Pool(PoolError::Backend(e)) => explain_tls(error_chain(&e), ssl_mode),
             Failure::Pool(e) => e.to_string(),
             Failure::Other(detail) => detail,
         };
         StoreError::backend(location, operation, detail)
     }
+}
+
+/// `detail`, with what to do when it says the server refused TLS the URL requires.
+fn explain_tls(mut detail: String, ssl_mode: tls::SslMode) -> String {
+    if detail.contains("server does not support TLS") {
+        detail.push_str(&format!(
+            " (the URL's sslmode={} requires TLS: turn on ssl on the server, or set \
+             sslmode=prefer or disable to connect without it)",
+            ssl_mode.as_str()
+        ));
+    }
+    detail
 }
 
 /// An error and its causes, `a: b: c` (tokio-postgres keeps the server's message and the
@@ -397,9 +453,11 @@ fn location_of(config: &tokio_postgres::Config) -> String {
     format!("postgres://{user}{at}{hosts}/{db}")
 }
 
-/// `url` without its password, for messages about a URL that may not even parse.
+/// `url` without its password, for messages about a URL that may not even parse. The TLS
+/// options do not change it: it names the database.
 pub(crate) fn redacted_url(url: &str) -> String {
-    if let Ok(config) = tokio_postgres::Config::from_str(url) {
+    let client_url = tls::without_tls_options(url);
+    if let Ok(config) = tokio_postgres::Config::from_str(&client_url) {
         return location_of(&config);
     }
     // Unparseable: keep only what cannot be a secret.
