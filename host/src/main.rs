@@ -78,6 +78,7 @@ enum Command {
     /// Deferred summaries: send queued requests as Message Batches and apply their results.
     #[command(subcommand)]
     Batch(tamp_host::deferred::BatchCommand),
+    Eval(tamp_host::eval::EvalArgs),
 }
 
 #[derive(Args)]
@@ -204,6 +205,7 @@ fn main() -> ExitCode {
         Command::Pages(cmd) => pages(cmd),
         Command::Serve(args) => tamp_host::serve::run_cli(args),
         Command::Proxy(args) => tamp_host::proxy::run_cli(args),
+        Command::Eval(args) => tamp_host::eval::run_cli(args),
         Command::CheckConfig(args) => {
             let config = args.config.clone();
             tamp_host::serve::check_config_cli(args).map(|()| {

@@ -1,0 +1,443 @@
+//! `tamp eval`: every chain on every conversation, one-shot and replayed as a growing thread,
+//! side by side: tokens before and after, LLM calls, tokens sent, estimated cost, prefix
+//! reuse, wall time and retention of the facts that must survive.
+//!
+//! - **One-shot**: the whole conversation compacted once.
+//! - **Replay**: the conversation as its agent lived it: compacted before every model call
+//!   (after each user or tool message that an assistant message follows, and at the end), the
+//!   client posting its whole history with a thread id, so the chain continues the thread from
+//!   its last answer (thread continuity). Prefix reuse is the mean, over the requests after the
+//!   first, of the share of each answer's tokens that is an unchanged message prefix of the
+//!   previous answer: what a main model's prompt cache keeps.
+//!
+//! Each run has a scratch store of its own (pages, summary cache, thread states), so runs do
+//! not share cached summaries and the chain files' own stores are never written. Retention is
+//! measured on the final context: the one-shot output, the replay's last answer
+//! ([`facts`]).
+
+pub mod facts;
+pub mod output;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Serialize;
+use tamp_plugin_api::{Conversation, FfiOption, Message, Role};
+
+use crate::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
+use crate::config::LoadedChainFile;
+use crate::threads::common_prefix;
+use crate::wire::{self, WireFormat};
+use facts::{Fact, FactsFile, Retention};
+
+/// `tamp eval` arguments.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Compare chains side by side on your own conversations: cost, prefix reuse and what survives",
+    long_about = "Runs every chain on every conversation, once on the whole conversation \
+    (one-shot) and replayed as a growing thread compacted before every model call (replay), and \
+    prints one table: tokens before and after, LLM calls, tokens sent to the summarizer, \
+    estimated cost ([provider.price]), prefix reuse, wall time per compaction, and retention of \
+    the facts files' facts in the final context. Each run uses a scratch store: the chain files' \
+    own stores are never written. See docs/eval.md.",
+    after_help = "Example (offline, from the repository root):\n  tamp eval --chain \
+    examples/chains/default.toml --chain examples/chains/hybrid.toml \\\n    --facts \
+    examples/eval/ponyc-4588.facts.json examples/conversations/ponyc-4588.anthropic.json"
+)]
+pub struct EvalArgs {
+    /// A chain file to evaluate (give two or more to compare).
+    #[arg(long = "chain", value_name = "FILE", required = true)]
+    pub chains: Vec<PathBuf>,
+    /// A facts file: what must survive in the compacted context (see docs/eval.md). Its
+    /// `conversation` names the conversation it belongs to; without one it applies to all.
+    #[arg(long = "facts", value_name = "FILE")]
+    pub facts: Vec<PathBuf>,
+    /// Conversations in either wire format (Anthropic Messages or OpenAI Chat Completions).
+    #[arg(value_name = "CONVERSATION", required = true)]
+    pub conversations: Vec<PathBuf>,
+    /// Output: a text table, JSON (with every replay's context size request by request), or
+    /// CSV (one row per run).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: output::Format,
+    /// Write the output here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Skip the replays (they make one compaction per model call of each conversation).
+    #[arg(long)]
+    pub one_shot_only: bool,
+}
+
+/// How a conversation was run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    OneShot,
+    Replay,
+}
+
+impl Mode {
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::OneShot => "one-shot",
+            Mode::Replay => "replay",
+        }
+    }
+}
+
+/// One request of a replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Messages the client posted.
+    pub messages: usize,
+    /// Tokens of what it posted, and of the compacted answer.
+    pub tokens_posted: u64,
+    pub tokens_after: u64,
+    /// Whether a stage acted (a compaction event).
+    pub compacted: bool,
+}
+
+/// One chain on one conversation, in one mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub chain: String,
+    pub conversation: String,
+    pub mode: Mode,
+    /// Compactions made (1 one-shot, one per model call in a replay).
+    pub requests: usize,
+    /// The conversation's tokens, and the final context's.
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub llm_calls: u64,
+    /// Input tokens sent to the summarizer, over the run.
+    pub tokens_sent: u64,
+    /// Estimated cost in US dollars, when the chain file prices its provider.
+    pub cost_usd: Option<f64>,
+    /// Replays: the mean share of each answer kept as a prefix of the previous one.
+    pub prefix_reuse: Option<f64>,
+    /// Mean wall time of a compaction (LLM calls included), in milliseconds.
+    pub ms_per_compaction: f64,
+    /// Facts found in the final context, when there are facts for the conversation.
+    pub retention: Option<Retention>,
+    /// Stage runs rolled back over the run.
+    pub rolled_back: usize,
+    /// Replays: request by request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<Point>,
+}
+
+/// A conversation to evaluate on.
+struct Input {
+    path: PathBuf,
+    name: String,
+    conversation: Conversation,
+    format: WireFormat,
+    facts: Vec<Fact>,
+}
+
+/// Everything `tamp eval` was asked to run, read and checked before any chain runs.
+pub struct Plan {
+    chains: Vec<(PathBuf, String)>,
+    inputs: Vec<Input>,
+    one_shot_only: bool,
+}
+
+/// A display name for `path`: its file name without extensions (`ponyc-4588`).
+fn short_name(path: &Path) -> String {
+    let file = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+    file.split('.').next().unwrap_or(file).to_string()
+}
+
+impl Plan {
+    /// Reads every chain file (checked as `tamp check-config` would, plugins loaded), every
+    /// conversation and every facts file, so a mistake in the last one stops the run before
+    /// the first chain has spent anything.
+    pub fn read(args: &EvalArgs) -> anyhow::Result<Plan> {
+        let mut chains = Vec::new();
+        for path in &args.chains {
+            LoadedChainFile::read(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+            chains.push((path.clone(), short_name(path)));
+        }
+        let facts: Vec<FactsFile> = args
+            .facts
+            .iter()
+            .map(|p| FactsFile::read(p).map_err(anyhow::Error::msg))
+            .collect::<Result<_, _>>()?;
+        let mut inputs = Vec::new();
+        for path in &args.conversations {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("{}: cannot read the conversation", path.display()))?;
+            let (conversation, format) = wire::parse_str(&text, None)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let facts = facts
+                .iter()
+                .filter(|f| f.applies_to(path))
+                .flat_map(|f| f.facts.iter().cloned())
+                .collect();
+            inputs.push(Input {
+                name: short_name(path),
+                path: path.clone(),
+                conversation,
+                format,
+                facts,
+            });
+        }
+        for f in &facts {
+            if !args.conversations.iter().any(|c| f.applies_to(c)) {
+                anyhow::bail!(
+                    "{}: its conversation {:?} is none of the conversations given",
+                    f.path.display(),
+                    f.conversation.as_deref().unwrap_or("")
+                );
+            }
+        }
+        // Each chain is built once now, on a scratch store, so a plugin that does not load or
+        // a stage config that does not validate fails here, naming the file and line.
+        for (path, _) in &chains {
+            let scratch = Scratch::new()?;
+            build_chain(path, &scratch)?;
+        }
+        Ok(Plan {
+            chains,
+            inputs,
+            one_shot_only: args.one_shot_only,
+        })
+    }
+
+    /// Runs every chain on every conversation; `progress` hears of each request.
+    pub async fn run(&self, progress: &dyn Fn(&str)) -> anyhow::Result<Vec<Run>> {
+        let mut runs = Vec::new();
+        for input in &self.inputs {
+            for (path, name) in &self.chains {
+                progress(&format!("{name} on {}: one-shot", input.name));
+                runs.push(one_shot(path, name, input).await?);
+                if !self.one_shot_only {
+                    runs.push(replay(path, name, input, progress).await?);
+                }
+            }
+        }
+        Ok(runs)
+    }
+}
+
+/// A scratch directory for one run's store, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> anyhow::Result<Scratch> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tamp-eval-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the scratch store {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn build_chain(path: &Path, scratch: &Scratch) -> anyhow::Result<Chain> {
+    Chain::from_file(
+        path,
+        FileOverrides {
+            store_path: Some(scratch.0.join("store.sqlite3")),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn rolled_back(report: &crate::chain::ChainReport) -> usize {
+    report
+        .stages
+        .iter()
+        .filter(|s| s.status == StageStatus::RolledBack)
+        .count()
+}
+
+async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Run> {
+    let scratch = Scratch::new()?;
+    let chain = build_chain(path, &scratch)?;
+    let options = CompactOptions {
+        format: Some(input.format),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let out = chain
+        .compact(input.conversation.clone(), &options)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {}: {e}", name, input.path.display()))?;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let r = &out.report;
+    Ok(Run {
+        chain: name.to_string(),
+        conversation: input.name.clone(),
+        mode: Mode::OneShot,
+        requests: 1,
+        tokens_before: r.tokens_before,
+        tokens_after: r.tokens_after,
+        llm_calls: r.llm_calls.into(),
+        tokens_sent: r.usage.input_tokens,
+        cost_usd: r.cost_usd,
+        prefix_reuse: None,
+        ms_per_compaction: ms,
+        retention: retention_of(input, &out.conversation.messages),
+        rolled_back: rolled_back(r),
+        series: Vec::new(),
+    })
+}
+
+fn retention_of(input: &Input, messages: &[Message]) -> Option<Retention> {
+    (!input.facts.is_empty()).then(|| facts::retention(&input.facts, messages))
+}
+
+/// Where the agent called its model: after each user or tool message that an assistant
+/// message follows, and after the last message.
+pub fn model_calls(messages: &[Message]) -> Vec<usize> {
+    let mut cuts: Vec<usize> = (0..messages.len())
+        .filter(|&i| {
+            matches!(messages[i].role, Role::User | Role::Tool)
+                && messages
+                    .get(i + 1)
+                    .is_some_and(|m| m.role == Role::Assistant)
+        })
+        .map(|i| i + 1)
+        .collect();
+    if cuts.last() != Some(&messages.len()) && !messages.is_empty() {
+        cuts.push(messages.len());
+    }
+    cuts
+}
+
+async fn replay(
+    path: &Path,
+    name: &str,
+    input: &Input,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Run> {
+    let scratch = Scratch::new()?;
+    let chain = build_chain(path, &scratch)?;
+    let options = CompactOptions {
+        format: Some(input.format),
+        thread_continuity: true,
+        ..Default::default()
+    };
+    let messages = &input.conversation.messages;
+    let cuts = model_calls(messages);
+    let mut run = Run {
+        chain: name.to_string(),
+        conversation: input.name.clone(),
+        mode: Mode::Replay,
+        requests: cuts.len(),
+        tokens_before: chain.tokens().count_messages(messages),
+        tokens_after: 0,
+        llm_calls: 0,
+        tokens_sent: 0,
+        cost_usd: None,
+        prefix_reuse: None,
+        ms_per_compaction: 0.0,
+        retention: None,
+        rolled_back: 0,
+        series: Vec::with_capacity(cuts.len()),
+    };
+    let mut previous: Option<Vec<Message>> = None;
+    let (mut reuse, mut reused_requests, mut ms) = (0.0, 0usize, 0.0);
+    let thread = format!("tamp-eval-{}", input.name);
+    for (n, &cut) in cuts.iter().enumerate() {
+        let mut posted = input.conversation.with_messages(messages[..cut].to_vec());
+        posted.thread_id = FfiOption::RSome(thread.as_str().into());
+        let started = Instant::now();
+        let out = chain.compact(posted, &options).await.map_err(|e| {
+            anyhow::anyhow!(
+                "{name}: {}: the request of {cut} messages: {e}",
+                input.path.display()
+            )
+        })?;
+        ms += started.elapsed().as_secs_f64() * 1e3;
+        let r = &out.report;
+        run.llm_calls += u64::from(r.llm_calls);
+        run.tokens_sent += r.usage.input_tokens;
+        if let Some(cost) = r.cost_usd {
+            *run.cost_usd.get_or_insert(0.0) += cost;
+        }
+        run.rolled_back += rolled_back(r);
+        let answer = out.conversation.messages.to_vec();
+        let tokens_after = chain.tokens().count_messages(&answer);
+        if let Some(prev) = &previous {
+            let kept = common_prefix(prev, &answer);
+            reuse +=
+                chain.tokens().count_messages(&answer[..kept]) as f64 / tokens_after.max(1) as f64;
+            reused_requests += 1;
+        }
+        run.series.push(Point {
+            messages: cut,
+            tokens_posted: chain.tokens().count_messages(&messages[..cut]),
+            tokens_after,
+            compacted: r.stages.iter().any(|s| s.status == StageStatus::Acted),
+        });
+        if n + 1 == cuts.len() {
+            run.tokens_after = tokens_after;
+            run.retention = retention_of(input, &answer);
+        }
+        previous = Some(answer);
+        if (n + 1) % 10 == 0 || n + 1 == cuts.len() {
+            progress(&format!(
+                "{name} on {}: replay, {}/{} requests",
+                input.name,
+                n + 1,
+                cuts.len()
+            ));
+        }
+    }
+    run.prefix_reuse = (reused_requests > 0).then(|| reuse / reused_requests as f64);
+    run.ms_per_compaction = ms / cuts.len().max(1) as f64;
+    Ok(run)
+}
+
+/// `tamp eval`: reads and checks everything, runs, writes the output.
+pub fn run_cli(args: EvalArgs) -> anyhow::Result<()> {
+    let plan = Plan::read(&args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let progress = |line: &str| eprintln!("tamp eval: {line}");
+    let runs = rt.block_on(plan.run(&progress))?;
+    let text = output::render(&runs, args.format);
+    match &args.out {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_is_called_after_user_and_tool_turns_and_at_the_end() {
+        let m = |role| Message::text(role, "x");
+        let messages = vec![
+            m(Role::System),
+            m(Role::User),
+            m(Role::Assistant),
+            m(Role::Tool),
+            m(Role::Tool),
+            m(Role::Assistant),
+            m(Role::User),
+        ];
+        assert_eq!(model_calls(&messages), [2, 5, 7]);
+        assert_eq!(model_calls(&messages[..6]), [2, 5, 6]);
+        assert!(model_calls(&[]).is_empty());
+    }
+}

@@ -1,0 +1,235 @@
+//! `tamp eval`'s output: a text table, JSON, or CSV.
+
+use super::Run;
+
+/// The output format.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Csv,
+}
+
+pub fn render(runs: &[Run], format: Format) -> String {
+    match format {
+        Format::Text => text(runs),
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&serde_json::json!({ "runs": runs }))
+                .expect("runs serialize");
+            s.push('\n');
+            s
+        }
+        Format::Csv => csv(runs),
+    }
+}
+
+fn retention_cell(run: &Run) -> String {
+    run.retention.as_ref().map_or("-".into(), |r| {
+        format!("{}/{} ({:.0}%)", r.found, r.total, 100.0 * r.share())
+    })
+}
+
+fn cost_cell(run: &Run) -> String {
+    run.cost_usd.map_or("-".into(), |c| format!("${c:.4}"))
+}
+
+fn reuse_cell(run: &Run) -> String {
+    run.prefix_reuse.map_or("-".into(), |r| format!("{r:.3}"))
+}
+
+const HEADER: [&str; 13] = [
+    "conversation",
+    "chain",
+    "mode",
+    "requests",
+    "tokens before",
+    "tokens after",
+    "LLM calls",
+    "tokens sent",
+    "cost",
+    "prefix reuse",
+    "ms/compaction",
+    "retention",
+    "rolled back",
+];
+
+fn cells(run: &Run) -> [String; 13] {
+    [
+        run.conversation.clone(),
+        run.chain.clone(),
+        run.mode.label().to_string(),
+        run.requests.to_string(),
+        run.tokens_before.to_string(),
+        run.tokens_after.to_string(),
+        run.llm_calls.to_string(),
+        run.tokens_sent.to_string(),
+        cost_cell(run),
+        reuse_cell(run),
+        format!("{:.1}", run.ms_per_compaction),
+        retention_cell(run),
+        run.rolled_back.to_string(),
+    ]
+}
+
+fn text(runs: &[Run]) -> String {
+    let rows: Vec<[String; 13]> = runs.iter().map(cells).collect();
+    let widths: Vec<usize> = (0..HEADER.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([HEADER[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[&str]| {
+        let mut out = String::new();
+        for (c, cell) in cells.iter().enumerate() {
+            // Names left, figures right.
+            if c < 3 {
+                out.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            } else {
+                out.push_str(&format!("{cell:>w$}  ", w = widths[c]));
+            }
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+        out
+    };
+    let mut out = line(&HEADER);
+    for row in &rows {
+        out.push_str(&line(&row.iter().map(String::as_str).collect::<Vec<_>>()));
+    }
+    let lost: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            let ret = r.retention.as_ref()?;
+            (!ret.lost.is_empty()).then(|| {
+                format!(
+                    "  {} / {} / {}: lost {}",
+                    r.conversation,
+                    r.chain,
+                    r.mode.label(),
+                    ret.lost.join(", ")
+                )
+            })
+        })
+        .collect();
+    if !lost.is_empty() {
+        out.push_str("\nfacts not found in the final context:\n");
+        for l in lost {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A CSV field, quoted when it must be (RFC 4180).
+fn field(value: &str) -> String {
+    if value.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value.to_string()
+    }
+}
+
+fn csv(runs: &[Run]) -> String {
+    let header = [
+        "conversation",
+        "chain",
+        "mode",
+        "requests",
+        "tokens_before",
+        "tokens_after",
+        "llm_calls",
+        "tokens_sent",
+        "cost_usd",
+        "prefix_reuse",
+        "ms_per_compaction",
+        "facts_found",
+        "facts_total",
+        "rolled_back",
+    ];
+    let mut out = header.join(",");
+    out.push('\n');
+    for r in runs {
+        let row = [
+            r.conversation.clone(),
+            r.chain.clone(),
+            r.mode.label().to_string(),
+            r.requests.to_string(),
+            r.tokens_before.to_string(),
+            r.tokens_after.to_string(),
+            r.llm_calls.to_string(),
+            r.tokens_sent.to_string(),
+            r.cost_usd.map_or(String::new(), |c| format!("{c:.6}")),
+            r.prefix_reuse.map_or(String::new(), |p| format!("{p:.4}")),
+            format!("{:.3}", r.ms_per_compaction),
+            r.retention
+                .as_ref()
+                .map_or(String::new(), |x| x.found.to_string()),
+            r.retention
+                .as_ref()
+                .map_or(String::new(), |x| x.total.to_string()),
+            r.rolled_back.to_string(),
+        ];
+        out.push_str(&row.iter().map(|v| field(v)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::facts::Retention;
+    use super::super::Mode;
+    use super::*;
+
+    fn run(chain: &str) -> Run {
+        Run {
+            chain: chain.into(),
+            conversation: "conv".into(),
+            mode: Mode::Replay,
+            requests: 3,
+            tokens_before: 1000,
+            tokens_after: 400,
+            llm_calls: 2,
+            tokens_sent: 900,
+            cost_usd: None,
+            prefix_reuse: Some(0.95),
+            ms_per_compaction: 1.25,
+            retention: Some(Retention {
+                found: 3,
+                total: 4,
+                lost: vec!["d2".into()],
+            }),
+            rolled_back: 0,
+            series: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_table_aligns_and_names_the_lost_facts() {
+        let text = render(&[run("default"), run("a, \"quoted\" chain")], Format::Text);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("conversation  chain"), "{text}");
+        assert!(
+            lines[1].contains("3/4 (75%)") && lines[1].contains("0.950"),
+            "{text}"
+        );
+        assert!(text.contains("conv / default / replay: lost d2"), "{text}");
+        let csv = render(&[run("a, \"quoted\" chain")], Format::Csv);
+        assert!(
+            csv.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("conv,\"a, \"\"quoted\"\" chain\",replay,3,"),
+            "{csv}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&[run("x")], Format::Json)).unwrap();
+        assert_eq!(json["runs"][0]["retention"]["found"], 3);
+        assert_eq!(json["runs"][0]["mode"], "replay");
+    }
+}

@@ -1,0 +1,276 @@
+//! `tamp eval` through the real binary on the shipped examples (examples/eval/): every chain on
+//! every conversation in both modes, in the text, JSON and CSV outputs; retention recomputed
+//! from the facts files; the chain files' own stores left alone; mistakes refused before any
+//! chain runs, naming the file at fault.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tamp_e2e::{scratch_dir, tamp_bin, workspace_root};
+
+const CHAINS: [&str; 2] = [
+    "examples/eval/summarize.toml",
+    "examples/eval/clear-then-summarize.toml",
+];
+const CONVERSATIONS: [(&str, &str); 3] = [
+    (
+        "examples/conversations/ponyc-4588.anthropic.json",
+        "examples/eval/ponyc-4588.facts.json",
+    ),
+    (
+        "examples/conversations/airline-task33.openai.json",
+        "examples/eval/airline-task33.facts.json",
+    ),
+    (
+        "examples/eval/django-14752.anthropic.json",
+        "examples/eval/django-14752.facts.json",
+    ),
+];
+
+fn eval(extra: &[&str], dir: &Path) -> Output {
+    let root = workspace_root();
+    let mut cmd = Command::new(tamp_bin());
+    cmd.arg("eval").current_dir(dir);
+    for chain in CHAINS {
+        cmd.arg("--chain").arg(root.join(chain));
+    }
+    for (_, facts) in CONVERSATIONS {
+        cmd.arg("--facts").arg(root.join(facts));
+    }
+    cmd.args(extra);
+    for (conversation, _) in CONVERSATIONS {
+        cmd.arg(root.join(conversation));
+    }
+    cmd.output().expect("run tamp eval")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() {
+    let dir = scratch_dir("eval");
+    let json_path = dir.join("eval.json");
+    let out = eval(
+        &["--format", "json", "--out", json_path.to_str().unwrap()],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("clear-then-summarize on django-14752: replay, 31/31 requests"),
+        "progress on stderr: {stderr}"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), CHAINS.len() * CONVERSATIONS.len() * 2);
+
+    for run in runs {
+        let ctx = format!(
+            "{} / {} / {}",
+            run["conversation"], run["chain"], run["mode"]
+        );
+        let before = run["tokens_before"].as_u64().unwrap();
+        let after = run["tokens_after"].as_u64().unwrap();
+        // At a budget of 6,000 every example conversation is compacted, below its size.
+        assert!(
+            after < before && after <= 6_000,
+            "{ctx}: {before} → {after}"
+        );
+        let retention = &run["retention"];
+        let (found, total) = (
+            retention["found"].as_u64().unwrap(),
+            retention["total"].as_u64().unwrap(),
+        );
+        assert!(total >= 7 && found <= total, "{ctx}");
+        assert_eq!(
+            retention["lost"].as_array().unwrap().len() as u64,
+            total - found,
+            "{ctx}"
+        );
+        match run["mode"].as_str().unwrap() {
+            "one_shot" => {
+                assert_eq!(run["requests"], 1, "{ctx}");
+                assert!(run["prefix_reuse"].is_null(), "{ctx}");
+            }
+            "replay" => {
+                let series = run["series"].as_array().unwrap();
+                assert_eq!(
+                    series.len() as u64,
+                    run["requests"].as_u64().unwrap(),
+                    "{ctx}"
+                );
+                assert!(series.len() > 10, "{ctx}: one request per model call");
+                // The client posted more and more; some requests compacted.
+                let posted: Vec<u64> = series
+                    .iter()
+                    .map(|p| p["tokens_posted"].as_u64().unwrap())
+                    .collect();
+                assert!(posted.windows(2).all(|w| w[0] < w[1]), "{ctx}: {posted:?}");
+                assert!(series.iter().any(|p| p["compacted"] == true), "{ctx}");
+                assert_eq!(
+                    series.last().unwrap()["tokens_after"],
+                    run["tokens_after"],
+                    "{ctx}"
+                );
+                let reuse = run["prefix_reuse"].as_f64().unwrap();
+                assert!(reuse > 0.5 && reuse <= 1.0, "{ctx}: {reuse}");
+            }
+            other => panic!("{ctx}: mode {other}"),
+        }
+    }
+    // The clearing chain sends its summarizer less than summarizing alone, on every
+    // conversation, one-shot.
+    for (conversation, _) in CONVERSATIONS {
+        let name = Path::new(conversation)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .split('.')
+            .next()
+            .unwrap();
+        let sent = |chain: &str| {
+            runs.iter()
+                .find(|r| {
+                    r["conversation"] == name && r["chain"] == chain && r["mode"] == "one_shot"
+                })
+                .unwrap()["tokens_sent"]
+                .as_u64()
+                .unwrap()
+        };
+        assert!(sent("clear-then-summarize") < sent("summarize"), "{name}");
+    }
+
+    // The text table and the CSV hold the same runs.
+    let table = eval(&[], &dir);
+    assert!(table.status.success());
+    let table = text(&table.stdout);
+    assert!(table.starts_with("conversation"), "{table}");
+    // The table's rows come before a blank line and the lost facts.
+    let rows = table.lines().skip(1).take_while(|l| !l.is_empty()).count();
+    assert_eq!(rows, runs.len(), "{table}");
+    assert!(
+        table.contains("facts not found in the final context:"),
+        "{table}"
+    );
+    let csv = eval(&["--format", "csv", "--one-shot-only"], &dir);
+    assert!(csv.status.success());
+    let csv = text(&csv.stdout);
+    assert_eq!(
+        csv.lines().count(),
+        1 + CHAINS.len() * CONVERSATIONS.len(),
+        "{csv}"
+    );
+    assert!(
+        csv.lines().skip(1).all(|l| l.contains(",one-shot,")),
+        "{csv}"
+    );
+}
+
+#[test]
+fn eval_never_writes_the_chain_files_store() {
+    let dir = scratch_dir("eval-store");
+    let root = workspace_root();
+    let chain = dir.join("chain.toml");
+    let original = std::fs::read_to_string(root.join(CHAINS[0])).unwrap();
+    std::fs::write(
+        &chain,
+        format!("{original}\n[store]\npath = \"own-store.sqlite3\"\n"),
+    )
+    .unwrap();
+    let out = Command::new(tamp_bin())
+        .args(["eval", "--one-shot-only", "--chain"])
+        .arg(&chain)
+        .arg(root.join(CONVERSATIONS[0].0))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !dir.join("own-store.sqlite3").exists(),
+        "eval wrote the chain file's store"
+    );
+}
+
+#[test]
+fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
+    let dir = scratch_dir("eval-errors");
+    let root = workspace_root();
+    let run = |args: &[&str]| {
+        let out = Command::new(tamp_bin())
+            .arg("eval")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "accepted {args:?}");
+        assert!(
+            !text(&out.stderr).contains("one-shot"),
+            "a chain ran before the error"
+        );
+        text(&out.stderr)
+    };
+    let chain = root.join(CHAINS[0]);
+    let chain = chain.to_str().unwrap();
+    let conversation = root.join(CONVERSATIONS[0].0);
+    let conversation = conversation.to_str().unwrap();
+
+    let facts = dir.join("other.facts.json");
+    std::fs::write(
+        &facts,
+        r#"{"conversation": "nowhere", "facts": [{"id": "a", "text": "x"}]}"#,
+    )
+    .unwrap();
+    let err = run(&[
+        "--chain",
+        chain,
+        "--facts",
+        facts.to_str().unwrap(),
+        conversation,
+    ]);
+    assert!(
+        err.contains("other.facts.json") && err.contains("nowhere"),
+        "{err}"
+    );
+
+    let bad_facts = dir.join("bad.facts.json");
+    std::fs::write(&bad_facts, r#"{"facts": [{"id": "a"}]}"#).unwrap();
+    let err = run(&[
+        "--chain",
+        chain,
+        "--facts",
+        bad_facts.to_str().unwrap(),
+        conversation,
+    ]);
+    assert!(
+        err.contains("bad.facts.json") && err.contains("facts[0]"),
+        "{err}"
+    );
+
+    let bad_chain = dir.join("bad.toml");
+    std::fs::write(&bad_chain, "[budget]\nmax_tokens = \"many\"\n").unwrap();
+    let err = run(&["--chain", bad_chain.to_str().unwrap(), conversation]);
+    assert!(
+        err.contains("bad.toml") && err.contains("max_tokens"),
+        "{err}"
+    );
+
+    let broken = dir.join("broken.json");
+    std::fs::write(&broken, "{\"messages\": [").unwrap();
+    let err = run(&["--chain", chain, broken.to_str().unwrap()]);
+    assert!(err.contains("broken.json"), "{err}");
+
+    let help = Command::new(tamp_bin())
+        .args(["eval", "--help"])
+        .output()
+        .unwrap();
+    let help = text(&help.stdout);
+    assert!(
+        help.contains("--facts") && help.contains("Example"),
+        "{help}"
+    );
+}
