@@ -274,3 +274,89 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
         "{help}"
     );
 }
+
+/// The headless browser: `$TAMP_CHROMIUM`, else Debian's `chromium-headless-shell` or
+/// `chromium` on PATH (`.ci/run` installs the first).
+fn chromium() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("TAMP_CHROMIUM") {
+        return path.into();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in ["chromium-headless-shell", "chromium", "chromium-browser"] {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!(
+        "the HTML report test needs a headless Chromium: install Debian's \
+         chromium-headless-shell (apt-get install chromium-headless-shell; .ci/run does) or set \
+         TAMP_CHROMIUM to a Chromium binary"
+    );
+}
+
+/// The HTML report, opened in a real headless browser: the screenshot is not blank, and it
+/// shows the charts, drawn in each chain's color.
+#[test]
+fn the_html_report_renders_its_charts_in_a_real_browser() {
+    let dir = scratch_dir("eval-html");
+    let html = dir.join("report.html");
+    let out = eval(&["--format", "html", "--out", html.to_str().unwrap()], &dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.starts_with("<!DOCTYPE html>") && !page.contains("<script"),
+        "self-contained"
+    );
+    assert!(
+        !page.contains(" src=") && !page.contains(" href="),
+        "nothing fetched"
+    );
+
+    let shot = dir.join("report.png");
+    let browser = chromium();
+    let run = Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .arg("--window-size=1000,1400")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", browser.display()));
+    assert!(shot.is_file(), "no screenshot: {}", text(&run.stderr));
+
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
+    let count = |rgb: [u8; 3]| {
+        pixels
+            .iter()
+            .filter(|p| {
+                p[0].abs_diff(rgb[0]) < 12
+                    && p[1].abs_diff(rgb[1]) < 12
+                    && p[2].abs_diff(rgb[2]) < 12
+            })
+            .count()
+    };
+    let white = count([255, 255, 255]);
+    assert!(
+        white < pixels.len() * 97 / 100,
+        "the page is (nearly) blank: {white} of {} white",
+        pixels.len()
+    );
+    // The first chain's color (#1f77b4) and the second's (#d62728): their lines, dots and bars.
+    let (first, second) = (count([0x1f, 0x77, 0xb4]), count([0xd6, 0x27, 0x28]));
+    assert!(
+        first > 2_000 && second > 2_000,
+        "chart colors on screen: {first} and {second} pixels"
+    );
+}

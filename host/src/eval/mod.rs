@@ -16,6 +16,7 @@
 //! ([`facts`]).
 
 pub mod facts;
+pub mod html;
 pub mod output;
 
 use std::path::{Path, PathBuf};
@@ -56,8 +57,8 @@ pub struct EvalArgs {
     /// Conversations in either wire format (Anthropic Messages or OpenAI Chat Completions).
     #[arg(value_name = "CONVERSATION", required = true)]
     pub conversations: Vec<PathBuf>,
-    /// Output: a text table, JSON (with every replay's context size request by request), or
-    /// CSV (one row per run).
+    /// Output: a text table, JSON (with every replay's context size request by request), CSV
+    /// (one row per run), or a self-contained HTML report with charts.
     #[arg(long, value_enum, default_value = "text")]
     pub format: output::Format,
     /// Write the output here instead of stdout.

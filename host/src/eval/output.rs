@@ -8,6 +8,8 @@ pub enum Format {
     Text,
     Json,
     Csv,
+    /// A self-contained page with charts.
+    Html,
 }
 
 pub fn render(runs: &[Run], format: Format) -> String {
@@ -20,6 +22,7 @@ pub fn render(runs: &[Run], format: Format) -> String {
             s
         }
         Format::Csv => csv(runs),
+        Format::Html => super::html::render(runs),
     }
 }
 
