@@ -26,7 +26,11 @@
 //!    win), normalized to the best unit. Bonuses: file paths (+0.3, +0.4 for two or more),
 //!    identifiers (snake_case, CamelCase, `foo.bar()`, `a::b`; +0.1 each up to 0.3), numbers
 //!    (+0.05 each up to 0.15), error words (error, failed, exception, traceback, panic…; +0.35),
-//!    first and last unit (+0.15).
+//!    first and last unit (+0.15). In a transcript as `sdk::render_messages` writes it, where a
+//!    unit comes from counts too: what the user wrote +0.6, the assistant's own statements
+//!    +0.25 (+0.5 with a word of decision, finding or plan: because, decided, fix, found, need,
+//!    should, will…), an earlier summary +0.3, a tool call −0.25 and a tool's output −0.45; a
+//!    numbered source line (`  221\t…`, as `cat -n` prints) −0.5 anywhere.
 //! 3. **Pick.** Greedily by score (earlier unit wins ties) while the answer fits the budget of
 //!    `max_output_tokens × 4` characters. A repeat of an already-picked unit (same text up to
 //!    case, punctuation and the value of numbers) is skipped; a unit whose words overlap ≥ 50 %
@@ -189,7 +193,7 @@ pub struct Summary {
 
 /// Summarizes `material` into at most `budget_chars` characters (see the module docs).
 pub fn summarize(material: &str, budget_chars: usize) -> Summary {
-    let units = split_units(material);
+    let (units, sources) = split_units_with_sources(material);
     if units.is_empty() {
         let text = cut_chars(NOTHING_TO_SUMMARIZE, budget_chars);
         let truncated = text.len() < NOTHING_TO_SUMMARIZE.len();
@@ -201,7 +205,7 @@ pub fn summarize(material: &str, budget_chars: usize) -> Summary {
         };
     }
     let n = units.len();
-    let analysis = analyze(&units);
+    let analysis = analyze(&units, &sources);
 
     let header_max_chars = header(n, n).chars().count();
     if budget_chars < header_max_chars + 1 {
@@ -374,7 +378,7 @@ fn best_sentences(units: &[&str], limit: usize) -> String {
     if units.is_empty() || limit == 0 {
         return String::new();
     }
-    let analysis = analyze(units);
+    let analysis = analyze(units, &[]);
     // `pick` charges a newline per unit; the join uses a space, so the same count fits.
     let picked = pick(units, &analysis, limit.saturating_add(1));
     cut_marked(&picked.join(" "), limit)
@@ -460,10 +464,94 @@ fn cut_chars(s: &str, max: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn split_units(material: &str) -> Vec<&str> {
+    split_units_with_sources(material).0
+}
+
+/// Where a unit comes from in a transcript as `sdk::render_messages` writes it (`user: …`,
+/// `assistant: …`, `assistant called tool(…)`, `tool returned: …`, `summary of earlier
+/// messages …`); a line without such a prefix continues the one before it. Material that is
+/// no transcript is all `Unknown`, and scored as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Unknown,
+    User,
+    Assistant,
+    ToolCall,
+    ToolOutput,
+    Summary,
+}
+
+impl Source {
+    /// The source a line starts, if it starts one.
+    fn of_line(line: &str) -> Option<Source> {
+        if line.starts_with("user: ") {
+            return Some(Source::User);
+        }
+        if line.starts_with("assistant: ") {
+            return Some(Source::Assistant);
+        }
+        if line.starts_with("summary of earlier messages") {
+            return Some(Source::Summary);
+        }
+        let (head, _) = line.split_once(['(', ':'])?;
+        let mut words = head.split(' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some(_), Some("called"), Some(_)) => Some(Source::ToolCall),
+            (Some(_), Some("returned" | "failed"), None) => Some(Source::ToolOutput),
+            _ => None,
+        }
+    }
+
+    /// How much more (or less) a person would keep a unit from here: what the user asked
+    /// and the assistant's own statements over tool calls and their raw output.
+    fn bonus(self, unit: &str) -> f64 {
+        match self {
+            Source::Unknown => 0.0,
+            Source::User => 0.6,
+            Source::Assistant if has_cue(unit) => 0.5,
+            Source::Assistant => 0.25,
+            Source::Summary => 0.3,
+            Source::ToolCall => -0.25,
+            Source::ToolOutput => -0.45,
+        }
+    }
+}
+
+/// Words by which an assistant states a decision, a finding or a plan.
+const CUE_WORDS: &[&str] = &[
+    "because", "cause", "caused", "decide", "decided", "fix", "fixed", "found", "instead", "issue",
+    "must", "need", "needs", "plan", "problem", "should", "will",
+];
+
+fn has_cue(unit: &str) -> bool {
+    unit.split(|c: char| !c.is_alphanumeric())
+        .any(|w| CUE_WORDS.contains(&w.to_ascii_lowercase().as_str()))
+}
+
+/// A numbered source line as `cat -n` or an editor view prints it (`  221\t  code`): output,
+/// never a statement.
+fn is_numbered_code(unit: &str) -> bool {
+    // The first line of an output carries the transcript's prefix: `bash returned:   12\t…`.
+    let body = unit
+        .split_once("returned: ")
+        .or_else(|| unit.split_once("failed: "))
+        .map_or(unit, |(_, rest)| rest)
+        .trim_start();
+    let digits = body.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && body[digits..].starts_with('\t')
+}
+
+/// The units of `material` and where each comes from.
+fn split_units_with_sources(material: &str) -> (Vec<&str>, Vec<Source>) {
     let mut units = Vec::new();
+    let mut sources = Vec::new();
+    let mut source = Source::Unknown;
     let mut in_fence = false;
     for line in material.lines() {
         let trimmed = line.trim();
+        if let Some(starts) = Source::of_line(line) {
+            source = starts;
+        }
         if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
             in_fence = !in_fence;
             continue;
@@ -476,8 +564,9 @@ fn split_units(material: &str) -> Vec<&str> {
         } else {
             split_sentences(trimmed, &mut units);
         }
+        sources.resize(units.len(), source);
     }
-    units
+    (units, sources)
 }
 
 /// Lines kept whole: code, logs, stack traces, tables.
@@ -729,7 +818,7 @@ struct TermInfo {
     error: bool,
 }
 
-fn analyze(units: &[&str]) -> Analysis {
+fn analyze(units: &[&str], sources: &[Source]) -> Analysis {
     let mut ids: FxHashMap<String, u32> = FxHashMap::default();
     let mut info: Vec<TermInfo> = Vec::new();
     // Distinct content-term ids of every unit, one after the other; `spans[i]` is unit i's.
@@ -839,6 +928,10 @@ fn analyze(units: &[&str]) -> Analysis {
             }
             if i == 0 || i == last {
                 s += 0.15;
+            }
+            s += sources.get(i).map_or(0.0, |src| src.bonus(units[i]));
+            if is_numbered_code(units[i]) {
+                s -= 0.5;
             }
             s
         })
@@ -1792,6 +1885,35 @@ mod tests {
         // Numbers of the error line rank before the weather's.
         let pos = |x: &str| items.iter().position(|i| *i == x).unwrap();
         assert!(pos("5432") < pos("17"), "{mentions}");
+    }
+
+    #[test]
+    fn the_user_and_the_assistants_statements_beat_tool_output() {
+        let material = "user: The nightly report is wrong; do not touch the billing module.\n\
+            assistant: Let me look at the report code.\n\
+            assistant called bash({\"command\":\"cat -n src/report.py\"})\n\
+            bash returned:   12\ttotal = round(sum(rows), 2) + adjustment_factor\n\
+            \x20 13\treturn total_rows_formatted_for_output\n\
+            \x20 14\tdef aggregate_rows(rows, adjustment_factor, currency_code):\n\
+            assistant: I found the cause: the rounding happens before the adjustment, so I will fix the order.\n";
+        let summary = summarize(material, 330);
+        let text = summary.text;
+        assert!(text.contains("do not touch the billing module"), "{text}");
+        assert!(text.contains("I found the cause"), "{text}");
+        assert!(!text.contains("14\tdef aggregate_rows"), "{text}");
+        // The same material without its transcript prefixes is scored as before: no unit is
+        // told apart by where it comes from.
+        let (_, sources) = split_units_with_sources("plain text. More text.\n");
+        assert!(sources.iter().all(|s| *s == Source::Unknown));
+        assert_eq!(
+            Source::of_line("bash returned: x"),
+            Some(Source::ToolOutput)
+        );
+        assert_eq!(
+            Source::of_line("assistant called read_file({})"),
+            Some(Source::ToolCall)
+        );
+        assert_eq!(Source::of_line("the tool returned: x"), None);
     }
 
     #[test]
