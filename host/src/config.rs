@@ -1455,10 +1455,8 @@ mod tests {
 
     #[test]
     fn record_and_replay_are_accepted_on_their_kinds() {
-        let f = parse(
-            "[provider]\nkind = \"openai\"\nmodel = \"m\"\nrecord = \"answers.jsonl\"\n",
-        )
-        .unwrap();
+        let f = parse("[provider]\nkind = \"openai\"\nmodel = \"m\"\nrecord = \"answers.jsonl\"\n")
+            .unwrap();
         assert_eq!(
             f.file.provider.record.as_deref(),
             Some(Path::new("answers.jsonl"))

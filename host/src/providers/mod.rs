@@ -62,11 +62,9 @@ pub fn from_config(
     let cfg = &file.file.provider;
     let provider = base_provider(file)?;
     Ok(match &cfg.record {
-        Some(path) => Arc::new(
-            Recording::open(provider, &file.resolve_path(path)).map_err(|m| {
-                file.error_at_key("provider", "record", format!("provider.record: {m}"))
-            })?,
-        ),
+        Some(path) => Arc::new(Recording::open(provider, &file.resolve_path(path)).map_err(
+            |m| file.error_at_key("provider", "record", format!("provider.record: {m}")),
+        )?),
         None => provider,
     })
 }

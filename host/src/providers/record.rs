@@ -141,11 +141,7 @@ impl RecordedRequest {
             prompt: self.prompt.as_str().into(),
             max_output_tokens: self.max_output_tokens,
             temperature: self.temperature.into(),
-            response_schema_json: self
-                .response_schema_json
-                .as_deref()
-                .map(Into::into)
-                .into(),
+            response_schema_json: self.response_schema_json.as_deref().map(Into::into).into(),
             label: self.label.as_str().into(),
         }
     }
@@ -328,12 +324,10 @@ impl ReplayProvider {
 
     fn missing(&self, request: &LlmRequest) -> ProviderError {
         let key = request_key(request);
-        let prompt: String = request.prompt.chars().take(PROMPT_QUOTE_CHARS).collect();
-        let more = if request.prompt.chars().count() > PROMPT_QUOTE_CHARS {
-            "…"
-        } else {
-            ""
-        };
+        let mut prompt: String = request.prompt.chars().take(PROMPT_QUOTE_CHARS).collect();
+        if request.prompt.chars().count() > PROMPT_QUOTE_CHARS {
+            prompt.push('…');
+        }
         let label = if request.label.is_empty() {
             String::new()
         } else {
@@ -343,11 +337,10 @@ impl ReplayProvider {
             self.name(),
             ProviderErrorKind::InvalidRequest,
             format!(
-                "no recorded answer for this request (key {}, {label}prompt starts {:?}) in {} \
-                 ({} answer(s)): the request changed since it was recorded, or was never \
+                "no recorded answer for this request (key {}, {label}prompt starts {prompt:?}) \
+                 in {} ({} answer(s)): the request changed since it was recorded, or was never \
                  recorded; re-record with `record = ` on the real provider",
                 &key[..16],
-                format!("{prompt}{more}"),
                 self.path.display(),
                 self.answers.len(),
             ),
@@ -466,7 +459,10 @@ mod tests {
         );
         // The label is not keyed.
         assert_eq!(
-            replay.complete(&plain.clone().with_label("x")).await.unwrap(),
+            replay
+                .complete(&plain.clone().with_label("x"))
+                .await
+                .unwrap(),
             a
         );
         let line: RecordedAnswer = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
@@ -567,9 +563,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_calls_record_whole_lines() {
         let path = scratch("concurrent");
-        let recording = Arc::new(
-            Recording::open(ScriptedProvider::always(&"x".repeat(20_000)), &path).unwrap(),
-        );
+        let recording =
+            Arc::new(Recording::open(ScriptedProvider::always("x".repeat(20_000)), &path).unwrap());
         let calls = (0..64).map(|i| {
             let recording = Arc::clone(&recording);
             tokio::spawn(async move {
@@ -624,8 +619,10 @@ mod tests {
         };
         assert_eq!(err.line, Some(3), "{err}");
         assert!(
-            err.message
-                .starts_with(&format!("provider.answers: {}:1: not a recorded answer", answers.display())),
+            err.message.starts_with(&format!(
+                "provider.answers: {}:1: not a recorded answer",
+                answers.display()
+            )),
             "{err}"
         );
     }
