@@ -141,11 +141,17 @@ impl Default for TokenizerConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ProviderConfig {
     /// `extractive` (offline, the default), `scripted` (answers from `script`, for tests),
-    /// `anthropic` (Messages API) or `openai` (any Chat Completions server: OpenAI, vLLM,
-    /// llama.cpp, Ollama's `/v1`).
+    /// `anthropic` (Messages API), `openai` (any Chat Completions server: OpenAI, vLLM,
+    /// llama.cpp, Ollama's `/v1`) or `replay` (answers recorded with `record`).
     pub kind: String,
     /// The scripted provider's script file.
     pub script: Option<PathBuf>,
+    /// Append every answer, keyed by its exact request, to this JSON Lines file (any kind but
+    /// `replay`). Relative to the chain file's folder.
+    pub record: Option<PathBuf>,
+    /// The replay provider's file of recorded answers (`kind = "replay"`). Relative to the
+    /// chain file's folder.
+    pub answers: Option<PathBuf>,
     /// The model name sent to the API (`anthropic`, `openai`).
     pub model: Option<String>,
     /// The API's base URL; defaults to the provider's public endpoint.
@@ -176,6 +182,8 @@ impl Default for ProviderConfig {
         ProviderConfig {
             kind: "extractive".into(),
             script: None,
+            record: None,
+            answers: None,
             model: None,
             base_url: None,
             api_key_env: None,
@@ -693,11 +701,38 @@ impl LoadedChainFile {
         };
         let kind = provider.kind.as_str();
         let http = matches!(kind, "anthropic" | "openai");
-        if !matches!(kind, "extractive" | "scripted") && !http {
+        if !matches!(kind, "extractive" | "scripted" | "replay") && !http {
             return fail(
                 "kind",
-                format!("unknown provider \"{kind}\"; expected \"extractive\", \"scripted\", \"anthropic\" or \"openai\""),
+                format!("unknown provider \"{kind}\"; expected \"extractive\", \"scripted\", \"anthropic\", \"openai\" or \"replay\""),
             );
+        }
+        match (kind, &provider.answers) {
+            ("replay", None) => {
+                return Err(self.error_at_key(
+                    "provider",
+                    "kind",
+                    "provider.answers: required when kind = \"replay\": the file of answers recorded with `record`".into(),
+                ))
+            }
+            (k, Some(_)) if k != "replay" => {
+                return fail(
+                    "answers",
+                    "only for kind = \"replay\"; to write answers to a file, use `record`".into(),
+                )
+            }
+            _ => {}
+        }
+        if kind == "replay" && provider.record.is_some() {
+            return fail(
+                "record",
+                "not with kind = \"replay\": a replay makes no new answers to record".into(),
+            );
+        }
+        for (key, path) in [("record", &provider.record), ("answers", &provider.answers)] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return fail(key, "must not be empty".into());
+            }
         }
         match (kind, &provider.script) {
             ("scripted", None) => {
@@ -1385,12 +1420,55 @@ mod tests {
                 "provider.max_concurrency: must be at least 1",
                 2,
             ),
+            (
+                "kind = \"replay\"\n",
+                "provider.answers: required when kind = \"replay\"",
+                2,
+            ),
+            (
+                "kind = \"openai\"\nmodel = \"m\"\nanswers = \"a.jsonl\"\n",
+                "provider.answers: only for kind = \"replay\"; to write answers to a file, use `record`",
+                4,
+            ),
+            (
+                "kind = \"replay\"\nanswers = \"a.jsonl\"\nrecord = \"b.jsonl\"\n",
+                "provider.record: not with kind = \"replay\"",
+                4,
+            ),
+            (
+                "kind = \"replay\"\nanswers = \"a.jsonl\"\nmodel = \"m\"\n",
+                "provider.model: only for kind = \"anthropic\" or \"openai\"",
+                4,
+            ),
+            (
+                "kind = \"openai\"\nmodel = \"m\"\nrecord = \"\"\n",
+                "provider.record: must not be empty",
+                4,
+            ),
         ];
         for (body, want, line) in cases {
             let err = parse(&format!("[provider]\n{body}")).unwrap_err();
             assert!(err.message.starts_with(want), "{body}: {err}");
             assert_eq!(err.line, Some(line), "{body}: {err}");
         }
+    }
+
+    #[test]
+    fn record_and_replay_are_accepted_on_their_kinds() {
+        let f = parse("[provider]\nkind = \"openai\"\nmodel = \"m\"\nrecord = \"answers.jsonl\"\n")
+            .unwrap();
+        assert_eq!(
+            f.file.provider.record.as_deref(),
+            Some(Path::new("answers.jsonl"))
+        );
+        parse("[provider]\nkind = \"scripted\"\nscript = \"s.json\"\nrecord = \"r.jsonl\"\n")
+            .unwrap();
+        let f = parse("[provider]\nkind = \"replay\"\nanswers = \"answers.jsonl\"\n").unwrap();
+        assert!(!f.file.provider.retries());
+        assert!(parse("[provider]\nkind = \"magic\"\n")
+            .unwrap_err()
+            .message
+            .contains("\"openai\" or \"replay\""));
     }
 
     #[test]

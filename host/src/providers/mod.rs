@@ -9,6 +9,8 @@
 //! - [`AnthropicProvider`] (`anthropic`, the Messages API) and [`OpenAiProvider`] (`openai`,
 //!   any Chat Completions server), over HTTP ([`http`]: keys, the error mapping), with
 //!   structured output ([`structured`], [`schema`]), wrapped in [`Retrying`] ([`retry`]).
+//! - [`ReplayProvider`] (`replay`): answers from a file of answers recorded by [`Recording`]
+//!   (`record = "answers.jsonl"` on any other kind), keyed by the exact request ([`record`]).
 //!
 //! ## The `<content>` convention
 //!
@@ -30,6 +32,7 @@ pub mod batches;
 pub mod extractive;
 pub mod http;
 pub mod openai;
+pub mod record;
 pub mod retry;
 pub mod schema;
 pub mod scripted;
@@ -39,6 +42,7 @@ pub use anthropic::AnthropicProvider;
 pub use extractive::{summarize, ExtractiveSummarizer, Summary};
 pub use http::{ApiKey, ClientSettings};
 pub use openai::OpenAiProvider;
+pub use record::{request_key, Recording, ReplayProvider};
 pub use retry::{RetryPolicy, Retrying};
 pub use scripted::{
     Script, ScriptError, ScriptMode, ScriptedError, ScriptedProvider, ScriptedResponse,
@@ -49,12 +53,34 @@ pub use structured::StructuredMode;
 /// Builds the provider a chain file's `[provider]` section describes. The HTTP providers
 /// (`anthropic`, `openai`) are wrapped in [`Retrying`]; their key is read from the
 /// environment variable `api_key_env` names, now, so a missing key fails here, naming the
-/// variable.
+/// variable. `kind = "replay"` reads its `answers` file now (a malformed line fails here,
+/// naming the file and line); `record` wraps the provider in [`Recording`], outside the
+/// retries (one line per answer, not per attempt), opening the file now.
 pub fn from_config(
     file: &crate::config::LoadedChainFile,
 ) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
     let cfg = &file.file.provider;
+    let provider = base_provider(file)?;
+    Ok(match &cfg.record {
+        Some(path) => Arc::new(Recording::open(provider, &file.resolve_path(path)).map_err(
+            |m| file.error_at_key("provider", "record", format!("provider.record: {m}")),
+        )?),
+        None => provider,
+    })
+}
+
+fn base_provider(
+    file: &crate::config::LoadedChainFile,
+) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
+    let cfg = &file.file.provider;
     Ok(match cfg.kind.as_str() {
+        "replay" => {
+            let answers =
+                file.resolve_path(cfg.answers.as_deref().unwrap_or(std::path::Path::new("")));
+            Arc::new(ReplayProvider::from_file(&answers).map_err(|m| {
+                file.error_at_key("provider", "answers", format!("provider.answers: {m}"))
+            })?)
+        }
         "scripted" => {
             let script =
                 file.resolve_path(cfg.script.as_deref().unwrap_or(std::path::Path::new("")));
