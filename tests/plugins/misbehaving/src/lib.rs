@@ -1,6 +1,18 @@
 //! A plugin that misbehaves on purpose, so the host's containment can be tested against a
 //! real loaded library. `mode` picks the misbehaviour; `ok` is a well-behaved strategy that
 //! archives the oldest compactable unit.
+//!
+//! `panic_per_mille` and `hang_per_mille` make it misbehave now and then instead (the soak
+//! bench's injected faults): on that share of calls it panics as `panic_in_compact` does or
+//! hangs as `hang` does, and otherwise behaves as `mode`. Which calls is decided by a hash of
+//! the two rates, the call's number on this instance and the conversation's size, so a given
+//! sequence of calls misbehaves the same way in every run, and a conversation sent again is
+//! not always treated alike. Each injected fault is logged as a warning first
+//! (`misbehaving: injected panic (call N)`). Both default to 0: then only `mode` counts, as
+//! before.
+
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::tracing;
@@ -37,9 +49,54 @@ pub enum Mode {
 #[schemars(crate = "tamp_plugin_api::schemars")]
 pub struct Config {
     pub mode: Mode,
+    /// Panic on about this many calls in 1,000 (0 to 1,000).
+    #[schemars(range(max = 1000))]
+    pub panic_per_mille: u32,
+    /// Never finish on about this many calls in 1,000 (0 to 1,000, with `panic_per_mille`
+    /// at most 1,000 in all).
+    #[schemars(range(max = 1000))]
+    pub hang_per_mille: u32,
 }
 
-pub struct Misbehaving(Mode);
+pub struct Misbehaving {
+    mode: Mode,
+    panic_per_mille: u32,
+    hang_per_mille: u32,
+    /// Calls so far on this instance (a reload makes a new one).
+    calls: AtomicU64,
+}
+
+impl Misbehaving {
+    /// The mode of this call: `mode`, or now and then a panic or a hang.
+    fn mode_for(&self, messages: usize, tokens: u64) -> Mode {
+        if self.panic_per_mille == 0 && self.hang_per_mille == 0 {
+            return self.mode;
+        }
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut hasher = DefaultHasher::new();
+        // The rates are in the hash too: two stages of this plugin given the same calls must
+        // not draw the same numbers (then every hang would come with a panic).
+        (
+            self.panic_per_mille,
+            self.hang_per_mille,
+            call,
+            messages,
+            tokens,
+        )
+            .hash(&mut hasher);
+        let draw = (hasher.finish() % 1000) as u32;
+        // Said in the host's log, so a soak can tell every injected fault from a real one.
+        if draw < self.panic_per_mille {
+            tracing::warn!("misbehaving: injected panic (call {call})");
+            Mode::PanicInCompact
+        } else if draw < self.panic_per_mille + self.hang_per_mille {
+            tracing::warn!("misbehaving: injected hang (call {call})");
+            Mode::Hang
+        } else {
+            self.mode
+        }
+    }
+}
 
 impl Strategy for Misbehaving {
     type Config = Config;
@@ -50,7 +107,17 @@ impl Strategy for Misbehaving {
         if config.mode == Mode::PanicInNew {
             panic!("misbehaving: panic in constructor");
         }
-        Ok(Misbehaving(config.mode))
+        if config.panic_per_mille.saturating_add(config.hang_per_mille) > 1000 {
+            return Err(PluginError::invalid_config(
+                "panic_per_mille + hang_per_mille must be at most 1000",
+            ));
+        }
+        Ok(Misbehaving {
+            mode: config.mode,
+            panic_per_mille: config.panic_per_mille,
+            hang_per_mille: config.hang_per_mille,
+            calls: AtomicU64::new(0),
+        })
     }
 
     async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
@@ -62,7 +129,7 @@ impl Strategy for Misbehaving {
         } = input;
         let messages = &conversation.messages;
         let range = sdk::compactable_range(messages, budget.keep_recent as usize);
-        match self.0 {
+        match self.mode_for(messages.len(), budget.current_tokens) {
             Mode::PanicInCompact => {
                 let _ = host.count_tokens("x");
                 tokio_free_yield().await;
