@@ -156,6 +156,42 @@ async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out
         .as_str()
         .unwrap()
         .contains("65536"));
+    assert_eq!(answer.header("connection"), Some("close"), "{answer:?}");
+
+    // A body sent whole but too large: the answer says the connection closes, so a
+    // keep-alive client does not send its next request into it (the fuzzer found reqwest's
+    // next request failing), and it does close.
+    let mut stream = connect(&server).await;
+    let body = format!("{{\"conversation\": \"{}\"}}", "x".repeat(200_000));
+    let head = format!(
+        "POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n",
+        body.len()
+    );
+    send(&mut stream, head.as_bytes()).await;
+    let _ = stream.write_all(body.as_bytes()).await; // the server may stop reading
+    let answer = read_answer(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("a 413");
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.header("connection"), Some("close"), "{answer:?}");
+    assert!(closed_within(&mut stream, Duration::from_secs(5)).await);
+    // And reqwest, keeping connections alive, gets its next answer.
+    let client = reqwest::Client::new();
+    let big = client
+        .post(server.url("/v1/compact"))
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(big.status(), 413);
+    let next = client
+        .get(server.url("/v1/pages/pg%2F0"))
+        .send()
+        .await
+        .expect("the next request on a kept-alive client is answered");
+    assert_eq!(next.status(), 404);
 
     // 100 bytes declared, 10 sent: 408 after the body timeout.
     let started = Instant::now();

@@ -239,6 +239,18 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        // The body was not read to its end, so the connection cannot carry another request:
+        // hyper closes it after this answer. Said in the answer, a keep-alive client opens a
+        // new connection for its next request instead of sending it into the closed one
+        // (found by the fuzzer: reqwest's next GET after a refused large POST failed).
+        if matches!(
+            self.status,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+        ) {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }
