@@ -48,36 +48,9 @@ use super::{Provider, ProviderError, ProviderErrorKind};
 /// The key of a request in a recording: SHA-256 hex over everything that changes the answer
 /// (see the module docs for the exact list).
 pub fn request_key(request: &LlmRequest) -> String {
-    let LlmRequest {
-        system,
-        prompt,
-        max_output_tokens,
-        temperature,
-        response_schema_json,
-        label: _,
-    } = request;
     let mut h = Sha256::new();
     h.update(b"tamp-recorded-answer-v1");
-    for part in [system.as_str(), prompt.as_str()] {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    h.update(max_output_tokens.to_le_bytes());
-    match temperature.into_option() {
-        Some(t) => {
-            h.update(b"t");
-            h.update(t.to_le_bytes());
-        }
-        None => h.update(b"-"),
-    }
-    match response_schema_json.as_ref().into_option() {
-        Some(schema) => {
-            h.update(b"s");
-            h.update((schema.len() as u64).to_le_bytes());
-            h.update(schema.as_bytes());
-        }
-        None => h.update(b"-"),
-    }
+    super::hash_answer_inputs(&mut h, request);
     hex::encode(h.finalize())
 }
 

@@ -45,31 +45,12 @@ impl CacheScope {
 
     /// The key of `request` as answered by `provider`.
     pub fn request_key(&self, provider: &str, request: &LlmRequest) -> CacheKey {
-        // The label is for logs only and does not change the answer.
-        let LlmRequest {
-            system,
-            prompt,
-            max_output_tokens,
-            temperature,
-            response_schema_json,
-            label: _,
-        } = request;
         let mut h = Sha256::new();
         h.update(b"answer");
         h.update(self.digest);
-        for part in [provider, system.as_str(), prompt.as_str()] {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part.as_bytes());
-        }
-        h.update(max_output_tokens.to_le_bytes());
-        match temperature.into_option() {
-            Some(t) => h.update(t.to_le_bytes()),
-            None => h.update(b"-"),
-        }
-        match response_schema_json.as_ref().into_option() {
-            Some(schema) => h.update(schema.as_bytes()),
-            None => h.update(b"-"),
-        }
+        h.update((provider.len() as u64).to_le_bytes());
+        h.update(provider.as_bytes());
+        crate::providers::hash_answer_inputs(&mut h, request);
         h.finalize().into()
     }
 
