@@ -16,6 +16,7 @@ pub mod config;
 pub mod conformance;
 pub mod deferred;
 mod edits;
+pub mod error_text;
 pub mod eval;
 pub mod invariants;
 pub mod loader;

@@ -27,6 +27,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tamp_host::error_text::error_chain;
 
 use crate::tools::{install_once, tools_dir};
 
@@ -428,22 +429,6 @@ where
             .join()
             .expect("the SQL thread panicked")
     })
-}
-
-/// An error and its causes, `a: b: c` (tokio-postgres keeps the server's message in the
-/// source chain).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Whether a directory holds the server binaries the tests run.

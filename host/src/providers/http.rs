@@ -212,16 +212,7 @@ pub(crate) fn transport_error(
     };
     // reqwest's Display stops at the outermost error; the cause ("connection refused",
     // "operation timed out") is in the source chain.
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
+    let message = crate::error_text::error_chain(&e);
     ProviderError::new(provider, kind, scrub(message))
 }
 

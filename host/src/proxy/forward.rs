@@ -2,6 +2,7 @@
 //! come, the body chunk by chunk as the upstream writes it (an SSE stream event by event),
 //! never gathered whole.
 
+use crate::error_text::error_chain;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -80,27 +81,11 @@ impl Upstreams {
                 "upstream_unreachable",
                 format!(
                     "the request to the upstream {origin} {why}: {}",
-                    causes(&e.without_url())
+                    error_chain(&e.without_url())
                 ),
             )
         })
     }
-}
-
-/// An error and its causes, `: `-joined (reqwest's own text stops at "error sending
-/// request").
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// The client's answer: the upstream's status and headers (less the hop-by-hop ones) plus

@@ -28,6 +28,7 @@ mod queue;
 mod threads;
 pub mod tls;
 
+use crate::error_text::error_chain;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -402,22 +403,6 @@ fn explain_tls(mut detail: String, ssl_mode: tls::SslMode) -> String {
         ));
     }
     detail
-}
-
-/// An error and its causes, `a: b: c` (tokio-postgres keeps the server's message and the
-/// I/O error in the source chain, not in the top-level message).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// `postgres://user@host:port/db`: where `config` points, without its password.
