@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, StageChain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus,
@@ -27,13 +28,6 @@ const STRUCTURED_CALL: &str = "Write the anchored summary";
 const PROSE_CALL: &str = "Summarize this agent session";
 const PROSE_OF_CHUNKS_CALL: &str = "Summarize these summaries";
 const CHUNK_CALL: &str = "Summarize part ";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn stage_chain(config: Value, provider: Arc<dyn Provider>) -> Chain {
     StageChain::new("tamp_anchored_structured", config, provider)

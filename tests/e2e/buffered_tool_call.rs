@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, FileOverrides, StageRun,
@@ -29,13 +30,6 @@ use tamp_plugin_api::{
 };
 
 const TOOLS: [&str; 3] = ["bash", "read_file", "grep"];
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The marker that identifies exchange `n` in its input, its result and any prompt about it.
 fn marker(n: usize) -> String {

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::tokens::{Encoding, TokenCounter};
@@ -40,13 +41,6 @@ mode = "ok"
         misbehaving = plugin("tamp_test_misbehaving").display(),
     );
     Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).expect("chain builds")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Every input message is in the output or, through summaries' page refs, in a page.

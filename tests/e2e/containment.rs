@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use tamp_e2e::rt;
 use tamp_e2e::{corpus_conversation, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 
@@ -19,13 +20,6 @@ fn stage(name: &str, mode: &str, extra: &str) -> String {
         "[[stage]]\nname = \"{name}\"\nplugin = \"{}\"\n{extra}\n[stage.config]\nmode = \"{mode}\"\n",
         plugin("tamp_test_misbehaving").display()
     )
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Runs `mode` as the only stage on a real conversation and checks it was rolled back.

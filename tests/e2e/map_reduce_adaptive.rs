@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_mix, corpus_names, plugin, StageChain};
 use tamp_host::chain::{
     load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus,
@@ -27,13 +28,6 @@ use tamp_plugin_api::{
 };
 
 const NAME: &str = "map-reduce-adaptive";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A chain of one map-reduce-adaptive stage that always runs.
 fn stage_chain(

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::mock_llm::{MockLlm, Reply};
+use tamp_e2e::rt;
 use tamp_e2e::{corpus, fifty_message_conversation, plugin, scratch_dir, tamp_bin, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, Compacted, FileOverrides, StageStatus};
 use tamp_host::config::LoadedChainFile;
@@ -27,13 +28,6 @@ const KEY: &str = "sk-ant-e2e-0123456789abcdefSECRET";
 fn with_key() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| std::env::set_var(KEY_VAR, KEY));
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// A `[provider]` section for `kind` talking to `mock`, with short retry waits; `extra` is

@@ -39,6 +39,14 @@ const PACKAGES: &[&str] = &[
     "tamp-test-bad-metadata",
 ];
 
+/// The multi-threaded runtime most end-to-end tests drive the chain on.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
