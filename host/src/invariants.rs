@@ -274,21 +274,24 @@ fn clearing_candidate(original: &Message, changed: &Message) -> bool {
     if original.role != changed.role || original.is_summary() {
         return false;
     }
-    let ids = |m: &Message| -> Vec<String> {
-        m.tool_use_ids()
-            .chain(m.tool_result_ids())
-            .map(str::to_string)
-            .collect()
-    };
-    let (a, b) = (ids(original), ids(changed));
-    let shares_an_id = a.iter().any(|id| b.contains(id));
+    let original_ids = tool_ids(original);
+    if original_ids.is_empty() {
+        return false;
+    }
+    let changed_ids = tool_ids(changed);
+    let shares_an_id = original_ids.iter().any(|id| changed_ids.contains(id));
     let same_kinds = original.content.len() == changed.content.len()
         && original
             .content
             .iter()
             .zip(changed.content.iter())
             .all(|(x, y)| std::mem::discriminant(x) == std::mem::discriminant(y));
-    (shares_an_id || same_kinds) && !a.is_empty()
+    shares_an_id || same_kinds
+}
+
+/// The ids of the tool calls a message makes and answers.
+fn tool_ids(m: &Message) -> Vec<&str> {
+    m.tool_use_ids().chain(m.tool_result_ids()).collect()
 }
 
 /// TAMP-INV-10: whether `cleared` is `original` with some tool results' content or tool

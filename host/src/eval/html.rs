@@ -22,12 +22,12 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The chains in the order they first appear.
-fn chains(runs: &[Run]) -> Vec<&str> {
+/// The distinct values of `field` over `runs`, in the order they first appear.
+fn distinct<'a>(runs: &'a [Run], field: impl Fn(&'a Run) -> &'a str) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
-    for r in runs {
-        if !out.contains(&r.chain.as_str()) {
-            out.push(&r.chain);
+    for value in runs.iter().map(field) {
+        if !out.contains(&value) {
+            out.push(value);
         }
     }
     out
@@ -39,7 +39,7 @@ fn color(chains: &[&str], chain: &str) -> &'static str {
 }
 
 pub fn render(runs: &[Run]) -> String {
-    let chains = chains(runs);
+    let chains = distinct(runs, |r| &r.chain);
     let mut out = String::from(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>tamp eval</title><style>\
@@ -63,13 +63,7 @@ pub fn render(runs: &[Run]) -> String {
     out.push_str("</p>\n");
     table(&mut out, runs);
 
-    let mut conversations: Vec<&str> = Vec::new();
-    for r in runs {
-        if !conversations.contains(&r.conversation.as_str()) {
-            conversations.push(&r.conversation);
-        }
-    }
-    for conversation in conversations {
+    for conversation in distinct(runs, |r| &r.conversation) {
         let _ = writeln!(out, "<h2>{}</h2>", escape(conversation));
         let replays: Vec<&Run> = runs
             .iter()

@@ -338,7 +338,7 @@ async fn replay(
         conversation: input.name.clone(),
         mode: Mode::Replay,
         requests: cuts.len(),
-        tokens_before: chain.tokens().count_messages(messages),
+        tokens_before: 0,
         tokens_after: 0,
         llm_calls: 0,
         tokens_sent: 0,
@@ -349,6 +349,14 @@ async fn replay(
         rolled_back: 0,
         series: Vec::with_capacity(cuts.len()),
     };
+    // What the client posted at each request: a running sum, each message counted once.
+    let mut posted_tokens = Vec::with_capacity(messages.len() + 1);
+    posted_tokens.push(0u64);
+    for m in messages.iter() {
+        posted_tokens
+            .push(posted_tokens.last().copied().unwrap_or(0) + chain.tokens().count_message(m));
+    }
+    run.tokens_before = posted_tokens[messages.len()];
     let mut previous: Option<Vec<Message>> = None;
     let (mut reuse, mut reused_requests, mut ms) = (0.0, 0usize, 0.0);
     let thread = format!("tamp-eval-{}", input.name);
@@ -371,7 +379,7 @@ async fn replay(
         }
         run.rolled_back += rolled_back(r);
         let answer = out.conversation.messages.to_vec();
-        let tokens_after = chain.tokens().count_messages(&answer);
+        let tokens_after = r.tokens_after;
         if let Some(prev) = &previous {
             let kept = common_prefix(prev, &answer);
             reuse +=
@@ -380,7 +388,7 @@ async fn replay(
         }
         run.series.push(Point {
             messages: cut,
-            tokens_posted: chain.tokens().count_messages(&messages[..cut]),
+            tokens_posted: posted_tokens[cut],
             tokens_after,
             compacted: r.stages.iter().any(|s| s.status == StageStatus::Acted),
         });

@@ -525,7 +525,7 @@ const CUE_WORDS: &[&str] = &[
 
 fn has_cue(unit: &str) -> bool {
     unit.split(|c: char| !c.is_alphanumeric())
-        .any(|w| CUE_WORDS.contains(&w.to_ascii_lowercase().as_str()))
+        .any(|w| CUE_WORDS.iter().any(|cue| cue.eq_ignore_ascii_case(w)))
 }
 
 /// A numbered source line as `cat -n` or an editor view prints it (`  221\t  code`): output,

@@ -146,14 +146,13 @@ impl Clearing {
     /// Replaces the content of the tool result at `block` by a placeholder with `note`. False
     /// (and nothing done) when that block is not a tool result, or is cleared already.
     pub fn clear_result(&mut self, block: usize, note: &str) -> bool {
+        if self.message.content.get(block).is_some_and(is_cleared) {
+            return false;
+        }
         let Some(ContentBlock::ToolResult { content, .. }) = self.message.content.get_mut(block)
         else {
             return false;
         };
-        if matches!(content.as_slice(), [ToolResultPart::Text { text }] if parse_result_placeholder(text).is_some())
-        {
-            return false;
-        }
         *content = vec![ToolResultPart::Text {
             text: result_placeholder(&self.page, note).into(),
         }]
@@ -165,13 +164,13 @@ impl Clearing {
     /// Replaces the input of the tool call at `block` by the input placeholder. False (and
     /// nothing done) when that block is not a tool call, or its input is cleared already.
     pub fn clear_input(&mut self, block: usize) -> bool {
+        if self.message.content.get(block).is_some_and(is_cleared) {
+            return false;
+        }
         let Some(ContentBlock::ToolUse { input_json, .. }) = self.message.content.get_mut(block)
         else {
             return false;
         };
-        if parse_input_placeholder(input_json).is_some() {
-            return false;
-        }
         *input_json = input_placeholder(&self.page).into();
         self.cleared += 1;
         true
