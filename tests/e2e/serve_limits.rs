@@ -406,6 +406,31 @@ async fn compact_requires_a_json_content_type() {
             .unwrap()
             .contains("application/json"));
     }
+    // A large body refused for its type is still read first: answered before it was read,
+    // the server's close could reset the connection under the client's write (the fuzzer
+    // met this on a loaded machine), and a kept-alive client would send its next request
+    // into a closed connection.
+    let large: Value =
+        serde_json::from_str(&corpus("anthropic", "msa_deepseek_sqlfluff-1733")).unwrap();
+    let large = serde_json::to_vec(&json!({"conversation": large})).unwrap();
+    for round in 0..20 {
+        let response = server
+            .client
+            .post(server.url("/v1/compact"))
+            .header("content-type", "text/plain")
+            .body(large.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        assert_eq!(response.status().as_u16(), 415);
+        let health = server
+            .client
+            .get(server.url("/healthz"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}, the next request: {e:?}"));
+        assert_eq!(health.status().as_u16(), 200);
+    }
     let response = server
         .client
         .post(server.url("/v1/compact"))

@@ -208,6 +208,7 @@ fn router(state: Arc<ProxyState>) -> Router {
         .route("/tamp/metrics", get(metrics_text))
         .method_not_allowed_fallback(api::method_not_allowed)
         .fallback(proxy_request)
+        .layer(axum::middleware::from_fn(api::close_if_body_unread))
         .with_state(state)
 }
 

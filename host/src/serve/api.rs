@@ -239,18 +239,6 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        // The body was not read to its end, so the connection cannot carry another request:
-        // hyper closes it after this answer. Said in the answer, a keep-alive client opens a
-        // new connection for its next request instead of sending it into the closed one
-        // (found by the fuzzer: reqwest's next GET after a refused large POST failed).
-        if matches!(
-            self.status,
-            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
-        ) {
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
         response
     }
 }
@@ -274,7 +262,38 @@ pub fn router(state: Arc<AppState>) -> Router {
             Arc::clone(&state),
             count_requests,
         ))
+        .layer(middleware::from_fn(close_if_body_unread))
         .with_state(state)
+}
+
+/// Says `connection: close` on an answer given before the request's body was read to its
+/// end (a refused token, an oversized or late body, an unknown route, a full server).
+/// hyper cannot carry another request on such a connection and closes it after the answer;
+/// said in the answer, a keep-alive client opens a new connection for its next request
+/// instead of sending it into the closed one (the fuzzer found reqwest's next request
+/// failing with `IncompleteMessage`).
+pub(crate) async fn close_if_body_unread(request: Request, next: Next) -> Response {
+    let has_body = declared_length(request.headers()).is_some_and(|n| n > 0)
+        || request.headers().contains_key(header::TRANSFER_ENCODING);
+    if !has_body {
+        return next.run(request).await;
+    }
+    let read_to_end = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (parts, body) = request.into_parts();
+    let flag = Arc::clone(&read_to_end);
+    // The body's stream, then an empty one that marks the end when it is reached.
+    let end = futures::stream::poll_fn(move |_| {
+        flag.store(true, Ordering::Release);
+        std::task::Poll::Ready(None)
+    });
+    let body = Body::from_stream(body.into_data_stream().chain(end));
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+    if !read_to_end.load(Ordering::Acquire) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 async fn count_requests(
@@ -548,10 +567,13 @@ async fn compact(
     State(state): State<Arc<AppState>>,
     mut request: Request,
 ) -> Result<Response, ApiError> {
-    require_json(request.headers())?;
     let permit = request.extensions_mut().remove::<RequestPermit>();
     let declared = declared_length(request.headers());
+    // Checked after the body is read (within the same limits as any body): refused unread,
+    // a large body would be reset under the client's write when hyper closes the connection.
+    let json = require_json(request.headers());
     let body = state.gate.read_body(request.into_body(), declared).await?;
+    json?;
     let request = parse_compact_body(&body).inspect_err(|_| {
         state.metrics.compaction_failed("invalid");
     })?;
