@@ -288,7 +288,7 @@ async fn bearer_token_and_body_limit() {
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["error"]["code"], "body_too_large");
 
-    let log = server.log();
+    let log = server.log_containing(&["DEBUG"]);
     assert!(
         log.contains("DEBUG"),
         "the server logs at debug level: {log}"
@@ -391,11 +391,8 @@ async fn reloads_follow_the_config_and_refuse_bad_ones() {
         .contains("stage \"delta\""));
     // Logged with file, line and field.
     let logged = format!("chain.toml:{field_line}: stage \"delta\": config.keep_exchanges");
-    assert!(
-        server.log().contains(&logged),
-        "{logged} not in:\n{}",
-        server.log()
-    );
+    let log = server.log_containing(&[&logged]);
+    assert!(log.contains(&logged), "{logged} not in:\n{log}");
     assert_eq!(chain_stage_names(&chain), ["gamma"]);
 
     // An unknown plugin.
@@ -557,7 +554,8 @@ async fn a_plugin_file_replaced_on_disk_is_loaded_from_a_new_private_copy() {
     let (status, answer) = server.compact(&request("after-rename")).await;
     assert_eq!(status, 200, "{answer:#}");
     assert_eq!(answer["report"]["stages"][0]["plugin"], "custom-strategy");
-    assert!(server.log().contains("reloaded"), "{}", server.log());
+    let log = server.log_containing(&["reloaded"]);
+    assert!(log.contains("reloaded"), "{log}");
 
     stop.store(true, Ordering::Relaxed);
     for task in load {
@@ -658,7 +656,9 @@ async fn sigterm_finishes_requests_in_flight_and_flushes_the_store() {
         "exit status {status}; log:\n{}",
         server.log()
     );
-    assert!(server.log().contains("tamp serve: stopped"));
+    assert!(server
+        .log_containing(&["tamp serve: stopped"])
+        .contains("tamp serve: stopped"));
     assert!(!std::env::temp_dir()
         .join(format!("tamp-plugins-{}", server.pid()))
         .exists());

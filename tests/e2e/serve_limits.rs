@@ -328,7 +328,9 @@ async fn sigterm_closes_idle_and_half_sent_connections_and_waits_only_for_compac
         "exit took {:?}",
         signalled.elapsed()
     );
-    assert!(server.log().contains("tamp serve: stopped"));
+    assert!(server
+        .log_containing(&["tamp serve: stopped"])
+        .contains("tamp serve: stopped"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -377,7 +379,9 @@ async fn max_connections_holds_new_connections_until_one_closes_or_is_reaped() {
     assert!(started.elapsed() < Duration::from_secs(10));
     drop((second, third));
     assert!(
-        server.log().contains("--max-connections"),
+        server
+            .log_containing(&["--max-connections"])
+            .contains("--max-connections"),
         "the limit is logged:\n{}",
         server.log()
     );

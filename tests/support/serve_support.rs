@@ -95,6 +95,20 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
+    /// The log once it holds every one of `needles`, or as it is after 10 s. A line logged
+    /// while a request is answered can reach the reader thread after the answer reaches the
+    /// test: asserting on `log()` at once is a race (a loaded CI machine lost it).
+    pub fn log_containing(&self, needles: &[&str]) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if needles.iter().all(|n| log.contains(n)) || std::time::Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
