@@ -153,6 +153,13 @@ impl RecordedResponse {
 /// (`[provider] record`). Failed calls are not recorded. Each answer is one `write` of one
 /// line under a mutex, so concurrent calls never interleave their lines.
 ///
+/// A request the file already answers (from earlier in this run, or from a run before) is
+/// answered from it, not asked again: a model asked twice may answer twice differently, and a
+/// replay has one answer per request, so a run that asks the same thing twice (`tamp eval`'s
+/// one-shot and replay runs share their first map requests) replays as it was recorded. Two
+/// identical requests in flight at once are both asked; the replay then gives the first
+/// recorded answer to both.
+///
 /// Not [`cacheable`](Provider::cacheable): while recording, every request reaches the
 /// provider (and so the file), never the summary cache, so the recording holds every request
 /// of the run.
@@ -160,11 +167,19 @@ pub struct Recording<P> {
     inner: P,
     path: PathBuf,
     file: Mutex<std::fs::File>,
+    /// What the file answers already.
+    recorded: Mutex<HashMap<String, RecordedAnswer>>,
 }
 
 impl<P: Provider> Recording<P> {
-    /// Opens `path` for appending (creating it, not its directory).
+    /// Opens `path` for appending (creating it, not its directory), reading the answers it
+    /// holds already.
     pub fn open(inner: P, path: &Path) -> Result<Self, String> {
+        let recorded = match std::fs::read_to_string(path) {
+            Ok(text) => ReplayProvider::parse(path, &text)?.answers,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -174,6 +189,7 @@ impl<P: Provider> Recording<P> {
             inner,
             path: path.to_path_buf(),
             file: Mutex::new(file),
+            recorded: Mutex::new(recorded),
         })
     }
 
@@ -192,7 +208,14 @@ impl<P: Provider> Recording<P> {
         text.push('\n');
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         file.write_all(text.as_bytes())?;
-        file.flush()
+        file.flush()?;
+        drop(file);
+        self.recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(line.key.clone())
+            .or_insert(line);
+        Ok(())
     }
 }
 
@@ -210,6 +233,15 @@ impl<P: Provider> Provider for Recording<P> {
         request: &'a LlmRequest,
     ) -> BoxFuture<'a, Result<LlmResponse, ProviderError>> {
         Box::pin(async move {
+            let known = self
+                .recorded
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&request_key(request))
+                .map(|line| line.answer.to_response());
+            if let Some(response) = known {
+                return Ok(response);
+            }
             let response = self.inner.complete(request).await?;
             // The answer was paid for: a recording that cannot be written is logged, and the
             // strategy still gets its answer (a replay of the file then names the request).
@@ -269,7 +301,8 @@ impl ReplayProvider {
                     answer.key
                 ));
             }
-            answers.insert(key, answer);
+            // The first answer to a request is the one a recording gave again (`Recording`).
+            answers.entry(key).or_insert(answer);
         }
         Ok(ReplayProvider {
             path: path.to_path_buf(),
@@ -400,6 +433,44 @@ mod tests {
         for c in changed {
             assert_ne!(request_key(&c), key, "{c:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_request_asked_again_is_answered_from_the_recording() {
+        let path = scratch("asked-twice");
+        // A model that answers the same request differently each time.
+        let scripted = ScriptedProvider::sequence([
+            ScriptedResponse::text("first"),
+            ScriptedResponse::text("second"),
+        ]);
+        let recording = Recording::open(scripted, &path).unwrap();
+        let request = LlmRequest::new("", "hello", 100);
+        assert_eq!(
+            recording.complete(&request).await.unwrap().text.as_str(),
+            "first"
+        );
+        assert_eq!(
+            recording.complete(&request).await.unwrap().text.as_str(),
+            "first"
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
+        // Opened again, the file answers what it holds: the provider is not asked.
+        let failing = ScriptedProvider::failing(ProviderErrorKind::Server, "not asked");
+        let again = Recording::open(failing, &path).unwrap();
+        assert_eq!(
+            again.complete(&request).await.unwrap().text.as_str(),
+            "first"
+        );
+        // A file written before this rule, with two answers to one request: the replay gives
+        // the first, as a recording would have.
+        let line = std::fs::read_to_string(&path).unwrap();
+        let second = line.replace("\"first\"", "\"second\"");
+        std::fs::write(&path, format!("{line}{second}")).unwrap();
+        let replay = ReplayProvider::from_file(&path).unwrap();
+        assert_eq!(
+            replay.complete(&request).await.unwrap().text.as_str(),
+            "first"
+        );
     }
 
     #[tokio::test]
