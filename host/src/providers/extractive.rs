@@ -222,7 +222,16 @@ pub fn summarize(material: &str, budget_chars: usize) -> Summary {
     let mentions = analysis.mentions.ordered(&analysis.scores);
     let mentions_full = mentions_line(&mentions, usize::MAX).map(|l| l.chars().count() + 1);
     let reserve = mentions_full.unwrap_or(0).min(room / 4);
-    let picked = pick(&units, &analysis, room - reserve);
+    let shown: Vec<std::borrow::Cow<str>> = units
+        .iter()
+        .zip(&sources)
+        .map(|(unit, source)| match source.tag() {
+            Some(tag) if Source::of_line(unit).is_none() => format!("{tag}{unit}").into(),
+            _ => std::borrow::Cow::Borrowed(*unit),
+        })
+        .collect();
+    let shown: Vec<&str> = shown.iter().map(|u| u.as_ref()).collect();
+    let picked = pick(&shown, &analysis, room - reserve);
 
     let mut text = header(picked.len(), n);
     for unit in &picked {
@@ -400,11 +409,14 @@ fn list_for<'a>(name: &str, material: &'a str, units: &[&'a str]) -> Vec<&'a str
             .filter(|p| looks_like_a_file(p))
             .collect()
     } else if name.contains("decision") {
-        units
+        // Decisions stated as such first (each group in order), then sentences that only
+        // give a reason: when the list is cut to `maxItems`, the decisions stay.
+        let (stated, reasons): (Vec<&str>, Vec<&str>) = units
             .iter()
             .copied()
             .filter(|u| has_word(u, DECISION_WORDS))
-            .collect()
+            .partition(|u| has_word(u, DECISION_CUE_WORDS));
+        stated.into_iter().chain(reasons).collect()
     } else if name.contains("question") {
         units.iter().copied().filter(|u| is_question(u)).collect()
     } else if name.contains("next") || name.contains("step") || name.contains("todo") {
@@ -479,6 +491,9 @@ enum Source {
     ToolCall,
     ToolOutput,
     Summary,
+    /// The `Mentions:` line of an earlier extractive summary (a reduce step's material): its
+    /// items count as mentions, the line itself is never worth picking.
+    Mentions,
 }
 
 impl Source {
@@ -508,13 +523,31 @@ impl Source {
         match self {
             Source::Unknown => 0.0,
             Source::User => 0.6,
-            Source::Assistant if has_cue(unit) => 0.5,
+            Source::Assistant if has_word(unit, DECISION_CUE_WORDS) => 0.9,
+            Source::Assistant if has_word(unit, CUE_WORDS) => 0.5,
             Source::Assistant => 0.25,
             Source::Summary => 0.3,
             Source::ToolCall => -0.25,
             Source::ToolOutput => -0.45,
+            Source::Mentions => -1.0,
         }
     }
+
+    /// The transcript prefix a picked unit is written with when it lost it (a sentence after
+    /// the first of a turn), so the summary still says who said it, and a later summary of
+    /// summaries still scores it by where it came from.
+    fn tag(self) -> Option<&'static str> {
+        match self {
+            Source::User => Some("user: "),
+            Source::Assistant => Some("assistant: "),
+            _ => None,
+        }
+    }
+}
+
+/// The first line of an extractive summary: `[extractive summary: 7 of 120 sentences]`.
+fn is_summary_header(line: &str) -> bool {
+    line.starts_with("[extractive summary:") && line.ends_with(']')
 }
 
 /// Words by which an assistant states a decision, a finding or a plan.
@@ -523,9 +556,15 @@ const CUE_WORDS: &[&str] = &[
     "must", "need", "needs", "plan", "problem", "should", "will",
 ];
 
-fn has_cue(unit: &str) -> bool {
+/// Words by which an assistant states a decision taken, which a handover must keep over
+/// plans and findings ("I will look at…" is said far more often than "we decided…").
+const DECISION_CUE_WORDS: &[&str] = &[
+    "agreed", "chose", "chosen", "decided", "decision", "settled",
+];
+
+fn has_word(unit: &str, words: &[&str]) -> bool {
     unit.split(|c: char| !c.is_alphanumeric())
-        .any(|w| CUE_WORDS.iter().any(|cue| cue.eq_ignore_ascii_case(w)))
+        .any(|w| words.iter().any(|cue| cue.eq_ignore_ascii_case(w)))
 }
 
 /// A numbered source line as `cat -n` or an editor view prints it (`  221\t  code`): output,
@@ -549,6 +588,19 @@ fn split_units_with_sources(material: &str) -> (Vec<&str>, Vec<Source>) {
     let mut in_fence = false;
     for line in material.lines() {
         let trimmed = line.trim();
+        // An earlier extractive summary in the material: its header says nothing, and its
+        // mentions are not a sentence (before this, a reduce step picked them first, for
+        // their paths and identifiers).
+        if is_summary_header(trimmed) {
+            source = Source::Unknown;
+            continue;
+        }
+        if let Some(items) = trimmed.strip_prefix("Mentions: ") {
+            push_unit(&mut units, items);
+            sources.resize(units.len(), Source::Mentions);
+            source = Source::Unknown;
+            continue;
+        }
         if let Some(starts) = Source::of_line(line) {
             source = starts;
         }
@@ -759,6 +811,9 @@ struct Analysis {
     /// A signature of each unit's distinct content terms, for the near-duplicate check.
     signatures: Vec<Signature>,
     scores: Vec<f64>,
+    /// Whether a unit may be picked at all (an earlier summary's `Mentions:` line may not:
+    /// it is only read for its mentions).
+    pickable: Vec<bool>,
     mentions: Mentions,
 }
 
@@ -940,9 +995,13 @@ fn analyze(units: &[&str], sources: &[Source]) -> Analysis {
         .iter()
         .map(|&(a, b)| Signature::of(&flat[a..b]))
         .collect();
+    let pickable = (0..units.len())
+        .map(|i| sources.get(i) != Some(&Source::Mentions))
+        .collect();
     Analysis {
         signatures,
         scores,
+        pickable,
         mentions,
     }
 }
@@ -1671,7 +1730,7 @@ fn pick(units: &[&str], analysis: &Analysis, budget: usize) -> Vec<String> {
             break;
         };
         let cost = lens[index] + 1;
-        if cost > remaining {
+        if cost > remaining || !analysis.pickable[index] {
             continue;
         }
         let key = normalized_hash(units[index]);
@@ -1710,6 +1769,7 @@ fn pick(units: &[&str], analysis: &Analysis, budget: usize) -> Vec<String> {
             .scores
             .iter()
             .enumerate()
+            .filter(|(i, _)| analysis.pickable[*i])
             .max_by(|a, b| a.1.total_cmp(b.1).then_with(|| b.0.cmp(&a.0)))
             .map(|(i, _)| i)
             .unwrap_or(0);
@@ -1721,27 +1781,41 @@ fn pick(units: &[&str], analysis: &Analysis, budget: usize) -> Vec<String> {
     chosen.into_iter().map(|i| units[i].to_string()).collect()
 }
 
-/// A hash of the unit's letters, lowercased, with every run of digits as one `0`: equal for
-/// repeats that differ only in case, numbers, spacing or punctuation.
+/// A hash of the unit's letters, lowercased, with every run of digits that is a number as
+/// one `0`: equal for repeats that differ only in case, numbers, spacing or punctuation. Digits
+/// that belong to a name (`HAT268`, `D-017`, `parse_v2`: after a letter or `_`, or after a `-`
+/// that follows a letter) are kept: two decisions or reservations are not repeats of each
+/// other.
 fn normalized_hash(unit: &str) -> u64 {
     let mut h = FxHasher::default();
     let mut in_number = false;
+    let mut in_name = false;
+    let (mut before, mut last) = (' ', ' ');
     for c in unit.chars() {
         if c.is_ascii_digit() {
-            if !in_number {
+            if !in_number && !in_name {
+                in_name =
+                    last.is_alphabetic() || last == '_' || (last == '-' && before.is_alphabetic());
+            }
+            if in_name {
+                h.write_u32(c as u32);
+            } else if !in_number {
                 h.write_u8(b'0');
             }
             in_number = true;
-            continue;
-        }
-        in_number = false;
-        if c.is_ascii_alphabetic() {
-            h.write_u32(c.to_ascii_lowercase() as u32);
-        } else if !c.is_ascii() && c.is_alphanumeric() {
-            for l in c.to_lowercase() {
-                h.write_u32(l as u32);
+        } else {
+            in_number = false;
+            in_name = false;
+            if c.is_ascii_alphabetic() {
+                h.write_u32(c.to_ascii_lowercase() as u32);
+            } else if !c.is_ascii() && c.is_alphanumeric() {
+                for l in c.to_lowercase() {
+                    h.write_u32(l as u32);
+                }
             }
         }
+        before = last;
+        last = c;
     }
     h.finish()
 }
@@ -1917,6 +1991,73 @@ mod tests {
     }
 
     #[test]
+    fn a_decision_taken_beats_plans_and_keeps_who_said_it() {
+        let material = "assistant: I will look at the aggregation module next, since the totals are computed there.\n\
+            assistant: I will need to check the fixtures as well because they may be stale.\n\
+            assistant: The totals are off by a cent. Decision D-007: we decided to store amounts as integer cents.\n";
+        let text = summarize(material, 150).text;
+        assert!(
+            text.contains("assistant: Decision D-007: we decided to store amounts"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("fixtures") && !text.contains("aggregation"),
+            "{text}"
+        );
+        // A sentence after the first of a turn is written with its speaker.
+        let text = summarize(
+            "user: Hello. Keep the CSV exporter as it is, please.\n",
+            400,
+        )
+        .text;
+        assert!(text.contains("\nuser: Keep the CSV exporter"), "{text}");
+    }
+
+    #[test]
+    fn repeats_differ_in_numbers_not_in_names() {
+        let same = |a: &str, b: &str| normalized_hash(a) == normalized_hash(b);
+        assert!(same("Attempt 1 failed.", "attempt 12 FAILED"));
+        assert!(same("took 3.5s at 12:00", "took 4.25s at 13:01"));
+        assert!(!same("Booked HAT268.", "Booked HAT270."));
+        assert!(!same("Decision D-017: cache.", "Decision D-018: cache."));
+        assert!(!same("call parse_v2()", "call parse_v3()"));
+    }
+
+    #[test]
+    fn a_summary_of_summaries_skips_their_headers_and_mention_lines() {
+        let part = |n: usize| {
+            format!(
+                "[extractive summary: 3 of 40 sentences]\n\
+                 assistant: Decision D-0{n}: we decided to batch the queries of part {n}.\n\
+                 user: Part {n} is done when the tests pass.\n\
+                 Mentions: src/part_{n}/a.rs, src/part_{n}/b.rs, src/part_{n}/c.rs, parse_rows_{n}, \
+                 RowReader{n}, 2024-05-{n:02}"
+            )
+        };
+        let material = format!("{}\n\n{}", part(1), part(2));
+        let text = summarize(&material, 600).text;
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("[extractive summary:"), "{text}");
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.starts_with("[extractive"))
+                .count(),
+            1,
+            "{text}"
+        );
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with("Mentions:")).count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains("D-01:") && text.contains("D-02:"), "{text}");
+        // The parts' mentions are still the summary's.
+        let mentions = lines.last().unwrap();
+        assert!(mentions.contains("src/part_1/a.rs"), "{text}");
+    }
+
+    #[test]
     fn output_in_original_order() {
         let s = summarize(&material(), 2000);
         let body: Vec<&str> = s
@@ -2012,6 +2153,24 @@ mod tests {
         let mut req = request(&prompt, 500);
         req.response_schema_json = FfiOption::RSome(schema.into());
         req
+    }
+
+    #[test]
+    fn a_cut_decisions_list_keeps_the_decisions_stated_as_such() {
+        let schema = r#"{"type": "object", "required": ["decisions"], "properties": {
+            "decisions": {"type": "array", "maxItems": 1, "items": {"type": "string"}}}}"#;
+        let material = "assistant: The test fails because the fixture is stale.\n\
+            assistant: We decided to regenerate the fixtures.\n";
+        let fill = fill_schema(schema, material, 400).unwrap();
+        let decisions = fill.value["decisions"].as_array().unwrap();
+        assert_eq!(decisions.len(), 1);
+        assert!(
+            decisions[0]
+                .as_str()
+                .unwrap()
+                .contains("decided to regenerate"),
+            "{decisions:?}"
+        );
     }
 
     #[test]
