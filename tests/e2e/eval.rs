@@ -259,6 +259,31 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
         "{err}"
     );
 
+    // A judge must be a model; and --probe needs questions.
+    let airline = root.join(CONVERSATIONS[1].0);
+    let airline_facts = root.join(CONVERSATIONS[1].1);
+    let err = run(&[
+        "--chain",
+        chain,
+        "--probe",
+        chain,
+        "--facts",
+        airline_facts.to_str().unwrap(),
+        airline.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("summarize.toml") && err.contains("a judge must be a model"),
+        "{err}"
+    );
+    let err = run(&[
+        "--chain",
+        chain,
+        "--probe",
+        root.join(RECORDED_JUDGE).to_str().unwrap(),
+        conversation,
+    ]);
+    assert!(err.contains("--probe") && err.contains("question"), "{err}");
+
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"messages\": [").unwrap();
     let err = run(&["--chain", chain, broken.to_str().unwrap()]);
@@ -273,6 +298,103 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
         help.contains("--facts") && help.contains("Example"),
         "{help}"
     );
+}
+
+const RECORDED_CHAIN: &str = "examples/eval/recorded/map-reduce-qwen.toml";
+const RECORDED_JUDGE: &str = "examples/eval/recorded/judge.toml";
+
+fn recorded_lines(file: &str) -> usize {
+    let path = workspace_root().join("examples/eval/recorded").join(file);
+    std::fs::read_to_string(path).unwrap().lines().count()
+}
+
+/// The recorded run of examples/eval/recorded/: map-reduce-adaptive summarizing with a real
+/// model (Qwen2.5-Coder-0.5B) and the same model judging, both replayed from their recorded
+/// answers. No request is missing from the recordings (a changed prompt would be, and roll
+/// the stage back), every judge answer is asked for again, and the probe's figures add up.
+#[test]
+fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
+    let dir = scratch_dir("eval-recorded");
+    let root = workspace_root();
+    let json_path = dir.join("recorded.json");
+    let out = Command::new(tamp_bin())
+        .arg("eval")
+        .arg("--chain")
+        .arg(root.join(RECORDED_CHAIN))
+        .arg("--probe")
+        .arg(root.join(RECORDED_JUDGE))
+        .arg("--facts")
+        .arg(root.join(CONVERSATIONS[1].1))
+        .args(["--format", "json", "--out", json_path.to_str().unwrap()])
+        .arg(root.join(CONVERSATIONS[1].0))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "one-shot and replay");
+    // A request missing from the recording would roll its stage back. The replay run asks
+    // some of the one-shot run's map requests again, which the recording holds once.
+    for run in runs {
+        assert_eq!(run["rolled_back"], 0, "{run:#}");
+    }
+    let summaries: u64 = runs.iter().map(|r| r["llm_calls"].as_u64().unwrap()).sum();
+    assert!(
+        summaries as usize >= recorded_lines("map-reduce-qwen.answers.jsonl"),
+        "{summaries} calls"
+    );
+    let facts: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(CONVERSATIONS[1].1)).unwrap())
+            .unwrap();
+    let questions = facts["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["question"].is_string())
+        .count();
+    let mut judged = questions;
+    for run in runs {
+        let probe = &run["probe"];
+        let (same, answerable) = (
+            probe["same"].as_u64().unwrap() as usize,
+            probe["answerable"].as_u64().unwrap() as usize,
+        );
+        let unanswerable = probe["unanswerable"].as_array().unwrap().len();
+        assert_eq!(answerable + unanswerable, questions, "{probe:#}");
+        assert!(answerable > 0 && same <= answerable, "{probe:#}");
+        let differed = probe["differed"].as_array().unwrap();
+        assert_eq!(differed.len(), answerable - same, "{probe:#}");
+        for d in differed {
+            assert!(
+                d["reference"].is_string() && d["answer"].is_string(),
+                "{d:#}"
+            );
+        }
+        judged += answerable;
+    }
+    assert_eq!(
+        judged,
+        recorded_lines("judge-qwen.answers.jsonl"),
+        "the judge is asked each question once of the original and once per run"
+    );
+    // The text table has the probe's column.
+    let table = Command::new(tamp_bin())
+        .arg("eval")
+        .arg("--chain")
+        .arg(root.join(RECORDED_CHAIN))
+        .arg("--probe")
+        .arg(root.join(RECORDED_JUDGE))
+        .arg("--facts")
+        .arg(root.join(CONVERSATIONS[1].1))
+        .arg(root.join(CONVERSATIONS[1].0))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let table = text(&table.stdout);
+    assert!(table.lines().next().unwrap().contains("probe"), "{table}");
 }
 
 /// The headless browser: `$TAMP_CHROMIUM`, else Debian's `chromium-headless-shell` or

@@ -17,7 +17,8 @@
 //! survives only in a page is lost to the model. `conversation`, when given, names the
 //! conversation file the facts belong to (its file name, or its name without extensions); a
 //! file without it applies to every conversation. `kind` and `message` (the index the fact
-//! comes from) are for the report and the reader.
+//! comes from) are for the report and the reader. A `question` is for `--probe`
+//! ([`super::probe`]); a fact may be a question only, and then the word match skips it.
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,16 @@ pub struct Fact {
     /// The index of the message the fact comes from.
     #[serde(default)]
     pub message: Option<usize>,
+    /// A question the fact answers, for `--probe` ([`super::probe`]).
+    #[serde(default)]
+    pub question: Option<String>,
+}
+
+impl Fact {
+    /// Whether the fact is looked for as words (`text`, `all`); a fact may be a question only.
+    pub fn has_words(&self) -> bool {
+        self.text.as_deref().is_some_and(|t| !t.trim().is_empty()) || !self.all.is_empty()
+    }
 }
 
 /// A facts file, as read.
@@ -72,12 +83,16 @@ impl FactsFile {
             if !seen.insert(fact.id.as_str()) {
                 return Err(format!("{at}: the id {:?} is used twice", fact.id));
             }
-            let empty_text = fact.text.as_deref().is_none_or(|t| t.trim().is_empty());
-            if empty_text && fact.all.is_empty() {
+            let no_question = fact.question.as_deref().is_none_or(|q| q.trim().is_empty());
+            if !fact.has_words() && no_question {
                 return Err(format!(
-                    "{at} ({}): give \"text\" (a phrase) or \"all\" (keywords), or both",
+                    "{at} ({}): give \"text\" (a phrase), \"all\" (keywords) or \"question\" \
+                     (for --probe)",
                     fact.id
                 ));
+            }
+            if fact.question.is_some() && no_question {
+                return Err(format!("{at} ({}): \"question\" is empty", fact.id));
             }
             if fact.all.iter().any(|k| k.trim().is_empty()) {
                 return Err(format!("{at} ({}): an empty keyword in \"all\"", fact.id));
@@ -116,9 +131,15 @@ impl Retention {
     }
 }
 
+/// The context a model reads: every message and summary, rendered as a summarizer reads them,
+/// no block cut short.
+pub fn render_context(messages: &[Message]) -> String {
+    render_messages(messages, &RenderOptions { max_block_chars: 0 })
+}
+
 /// The context a model reads, as one lowercase text to search.
 pub fn context_text(messages: &[Message]) -> String {
-    render_messages(messages, &RenderOptions::default()).to_lowercase()
+    render_context(messages).to_lowercase()
 }
 
 /// Whether `fact` is in `context` (from [`context_text`]).
@@ -138,7 +159,7 @@ pub fn retention<'a>(facts: impl IntoIterator<Item = &'a Fact>, messages: &[Mess
         total: 0,
         lost: Vec::new(),
     };
-    for fact in facts {
+    for fact in facts.into_iter().filter(|f| f.has_words()) {
         r.total += 1;
         if found(fact, &context) {
             r.found += 1;
@@ -161,6 +182,7 @@ mod tests {
             text: text.map(str::to_string),
             all: all.iter().map(|s| s.to_string()).collect(),
             message: None,
+            question: None,
         }
     }
 
@@ -203,6 +225,10 @@ mod tests {
         assert!(!file.applies_to(Path::new("examples/other.anthropic.json")));
         for (text, expected) in [
             (r#"{"facts": [{"id": "a"}]}"#, "give \"text\""),
+            (
+                r#"{"facts": [{"id": "a", "question": " "}]}"#,
+                "give \"text\"",
+            ),
             (
                 r#"{"facts": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}"#,
                 "used twice",

@@ -89,14 +89,15 @@ fn table(out: &mut String, runs: &[Run]) {
         "<table><tr><th>conversation</th><th>chain</th><th>mode</th><th>requests</th>\
          <th>tokens before</th><th>tokens after</th><th>LLM calls</th><th>tokens sent</th>\
          <th>cost</th><th>prefix reuse</th><th>ms/compaction</th><th>retention</th>\
-         <th>lost</th></tr>\n",
+         <th>lost</th><th>probe</th></tr>\n",
     );
     for r in runs {
         let retention = r.retention.as_ref();
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td>\
+             </tr>",
             escape(&r.conversation),
             escape(&r.chain),
             r.mode.label(),
@@ -110,6 +111,7 @@ fn table(out: &mut String, runs: &[Run]) {
             r.ms_per_compaction,
             retention.map_or("-".into(), |x| format!("{}/{}", x.found, x.total)),
             retention.map_or(String::new(), |x| escape(&x.lost.join(", "))),
+            super::output::probe_cell(r),
         );
     }
     out.push_str("</table>\n");

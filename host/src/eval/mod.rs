@@ -18,6 +18,7 @@
 pub mod facts;
 pub mod html;
 pub mod output;
+pub mod probe;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -31,6 +32,7 @@ use crate::config::LoadedChainFile;
 use crate::threads::common_prefix;
 use crate::wire::{self, WireFormat};
 use facts::{Fact, FactsFile, Retention};
+use probe::{Judge, ProbeResult, References};
 
 /// `tamp eval` arguments.
 #[derive(clap::Args, Debug)]
@@ -67,6 +69,11 @@ pub struct EvalArgs {
     /// Skip the replays (they make one compaction per model call of each conversation).
     #[arg(long)]
     pub one_shot_only: bool,
+    /// Also judge retention by a model: the facts' `question`s are answered by the
+    /// `[provider]` of this chain file (its stages are not run) from the original conversation
+    /// and from each run's final context; the probe is the share answered the same.
+    #[arg(long, value_name = "JUDGE_FILE")]
+    pub probe: Option<PathBuf>,
 }
 
 /// How a conversation was run.
@@ -120,6 +127,10 @@ pub struct Run {
     pub ms_per_compaction: f64,
     /// Facts found in the final context, when there are facts for the conversation.
     pub retention: Option<Retention>,
+    /// With `--probe`: the facts' questions answered from the final context as from the
+    /// original.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeResult>,
     /// Stage runs rolled back over the run.
     pub rolled_back: usize,
     /// Replays: request by request.
@@ -141,6 +152,7 @@ pub struct Plan {
     chains: Vec<(PathBuf, String)>,
     inputs: Vec<Input>,
     one_shot_only: bool,
+    judge: Option<Judge>,
 }
 
 /// A display name for `path`: its file name without extensions (`ponyc-4588`).
@@ -198,10 +210,27 @@ impl Plan {
             let scratch = Scratch::new()?;
             build_chain(path, &scratch)?;
         }
+        let judge = match &args.probe {
+            Some(path) => {
+                let asked = inputs
+                    .iter()
+                    .any(|i| i.facts.iter().any(|f| f.question.is_some()));
+                if !asked {
+                    anyhow::bail!(
+                        "--probe {}: no fact of the conversations given has a \"question\" \
+                         (see docs/eval.md)",
+                        path.display()
+                    );
+                }
+                Some(Judge::from_file(path)?)
+            }
+            None => None,
+        };
         Ok(Plan {
             chains,
             inputs,
             one_shot_only: args.one_shot_only,
+            judge,
         })
     }
 
@@ -209,11 +238,33 @@ impl Plan {
     pub async fn run(&self, progress: &dyn Fn(&str)) -> anyhow::Result<Vec<Run>> {
         let mut runs = Vec::new();
         for input in &self.inputs {
+            let references = match &self.judge {
+                Some(judge) if input.facts.iter().any(|f| f.question.is_some()) => {
+                    progress(&format!("probe {}: the original's answers", input.name));
+                    let original = &input.conversation.messages;
+                    Some(References::ask(judge, &input.name, original, &input.facts).await?)
+                }
+                _ => None,
+            };
             for (path, name) in &self.chains {
                 progress(&format!("{name} on {}: one-shot", input.name));
-                runs.push(one_shot(path, name, input).await?);
+                let mut finished = vec![one_shot(path, name, input).await?];
                 if !self.one_shot_only {
-                    runs.push(replay(path, name, input, progress).await?);
+                    finished.push(replay(path, name, input, progress).await?);
+                }
+                for (mut run, context) in finished {
+                    run.retention = input
+                        .facts
+                        .iter()
+                        .any(Fact::has_words)
+                        .then(|| facts::retention(&input.facts, &context));
+                    if let (Some(judge), Some(references)) = (&self.judge, &references) {
+                        let label = format!("{}/{name}/{}", input.name, run.mode.label());
+                        progress(&format!("probe {label}"));
+                        run.probe =
+                            Some(ProbeResult::ask(judge, references, &context, &label).await?);
+                    }
+                    runs.push(run);
                 }
             }
         }
@@ -256,6 +307,12 @@ fn build_chain(path: &Path, scratch: &Scratch) -> anyhow::Result<Chain> {
     .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// Every input token the summarizer was sent: a provider that cached part of a prompt
+/// reports that part apart (`cache_read_tokens`), but it was sent all the same.
+fn tokens_sent(usage: &tamp_plugin_api::Usage) -> u64 {
+    usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+}
+
 fn rolled_back(report: &crate::chain::ChainReport) -> usize {
     report
         .stages
@@ -264,7 +321,10 @@ fn rolled_back(report: &crate::chain::ChainReport) -> usize {
         .count()
 }
 
-async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Run> {
+/// A finished run and its final context (the one-shot output, the replay's last answer).
+type Finished = (Run, Vec<Message>);
+
+async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Finished> {
     let scratch = Scratch::new()?;
     let chain = build_chain(path, &scratch)?;
     let options = CompactOptions {
@@ -278,7 +338,7 @@ async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Run>
         .map_err(|e| anyhow::anyhow!("{}: {}: {e}", name, input.path.display()))?;
     let ms = started.elapsed().as_secs_f64() * 1e3;
     let r = &out.report;
-    Ok(Run {
+    let run = Run {
         chain: name.to_string(),
         conversation: input.name.clone(),
         mode: Mode::OneShot,
@@ -286,18 +346,16 @@ async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Run>
         tokens_before: r.tokens_before,
         tokens_after: r.tokens_after,
         llm_calls: r.llm_calls.into(),
-        tokens_sent: r.usage.input_tokens,
+        tokens_sent: tokens_sent(&r.usage),
         cost_usd: r.cost_usd,
         prefix_reuse: None,
         ms_per_compaction: ms,
-        retention: retention_of(input, &out.conversation.messages),
+        retention: None,
+        probe: None,
         rolled_back: rolled_back(r),
         series: Vec::new(),
-    })
-}
-
-fn retention_of(input: &Input, messages: &[Message]) -> Option<Retention> {
-    (!input.facts.is_empty()).then(|| facts::retention(&input.facts, messages))
+    };
+    Ok((run, out.conversation.messages.to_vec()))
 }
 
 /// Where the agent called its model: after each user or tool message that an assistant
@@ -323,7 +381,7 @@ async fn replay(
     name: &str,
     input: &Input,
     progress: &dyn Fn(&str),
-) -> anyhow::Result<Run> {
+) -> anyhow::Result<Finished> {
     let scratch = Scratch::new()?;
     let chain = build_chain(path, &scratch)?;
     let options = CompactOptions {
@@ -346,6 +404,7 @@ async fn replay(
         prefix_reuse: None,
         ms_per_compaction: 0.0,
         retention: None,
+        probe: None,
         rolled_back: 0,
         series: Vec::with_capacity(cuts.len()),
     };
@@ -373,7 +432,7 @@ async fn replay(
         ms += started.elapsed().as_secs_f64() * 1e3;
         let r = &out.report;
         run.llm_calls += u64::from(r.llm_calls);
-        run.tokens_sent += r.usage.input_tokens;
+        run.tokens_sent += tokens_sent(&r.usage);
         if let Some(cost) = r.cost_usd {
             *run.cost_usd.get_or_insert(0.0) += cost;
         }
@@ -394,7 +453,6 @@ async fn replay(
         });
         if n + 1 == cuts.len() {
             run.tokens_after = tokens_after;
-            run.retention = retention_of(input, &answer);
         }
         previous = Some(answer);
         if (n + 1) % 10 == 0 || n + 1 == cuts.len() {
@@ -408,7 +466,7 @@ async fn replay(
     }
     run.prefix_reuse = (reused_requests > 0).then(|| reuse / reused_requests as f64);
     run.ms_per_compaction = ms / cuts.len().max(1) as f64;
-    Ok(run)
+    Ok((run, previous.unwrap_or_default()))
 }
 
 /// `tamp eval`: reads and checks everything, runs, writes the output.

@@ -32,6 +32,13 @@ fn retention_cell(run: &Run) -> String {
     })
 }
 
+/// `same/answerable (share)` of a run's `--probe`.
+pub fn probe_cell(run: &Run) -> String {
+    run.probe.as_ref().map_or("-".into(), |p| {
+        format!("{}/{} ({:.0}%)", p.same, p.answerable, 100.0 * p.share())
+    })
+}
+
 fn cost_cell(run: &Run) -> String {
     run.cost_usd.map_or("-".into(), |c| format!("${c:.4}"))
 }
@@ -75,12 +82,21 @@ fn cells(run: &Run) -> [String; 13] {
 }
 
 fn text(runs: &[Run]) -> String {
-    let rows: Vec<[String; 13]> = runs.iter().map(cells).collect();
-    let widths: Vec<usize> = (0..HEADER.len())
+    // The probe's column only when there was a probe.
+    let probed = runs.iter().any(|r| r.probe.is_some());
+    let mut header: Vec<&str> = HEADER.to_vec();
+    let mut rows: Vec<Vec<String>> = runs.iter().map(|r| cells(r).to_vec()).collect();
+    if probed {
+        header.insert(12, "probe");
+        for (row, run) in rows.iter_mut().zip(runs) {
+            row.insert(12, probe_cell(run));
+        }
+    }
+    let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             rows.iter()
                 .map(|r| r[c].chars().count())
-                .chain([HEADER[c].len()])
+                .chain([header[c].len()])
                 .max()
                 .unwrap_or(0)
         })
@@ -99,7 +115,7 @@ fn text(runs: &[Run]) -> String {
         out.push('\n');
         out
     };
-    let mut out = line(&HEADER);
+    let mut out = line(&header);
     for row in &rows {
         out.push_str(&line(&row.iter().map(String::as_str).collect::<Vec<_>>()));
     }
@@ -121,6 +137,32 @@ fn text(runs: &[Run]) -> String {
     if !lost.is_empty() {
         out.push_str("\nfacts not found in the final context:\n");
         for l in lost {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    let differed: Vec<String> = runs
+        .iter()
+        .flat_map(|r| {
+            let probe = r.probe.iter();
+            probe.flat_map(move |p| {
+                p.differed.iter().map(move |d| {
+                    format!(
+                        "  {} / {} / {}: {}: {:?}, not {:?}",
+                        r.conversation,
+                        r.chain,
+                        r.mode.label(),
+                        d.id,
+                        d.answer,
+                        d.reference
+                    )
+                })
+            })
+        })
+        .collect();
+    if !differed.is_empty() {
+        out.push_str("\nquestions answered otherwise than from the original:\n");
+        for l in differed {
             out.push_str(&l);
             out.push('\n');
         }
@@ -152,6 +194,8 @@ fn csv(runs: &[Run]) -> String {
         "ms_per_compaction",
         "facts_found",
         "facts_total",
+        "probe_same",
+        "probe_answerable",
         "rolled_back",
     ];
     let mut out = header.join(",");
@@ -175,6 +219,12 @@ fn csv(runs: &[Run]) -> String {
             r.retention
                 .as_ref()
                 .map_or(String::new(), |x| x.total.to_string()),
+            r.probe
+                .as_ref()
+                .map_or(String::new(), |p| p.same.to_string()),
+            r.probe
+                .as_ref()
+                .map_or(String::new(), |p| p.answerable.to_string()),
             r.rolled_back.to_string(),
         ];
         out.push_str(&row.iter().map(|v| field(v)).collect::<Vec<_>>().join(","));
@@ -207,6 +257,7 @@ mod tests {
                 total: 4,
                 lost: vec!["d2".into()],
             }),
+            probe: None,
             rolled_back: 0,
             series: Vec::new(),
         }
