@@ -1,0 +1,193 @@
+//! Retention on the planted-fact session (issue 21): what the offline default keeps of a long
+//! agent session's task, constraint and decisions.
+//!
+//! The session is the thread-economy replay's (500 turns of real corpus tool exchanges, an
+//! assistant text and a user text every tenth turn, about 165k tokens), with a task and a
+//! constraint in the first user message and a numbered decision planted every sixth turn: the
+//! assistant says it (`Decision D-017: ...`) in a text block before that turn's tool call, as
+//! agents narrate before they act. The conversation and its facts file are written to
+//! `target/bench-retention/`, and `tamp eval` (its library, the real built plugins) runs
+//! map-reduce-adaptive and anchored-structured on it, offline (the extractive provider), at
+//! the thread-economy budget (8,000 tokens, 16 recent messages kept): one-shot, and replayed as
+//! a growing thread compacted before every model call. The table gives the final context's
+//! size and what of the task, the constraint and the decisions it still holds.
+//!
+//! Run: `cargo bench -p tamp-e2e --bench retention` (`TAMP_BENCH_TURNS=100` for a quick run;
+//! `TAMP_BENCH_ONE_SHOT=1` skips the replays). The written files can be given to `tamp eval`
+//! as they are.
+
+mod replay;
+
+use std::path::{Path, PathBuf};
+
+use replay::{session, KEEP_RECENT, MAX_TOKENS, TURNS};
+use tamp_e2e::{plugin, workspace_root};
+use tamp_host::eval::{output, EvalArgs, Plan, Run};
+use tamp_host::tokens::{Encoding, TokenCounter};
+use tamp_host::wire::{self, WireFormat};
+use tamp_plugin_api::{ContentBlock, Conversation, Message, Role};
+
+/// A decision every this many turns.
+const DECISION_EVERY: usize = 6;
+
+const WHAT: [&str; 11] = [
+    "round the report totals half-even",
+    "read the ledger through the cached reader",
+    "keep the CSV exporter on the old column order",
+    "parse dates with the strict ISO parser",
+    "batch the aggregation queries per month",
+    "store amounts as integer cents",
+    "retry the nightly upload three times",
+    "sort report rows by account id",
+    "log skipped rows at warning level",
+    "pin the timezone of the report job to UTC",
+    "compute the running balance in the SQL view",
+];
+const WHY: [&str; 7] = [
+    "the ledger rounds that way",
+    "the fixture data showed drift otherwise",
+    "downstream consumers depend on it",
+    "the failing test pins this behaviour",
+    "it keeps the billing module untouched",
+    "the nightly job timed out without it",
+    "the reviewers asked for it in the last round",
+];
+
+fn decision_id(n: usize) -> String {
+    format!("D-{n:03}")
+}
+
+/// The planted session and its facts file (JSON).
+fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Value, usize) {
+    let mut s = session(turns, tokens);
+    let mut facts = vec![
+        serde_json::json!({"id": "task", "kind": "task",
+            "all": ["test_report_totals", "wrong total"], "message": 1}),
+        serde_json::json!({"id": "constraint", "kind": "constraint",
+            "text": replay::CONSTRAINT, "message": 1}),
+    ];
+    // The n-th decision goes into the assistant message of the (n·6 - 1)-th tool exchange:
+    // every assistant message that makes a tool call starts one.
+    let calls: Vec<usize> = (0..s.messages.len())
+        .filter(|&i| {
+            s.messages[i].role == Role::Assistant
+                && s.messages[i]
+                    .content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+        })
+        .collect();
+    let mut planted = 0;
+    for (turn, &at) in calls.iter().enumerate() {
+        if (turn + 1) % DECISION_EVERY != 0 {
+            continue;
+        }
+        planted += 1;
+        let id = decision_id(planted);
+        let what = WHAT[planted % WHAT.len()];
+        let why = WHY[planted % WHY.len()];
+        let text = format!(
+            "Decision {id}: we will {what} in the reporting code, because {why}. Now back to \
+             the investigation."
+        );
+        let message: &mut Message = &mut s.messages[at];
+        message.content.insert(0, ContentBlock::text(text));
+        // The key words of `what`: its verb and its object's last word.
+        let words: Vec<&str> = what.split(' ').collect();
+        facts.push(serde_json::json!({
+            "id": format!("decision-{id}"), "kind": "decision",
+            "all": [id, words[0], words[words.len() - 1]], "message": at
+        }));
+    }
+    let facts = serde_json::json!({"conversation": "planted", "facts": facts});
+    (Conversation::new(s.messages), facts, planted)
+}
+
+fn write_chain(dir: &Path, name: &str, stage: &str, config: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let toml = format!(
+        "# Written by the retention bench.\n[budget]\nmax_tokens = {MAX_TOKENS}\n\
+         keep_recent = {KEEP_RECENT}\n\n[provider]\nkind = \"extractive\"\n\n\
+         [[stage]]\nname = \"{name}\"\nplugin = \"{}\"\n[stage.config]\n{config}",
+        plugin(stage).display()
+    );
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// `found/total` of the facts whose id starts with `prefix`.
+fn kept(run: &Run, prefix: &str, total: usize) -> String {
+    let r = run.retention.as_ref().expect("the session has facts");
+    let lost = r.lost.iter().filter(|id| id.starts_with(prefix)).count();
+    format!("{}/{total}", total - lost)
+}
+
+fn main() {
+    let turns: usize = std::env::var("TAMP_BENCH_TURNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(TURNS);
+    let one_shot_only = std::env::var_os("TAMP_BENCH_ONE_SHOT").is_some();
+    let tokens = TokenCounter::new(Encoding::O200kBase).unwrap();
+    let (conversation, facts, decisions) = planted(turns, &tokens);
+    let dir = workspace_root().join("target/bench-retention");
+    std::fs::create_dir_all(&dir).unwrap();
+    let conversation_path = dir.join("planted.anthropic.json");
+    std::fs::write(
+        &conversation_path,
+        wire::to_string(&conversation, WireFormat::Anthropic),
+    )
+    .unwrap();
+    let facts_path = dir.join("planted.facts.json");
+    std::fs::write(&facts_path, serde_json::to_string_pretty(&facts).unwrap()).unwrap();
+    let chains = vec![
+        write_chain(
+            &dir,
+            "map-reduce-adaptive",
+            "tamp_map_reduce_adaptive",
+            "content_type = \"conversation\"\n",
+        ),
+        write_chain(&dir, "anchored-structured", "tamp_anchored_structured", ""),
+    ];
+    println!(
+        "planted session: {turns} turns, {} messages, {} tokens, {decisions} decisions; \
+         budget {MAX_TOKENS} tokens, {KEEP_RECENT} recent messages kept\n\
+         written to {}",
+        conversation.messages.len(),
+        tokens.count_messages(&conversation.messages),
+        dir.display()
+    );
+    let args = EvalArgs {
+        chains,
+        facts: vec![facts_path],
+        conversations: vec![conversation_path],
+        format: output::Format::Text,
+        out: None,
+        one_shot_only,
+        probe: None,
+    };
+    let plan = Plan::read(&args).unwrap_or_else(|e| panic!("{e:#}"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runs = rt
+        .block_on(plan.run(&|line| eprintln!("{line}")))
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    println!(
+        "\n{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>10}",
+        "chain", "mode", "tokens after", "LLM calls", "task", "constraint", "decisions"
+    );
+    for run in &runs {
+        println!(
+            "{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>10}",
+            run.chain,
+            run.mode.label(),
+            run.tokens_after,
+            run.llm_calls,
+            kept(run, "task", 1),
+            kept(run, "constraint", 1),
+            kept(run, "decision-", decisions),
+        );
+    }
+}
