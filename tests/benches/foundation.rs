@@ -10,6 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use tamp_custom_strategy::ArchiveOldToolCalls;
 use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain, StageChain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
