@@ -6,6 +6,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
+
+/// mimalloc rather than the system allocator: with thousands of compactions in flight, glibc's
+/// allocator spent its time in arena locks and page faults (docs/benchmarks.md, Foundation).
+/// Plugins keep their own allocator: what crosses the boundary is freed by the side that
+/// allocated it (abi_stable's types carry their vtables).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Args, Parser, Subcommand};
 use tamp_host::chain::{Chain, ChainReport, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::config::{self, LoadedChainFile};

@@ -10,8 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The `tamp` binary's allocator (host/src/main.rs), so the host is measured as it runs.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use tamp_custom_strategy::ArchiveOldToolCalls;
 use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain, StageChain};
