@@ -136,14 +136,93 @@ impl Default for TokenizerConfig {
     }
 }
 
+/// The provider kinds a chain file may name: the one list the config check, the provider
+/// builder and `tamp eval`'s judge read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum ProviderKind {
+    /// Offline and deterministic, the default: picks sentences, calls nothing.
+    Extractive,
+    /// Answers from a script file, for tests.
+    Scripted,
+    /// Answers recorded from a real provider with `record`.
+    Replay,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// Any Chat Completions server: OpenAI, vLLM, llama.cpp, Ollama's `/v1`.
+    OpenAi,
+}
+
+impl ProviderKind {
+    pub const ALL: [ProviderKind; 5] = [
+        ProviderKind::Extractive,
+        ProviderKind::Scripted,
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::Replay,
+    ];
+
+    /// The name a chain file writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Extractive => "extractive",
+            ProviderKind::Scripted => "scripted",
+            ProviderKind::Replay => "replay",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAi => "openai",
+        }
+    }
+
+    /// The HTTP providers: called over the network, with retries and a key.
+    pub fn is_http(self) -> bool {
+        matches!(self, ProviderKind::Anthropic | ProviderKind::OpenAi)
+    }
+
+    /// Whether it answers what it is asked, as a model does (or a recording or script of
+    /// one); the extractive summarizer only picks sentences of the material.
+    pub fn answers_questions(self) -> bool {
+        self != ProviderKind::Extractive
+    }
+}
+
+impl TryFrom<String> for ProviderKind {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        ProviderKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| {
+                let names: Vec<String> = ProviderKind::ALL
+                    .iter()
+                    .map(|k| format!("\"{}\"", k.as_str()))
+                    .collect();
+                let (last, rest) = names.split_last().expect("kinds exist");
+                format!(
+                    "unknown provider \"{name}\"; expected {} or {last}",
+                    rest.join(", ")
+                )
+            })
+    }
+}
+
+impl From<ProviderKind> for &'static str {
+    fn from(kind: ProviderKind) -> &'static str {
+        kind.as_str()
+    }
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `[provider]`: where LLM calls go.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProviderConfig {
-    /// `extractive` (offline, the default), `scripted` (answers from `script`, for tests),
-    /// `anthropic` (Messages API), `openai` (any Chat Completions server: OpenAI, vLLM,
-    /// llama.cpp, Ollama's `/v1`) or `replay` (answers recorded with `record`).
-    pub kind: String,
+    /// Which provider ([`ProviderKind`]); `extractive` by default.
+    pub kind: ProviderKind,
     /// The scripted provider's script file.
     pub script: Option<PathBuf>,
     /// Append every answer, keyed by its exact request, to this JSON Lines file (any kind but
@@ -180,7 +259,7 @@ pub struct ProviderConfig {
 impl Default for ProviderConfig {
     fn default() -> Self {
         ProviderConfig {
-            kind: "extractive".into(),
+            kind: ProviderKind::Extractive,
             script: None,
             record: None,
             answers: None,
@@ -201,7 +280,7 @@ impl Default for ProviderConfig {
 impl ProviderConfig {
     /// Whether calls to this provider are retried (the HTTP providers are).
     pub fn retries(&self) -> bool {
-        matches!(self.kind.as_str(), "anthropic" | "openai")
+        self.kind.is_http()
     }
 
     /// How long the host waits for one call, retries and their backoff included: every
@@ -699,23 +778,18 @@ impl LoadedChainFile {
         let fail = |key: &str, message: String| {
             Err(self.error_at_key("provider", key, format!("provider.{key}: {message}")))
         };
-        let kind = provider.kind.as_str();
-        let http = matches!(kind, "anthropic" | "openai");
-        if !matches!(kind, "extractive" | "scripted" | "replay") && !http {
-            return fail(
-                "kind",
-                format!("unknown provider \"{kind}\"; expected \"extractive\", \"scripted\", \"anthropic\", \"openai\" or \"replay\""),
-            );
-        }
+        // An unknown kind never gets here: reading the file refuses it (`ProviderKind`).
+        let kind = provider.kind;
+        let http = kind.is_http();
         match (kind, &provider.answers) {
-            ("replay", None) => {
+            (ProviderKind::Replay, None) => {
                 return Err(self.error_at_key(
                     "provider",
                     "kind",
                     "provider.answers: required when kind = \"replay\": the file of answers recorded with `record`".into(),
                 ))
             }
-            (k, Some(_)) if k != "replay" => {
+            (k, Some(_)) if k != ProviderKind::Replay => {
                 return fail(
                     "answers",
                     "only for kind = \"replay\"; to write answers to a file, use `record`".into(),
@@ -723,7 +797,7 @@ impl LoadedChainFile {
             }
             _ => {}
         }
-        if kind == "replay" && provider.record.is_some() {
+        if kind == ProviderKind::Replay && provider.record.is_some() {
             return fail(
                 "record",
                 "not with kind = \"replay\": a replay makes no new answers to record".into(),
@@ -735,14 +809,14 @@ impl LoadedChainFile {
             }
         }
         match (kind, &provider.script) {
-            ("scripted", None) => {
+            (ProviderKind::Scripted, None) => {
                 return Err(self.error_at_key(
                     "provider",
                     "kind",
                     "provider.script: required when kind = \"scripted\"".into(),
                 ))
             }
-            (k, Some(_)) if k != "scripted" => {
+            (k, Some(_)) if k != ProviderKind::Scripted => {
                 return fail("script", "only for kind = \"scripted\"".into())
             }
             _ => {}
@@ -762,7 +836,7 @@ impl LoadedChainFile {
                 Some(m) if m.trim().is_empty() => return fail("model", "must not be empty".into()),
                 Some(_) => {}
             }
-            if kind == "anthropic" && provider.api_key_env.is_none() {
+            if kind == ProviderKind::Anthropic && provider.api_key_env.is_none() {
                 return fail(
                     "api_key_env",
                     "required when kind = \"anthropic\": the name of the environment variable that holds the key, e.g. \"ANTHROPIC_API_KEY\"".into(),
@@ -788,7 +862,7 @@ impl LoadedChainFile {
         }
         match provider.structured_output.as_str() {
             "auto" | "native" | "prompt" => {}
-            "tool" if kind == "anthropic" || !http => {}
+            "tool" if kind == ProviderKind::Anthropic || !http => {}
             "tool" => {
                 return fail(
                     "structured_output",
@@ -1257,7 +1331,7 @@ mod tests {
     fn defaults_apply_to_an_empty_file() {
         let f = parse("").unwrap();
         assert_eq!(f.file.budget, BudgetConfig::default());
-        assert_eq!(f.file.provider.kind, "extractive");
+        assert_eq!(f.file.provider.kind, ProviderKind::Extractive);
         assert!(f.file.stages.is_empty());
         let warnings = f.warnings();
         assert_eq!(warnings.len(), 1);
@@ -1350,7 +1424,14 @@ mod tests {
         assert_eq!(err.line, Some(4));
         let err = parse("[provider]\nkind = \"magic\"\n").unwrap_err();
         assert!(err.message.contains("unknown provider \"magic\""), "{err}");
+        assert!(err.message.starts_with("provider.kind: "), "{err}");
         assert_eq!(err.line, Some(2));
+        // Every kind a file may name reads back as itself.
+        for kind in ProviderKind::ALL {
+            let text = format!("[provider]\nkind = \"{kind}\"\n");
+            let read: Result<ChainFile, _> = toml::from_str(&text);
+            assert_eq!(read.unwrap().provider.kind, kind);
+        }
         let err = parse("[provider]\nkind = \"scripted\"\n").unwrap_err();
         assert!(err.message.contains("provider.script"), "{err}");
     }

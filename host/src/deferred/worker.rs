@@ -178,7 +178,7 @@ impl Worker {
     ) -> Result<Self, ConfigError> {
         let batch = &file.file.batch;
         let provider = &file.file.provider;
-        let anthropic = provider.kind == "anthropic";
+        let anthropic = provider.kind == crate::config::ProviderKind::Anthropic;
         let error = |key: &str, message: String| {
             file.error_at_key("batch", key, format!("batch.{key}: {message}"))
         };

@@ -38,10 +38,7 @@ impl Judge {
     /// summarizer answers no question, so it is refused.
     pub fn from_file(path: &Path) -> anyhow::Result<Judge> {
         let file = LoadedChainFile::read(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if !matches!(
-            file.file.provider.kind.as_str(),
-            "anthropic" | "openai" | "replay" | "scripted"
-        ) {
+        if !file.file.provider.kind.answers_questions() {
             anyhow::bail!(
                 "{}: --probe: the judge's [provider] kind is \"{}\"; a judge must be a model \
                  (\"anthropic\" or \"openai\"), or a recording of one (\"replay\")",

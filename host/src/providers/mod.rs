@@ -27,6 +27,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tamp_plugin_api::{LlmRequest, LlmResponse};
 
+use crate::config::ProviderKind;
+
 /// Feeds `hasher` every field of `request` that can change its answer, each length-prefixed or
 /// tagged so that no two requests feed the same bytes. The label is for logs only. One
 /// encoding for every key of an answer: the summary cache's and a recording's.
@@ -108,15 +110,15 @@ fn base_provider(
     file: &crate::config::LoadedChainFile,
 ) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
     let cfg = &file.file.provider;
-    Ok(match cfg.kind.as_str() {
-        "replay" => {
+    Ok(match cfg.kind {
+        ProviderKind::Replay => {
             let answers =
                 file.resolve_path(cfg.answers.as_deref().unwrap_or(std::path::Path::new("")));
             Arc::new(ReplayProvider::from_file(&answers).map_err(|m| {
                 file.error_at_key("provider", "answers", format!("provider.answers: {m}"))
             })?)
         }
-        "scripted" => {
+        ProviderKind::Scripted => {
             let script =
                 file.resolve_path(cfg.script.as_deref().unwrap_or(std::path::Path::new("")));
             Arc::new(
@@ -124,8 +126,8 @@ fn base_provider(
                     .map_err(|e| file.error(None, format!("provider.script: {e}")))?,
             )
         }
-        "anthropic" | "openai" => http_provider(file)?,
-        _ => Arc::new(ExtractiveSummarizer::default()),
+        ProviderKind::Anthropic | ProviderKind::OpenAi => http_provider(file)?,
+        ProviderKind::Extractive => Arc::new(ExtractiveSummarizer::default()),
     })
 }
 
@@ -146,7 +148,7 @@ fn http_provider(
             format!("unknown mode \"{}\"", cfg.structured_output),
         )
     })?;
-    let anthropic = cfg.kind == "anthropic";
+    let anthropic = cfg.kind == ProviderKind::Anthropic;
     let settings = ClientSettings {
         model: cfg
             .model
