@@ -418,12 +418,6 @@ fn validate_against_schema(
     Ok(())
 }
 
-/// Loads the plugin at `path`, or returns the one already loaded from the same file content
-/// (a changed file is loaded from a private copy; see [`crate::loader::load_shared`]).
-pub fn load_plugin(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
-    crate::loader::load_shared(path)
-}
-
 /// Settings a caller may impose on a chain built from a file.
 #[derive(Clone, Default)]
 pub struct FileOverrides {

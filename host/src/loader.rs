@@ -151,7 +151,7 @@ impl LoadedPlugin {
     ///
     /// The dynamic linker knows a library by its path: loading a path again returns the
     /// library already loaded from it, whatever the file holds now. Use
-    /// [`crate::chain::load_plugin`] to load a file that may have changed since.
+    /// [`load_plugin`] to load a file that may have changed since.
     pub fn load(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
         let identity = FileStamp::of(path)
             .map(|s| s.to_string())
@@ -344,10 +344,31 @@ fn first_line(text: &str) -> String {
         .to_string()
 }
 
+/// Where a plugin named without a path is looked for, in order: the chain file's
+/// `plugin_dirs` (`search_dirs`, relative to `base_dir`), `TAMP_PLUGIN_PATH`
+/// (colon-separated), then next to the running executable (where cargo puts the workspace's
+/// plugins; for test and bench binaries, in `target/<profile>/deps`, one level up too).
+/// `tamp plugins list` lists these same directories.
+pub fn plugin_search_dirs(base_dir: &Path, search_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = search_dirs.iter().map(|d| base_dir.join(d)).collect();
+    if let Some(env) = std::env::var_os("TAMP_PLUGIN_PATH") {
+        dirs.extend(std::env::split_paths(&env));
+    }
+    if let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        if exe_dir.ends_with("deps") {
+            dirs.extend(exe_dir.parent().map(Path::to_path_buf));
+        }
+        dirs.push(exe_dir);
+    }
+    dirs
+}
+
 /// Resolves a chain file's `plugin = "..."`: a path (containing `/` or ending in `.so`,
 /// relative to `base_dir`), or a name looked up as `lib<name>.so` (dashes as underscores) in
-/// `search_dirs`, then in `TAMP_PLUGIN_PATH` (colon-separated), then next to the running
-/// executable (where cargo puts the workspace's plugins).
+/// [`plugin_search_dirs`].
 pub fn resolve_plugin(
     spec: &str,
     base_dir: &Path,
@@ -367,20 +388,7 @@ pub fn resolve_plugin(
         spec.replace('-', "_"),
         std::env::consts::DLL_SUFFIX
     );
-    let mut dirs: Vec<PathBuf> = search_dirs.iter().map(|d| base_dir.join(d)).collect();
-    if let Some(env) = std::env::var_os("TAMP_PLUGIN_PATH") {
-        dirs.extend(std::env::split_paths(&env));
-    }
-    if let Some(exe_dir) = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-    {
-        // Test and bench binaries live one level down, in target/<profile>/deps.
-        if exe_dir.ends_with("deps") {
-            dirs.extend(exe_dir.parent().map(Path::to_path_buf));
-        }
-        dirs.push(exe_dir);
-    }
+    let dirs = plugin_search_dirs(base_dir, search_dirs);
     dirs.iter()
         .map(|d| d.join(&file))
         .find(|p| p.is_file())
@@ -584,11 +592,11 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// is loaded from a private copy at a unique path (`<stem>-<sha256 prefix>.so` in
 /// [`private_copy_dir`]): the dynamic linker matches libraries by path, so loading the same
 /// path again would return the old library.
-pub fn load_shared(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+pub fn load_plugin(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
     load_trusted(path, &PluginTrust::default())
 }
 
-/// [`load_shared`], refusing a file outside `trust.allow_dirs` or whose bytes are not the
+/// [`load_plugin`], refusing a file outside `trust.allow_dirs` or whose bytes are not the
 /// pinned ones before any of its code runs. A pinned library is always loaded from a private
 /// copy of the very bytes that were hashed: loaded in place, the file could change between
 /// the check and the dynamic linker's read.

@@ -412,7 +412,7 @@ fn render_report(report: &ChainReport) -> String {
 
 fn find_plugin(spec: &str) -> Result<Arc<LoadedPlugin>> {
     let path = resolve_plugin(spec, Path::new("."), &[])?;
-    Ok(tamp_host::chain::load_plugin(&path)?)
+    Ok(tamp_host::loader::load_plugin(&path)?)
 }
 
 fn plugins(cmd: PluginsCommand) -> Result<()> {
@@ -450,7 +450,7 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
         }
         PluginsCommand::List { dir } => {
             let dirs = if dir.is_empty() {
-                default_plugin_dirs()
+                tamp_host::loader::plugin_search_dirs(Path::new("."), &[])
             } else {
                 dir
             };
@@ -466,7 +466,7 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
                     p.extension()
                         .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
                 }) {
-                    match tamp_host::chain::load_plugin(path) {
+                    match tamp_host::loader::load_plugin(path) {
                         Ok(p) => {
                             found += 1;
                             out!(
@@ -492,20 +492,6 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn default_plugin_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(env) = std::env::var_os("TAMP_PLUGIN_PATH") {
-        dirs.extend(std::env::split_paths(&env));
-    }
-    if let Some(d) = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-    {
-        dirs.push(d);
-    }
-    dirs
 }
 
 /// The page store `args` name: a `--store` file, else the chain file's `[store]` (SQLite or

@@ -18,10 +18,10 @@ use serde_json::{json, Value};
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{
-    load_plugin, Chain, ChainBuilder, CompactOptions, Compacted, FileOverrides, StageRun,
-    StageStatus,
+    Chain, ChainBuilder, CompactOptions, Compacted, FileOverrides, StageRun, StageStatus,
 };
 use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_host::loader::load_plugin;
 use tamp_host::providers::{Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse};
 use tamp_host::store::{NewPage, PageStore, PageSummary, SqliteStore, StoreError, StoredPage};
 use tamp_host::wire::{self, WireFormat};

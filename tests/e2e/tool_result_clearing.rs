@@ -272,7 +272,7 @@ fn an_invalid_config_names_the_field() {
         "tool-result-clearing makes no LLM call",
     ));
     let plugin =
-        tamp_host::chain::load_plugin(&tamp_e2e::plugin("tamp_tool_result_clearing")).unwrap();
+        tamp_host::loader::load_plugin(&tamp_e2e::plugin("tamp_tool_result_clearing")).unwrap();
     let err = tamp_host::chain::ChainBuilder::new(Default::default())
         .provider(provider)
         .stage(

@@ -31,7 +31,7 @@ const MAX_SHRINK_RUNS: usize = 300;
 
 /// Runs the check `id` against the plugin `options` names.
 pub async fn run_check(id: &str, options: &KitOptions) -> CheckOutput {
-    let plugin = match crate::chain::load_plugin(&options.plugin) {
+    let plugin = match crate::loader::load_plugin(&options.plugin) {
         Ok(p) => p,
         Err(e) => {
             return CheckOutput {
