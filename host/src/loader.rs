@@ -269,15 +269,10 @@ fn load_module(path: &Path) -> Result<PluginModuleRef, LoadError> {
 /// than the host's (a plugin may only rely on host services this host has).
 fn check_plugin_api_version(path: &Path, plugin_version: &str) -> Result<(), LoadError> {
     let host_version = PLUGIN_API_VERSION;
-    let parse = |v: &str| -> Option<(u64, u64)> {
-        let mut parts = v.split('.');
-        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-    };
+    let parse = |v: &str| semver::Version::parse(v).ok();
     let compatible = match (parse(plugin_version), parse(host_version)) {
-        (Some((0, p_minor)), Some((0, h_minor))) => p_minor == h_minor,
-        (Some((p_major, p_minor)), Some((h_major, h_minor))) => {
-            p_major == h_major && p_minor <= h_minor
-        }
+        (Some(p), Some(h)) if p.major == 0 && h.major == 0 => p.minor == h.minor,
+        (Some(p), Some(h)) => p.major == h.major && p.minor <= h.minor,
         _ => false,
     };
     if compatible {

@@ -1107,17 +1107,9 @@ fn pointer(p: &str) -> &str {
     }
 }
 
-/// `MAJOR.MINOR.PATCH` with optional `-pre` and `+build`.
+/// `MAJOR.MINOR.PATCH` with optional `-pre` and `+build` (SemVer 2.0, as cargo reads it).
 fn is_semver(v: &str) -> bool {
-    let core = v.split(['-', '+']).next().unwrap_or("");
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
-        && parts.iter().all(|p| {
-            !p.is_empty()
-                && p.chars().all(|c| c.is_ascii_digit())
-                && (p.len() == 1 || !p.starts_with('0'))
-        })
-        && !v.ends_with(['-', '+'])
+    semver::Version::parse(v).is_ok()
 }
 
 #[cfg(test)]

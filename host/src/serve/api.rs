@@ -416,10 +416,10 @@ fn bearer_token(value: &str) -> Option<&str> {
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    // `subtle` keeps the compiler from turning the comparison into an early exit; a length
+    // that differs is answered at once (the length is no secret worth the trouble).
+    use subtle::ConstantTimeEq as _;
+    a.ct_eq(b).into()
 }
 
 async fn not_found(request: Request) -> ApiError {
