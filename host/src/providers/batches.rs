@@ -430,30 +430,22 @@ impl BatchesClient {
         })
     }
 
-    /// Runs `attempt` until it succeeds or [`RetryPolicy::wait_before`] says stop.
+    /// Runs `attempt` with the policy's retries ([`RetryPolicy::run`]).
     async fn with_retries<T, F, Fut>(&self, attempt: F) -> Result<T, ProviderError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, ProviderError>>,
     {
-        let mut retry = 0;
-        loop {
-            let error = match attempt().await {
-                Ok(value) => return Ok(value),
-                Err(error) => error,
-            };
-            retry += 1;
-            let Some(wait) = self.policy.wait_before(retry, &error) else {
-                return Err(error);
-            };
-            tracing::warn!(
-                client = %self.name,
-                attempt = retry + 1,
-                wait_ms = wait.as_millis() as u64,
-                "batches API: {error}; retrying"
-            );
-            tokio::time::sleep(wait).await;
-        }
+        self.policy
+            .run(attempt, |retry, wait, error| {
+                tracing::warn!(
+                    client = %self.name,
+                    attempt = retry + 1,
+                    wait_ms = wait.as_millis() as u64,
+                    "batches API: {error}; retrying"
+                );
+            })
+            .await
     }
 }
 

@@ -63,6 +63,33 @@ impl RetryPolicy {
             None => Some(jittered(self.backoff(retry))),
         }
     }
+
+    /// Runs `attempt` until it succeeds or [`RetryPolicy::wait_before`] says stop, sleeping
+    /// the wait between attempts; `on_retry(retry, wait, error)` hears of each retry before
+    /// its wait (to log it). The one retry loop of the HTTP providers and the batches client.
+    pub async fn run<T, F, Fut>(
+        &self,
+        attempt: F,
+        on_retry: impl Fn(u32, Duration, &ProviderError),
+    ) -> Result<T, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ProviderError>>,
+    {
+        let mut retry = 0;
+        loop {
+            let error = match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            retry += 1;
+            let Some(wait) = self.wait_before(retry, &error) else {
+                return Err(error);
+            };
+            on_retry(retry, wait, &error);
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 /// `wait` less a random fraction of up to a quarter.
@@ -108,17 +135,9 @@ impl<P: Provider> Provider for Retrying<P> {
         &'a self,
         request: &'a LlmRequest,
     ) -> BoxFuture<'a, Result<LlmResponse, ProviderError>> {
-        Box::pin(async move {
-            let mut retry = 0;
-            loop {
-                let error = match self.inner.complete(request).await {
-                    Ok(response) => return Ok(response),
-                    Err(error) => error,
-                };
-                retry += 1;
-                let Some(wait) = self.policy.wait_before(retry, &error) else {
-                    return Err(error);
-                };
+        Box::pin(self.policy.run(
+            || self.inner.complete(request),
+            |retry, wait, error| {
                 tracing::warn!(
                     provider = self.inner.name(),
                     label = %request.label,
@@ -128,9 +147,8 @@ impl<P: Provider> Provider for Retrying<P> {
                     "LLM call failed, retrying in {}: {error}",
                     super::fmt_duration(wait)
                 );
-                tokio::time::sleep(wait).await;
-            }
-        })
+            },
+        ))
     }
 }
 
