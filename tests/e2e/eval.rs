@@ -308,6 +308,25 @@ fn recorded_lines(file: &str) -> usize {
     std::fs::read_to_string(path).unwrap().lines().count()
 }
 
+/// `tamp eval` of the recorded chain, judged by the recorded judge, on the airline
+/// conversation, with `extra` arguments.
+fn recorded_eval(extra: &[&str], dir: &Path) -> Output {
+    let root = workspace_root();
+    Command::new(tamp_bin())
+        .arg("eval")
+        .arg("--chain")
+        .arg(root.join(RECORDED_CHAIN))
+        .arg("--probe")
+        .arg(root.join(RECORDED_JUDGE))
+        .arg("--facts")
+        .arg(root.join(CONVERSATIONS[1].1))
+        .args(extra)
+        .arg(root.join(CONVERSATIONS[1].0))
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
 /// The recorded run of examples/eval/recorded/: map-reduce-adaptive summarizing with a real
 /// model (Qwen2.5-Coder-0.5B) and the same model judging, both replayed from their recorded
 /// answers. No request is missing from the recordings (a changed prompt would be, and roll
@@ -317,19 +336,10 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
     let dir = scratch_dir("eval-recorded");
     let root = workspace_root();
     let json_path = dir.join("recorded.json");
-    let out = Command::new(tamp_bin())
-        .arg("eval")
-        .arg("--chain")
-        .arg(root.join(RECORDED_CHAIN))
-        .arg("--probe")
-        .arg(root.join(RECORDED_JUDGE))
-        .arg("--facts")
-        .arg(root.join(CONVERSATIONS[1].1))
-        .args(["--format", "json", "--out", json_path.to_str().unwrap()])
-        .arg(root.join(CONVERSATIONS[1].0))
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let out = recorded_eval(
+        &["--format", "json", "--out", json_path.to_str().unwrap()],
+        &dir,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
@@ -380,18 +390,7 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
         "the judge is asked each question once of the original and once per run"
     );
     // The text table has the probe's column.
-    let table = Command::new(tamp_bin())
-        .arg("eval")
-        .arg("--chain")
-        .arg(root.join(RECORDED_CHAIN))
-        .arg("--probe")
-        .arg(root.join(RECORDED_JUDGE))
-        .arg("--facts")
-        .arg(root.join(CONVERSATIONS[1].1))
-        .arg(root.join(CONVERSATIONS[1].0))
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let table = recorded_eval(&[], &dir);
     assert!(table.status.success(), "{}", text(&table.stderr));
     let table = text(&table.stdout);
     assert!(table.lines().next().unwrap().contains("probe"), "{table}");
