@@ -58,10 +58,13 @@
 //! in a release build.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::hash::Hasher;
 
 use futures::future::BoxFuture;
+// FxHash (as in rustc): fast and deterministic, for tables that live for one summary (not
+// collision-resistant against crafted input, which costs only time here).
+use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 
 use super::{content_section, estimate_tokens, Provider, ProviderError, ProviderErrorKind};
@@ -1005,58 +1008,6 @@ fn analyze(units: &[&str], sources: &[Source]) -> Analysis {
         mentions,
     }
 }
-
-/// FxHash (as in rustc): a fast, deterministic hasher for the term and mention tables. Not
-/// collision-resistant against crafted input; the tables only live for one summary.
-#[derive(Default, Clone, Copy)]
-struct FxHasher {
-    hash: u64,
-}
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            self.add(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(last));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-type FxHashSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
 /// English stop words plus the role words of rendered conversations; sorted for binary search.
 const STOP_WORDS: [&str; 151] = [
