@@ -83,37 +83,11 @@ pub fn message_digest(message: &Message) -> CacheKey {
 /// The hash of a stage config, independent of key order: part of every [`CacheScope`], so a
 /// retuned stage never reuses answers made under another config.
 pub fn config_hash(config: &serde_json::Value) -> String {
-    fn canonical(value: &serde_json::Value, out: &mut String) {
-        match value {
-            serde_json::Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                out.push('{');
-                for (i, key) in keys.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&serde_json::Value::String(key.clone()).to_string());
-                    out.push(':');
-                    canonical(&map[key], out);
-                }
-                out.push('}');
-            }
-            serde_json::Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    canonical(item, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut text = String::new();
-    canonical(config, &mut text);
+    // Compact JSON with every object's keys sorted (serde_json keeps insertion order here,
+    // with `preserve_order`).
+    let mut sorted = config.clone();
+    sorted.sort_all_objects();
+    let text = serde_json::to_string(&sorted).expect("a JSON value serializes");
     hex::encode(&Sha256::digest(text.as_bytes())[..16])
 }
 
@@ -212,5 +186,8 @@ mod tests {
         let b = serde_json::json!({"y": {"a": "s", "b": [1, 2]}, "x": 1});
         assert_eq!(config_hash(&a), config_hash(&b));
         assert_ne!(config_hash(&a), config_hash(&serde_json::json!({"x": 2})));
+        // Pinned: a changed hash would miss every summary cached before it.
+        let nested = serde_json::json!({"z": [{"b": 1, "a": null}], "k\"ey": "v\u{e9}", "a": 1.5});
+        assert_eq!(config_hash(&nested), "59c6b633da18d30cac0153434ed64ecb");
     }
 }
