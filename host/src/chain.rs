@@ -44,6 +44,11 @@ pub enum ChainError {
     Load(#[from] LoadError),
     #[error("invalid conversation: {0}")]
     InvalidInput(WireError),
+    /// The budget a request gave (`CompactOptions::budget`) breaks a rule: the caller's
+    /// mistake.
+    #[error("{0}")]
+    InvalidBudget(String),
+    /// The chain could not be built (its budget, threads, store or tokenizer).
     #[error("{0}")]
     Setup(String),
 }
@@ -643,7 +648,7 @@ impl Chain {
             .unwrap_or_else(|| infer_format(&conversation.messages));
         check_tool_pairing(&conversation.messages, format)?;
         let budget_cfg = options.budget.unwrap_or(self.budget);
-        budget_cfg.validate().map_err(ChainError::Setup)?;
+        budget_cfg.validate().map_err(ChainError::InvalidBudget)?;
         let (high, low) = (budget_cfg.high_tokens(), budget_cfg.low_tokens());
 
         let tokens_before = self.ctx.tokens.count_messages(&conversation.messages);

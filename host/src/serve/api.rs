@@ -600,7 +600,7 @@ async fn compact(
                         "invalid_conversation",
                         conversation_error(&w),
                     ),
-                    ChainError::Setup(message) => ApiError::invalid_request(message),
+                    ChainError::InvalidBudget(message) => ApiError::invalid_request(message),
                     other => ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         "internal_error",
