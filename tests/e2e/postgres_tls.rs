@@ -19,7 +19,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, 
 use serde_json::json;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
-use tamp_e2e::{corpus_mix, plugin, scratch_dir, tamp_bin, write_chain};
+use tamp_e2e::{corpus_mix, scratch_dir, tamp_bin};
 use tamp_host::store::{self, NewPage, PostgresStore, StoreSpec};
 use tamp_host::wire::{self, WireFormat};
 use tamp_plugin_api::{Message, Role};
@@ -303,33 +303,11 @@ fn bad_tls_settings_are_refused_at_open_naming_the_setting() {
 
 /// A chain summarizing with the scripted provider, its store in PostgreSQL with `ca_file`.
 fn summarizing_chain(dir: &Path, ca_file: &Path) -> PathBuf {
-    std::fs::write(
-        dir.join("script.json"),
-        r#"{"default": {"text": "a summary of the work so far", "usage": {"input_tokens": 1000, "output_tokens": 100}}}"#,
-    )
-    .unwrap();
-    write_chain(
-        dir,
-        &format!(
-            r#"
-store = {{ kind = "postgres", url_env = "{URL_VAR}", pool_size = 2, ca_file = "{ca}" }}
-
-[budget]
-max_tokens = 4000
-keep_recent = 6
-
-[provider]
-kind = "scripted"
-script = "script.json"
-
-[[stage]]
-name = "summarize"
-plugin = "{plugin}"
-"#,
-            ca = ca_file.display(),
-            plugin = plugin("tamp_map_reduce_adaptive").display()
-        ),
-    )
+    let store = format!(
+        "{{ kind = \"postgres\", url_env = \"{URL_VAR}\", pool_size = 2, ca_file = \"{}\" }}",
+        ca_file.display()
+    );
+    tamp_e2e::scripted_summary_chain(dir, &store, 4000)
 }
 
 #[test]

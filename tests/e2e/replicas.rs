@@ -73,32 +73,8 @@ fn page_refs(conversation: &Value) -> Vec<String> {
 
 /// A chain summarizing with the scripted provider, pages and cache in PostgreSQL.
 fn summarizing_chain(dir: &Path) -> PathBuf {
-    std::fs::write(
-        dir.join("script.json"),
-        r#"{"default": {"text": "a summary of the work so far", "usage": {"input_tokens": 1000, "output_tokens": 100}}}"#,
-    )
-    .unwrap();
-    write_chain(
-        dir,
-        &format!(
-            r#"
-store = {{ kind = "postgres", url_env = "{URL_VAR}", pool_size = 4 }}
-
-[budget]
-max_tokens = 4000
-keep_recent = 6
-
-[provider]
-kind = "scripted"
-script = "script.json"
-
-[[stage]]
-name = "summarize"
-plugin = "{}"
-"#,
-            plugin("tamp_map_reduce_adaptive").display()
-        ),
-    )
+    let store = format!("{{ kind = \"postgres\", url_env = \"{URL_VAR}\", pool_size = 4 }}");
+    tamp_e2e::scripted_summary_chain(dir, &store, 4000)
 }
 
 #[test]

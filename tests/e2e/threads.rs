@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
-use tamp_e2e::{corpus_mix, plugin, scratch_dir, tamp_bin, write_chain};
+use tamp_e2e::{corpus_mix, scratch_dir, tamp_bin};
 use tamp_host::wire::{self, WireFormat};
 use tamp_plugin_api::{ContentBlock, Conversation, Role};
 
@@ -17,32 +17,7 @@ const URL_VAR: &str = "TAMP_DATABASE_URL";
 /// map-reduce-adaptive over a 12,000-token budget, every LLM call answered by the scripted
 /// provider, pages, cache and thread states in `store`.
 fn chain(dir: &Path, store: &str) -> PathBuf {
-    std::fs::write(
-        dir.join("script.json"),
-        r#"{"default": {"text": "a summary of the work so far", "usage": {"input_tokens": 1000, "output_tokens": 100}}}"#,
-    )
-    .unwrap();
-    write_chain(
-        dir,
-        &format!(
-            r#"
-store = {store}
-
-[budget]
-max_tokens = 12000
-keep_recent = 6
-
-[provider]
-kind = "scripted"
-script = "script.json"
-
-[[stage]]
-name = "summarize"
-plugin = "{}"
-"#,
-            plugin("tamp_map_reduce_adaptive").display()
-        ),
-    )
+    tamp_e2e::scripted_summary_chain(dir, store, 12_000)
 }
 
 /// The first `n` messages of a long agent session, as the client sends them.

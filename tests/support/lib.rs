@@ -148,6 +148,27 @@ pub fn write_chain(dir: &Path, toml: &str) -> PathBuf {
     path
 }
 
+/// A chain of one map-reduce-adaptive stage (keep_recent 6) whose LLM calls the scripted
+/// provider answers (a summary reporting 1,000 tokens in and 100 out), its store the TOML
+/// value `store` (`{ kind = "postgres", ... }`, on the file's line 2); `script.json` is written
+/// beside it.
+pub fn scripted_summary_chain(dir: &Path, store: &str, max_tokens: u64) -> PathBuf {
+    std::fs::write(
+        dir.join("script.json"),
+        r#"{"default": {"text": "a summary of the work so far", "usage": {"input_tokens": 1000, "output_tokens": 100}}}"#,
+    )
+    .expect("write script.json");
+    write_chain(
+        dir,
+        &format!(
+            "\nstore = {store}\n\n[budget]\nmax_tokens = {max_tokens}\nkeep_recent = 6\n\n\
+             [provider]\nkind = \"scripted\"\nscript = \"script.json\"\n\n\
+             [[stage]]\nname = \"summarize\"\nplugin = \"{}\"\n",
+            plugin("tamp_map_reduce_adaptive").display()
+        ),
+    )
+}
+
 /// A conversation of about `n` messages (at least the system prompt and whole tool
 /// exchanges) made of real corpus text: the Anthropic corpus conversations' messages one after
 /// another, tool ids suffixed so they stay unique, cut at a unit boundary.
