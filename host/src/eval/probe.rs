@@ -191,7 +191,8 @@ impl ProbeResult {
             differed: Vec::new(),
         };
         for (id, question, reference) in &references.answers {
-            if normalize(reference) == UNKNOWN || normalize(reference).is_empty() {
+            let normalized = normalize(reference);
+            if normalized == UNKNOWN || normalized.is_empty() {
                 result.unanswerable.push(id.clone());
                 continue;
             }

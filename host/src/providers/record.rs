@@ -197,9 +197,14 @@ impl<P: Provider> Recording<P> {
         &self.path
     }
 
-    fn append(&self, request: &LlmRequest, response: &LlmResponse) -> std::io::Result<()> {
+    fn append(
+        &self,
+        key: String,
+        request: &LlmRequest,
+        response: &LlmResponse,
+    ) -> std::io::Result<()> {
         let line = RecordedAnswer {
-            key: request_key(request),
+            key,
             provider: self.inner.name().to_string(),
             request: RecordedRequest::of(request),
             answer: RecordedResponse::of(response),
@@ -233,11 +238,13 @@ impl<P: Provider> Provider for Recording<P> {
         request: &'a LlmRequest,
     ) -> BoxFuture<'a, Result<LlmResponse, ProviderError>> {
         Box::pin(async move {
+            // The key hashes the whole prompt: made once, for the lookup and the line.
+            let key = request_key(request);
             let known = self
                 .recorded
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .get(&request_key(request))
+                .get(&key)
                 .map(|line| line.answer.to_response());
             if let Some(response) = known {
                 return Ok(response);
@@ -245,7 +252,7 @@ impl<P: Provider> Provider for Recording<P> {
             let response = self.inner.complete(request).await?;
             // The answer was paid for: a recording that cannot be written is logged, and the
             // strategy still gets its answer (a replay of the file then names the request).
-            if let Err(e) = self.append(request, &response) {
+            if let Err(e) = self.append(key, request, &response) {
                 tracing::error!(
                     provider = self.inner.name(),
                     label = %request.label,
