@@ -136,7 +136,7 @@ pub(super) fn best_sentences(units: &[&str], limit: usize) -> String {
     }
     let analysis = analyze(units, &[]);
     // `pick` charges a newline per unit; the join uses a space, so the same count fits.
-    let picked = pick(units, &analysis, limit.saturating_add(1));
+    let picked = pick(units, &[], &analysis, limit.saturating_add(1));
     cut_marked(&picked.join(" "), limit)
 }
 

@@ -25,9 +25,21 @@ impl PartialOrd for Candidate {
 }
 
 /// Picks units into `budget` characters, each costing its length plus a newline; returns their
-/// texts in original order.
-pub(super) fn pick(units: &[&str], analysis: &Analysis, budget: usize) -> Vec<String> {
-    let lens: Vec<usize> = units.iter().map(|u| u.chars().count()).collect();
+/// texts in original order. A unit is written after its tag (`tags[i]`, the speaker a unit lost
+/// when split from its turn; none where `tags` is shorter), which counts in its length and in
+/// the repeat check; only the picked units are put together with theirs.
+pub(super) fn pick(
+    units: &[&str],
+    tags: &[&str],
+    analysis: &Analysis,
+    budget: usize,
+) -> Vec<String> {
+    let tag = |i: usize| tags.get(i).copied().unwrap_or("");
+    let lens: Vec<usize> = units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| tag(i).chars().count() + u.chars().count())
+        .collect();
     let min_cost = lens.iter().map(|l| l + 1).min().unwrap_or(usize::MAX);
     let mut heap: BinaryHeap<Candidate> = analysis
         .scores
@@ -49,7 +61,7 @@ pub(super) fn pick(units: &[&str], analysis: &Analysis, budget: usize) -> Vec<St
         if cost > remaining || !analysis.pickable[index] {
             continue;
         }
-        let key = normalized_hash(units[index]);
+        let key = normalized_hash(tag(index), units[index]);
         if seen.contains(&key) {
             continue;
         }
@@ -89,12 +101,16 @@ pub(super) fn pick(units: &[&str], analysis: &Analysis, budget: usize) -> Vec<St
             .max_by(|a, b| a.1.total_cmp(b.1).then_with(|| b.0.cmp(&a.0)))
             .map(|(i, _)| i)
             .unwrap_or(0);
-        let mut cut = cut_chars(units[best], budget - 2).trim_end().to_string();
+        let whole = format!("{}{}", tag(best), units[best]);
+        let mut cut = cut_chars(&whole, budget - 2).trim_end().to_string();
         cut.push('…');
         return vec![cut];
     }
     chosen.sort_unstable();
-    chosen.into_iter().map(|i| units[i].to_string()).collect()
+    chosen
+        .into_iter()
+        .map(|i| format!("{}{}", tag(i), units[i]))
+        .collect()
 }
 
 /// A hash of the unit's letters, lowercased, with every run of digits that is a number as
@@ -102,12 +118,12 @@ pub(super) fn pick(units: &[&str], analysis: &Analysis, budget: usize) -> Vec<St
 /// that belong to a name (`HAT268`, `D-017`, `parse_v2`: after a letter or `_`, or after a `-`
 /// that follows a letter) are kept: two decisions or reservations are not repeats of each
 /// other.
-pub(super) fn normalized_hash(unit: &str) -> u64 {
+pub(super) fn normalized_hash(tag: &str, unit: &str) -> u64 {
     let mut h = FxHasher::default();
     let mut in_number = false;
     let mut in_name = false;
     let (mut before, mut last) = (' ', ' ');
-    for c in unit.chars() {
+    for c in tag.chars().chain(unit.chars()) {
         if c.is_ascii_digit() {
             if !in_number && !in_name {
                 in_name =
