@@ -255,7 +255,7 @@ pub(crate) fn check(
 }
 
 /// One line on what `edit` asks for, for reports: `summarize messages[2..6] (final): "…"`.
-pub(crate) fn describe(edit: &EditFfi) -> String {
+pub fn describe(edit: &EditFfi) -> String {
     let Ok(edit) = edit.as_enum() else {
         return "an edit of a kind this host does not know".into();
     };
@@ -465,12 +465,12 @@ pub(crate) fn splice(input: Conversation, ready: Vec<Ready>) -> Applied {
 }
 
 /// A page id and the messages it holds.
-pub(crate) type ArchivedPage = (String, Vec<Message>);
+pub type ArchivedPage = (String, Vec<Message>);
 
 /// A stage's edits applied to a copy of `input` without a store, for the conformance kit:
 /// each `Summarize` page gets the id the store would give it (pages are content-addressed),
 /// and is returned with its messages so the kit's checks can find it.
-pub(crate) fn preview(
+pub fn preview(
     input: &Conversation,
     asked: FfiVec<EditFfi>,
     keep_recent: usize,

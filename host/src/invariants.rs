@@ -46,9 +46,9 @@ impl Rule {
         }
     }
 
-    /// The rule's short title, from the one table of rules (`conformance::spec::RULES`).
+    /// The rule's short title, from the one table of rules (`rules::RULES`).
     pub fn title(self) -> &'static str {
-        crate::conformance::spec::rule(self.code()).map_or("", |r| r.title)
+        crate::rules::rule(self.code()).map_or("", |r| r.title)
     }
 
     /// The id and its short title, e.g. `TAMP-INV-01 nothing lost`.

@@ -1,21 +1,28 @@
 //! `tamp-host`: loads compaction-strategy plugins, composes them into a chain, and runs
-//! conversations through it. The `tamp` binary is a thin CLI over this library.
+//! conversations through it. The `tamp` binary (crate `tamp-cli`) is a thin CLI over this
+//! library, and the conformance kit (crate `tamp-conformance`) builds on its core.
 //!
+//! The core, with no feature:
 //! - [`wire`]: Anthropic Messages and OpenAI Chat Completions JSON ⇄ the plugin-api model.
 //! - [`loader`]: loads plugin libraries through abi_stable's checked loader.
 //! - [`config`]: the chain file, validated before anything runs.
-//! - [`chain`]: runs stages in order, rolls back a stage that fails or breaks an invariant.
+//! - [`chain`]: runs stages in order; [`edits`] checks and applies what a stage returns;
+//!   [`invariants`] and [`rules`]: the rules every stage keeps.
 //! - [`threads`]: thread continuity, so a growing thread pays for what is new.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter.
-//! - [`serve`]: `tamp serve`, the HTTP API with hot reload; [`proxy`]: `tamp proxy`, the
-//!   providers' own APIs with every request compacted; [`conformance`]: the plugin kit.
+//! - [`eval`]: `tamp eval`, chains compared side by side.
+//!
+//! Features (all on by default): `http-providers` (the Anthropic and OpenAI clients),
+//! `postgres` (the shared PostgreSQL store), `deferred` (the Message Batches worker) and
+//! `serve` ([`serve`]: `tamp serve`, the HTTP API with hot reload; [`proxy`]: `tamp proxy`,
+//! the providers' own APIs with every request compacted).
 
 pub mod chain;
 pub mod config;
-pub mod conformance;
+#[cfg(feature = "deferred")]
 pub mod deferred;
-mod edits;
+pub mod edits;
 pub mod error_text;
 pub mod eval;
 pub mod invariants;
@@ -23,8 +30,11 @@ pub mod loader;
 pub mod logging;
 pub mod providers;
 pub mod proxy;
+pub mod rules;
+#[cfg(feature = "serve")]
 pub mod serve;
 pub mod services;
+pub mod signals;
 pub mod store;
 pub mod threads;
 pub mod tokens;

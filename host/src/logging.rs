@@ -1,4 +1,5 @@
-//! Host-side logging: the CLI's subscriber, and the sink plugins' tracing bridges call.
+//! Host-side logging: the sink plugins' tracing bridges call. (The `tamp` binary's own
+//! subscriber is tamp-cli's.)
 
 use tamp_plugin_api::{FfiStr, LogLevel, LogSink};
 use tracing::level_filters::LevelFilter;
@@ -38,16 +39,4 @@ pub fn plugin_log_sink() -> LogSink {
         _ => LogLevel::Trace,
     };
     LogSink { max_level, emit }
-}
-
-/// Installs the CLI's subscriber: human-readable lines on stderr, filtered by `TAMP_LOG`
-/// (same syntax as `RUST_LOG`), `warn` by default, or `debug` with `verbose`.
-pub fn init_cli(verbose: bool) {
-    let default = if verbose { "debug" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TAMP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

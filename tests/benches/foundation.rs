@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The `tamp` binary's allocator (host/src/main.rs), so the host is measured as it runs.
+/// The `tamp` binary's allocator (cli/src/main.rs), so the host is measured as it runs.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use replay::{session, KEEP_RECENT, MAX_TOKENS, TURNS};
 use tamp_e2e::{plugin, workspace_root};
-use tamp_host::eval::{output, EvalArgs, Plan, Run};
+use tamp_host::eval::{EvalOptions, Plan, Run};
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
 use tamp_plugin_api::{ContentBlock, Conversation, Message, Role};
@@ -157,12 +157,10 @@ fn main() {
         tokens.count_messages(&conversation.messages),
         dir.display()
     );
-    let args = EvalArgs {
+    let args = EvalOptions {
         chains,
         facts: vec![facts_path],
         conversations: vec![conversation_path],
-        format: output::Format::Text,
-        out: None,
         one_shot_only,
         probe: None,
     };

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use tamp_conformance::{KitReport, Status};
 use tamp_e2e::{plugin, tamp_bin};
-use tamp_host::conformance::{KitReport, Status};
 
 /// Every check but the 5 MB message and the SHOULD rule, for the broken variants: the rules
 /// they could break by accident are all here, and the run stays short.
@@ -295,7 +295,7 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
     assert_eq!(code, 1);
     assert!(junit.starts_with("<?xml"), "{junit}");
     let testcases = junit.matches("<testcase ").count();
-    assert_eq!(testcases, tamp_host::conformance::RULES.len(), "{junit}");
+    assert_eq!(testcases, tamp_conformance::RULES.len(), "{junit}");
     assert_eq!(junit.matches("<failure ").count(), 1, "{junit}");
     assert!(junit.contains("failures=\"1\""), "{junit}");
     assert!(
@@ -322,4 +322,50 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere.so"));
     let (code, _) = kit(&breaker, &["--config", "{not json"]);
     assert_eq!(code, 2);
+}
+
+/// What a plugin's tests compile with the kit: the template plugin's normal and dev
+/// dependencies, as cargo resolves them for that package alone.
+fn plugin_test_dependencies(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(tamp_e2e::workspace_root())
+        .args(["tree", "--offline", "-e", "normal,dev", "--prefix", "none", "-p", package])
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_plugin_tested_with_the_kit_compiles_no_http_or_postgres_stack() {
+    let deps = plugin_test_dependencies("tamp-custom-strategy");
+    // The kit and the host core are there (the tree is not empty by mistake) ...
+    for wanted in ["tamp-conformance", "tamp-host", "tamp-plugin-api", "rusqlite"] {
+        assert!(deps.iter().any(|d| d == wanted), "{wanted} missing: {deps:?}");
+    }
+    // ... and no HTTP server, HTTP client, TLS stack or PostgreSQL driver.
+    for unwanted in [
+        "axum",
+        "hyper",
+        "reqwest",
+        "rustls",
+        "tokio-postgres",
+        "deadpool-postgres",
+        "notify",
+        "clap",
+    ] {
+        assert!(
+            !deps.iter().any(|d| d == unwanted),
+            "a plugin's tests compile {unwanted} through the kit"
+        );
+    }
 }

@@ -540,7 +540,7 @@ fn chain_seeds() -> &'static [String] {
         let mut seeds: Vec<String> = [
             "examples/chains/default.toml",
             "examples/chains/shipped.toml",
-            "host/src/default_chain.toml",
+            "cli/src/default_chain.toml",
         ]
         .iter()
         .map(|p| std::fs::read_to_string(root.join(p)).unwrap())

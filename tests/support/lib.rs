@@ -24,7 +24,7 @@ pub mod tools;
 
 /// Packages whose artifacts the tests load or run.
 const PACKAGES: &[&str] = &[
-    "tamp-host",
+    "tamp-cli",
     "tamp-buffered-tool-call",
     "tamp-map-reduce-adaptive",
     "tamp-anchored-structured",

@@ -36,7 +36,7 @@ fn built_plugin() -> PathBuf {
 
 #[test]
 fn the_plugin_conforms_to_the_spec() {
-    let report = tamp_host::conformance::Kit::new(built_plugin())
+    let report = tamp_conformance::Kit::new(built_plugin())
         // The config a chain file would give the stage (here: also ask for LLM summaries).
         .config(serde_json::json!({"keep_exchanges": 2, "summarize": true}))
         // The 5 MB message takes seconds in a debug build; CI runs every check through

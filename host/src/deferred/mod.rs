@@ -9,15 +9,13 @@
 //!   prompt may be a page-transcript prompt, filled in from its page when it is sent
 //!   ([`render`]), so a compaction stores the page's text once.
 //! - [`Worker`] sends queued items as batches and applies the results
-//!   (`providers::batches` is the API client); `tamp batch run-once|status|work` ([`cli`]).
+//!   (`providers::batches` is the API client); `tamp batch run-once|status|work` is in
+//!   tamp-cli.
 //!   `tamp serve` runs it as a task: `Worker::from_chain_file(..).with_pages(..).spawn(shutdown)`.
 
-pub mod cli;
 pub mod metrics;
 pub mod render;
 pub mod worker;
-
-pub use cli::{run_cli, BatchCommand};
 
 /// The name of the shipped plugin that defers its summaries; `tamp serve` starts a worker
 /// when its chain has a stage of it.

@@ -34,45 +34,19 @@ use crate::wire::{self, WireFormat};
 use facts::{Fact, FactsFile, Retention};
 use probe::{Judge, ProbeResult, References};
 
-/// `tamp eval` arguments.
-#[derive(clap::Args, Debug)]
-#[command(
-    about = "Compare chains side by side on your own conversations: cost, prefix reuse and what survives",
-    long_about = "Runs every chain on every conversation, once on the whole conversation \
-    (one-shot) and replayed as a growing thread compacted before every model call (replay), and \
-    prints one table: tokens before and after, LLM calls, tokens sent to the summarizer, \
-    estimated cost ([provider.price]), prefix reuse, wall time per compaction, and retention of \
-    the facts files' facts in the final context. Each run uses a scratch store: the chain files' \
-    own stores are never written. See docs/eval.md.",
-    after_help = "Example (offline, from the repository root):\n  tamp eval --chain \
-    examples/chains/default.toml --chain examples/chains/hybrid.toml \\\n    --facts \
-    examples/eval/ponyc-4588.facts.json examples/conversations/ponyc-4588.anthropic.json"
-)]
-pub struct EvalArgs {
-    /// A chain file to evaluate (give two or more to compare).
-    #[arg(long = "chain", value_name = "FILE", required = true)]
+/// What `tamp eval` runs (its flags, but for where the output goes; `tamp eval --help` says
+/// what each does).
+#[derive(Debug, Clone, Default)]
+pub struct EvalOptions {
+    /// Chain files, compared side by side.
     pub chains: Vec<PathBuf>,
-    /// A facts file: what must survive in the compacted context (see docs/eval.md). Its
-    /// `conversation` names the conversation it belongs to; without one it applies to all.
-    #[arg(long = "facts", value_name = "FILE")]
+    /// Facts files: what must survive (see docs/eval.md).
     pub facts: Vec<PathBuf>,
-    /// Conversations in either wire format (Anthropic Messages or OpenAI Chat Completions).
-    #[arg(value_name = "CONVERSATION", required = true)]
+    /// Conversations in either wire format.
     pub conversations: Vec<PathBuf>,
-    /// Output: a text table, JSON (with every replay's context size request by request), CSV
-    /// (one row per run), or a self-contained HTML report with charts.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: output::Format,
-    /// Write the output here instead of stdout.
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
-    /// Skip the replays (they make one compaction per model call of each conversation).
-    #[arg(long)]
+    /// Skip the replays.
     pub one_shot_only: bool,
-    /// Also judge retention by a model: the facts' `question`s are answered by the
-    /// `[provider]` of this chain file (its stages are not run) from the original conversation
-    /// and from each run's final context; the probe is the share answered the same.
-    #[arg(long, value_name = "JUDGE_FILE")]
+    /// A judge's chain file: its `[provider]` answers the facts' questions.
     pub probe: Option<PathBuf>,
 }
 
@@ -165,7 +139,7 @@ impl Plan {
     /// Reads every chain file (checked as `tamp check-config` would, plugins loaded), every
     /// conversation and every facts file, so a mistake in the last one stops the run before
     /// the first chain has spent anything.
-    pub fn read(args: &EvalArgs) -> anyhow::Result<Plan> {
+    pub fn read(args: &EvalOptions) -> anyhow::Result<Plan> {
         let mut chains = Vec::new();
         for path in &args.chains {
             LoadedChainFile::read(path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -467,24 +441,6 @@ async fn replay(
     run.prefix_reuse = (reused_requests > 0).then(|| reuse / reused_requests as f64);
     run.ms_per_compaction = ms / cuts.len().max(1) as f64;
     Ok((run, previous.unwrap_or_default()))
-}
-
-/// `tamp eval`: reads and checks everything, runs, writes the output.
-pub fn run_cli(args: EvalArgs) -> anyhow::Result<()> {
-    let plan = Plan::read(&args)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let progress = |line: &str| eprintln!("tamp eval: {line}");
-    let runs = rt.block_on(plan.run(&progress))?;
-    let text = output::render(&runs, args.format);
-    match &args.out {
-        Some(path) => std::fs::write(path, text)
-            .with_context(|| format!("cannot write {}", path.display()))?,
-        None => print!("{text}"),
-    }
-    Ok(())
 }
 
 #[cfg(test)]

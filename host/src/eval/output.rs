@@ -3,13 +3,37 @@
 use super::Run;
 
 /// The output format.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Text,
     Json,
     Csv,
     /// A self-contained page with charts.
     Html,
+}
+
+impl Format {
+    /// Every format's name, as `--format` takes it.
+    pub const NAMES: [&'static str; 4] = ["text", "json", "csv", "html"];
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "text" => Format::Text,
+            "json" => Format::Json,
+            "csv" => Format::Csv,
+            "html" => Format::Html,
+            other => {
+                return Err(format!(
+                    "unknown format \"{other}\" (one of {})",
+                    Format::NAMES.join(", ")
+                ))
+            }
+        })
+    }
 }
 
 pub fn render(runs: &[Run], format: Format) -> String {

@@ -64,10 +64,14 @@ pub fn hash_answer_inputs(hasher: &mut sha2::Sha256, request: &LlmRequest) {
     }
 }
 
+#[cfg(feature = "http-providers")]
 pub mod anthropic;
+#[cfg(feature = "http-providers")]
 pub mod batches;
 pub mod extractive;
+#[cfg(feature = "http-providers")]
 pub mod http;
+#[cfg(feature = "http-providers")]
 pub mod openai;
 pub mod record;
 pub mod retry;
@@ -75,9 +79,12 @@ pub mod schema;
 pub mod scripted;
 pub mod structured;
 
+#[cfg(feature = "http-providers")]
 pub use anthropic::AnthropicProvider;
 pub use extractive::{summarize, ExtractiveSummarizer, Summary};
+#[cfg(feature = "http-providers")]
 pub use http::{ApiKey, ClientSettings};
+#[cfg(feature = "http-providers")]
 pub use openai::OpenAiProvider;
 pub use record::{request_key, Recording, ReplayProvider};
 pub use retry::{RetryPolicy, Retrying};
@@ -131,6 +138,22 @@ fn base_provider(
     })
 }
 
+#[cfg(not(feature = "http-providers"))]
+fn http_provider(
+    file: &crate::config::LoadedChainFile,
+) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
+    Err(file.error_at_key(
+        "provider",
+        "kind",
+        format!(
+            "provider.kind: \"{}\" needs an HTTP client, and this build of tamp has none \
+             (tamp-host's `http-providers` feature is off)",
+            file.file.provider.kind
+        ),
+    ))
+}
+
+#[cfg(feature = "http-providers")]
 fn http_provider(
     file: &crate::config::LoadedChainFile,
 ) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {

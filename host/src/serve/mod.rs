@@ -10,7 +10,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -36,112 +36,32 @@ pub mod reload;
 
 pub use active::{ActiveChain, ConfigProblem};
 
-/// `tamp serve` arguments.
-#[derive(Debug, Clone, clap::Args)]
-#[command(
-    after_help = "Example:\n  tamp serve --config chain.toml --listen 127.0.0.1:7474\n  \
-    curl -s localhost:7474/v1/compact -H 'content-type: application/json' \\\n    \
-    -d '{\"conversation\": {\"messages\": [...]}}'\n\n\
-    Routes: POST /v1/compact, GET /v1/pages/{id}, GET /v1/chain, GET /healthz, GET /metrics.\n\
-    Edit the chain file while it runs: the new chain is built aside and swapped in; an \
-    invalid one is refused (see GET /v1/chain's last_reload_error) and the old chain stays.\n\n\
-    Limits: a connection that has not sent a whole request head within --header-timeout-secs \
-    (or sits idle that long between requests) is closed; a body that has not arrived within \
-    --body-timeout-secs is answered 408, one declared or sent larger than --max-body 413; \
-    beyond --max-concurrent requests at once the answer is 503 with retry-after; beyond \
-    --max-connections open connections new ones wait to be accepted. Keep --max-connections \
-    well under the open-file limit (ulimit -n)."
-)]
-pub struct ServeArgs {
-    /// The chain file to serve and watch.
-    #[arg(short, long)]
+/// How `tamp serve` runs: the CLI's flags, parsed (`tamp serve --help` says what each does).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The chain file, served and watched.
     pub config: PathBuf,
-    /// Address to listen on. Loopback by default: put a proxy or --auth-token-env in front
-    /// before exposing it.
-    #[arg(long, default_value = "127.0.0.1:7474", value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// Largest request body accepted (bytes, or with a KiB/MiB/GiB suffix); larger ones are
-    /// answered 413.
-    #[arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "SIZE")]
+    /// Bytes; a larger body is answered 413.
     pub max_body: usize,
-    /// Require `Authorization: Bearer <token>` on every route but /healthz, the token read
-    /// from this environment variable (never from the command line, so it stays out of `ps`).
-    #[arg(long, value_name = "NAME")]
+    /// The environment variable holding the bearer token every route but /healthz requires.
     pub auth_token_env: Option<String>,
-    /// Reload once the config has been quiet this long after a change (milliseconds).
-    #[arg(long, default_value_t = 200, value_name = "MS")]
+    /// Quiet time after a change of the chain file before it is reloaded.
     pub debounce_ms: u64,
-    /// Use this page store file instead of the chain file's.
-    #[arg(long, value_name = "FILE")]
+    /// A page store file instead of the chain file's.
     pub store: Option<PathBuf>,
-    /// On SIGTERM or Ctrl-C, wait at most this long for requests in flight (seconds).
-    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    /// How long a shutdown waits for requests in flight.
     pub shutdown_grace_secs: f64,
-    /// Close a connection whose request line and headers have not all arrived this long
-    /// after it began sending them, or that has been idle this long before its first or
-    /// next request (seconds).
-    #[arg(long, default_value_t = 10.0, value_parser = parse_secs, value_name = "SECS")]
+    /// Limit on a request head's arrival and on an idle connection.
     pub header_timeout_secs: f64,
-    /// Answer 408 to a request whose body has not all arrived this long after its headers
-    /// (seconds).
-    #[arg(long, default_value_t = 30.0, value_parser = parse_secs, value_name = "SECS")]
+    /// Limit on a request body's arrival (408 after it).
     pub body_timeout_secs: f64,
-    /// Requests answered at once; beyond it the answer is 503 with `retry-after: 1`.
-    /// /healthz and /metrics are not counted. A compaction counts until it ends, even when
-    /// its client has hung up.
-    #[arg(long, default_value_t = 64, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..))]
+    /// Requests answered at once (503 beyond).
     pub max_concurrent: u32,
-    /// Connections open at once; beyond it new connections wait (in the listen backlog)
-    /// until one closes. Keep it under the open-file limit (`ulimit -n`), less the server's
-    /// own files, so that accepting never fails for want of a file descriptor.
-    #[arg(long, default_value_t = 512, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..))]
+    /// Connections open at once (more wait to be accepted).
     pub max_connections: u32,
-    /// Refuse a chain with a stage that has no `sha256 = "..."` pin, at start and at every
-    /// reload (`tamp plugins hash <file>` prints the pin). See docs/security.md.
-    #[arg(long)]
+    /// Refuse a stage without a `sha256` pin.
     pub require_pins: bool,
-}
-
-/// A positive number of seconds (`10`, `0.5`).
-pub(crate) fn parse_secs(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(secs) if secs > 0.0 && secs.is_finite() && secs < 1e9 => Ok(secs),
-        _ => Err(format!("\"{text}\": expected a positive number of seconds")),
-    }
-}
-
-/// `8MiB`, `512KiB`, `1GiB`, `1048576`.
-pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
-    let t = text.trim();
-    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("\"{text}\": expected a size like 8MiB, 512KiB or 1048576"))?;
-    let factor = match unit.trim() {
-        "" | "B" => 1,
-        "K" | "KB" | "KiB" => 1 << 10,
-        "M" | "MB" | "MiB" => 1 << 20,
-        "G" | "GB" | "GiB" => 1 << 30,
-        other => {
-            return Err(format!(
-                "\"{text}\": unknown unit \"{other}\" (KiB, MiB, GiB)"
-            ))
-        }
-    };
-    n.checked_mul(factor)
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("\"{text}\": must be a positive size"))
-}
-
-/// Runs `tamp serve` until SIGTERM or Ctrl-C.
-pub fn run_cli(args: ServeArgs) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?
-        .block_on(serve(args))
 }
 
 /// The token `--auth-token-env NAME` names, refused when no request could carry it: a
@@ -170,7 +90,8 @@ pub(crate) fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<St
     Ok(token)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// Runs `tamp serve` until SIGTERM or Ctrl-C.
+pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
     let auth_token = match &args.auth_token_env {
         None => None,
         Some(name) => Some(auth_token(name, std::env::var(name).ok())?),
@@ -287,7 +208,7 @@ pub(crate) async fn run_until_shutdown(
     let connections = Connections::new(limits.max_connections, limits.header_timeout);
     let accepting = tokio::spawn(accept_loop(listener, app, connections.clone(), stop_rx));
 
-    shutdown_signal().await;
+    crate::signals::shutdown().await;
     let _ = stop_tx.send(true);
     // The listener is closed once the loop has returned: from here on connections are refused.
     let _ = accepting.await;
@@ -656,85 +577,20 @@ fn soft_open_files_limit(limits: &str) -> Option<u64> {
         .ok()
 }
 
-pub(crate) async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// `tamp check-config` arguments.
-#[derive(Debug, Clone, clap::Args)]
-#[command(after_help = "Example:\n  tamp check-config chain.toml && echo ok\n\n\
-    Exits 1 with the same file:line: field: message a reload of `tamp serve` would log.")]
-pub struct CheckConfigArgs {
-    /// The chain file to validate.
-    pub config: PathBuf,
-    /// Use this page store file instead of the chain file's (the store is opened, as a
-    /// reload would).
-    #[arg(long, value_name = "FILE")]
-    pub store: Option<PathBuf>,
-    /// Refuse a stage without a `sha256` pin, as `tamp serve --require-pins` would.
-    #[arg(long)]
-    pub require_pins: bool,
-}
-
 /// Validates a chain file the way a reload would, without serving: parses it, loads every
 /// plugin, validates every stage config against its plugin's schema and instantiates it.
-pub fn check_config_cli(args: CheckConfigArgs) -> anyhow::Result<()> {
-    let overrides = FileOverrides {
-        store_path: args.store,
-        progress: None,
-        require_pins: args.require_pins,
-    };
+/// Returns the line that describes the chain (with the config hash the server would show).
+pub fn check_config(config: &Path, overrides: FileOverrides) -> anyhow::Result<String> {
     // Loaded as the server loads them, so the config hash printed is the one it would show.
     crate::loader::load_from_private_copies();
-    let built = ActiveChain::build(&args.config, overrides);
+    let built = ActiveChain::build(config, overrides);
     crate::loader::remove_private_copies();
-    println!(
-        "ok: {}",
-        built.map_err(|p| anyhow::anyhow!("{p}"))?.summary()
-    );
-    Ok(())
+    Ok(built.map_err(|p| anyhow::anyhow!("{p}"))?.summary())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_with_binary_units() {
-        assert_eq!(parse_size("8MiB").unwrap(), 8 << 20);
-        assert_eq!(parse_size("512KiB").unwrap(), 512 << 10);
-        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
-        assert!(parse_size("8 parsecs").unwrap_err().contains("parsecs"));
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("MiB").is_err());
-    }
-
-    #[test]
-    fn seconds_must_be_positive() {
-        assert_eq!(parse_secs("10").unwrap(), 10.0);
-        assert_eq!(parse_secs("0.5").unwrap(), 0.5);
-        for bad in ["0", "-1", "soon", "inf", "NaN"] {
-            assert!(parse_secs(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn tokens_no_header_can_carry_are_refused_naming_the_variable() {

@@ -21,12 +21,14 @@ use serde::Serialize;
 use tamp_plugin_api::{Message, Page, PageDraft};
 
 pub mod cache;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queue;
 mod sqlite;
 pub mod threads;
 
 pub use cache::{CacheScope, SummaryCache};
+#[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use queue::{DeferredQueue, Lease, NewDeferred, OpenBatch, QueueItem, QueueState, QueueStatus};
 pub use sqlite::SqliteStore;
@@ -65,7 +67,7 @@ impl StoreSpec {
                 };
                 format!("sqlite:{}", path.display())
             }
-            StoreSpec::Postgres { url, .. } => postgres::redacted_url(url),
+            StoreSpec::Postgres { url, .. } => redacted_postgres_url(url),
         }
     }
 }
@@ -81,7 +83,7 @@ impl fmt::Debug for StoreSpec {
                 ca_file,
             } => f
                 .debug_struct("Postgres")
-                .field("url", &postgres::redacted_url(url))
+                .field("url", &redacted_postgres_url(url))
                 .field("pool_size", pool_size)
                 .field("ca_file", ca_file)
                 .finish(),
@@ -132,7 +134,49 @@ pub fn open(spec: &StoreSpec) -> Result<Store, StoreError> {
             url,
             pool_size,
             ca_file,
-        } => PostgresStore::open_with_ca_file(url, *pool_size, ca_file.as_deref()).map(Store::of),
+        } => open_postgres(url, *pool_size, ca_file.as_deref()),
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres(
+    url: &str,
+    pool_size: usize,
+    ca_file: Option<&std::path::Path>,
+) -> Result<Store, StoreError> {
+    PostgresStore::open_with_ca_file(url, pool_size, ca_file).map(Store::of)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(
+    url: &str,
+    _pool_size: usize,
+    _ca_file: Option<&std::path::Path>,
+) -> Result<Store, StoreError> {
+    Err(StoreError::backend(
+        &redacted_postgres_url(url),
+        "open",
+        "this build of tamp has no PostgreSQL store (tamp-host's `postgres` feature is off)",
+    ))
+}
+
+/// A PostgreSQL connection URL without its password, naming the server, user and database.
+fn redacted_postgres_url(url: &str) -> String {
+    #[cfg(feature = "postgres")]
+    return postgres::redacted_url(url);
+    #[cfg(not(feature = "postgres"))]
+    url_scheme_and_host(url)
+}
+
+/// The scheme and host of a URL, and nothing that could be a secret (user, password, query).
+fn url_scheme_and_host(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            let host = host.split(['/', '?']).next().unwrap_or("");
+            format!("{scheme}://{host}")
+        }
+        None => "postgres (an unparseable connection string)".to_owned(),
     }
 }
 

@@ -60,6 +60,7 @@ pub(crate) const MIGRATION_SQLITE: &str = "CREATE TABLE threads (
     );
     CREATE INDEX threads_by_updated_at ON threads (updated_at);";
 
+#[cfg(feature = "postgres")]
 pub(crate) const MIGRATION_POSTGRES: &str = "CREATE TABLE threads (
         key         TEXT PRIMARY KEY,
         state_json  TEXT NOT NULL,

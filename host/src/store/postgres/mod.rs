@@ -446,14 +446,7 @@ pub(crate) fn redacted_url(url: &str) -> String {
         return location_of(&config);
     }
     // Unparseable: keep only what cannot be a secret.
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-            let host = host.split(['/', '?']).next().unwrap_or("");
-            format!("{scheme}://{host}")
-        }
-        None => "postgres (an unparseable connection string)".to_owned(),
-    }
+    super::url_scheme_and_host(url)
 }
 
 /// Brings the schema to [`SCHEMA_VERSION`], once even when several hosts open the database

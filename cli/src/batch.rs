@@ -2,13 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::worker::Worker;
-use crate::config::LoadedChainFile;
-use crate::store::queue::QueueStatus;
-use crate::store::Store;
+use tamp_host::config::LoadedChainFile;
+use tamp_host::deferred::Worker;
+use tamp_host::store::queue::QueueStatus;
+use tamp_host::store::Store;
 
 /// `tamp batch ...`
 #[derive(Debug, Subcommand)]
@@ -55,29 +55,19 @@ pub struct StatusArgs {
 /// The store `file` names (`[store]`: a SQLite file or a PostgreSQL database),
 /// or of the `--store` file.
 fn open_store(file: Option<&LoadedChainFile>, store: Option<&Path>) -> Result<Store> {
-    Ok(crate::store::open(&crate::config::store_spec(
+    Ok(tamp_host::store::open(&tamp_host::config::store_spec(
         file, store,
     )?)?)
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
 /// Runs a `tamp batch` command.
-pub fn run_cli(command: BatchCommand) -> Result<()> {
+pub async fn run(command: BatchCommand) -> Result<()> {
     match command {
         BatchCommand::RunOnce(args) => {
             let file = LoadedChainFile::read(&args.config)?;
             let store = open_store(Some(&file), args.store.as_deref())?;
-            let rt = runtime()?;
-            let report = rt.block_on(async {
-                let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
-                anyhow::Ok(worker.run_once().await?)
-            })?;
+            let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
+            let report = worker.run_once().await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -88,20 +78,17 @@ pub fn run_cli(command: BatchCommand) -> Result<()> {
         BatchCommand::Work(args) => {
             let file = LoadedChainFile::read(&args.config)?;
             let store = open_store(Some(&file), args.store.as_deref())?;
-            let rt = runtime()?;
-            rt.block_on(async {
-                let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
-                let metrics = worker.metrics();
-                let handle = worker.spawn(shutdown_signal());
-                eprintln!("tamp batch: worker running; Ctrl-C or SIGTERM stops it");
-                handle.join().await;
-                let snap = metrics.snapshot();
-                eprintln!(
-                    "tamp batch: stopped; {} submitted, {} succeeded, {} failed, {} fallbacks",
-                    snap.submitted, snap.succeeded, snap.failed, snap.fallbacks
-                );
-                anyhow::Ok(())
-            })
+            let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
+            let metrics = worker.metrics();
+            let handle = worker.spawn(tamp_host::signals::shutdown());
+            eprintln!("tamp batch: worker running; Ctrl-C or SIGTERM stops it");
+            handle.join().await;
+            let snap = metrics.snapshot();
+            eprintln!(
+                "tamp batch: stopped; {} submitted, {} succeeded, {} failed, {} fallbacks",
+                snap.submitted, snap.succeeded, snap.failed, snap.fallbacks
+            );
+            Ok(())
         }
         BatchCommand::Status(args) => {
             let file = match &args.config {
@@ -109,7 +96,7 @@ pub fn run_cli(command: BatchCommand) -> Result<()> {
                 None => None,
             };
             let queue = open_store(file.as_ref(), args.store.as_deref())?.queue;
-            let status = runtime()?.block_on(queue.status())?;
+            let status = queue.status().await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
@@ -118,29 +105,6 @@ pub fn run_cli(command: BatchCommand) -> Result<()> {
             }
             Ok(())
         }
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
     }
 }
 
@@ -158,7 +122,10 @@ fn ago(ms: u64) -> String {
 }
 
 /// The text `tamp batch status` prints.
-pub fn render_status(status: &QueueStatus, price: Option<&crate::config::PriceConfig>) -> String {
+pub fn render_status(
+    status: &QueueStatus,
+    price: Option<&tamp_host::config::PriceConfig>,
+) -> String {
     let mut out = format!(
         "queue: {} queued, {} submitted, {} done, {} failed\n",
         status.queued, status.submitted, status.done, status.failed
@@ -184,7 +151,7 @@ pub fn render_status(status: &QueueStatus, price: Option<&crate::config::PriceCo
             ));
         }
     }
-    let usage = |u: &tamp_plugin_api::Usage| {
+    let usage = |u: &tamp_host::plugin_api::Usage| {
         format!(
             "{} input + {} output tokens",
             u.input_tokens, u.output_tokens

@@ -1,4 +1,5 @@
-//! `tamp`: the command-line front of the tamp host.
+//! `tamp`: the command-line front of the tamp host. This crate owns every flag (clap types);
+//! the work is tamp-host's and tamp-conformance's.
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -14,6 +15,14 @@ use anyhow::{bail, Context as _, Result};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Args, Parser, Subcommand};
+
+mod batch;
+mod conformance;
+mod eval;
+mod logging;
+mod proxy;
+mod serve;
+
 use tamp_host::chain::{Chain, ChainReport, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::config::{self, LoadedChainFile};
 use tamp_host::loader::{resolve_plugin, LoadedPlugin};
@@ -74,18 +83,18 @@ enum Command {
     #[command(subcommand)]
     Pages(PagesCommand),
     /// Serve the chain over HTTP, reloading it when its file changes.
-    Serve(tamp_host::serve::ServeArgs),
+    Serve(serve::ServeArgs),
     /// A drop-in base URL for the Anthropic and OpenAI APIs: every conversation is compacted
     /// on its way upstream, answers (streams included) relayed as they come.
-    Proxy(tamp_host::proxy::ProxyArgs),
+    Proxy(proxy::ProxyArgs),
     /// Validate a chain file (plugins loaded, stage configs checked) without serving.
-    CheckConfig(tamp_host::serve::CheckConfigArgs),
+    CheckConfig(serve::CheckConfigArgs),
     /// Check a plugin library against tamp's plugin specification.
-    Conformance(tamp_host::conformance::ConformanceArgs),
+    Conformance(conformance::ConformanceArgs),
     /// Deferred summaries: send queued requests as Message Batches and apply their results.
     #[command(subcommand)]
-    Batch(tamp_host::deferred::BatchCommand),
-    Eval(tamp_host::eval::EvalArgs),
+    Batch(batch::BatchCommand),
+    Eval(eval::EvalArgs),
 }
 
 #[derive(Args)]
@@ -205,31 +214,32 @@ struct StoreArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tamp_host::logging::init_cli(cli.verbose);
-    let result = match cli.command {
-        Command::Compact(args) => compact(args),
-        Command::Plugins(cmd) => plugins(cmd),
-        Command::Pages(cmd) => pages(cmd),
-        Command::Serve(args) => tamp_host::serve::run_cli(args),
-        Command::Proxy(args) => tamp_host::proxy::run_cli(args),
-        Command::Eval(args) => tamp_host::eval::run_cli(args),
-        Command::CheckConfig(args) => {
-            let config = args.config.clone();
-            tamp_host::serve::check_config_cli(args).map(|()| {
-                // Valid, but maybe not meant (a chain that compacts nothing).
-                for warning in LoadedChainFile::read(&config)
-                    .map(|f| f.warnings())
-                    .unwrap_or_default()
-                {
-                    eprintln!("warning: {warning}");
-                }
-            })
+    logging::init(cli.verbose);
+    if let Command::Conformance(args) = cli.command {
+        // No runtime: each check runs in a process of its own.
+        return conformance::run(args);
+    }
+    // The process's one tokio runtime: every command's async work runs on it.
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
         }
-        Command::Batch(cmd) => tamp_host::deferred::run_cli(cmd),
-        Command::Conformance(args) => match tamp_host::conformance::run_cli(args) {
-            Ok(code) => return code,
-            Err(e) => Err(e),
-        },
+    };
+    let result = match cli.command {
+        Command::Compact(args) => compact(&rt, args),
+        Command::Plugins(cmd) => plugins(cmd),
+        Command::Pages(cmd) => pages(&rt, cmd),
+        Command::Serve(args) => rt.block_on(tamp_host::serve::run(args.into())),
+        Command::Proxy(args) => rt.block_on(tamp_host::proxy::run(args.into())),
+        Command::Eval(args) => rt.block_on(eval::run(args)),
+        Command::CheckConfig(args) => serve::check_config(args),
+        Command::Batch(cmd) => rt.block_on(batch::run(cmd)),
+        Command::Conformance(_) => unreachable!("run above"),
     };
     // A pinned plugin is loaded from a private copy even here (see `loader::load_trusted`);
     // the library stays mapped, the copy on disk is not needed any more.
@@ -243,13 +253,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
 fn chain_file(config: Option<&Path>) -> Result<LoadedChainFile> {
     Ok(match config {
         Some(path) => LoadedChainFile::read(path)?,
@@ -260,7 +263,7 @@ fn chain_file(config: Option<&Path>) -> Result<LoadedChainFile> {
     })
 }
 
-fn compact(args: CompactArgs) -> Result<()> {
+fn compact(rt: &tokio::runtime::Runtime, args: CompactArgs) -> Result<()> {
     // The chain file first: its errors do not depend on the input.
     let file = chain_file(args.config.as_deref())?;
     let bytes = if args.input == "-" {
@@ -321,7 +324,7 @@ fn compact(args: CompactArgs) -> Result<()> {
         budget: Some(budget),
         thread_continuity: !args.no_thread_continuity,
     };
-    let compacted = runtime()?
+    let compacted = rt
         .block_on(chain.compact(conversation, &options))
         .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
 
@@ -515,8 +518,7 @@ fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
     Ok(store::open_read_only(&spec)?.pages)
 }
 
-fn pages(cmd: PagesCommand) -> Result<()> {
-    let rt = runtime()?;
+fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
     match cmd {
         PagesCommand::Show { id, store, format } => {
             let store = open_store(&store)?;

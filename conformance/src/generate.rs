@@ -9,8 +9,8 @@ use tamp_plugin_api::sdk::clearing::Clearing;
 use tamp_plugin_api::sdk::{summary_message, units};
 use tamp_plugin_api::{ContentBlock, Message, Role, SummaryStatus, ToolResultPart};
 
-use crate::store::page_id;
-use crate::wire::{self, WireFormat};
+use tamp_host::store::page_id;
+use tamp_host::wire::{self, WireFormat};
 
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same cases on
 /// every platform and in every version of this file's callers.

@@ -21,9 +21,9 @@ use super::harness::{
 use super::report::{CheckOutput, Finding, Perf, PluginFacts};
 use super::spec::PERF;
 use super::KitOptions;
-use crate::invariants::Violation;
-use crate::tokens::{Encoding, TokenCounter};
-use crate::wire::WireFormat;
+use tamp_host::invariants::Violation;
+use tamp_host::tokens::{Encoding, TokenCounter};
+use tamp_host::wire::WireFormat;
 
 const FORMATS: [WireFormat; 2] = [WireFormat::Anthropic, WireFormat::OpenAi];
 /// Shrinking stops after this many candidate runs.
@@ -31,7 +31,7 @@ const MAX_SHRINK_RUNS: usize = 300;
 
 /// Runs the check `id` against the plugin `options` names.
 pub async fn run_check(id: &str, options: &KitOptions) -> CheckOutput {
-    let plugin = match crate::loader::load_plugin(&options.plugin) {
+    let plugin = match tamp_host::loader::load_plugin(&options.plugin) {
         Ok(p) => p,
         Err(e) => {
             return CheckOutput {
@@ -521,8 +521,8 @@ impl Ctx {
     /// Runs `case` through a real chain whose LLM always fails: the caller must get the
     /// conversation back unchanged, or changed by a stage that reported the failure.
     async fn chain_keeps_input(&self, case: &Case) -> Option<Finding> {
-        use crate::chain::{ChainBuilder, CompactOptions, StageStatus};
-        use crate::config::{BudgetConfig, Trigger};
+        use tamp_host::chain::{ChainBuilder, CompactOptions, StageStatus};
+        use tamp_host::config::{BudgetConfig, Trigger};
         let tokens = self.harness.tokens.count_messages(&case.messages);
         let chain = ChainBuilder::new(BudgetConfig {
             max_tokens: (tokens / 2).max(1),

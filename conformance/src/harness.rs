@@ -19,12 +19,12 @@ use tamp_plugin_api::{
 use tokio::sync::Semaphore;
 
 use super::generate::Case;
-use crate::invariants::{stage_violations, Violation};
-use crate::loader::LoadedPlugin;
-use crate::providers::{ExtractiveSummarizer, Provider, ProviderError, ProviderErrorKind};
-use crate::services::{HostContext, StageIdentity, StageServices};
-use crate::store::{NewPage, PageStore, SqliteStore};
-use crate::tokens::TokenCounter;
+use tamp_host::invariants::{stage_violations, Violation};
+use tamp_host::loader::LoadedPlugin;
+use tamp_host::providers::{ExtractiveSummarizer, Provider, ProviderError, ProviderErrorKind};
+use tamp_host::services::{HostContext, StageIdentity, StageServices};
+use tamp_host::store::{NewPage, PageStore, SqliteStore};
+use tamp_host::tokens::TokenCounter;
 
 /// What the kit's LLM answers.
 #[derive(Debug, Clone)]
@@ -324,8 +324,8 @@ impl Harness {
         }
         let strategy = self.plugin.meta().name.as_str();
         let outcome = outcome.map(|CompactOutcome { edits, report }| {
-            let described = edits.iter().map(crate::edits::describe).collect();
-            match crate::edits::preview(&input, edits, case.keep_recent as usize, strategy) {
+            let described = edits.iter().map(tamp_host::edits::describe).collect();
+            match tamp_host::edits::preview(&input, edits, case.keep_recent as usize, strategy) {
                 Ok((conversation, archived)) => {
                     pages.extend(archived);
                     Outcome {

@@ -1,4 +1,5 @@
-//! The rules of `docs/plugin-spec.md`, by stable id: what the kit checks and reports by.
+//! The rules of `docs/plugin-spec.md`, by stable id: the one table the chain's invariant
+//! checks (`invariants::Rule::title`) and the conformance kit (`tamp-conformance`) read.
 
 use serde::Serialize;
 
@@ -85,9 +86,6 @@ pub const RULES: &[RuleSpec] = &[
 pub fn rule(id: &str) -> Option<&'static RuleSpec> {
     RULES.iter().find(|r| r.id == id)
 }
-
-/// The performance measurement's check id (not a rule: it reports, never fails).
-pub const PERF: &str = "PERF";
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,72 @@
+//! `tamp eval`'s flags, and writing its output.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+use clap::Args;
+use tamp_host::eval::output::{self, Format};
+use tamp_host::eval::{EvalOptions, Plan};
+
+/// `tamp eval` arguments.
+#[derive(Args, Debug)]
+#[command(
+    about = "Compare chains side by side on your own conversations: cost, prefix reuse and what survives",
+    long_about = "Runs every chain on every conversation, once on the whole conversation \
+    (one-shot) and replayed as a growing thread compacted before every model call (replay), and \
+    prints one table: tokens before and after, LLM calls, tokens sent to the summarizer, \
+    estimated cost ([provider.price]), prefix reuse, wall time per compaction, and retention of \
+    the facts files' facts in the final context. Each run uses a scratch store: the chain files' \
+    own stores are never written. See docs/eval.md.",
+    after_help = "Example (offline, from the repository root):\n  tamp eval --chain \
+    examples/chains/default.toml --chain examples/chains/hybrid.toml \\\n    --facts \
+    examples/eval/ponyc-4588.facts.json examples/conversations/ponyc-4588.anthropic.json"
+)]
+pub struct EvalArgs {
+    /// A chain file to evaluate (give two or more to compare).
+    #[arg(long = "chain", value_name = "FILE", required = true)]
+    pub chains: Vec<PathBuf>,
+    /// A facts file: what must survive in the compacted context (see docs/eval.md). Its
+    /// `conversation` names the conversation it belongs to; without one it applies to all.
+    #[arg(long = "facts", value_name = "FILE")]
+    pub facts: Vec<PathBuf>,
+    /// Conversations in either wire format (Anthropic Messages or OpenAI Chat Completions).
+    #[arg(value_name = "CONVERSATION", required = true)]
+    pub conversations: Vec<PathBuf>,
+    /// Output: a text table, JSON (with every replay's context size request by request), CSV
+    /// (one row per run), or a self-contained HTML report with charts.
+    #[arg(long, default_value = "text", value_name = "FORMAT",
+          value_parser = PossibleValuesParser::new(Format::NAMES).map(|f| f.parse::<Format>().expect("a listed format")))]
+    pub format: Format,
+    /// Write the output here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Skip the replays (they make one compaction per model call of each conversation).
+    #[arg(long)]
+    pub one_shot_only: bool,
+    /// Also judge retention by a model: the facts' `question`s are answered by the
+    /// `[provider]` of this chain file (its stages are not run) from the original conversation
+    /// and from each run's final context; the probe is the share answered the same.
+    #[arg(long, value_name = "JUDGE_FILE")]
+    pub probe: Option<PathBuf>,
+}
+
+/// Runs `tamp eval`: reads and checks everything, runs, writes the output.
+pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let plan = Plan::read(&EvalOptions {
+        chains: args.chains,
+        facts: args.facts,
+        conversations: args.conversations,
+        one_shot_only: args.one_shot_only,
+        probe: args.probe,
+    })?;
+    let progress = |line: &str| eprintln!("tamp eval: {line}");
+    let runs = plan.run(&progress).await?;
+    let text = output::render(&runs, args.format);
+    match &args.out {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! The proxy's server: its state, routes and run loop.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hyper::body::Body as _;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::chain::FileOverrides;
+use crate::serve::active::ActiveChain;
+use crate::serve::api::{self, ApiError, Gate, InFlight, PageQuery};
+use crate::serve::metrics::Metrics;
+use crate::serve::reload::{self, ChainSlot};
+use crate::serve::{self as serve_mod};
+
+use super::error::ProxyError;
+use super::forward::Upstreams;
+use super::metrics::ProxyMetrics;
+use super::{compact, forward, route};
+
+/// The header a client names its thread with (else it is derived from the leading
+/// messages, see `docs/architecture.md`, "Thread continuity").
+pub const THREAD_HEADER: &str = "x-tamp-thread-id";
+/// The answer header that says what the chain did to the request.
+pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
+
+/// How `tamp proxy` runs: the CLI's flags, parsed (`tamp proxy --help` says what each does).
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// The chain file compacted with and watched; its `[proxy]` table names the upstreams.
+    pub config: PathBuf,
+    pub listen: SocketAddr,
+    /// Bytes; a compacted route's larger body is answered 413.
+    pub max_body: usize,
+    /// Quiet time after a change of the chain file before it is reloaded.
+    pub debounce_ms: u64,
+    /// A page store file instead of the chain file's.
+    pub store: Option<PathBuf>,
+    /// How long a shutdown waits for answers still streaming.
+    pub shutdown_grace_secs: f64,
+    /// Limit on a request head's arrival and on an idle connection.
+    pub header_timeout_secs: f64,
+    /// Limit on a compacted route's request body's arrival (408 after it).
+    pub body_timeout_secs: f64,
+    /// Connections open at once (more wait to be accepted).
+    pub max_connections: u32,
+}
+
+/// What every handler shares.
+struct ProxyState {
+    slot: Arc<ChainSlot>,
+    metrics: Arc<Metrics>,
+    proxy_metrics: Arc<ProxyMetrics>,
+    in_flight: Arc<InFlight>,
+    gate: Gate,
+    upstreams: Upstreams,
+}
+
+/// Runs `tamp proxy` until SIGTERM or Ctrl-C.
+pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
+    serve_mod::warn_if_over_file_limit(args.max_connections);
+    // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
+    crate::loader::load_from_private_copies();
+    crate::loader::remove_stale_private_copies();
+    let overrides = FileOverrides {
+        store_path: args.store.clone(),
+        ..Default::default()
+    };
+    let config = args.config.clone();
+    let first = {
+        let overrides = overrides.clone();
+        tokio::task::spawn_blocking(move || ActiveChain::build(&config, overrides)).await?
+    }
+    .map_err(|problem| anyhow::anyhow!("{problem}"))?;
+    let summary = first.summary();
+    let upstreams_line = format!(
+        "anthropic -> {}, openai -> {}{}",
+        first.proxy.anthropic,
+        first.proxy.openai,
+        if first.proxy.strict { " (strict)" } else { "" }
+    );
+
+    let metrics = Arc::new(Metrics::default());
+    let slot = Arc::new(
+        ChainSlot::new(first, args.config.clone(), overrides, Arc::clone(&metrics))
+            .labelled("tamp proxy"),
+    );
+    let watcher = reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(args.debounce_ms))
+        .with_context(|| format!("cannot watch {} for changes", args.config.display()))?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let worker = serve_mod::start_batch_worker(&slot, stop_rx.clone())?;
+    let in_flight = Arc::new(InFlight::default());
+    let state = Arc::new(ProxyState {
+        slot,
+        metrics,
+        proxy_metrics: Arc::new(ProxyMetrics::default()),
+        in_flight: Arc::clone(&in_flight),
+        // The concurrency limit of `tamp serve` is not used here: a proxy that refused
+        // requests would be in the way; the upstream limits its clients.
+        gate: Gate::new(
+            args.max_body,
+            Duration::from_secs_f64(args.body_timeout_secs),
+            1,
+            stop_rx.clone(),
+        ),
+        upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
+    });
+    let app = router(state);
+
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    // Tools (and the tests) wait for this line to learn the port of `--listen 127.0.0.1:0`.
+    eprintln!("tamp proxy: listening on http://{addr}");
+    eprintln!("tamp proxy: serving {summary}");
+    eprintln!("tamp proxy: upstreams {upstreams_line}");
+
+    serve_mod::run_until_shutdown(
+        "tamp proxy",
+        listener,
+        app,
+        serve_mod::Running {
+            limits: serve_mod::ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
+            stop: (stop_tx, stop_rx),
+            in_flight,
+            grace_secs: args.shutdown_grace_secs,
+            worker,
+            watcher,
+        },
+    )
+    .await
+}
+
+/// tamp's own routes under `/tamp/` (no provider has that path); everything else goes
+/// upstream.
+fn router(state: Arc<ProxyState>) -> Router {
+    Router::new()
+        .route("/tamp/v1/pages/{id}", get(page))
+        .route("/tamp/healthz", get(healthz))
+        .route("/tamp/metrics", get(metrics_text))
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .fallback(proxy_request)
+        .layer(axum::middleware::from_fn(api::close_if_body_unread))
+        .with_state(state)
+}
+
+async fn page(
+    State(state): State<Arc<ProxyState>>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = id.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("page id: {}", e.body_text()),
+        )
+    })?;
+    let Query(query) = query.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("query: {}", e.body_text()),
+        )
+    })?;
+    api::page_answer(&state.slot, &id, query.format).await
+}
+
+async fn healthz(State(state): State<Arc<ProxyState>>) -> Response {
+    api::health_answer(&state.slot)
+}
+
+async fn metrics_text(State(state): State<Arc<ProxyState>>) -> Response {
+    let active = state.slot.current();
+    let mut text = state.metrics.render(
+        &active.config_hash,
+        active.loaded_at_unix(),
+        state.in_flight.count(),
+    );
+    text.push_str(&state.proxy_metrics.render());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Every request that is not tamp's own: routed, compacted if it is a conversation,
+/// forwarded, and its answer relayed.
+async fn proxy_request(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
+    let path = request.uri().path();
+    if path == "/tamp" || path.starts_with("/tamp/") {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "no route {} {path}; tamp's routes: GET /tamp/v1/pages/{{id}}, GET \
+                 /tamp/healthz, GET /tamp/metrics (every other path goes upstream)",
+                request.method()
+            ),
+        )
+        .into_response();
+    }
+    let route = route::route(request.method(), path, request.headers());
+    let response = forward(&state, route, request).await;
+    state
+        .metrics
+        .http_request(route.label.to_string(), response.status().as_u16());
+    response
+}
+
+async fn forward(state: &ProxyState, route: route::Route, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    // The chain and the `[proxy]` table are taken once: a reload does not change them under
+    // this request.
+    let active = state.slot.current();
+    let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let url = route::upstream_url(&active.proxy, route.provider, path_and_query);
+    let mut extra = Vec::new();
+    let body = match route.compact {
+        Some(format) => match compacted_body(state, &active, &parts.headers, format, body).await {
+            Ok((body, header)) => {
+                extra.push((HeaderName::from_static(COMPACTION_HEADER), header));
+                Some(reqwest::Body::from(body))
+            }
+            Err(e) => return e.into_response_for(route.provider),
+        },
+        // An empty body stays absent, so a GET is not sent with a chunked body.
+        None if body.is_end_stream() => None,
+        None => Some(reqwest::Body::wrap_stream(body.into_data_stream())),
+    };
+    let headers = route::request_headers(&parts.headers, route.compact.is_some());
+    let sent = Instant::now();
+    match state
+        .upstreams
+        .send(parts.method, &url, headers, body)
+        .await
+    {
+        Ok(upstream) => {
+            state
+                .proxy_metrics
+                .upstream_answered(route.label, sent.elapsed());
+            forward::relay(
+                upstream,
+                extra,
+                Arc::clone(&state.proxy_metrics),
+                route.label,
+            )
+        }
+        Err(e) => {
+            state.proxy_metrics.upstream_failed(route.label);
+            let mut response = e.into_response_for(route.provider);
+            response.headers_mut().extend(extra);
+            response
+        }
+    }
+}
+
+/// The body to forward on a compacted route, and its `x-tamp-compaction` value; an error
+/// when the body cannot be read whole, or, in strict mode, when no compaction was had.
+async fn compacted_body(
+    state: &ProxyState,
+    active: &Arc<ActiveChain>,
+    headers: &axum::http::HeaderMap,
+    format: crate::wire::WireFormat,
+    body: Body,
+) -> Result<(axum::body::Bytes, HeaderValue), ProxyError> {
+    let thread = match headers.get(THREAD_HEADER).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(id)) if !id.trim().is_empty() => Some(id.trim().to_string()),
+        Some(_) => {
+            let mut e = ProxyError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("{THREAD_HEADER}: expected a non-empty visible-ASCII thread id"),
+            );
+            e.final_answer = true;
+            return Err(e);
+        }
+    };
+    let bytes = state
+        .gate
+        .read_body(body, api::declared_length(headers))
+        .await
+        .map_err(ProxyError::from_api)?;
+    let started = Instant::now();
+    let outcome = compact::compact(
+        Arc::clone(active),
+        Arc::clone(&state.metrics),
+        &state.in_flight,
+        format,
+        bytes.clone(),
+        thread,
+        active.proxy.compaction_timeout(),
+    )
+    .await;
+    state
+        .proxy_metrics
+        .compaction_outcome(outcome.label(), started.elapsed());
+    let header = outcome.header();
+    match outcome {
+        compact::Outcome::Compacted { body, .. } => Ok((body, header)),
+        compact::Outcome::Unchanged { .. } => Ok((bytes, header)),
+        compact::Outcome::Skipped { reason, invalid } => {
+            if active.proxy.strict {
+                let mut e = ProxyError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "compaction_failed",
+                    format!("{reason} ([proxy] strict = true: the original is not forwarded)"),
+                );
+                e.final_answer = invalid;
+                return Err(e);
+            }
+            tracing::warn!("compaction skipped, the original body is forwarded: {reason}");
+            Ok((bytes, header))
+        }
+    }
+}
