@@ -118,7 +118,8 @@ impl Drop for Prism {
     }
 }
 
-fn rt() -> tokio::runtime::Runtime {
+/// One thread is enough: each test makes its calls one after another against Prism.
+fn current_thread_rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -225,7 +226,7 @@ fn anthropic_requests_satisfy_the_official_spec() {
         ("x-api-key", TEST_KEY.to_string()),
         ("anthropic-version", anthropic::API_VERSION.to_string()),
     ];
-    let rt = rt();
+    let rt = current_thread_rt();
     let mut failures = Vec::new();
     for (kind, mode, request) in [
         ("plain", StructuredMode::Auto, plain_request()),
@@ -298,7 +299,7 @@ fn openai_requests_satisfy_the_official_spec() {
     let base_url = prism.url.clone();
     let url = format!("{base_url}/chat/completions");
     let headers = [("authorization", format!("Bearer {TEST_KEY}"))];
-    let rt = rt();
+    let rt = current_thread_rt();
     let mut failures = Vec::new();
     for (kind, mode, request) in [
         ("plain", StructuredMode::Auto, plain_request()),

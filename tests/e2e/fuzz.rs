@@ -13,7 +13,7 @@
 //!
 //! Each target runs `PROPTEST_CASES` cases from a random seed, or by default a few dozen from
 //! a fixed seed (seconds in all, the same inputs on every run); the long
-//! run is `PROPTEST_CASES=20000 cargo test --release -p tamp-e2e --test fuzz -- --nocapture`
+//! run is `PROPTEST_CASES=20000 cargo test --release -p tamp-e2e --test e2e fuzz:: -- --nocapture`
 //! (see docs/benchmarks.md). A failure is shrunk and its seed kept in
 //! `tests/e2e/proptest-regressions/fuzz.txt`, replayed first on every later run.
 

@@ -6,18 +6,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus_mix, plugin, scratch_dir, tamp_bin, write_chain, StageChain};
+use tamp_e2e::{corpus_mix, plugin, rt, scratch_dir, tamp_bin, write_chain, StageChain};
 use tamp_host::chain::{Chain, CompactOptions, Compacted, StageRun};
 use tamp_host::providers::ScriptedProvider;
 use tamp_plugin_api::{Conversation, FfiOption, LlmRequest};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn compact(chain: &Chain, conversation: &Conversation) -> Compacted {
     rt().block_on(chain.compact(conversation.clone(), &CompactOptions::default()))

@@ -1,0 +1,28 @@
+//! The end-to-end tests: the real `tamp` binary and the real plugin libraries, one module
+//! per area. Helpers shared by every module are in `tests/support` (crate `tamp_e2e`).
+
+mod anchored_structured;
+mod batch_deferred;
+mod buffered_tool_call;
+mod chain;
+mod cli;
+mod conformance;
+mod containment;
+mod contract;
+mod eval;
+mod fuzz;
+mod loader;
+mod map_reduce_adaptive;
+mod plugin_trust;
+mod postgres_store;
+mod postgres_tls;
+mod providers;
+mod proxy;
+mod record_replay;
+mod replicas;
+mod serve;
+mod serve_limits;
+mod silent_loss;
+mod summary_cache;
+mod threads;
+mod tool_result_clearing;
