@@ -49,11 +49,16 @@ pub fn fill_schema(
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let units: Vec<&str> = split_units(material)
+    let (units, sources) = split_units_with_sources(material);
+    // A string is picked as a summary is, by where each unit comes from (the user's requests
+    // and the assistant's statements over tool calls and their output); list entries are
+    // matched by their words, without the speaker.
+    let (units, sources): (Vec<&str>, Vec<Source>) = units
         .into_iter()
-        .map(strip_speaker)
-        .filter(|u| !u.is_empty())
-        .collect();
+        .zip(sources)
+        .map(|(unit, source)| (strip_speaker(unit), source))
+        .filter(|(unit, _)| !unit.is_empty())
+        .unzip();
     let max_len = |p: &Value| {
         p.get("maxLength")
             .and_then(Value::as_u64)
@@ -68,7 +73,7 @@ pub fn fill_schema(
         let value = match kind {
             Some("string") => {
                 let limit = max_len(property).unwrap_or(usize::MAX).min(string_share);
-                let text = best_sentences(&units, limit);
+                let text = best_sentences(&units, &sources, limit);
                 Value::String(text)
             }
             Some("array")
@@ -129,12 +134,12 @@ pub(super) fn strip_speaker(unit: &str) -> &str {
 }
 
 /// The best units of `units` (in their original order, joined by spaces) within `limit`
-/// characters.
-pub(super) fn best_sentences(units: &[&str], limit: usize) -> String {
+/// characters; `sources[i]` says where unit i comes from.
+pub(super) fn best_sentences(units: &[&str], sources: &[Source], limit: usize) -> String {
     if units.is_empty() || limit == 0 {
         return String::new();
     }
-    let analysis = analyze(units, &[]);
+    let analysis = analyze(units, sources);
     // `pick` charges a newline per unit; the join uses a space, so the same count fits.
     let picked = pick(units, &[], &analysis, limit.saturating_add(1));
     cut_marked(&picked.join(" "), limit)

@@ -642,6 +642,18 @@ mod tests {
     }
 
     #[test]
+    fn a_string_is_picked_by_where_its_sentences_come_from() {
+        // The tool's output repeats the terms of the span: scored without its source it wins.
+        let schema = r#"{"type": "object", "properties": {
+            "session_intent": {"type": "string", "maxLength": 80}}}"#;
+        let material = "tool returned: report_totals 1204.50 1204.49 account 7731 totals report\n\
+            user: Fix the wrong report totals.\n";
+        let fill = fill_schema(schema, material, 400).unwrap();
+        let intent = fill.value["session_intent"].as_str().unwrap();
+        assert_eq!(intent, "Fix the wrong report totals.");
+    }
+
+    #[test]
     fn schema_is_filled_from_the_material_only() {
         let material = "user: Please fix the flaky deploy in deploy/run.sh and src/app/main.py.\n\
             assistant: We decided to pin the image because latest broke the build.\n\
