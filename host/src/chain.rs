@@ -47,7 +47,7 @@ pub enum ChainError {
     /// The budget a request gave (`CompactOptions::budget`) breaks a rule: the caller's
     /// mistake.
     #[error("{0}")]
-    InvalidBudget(String),
+    InvalidBudget(crate::config::FieldError),
     /// The chain could not be built (its budget, threads, store or tokenizer).
     #[error("{0}")]
     Setup(String),
@@ -319,7 +319,9 @@ impl ChainBuilder {
     }
 
     pub fn build(self) -> Result<Chain, ChainError> {
-        self.budget.validate().map_err(ChainError::Setup)?;
+        self.budget
+            .validate()
+            .map_err(|e| ChainError::Setup(e.to_string()))?;
         if let Some((_, config)) = &self.threads {
             config.validate().map_err(ChainError::Setup)?;
         }

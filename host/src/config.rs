@@ -96,25 +96,30 @@ impl BudgetConfig {
     }
 
     /// Checks the budget's own rules; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let error = |key, message| Err(FieldError::new("budget", key, message));
         if self.max_tokens == 0 {
-            return Err("budget.max_tokens: must be greater than 0".into());
+            return error("max_tokens", "must be greater than 0".into());
         }
-        for (name, v) in [
+        for (key, v) in [
             ("high_watermark", self.high_watermark),
             ("low_watermark", self.low_watermark),
         ] {
             if v.is_nan() || v <= 0.0 || v > 1.0 {
-                return Err(format!(
-                    "budget.{name}: must be a fraction of max_tokens in (0, 1], got {v}"
-                ));
+                return error(
+                    key,
+                    format!("must be a fraction of max_tokens in (0, 1], got {v}"),
+                );
             }
         }
         if self.low_watermark >= self.high_watermark {
-            return Err(format!(
-                "budget.low_watermark: must be below high_watermark ({} >= {})",
-                self.low_watermark, self.high_watermark
-            ));
+            return error(
+                "low_watermark",
+                format!(
+                    "must be below high_watermark ({} >= {})",
+                    self.low_watermark, self.high_watermark
+                ),
+            );
         }
         Ok(())
     }
@@ -414,43 +419,49 @@ impl Default for BatchConfig {
 impl BatchConfig {
     /// The checks of `[batch]` on its own; each error names the field (`batch.max_attempts:
     /// ...`). Whether a model and key can be found is checked when a worker is built.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let error = |key, message| Err(FieldError::new("batch", key, message));
         if self.max_batch_requests == 0 || self.max_batch_requests > 100_000 {
-            return Err(format!(
-                "batch.max_batch_requests: must be between 1 and 100000 (the API's limit), got {}",
-                self.max_batch_requests
-            ));
+            return error(
+                "max_batch_requests",
+                format!(
+                    "must be between 1 and 100000 (the API's limit), got {}",
+                    self.max_batch_requests
+                ),
+            );
         }
-        for (name, v) in [
+        for (key, v) in [
             ("submit_interval_secs", self.submit_interval_secs),
             ("poll_interval_secs", self.poll_interval_secs),
             ("batch_timeout_secs", self.batch_timeout_secs),
             ("lease_secs", self.lease_secs),
         ] {
             if v.is_nan() || v <= 0.0 || v > 30.0 * 86_400.0 {
-                return Err(format!(
-                    "batch.{name}: must be a positive number of seconds (at most 30 days), got {v}"
-                ));
+                return error(
+                    key,
+                    format!("must be a positive number of seconds (at most 30 days), got {v}"),
+                );
             }
         }
         if self.max_attempts == 0 {
-            return Err("batch.max_attempts: must be at least 1".into());
+            return error("max_attempts", "must be at least 1".into());
         }
         if let Some(m) = &self.model {
             if m.trim().is_empty() {
-                return Err("batch.model: must not be empty".into());
+                return error("model", "must not be empty".into());
             }
         }
         if let Some(url) = &self.base_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!(
-                    "batch.base_url: must be an http:// or https:// URL, got \"{url}\""
-                ));
+                return error(
+                    "base_url",
+                    format!("must be an http:// or https:// URL, got \"{url}\""),
+                );
             }
         }
         if let Some(var) = &self.api_key_env {
             if !is_env_var_name(var) {
-                return Err("batch.api_key_env: must be the name of an environment variable (letters, digits and _), not the key itself".into());
+                return error("api_key_env", "must be the name of an environment variable (letters, digits and _), not the key itself".into());
             }
         }
         Ok(())
@@ -505,7 +516,8 @@ pub const DEFAULT_STORE_PATH: &str = ".tamp/store.sqlite3";
 impl StoreConfig {
     /// The checks of `[store]` on its own; each error names the field. Whether the URL's
     /// variable is set is checked when the store is opened ([`LoadedChainFile::store_spec`]).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let error = |key, message: &str| Err(FieldError::new("store", key, message));
         match self.kind {
             StoreKind::Sqlite => {
                 for (key, set) in [
@@ -513,29 +525,30 @@ impl StoreConfig {
                     ("ca_file", self.ca_file.is_some()),
                 ] {
                     if set {
-                        return Err(format!("store.{key}: only for kind = \"postgres\""));
+                        return error(key, "only for kind = \"postgres\"");
                     }
                 }
             }
             StoreKind::Postgres => {
                 if self.path.is_some() {
-                    return Err(
-                        "store.path: only for kind = \"sqlite\"; a PostgreSQL store is named by url_env".into(),
+                    return error(
+                        "path",
+                        "only for kind = \"sqlite\"; a PostgreSQL store is named by url_env",
                     );
                 }
                 let Some(var) = &self.url_env else {
-                    return Err("store.url_env: required when kind = \"postgres\": the name of the environment variable that holds the database URL, e.g. \"TAMP_DATABASE_URL\"".into());
+                    return error("url_env", "required when kind = \"postgres\": the name of the environment variable that holds the database URL, e.g. \"TAMP_DATABASE_URL\"");
                 };
                 if !is_env_var_name(var) {
-                    return Err("store.url_env: must be the name of an environment variable (letters, digits and _), not the URL itself".into());
+                    return error("url_env", "must be the name of an environment variable (letters, digits and _), not the URL itself");
                 }
             }
         }
         if self.pool_size == 0 || self.pool_size > 1_000 {
-            return Err(format!(
-                "store.pool_size: must be between 1 and 1000, got {}",
-                self.pool_size
-            ));
+            return error(
+                "pool_size",
+                &format!("must be between 1 and 1000, got {}", self.pool_size),
+            );
         }
         Ok(())
     }
@@ -617,6 +630,36 @@ impl StageFile {
     }
 }
 
+/// A broken rule of one key of a chain-file table, found by the table's own checks: the
+/// table and key say where it is (so its line can be found), the message what is wrong.
+/// Shown as `budget.max_tokens: must be greater than 0`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The table (`budget`).
+    pub table: &'static str,
+    /// The key inside it (`max_tokens`).
+    pub key: &'static str,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(table: &'static str, key: &'static str, message: impl Into<String>) -> Self {
+        FieldError {
+            table,
+            key,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}: {}", self.table, self.key, self.message)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
 /// A config error: the file, the line where known, and what is wrong (naming the field).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -672,42 +715,12 @@ impl LoadedChainFile {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
-        self.file.budget.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("budget."))
-                .unwrap_or("");
-            self.error_at_key("budget", field, m.clone())
-        })?;
+        let at_field = |e: FieldError| self.error_at_key(e.table, e.key, e.to_string());
+        self.file.budget.validate().map_err(at_field)?;
         self.check_provider()?;
-        self.file.store.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("store."))
-                .unwrap_or("")
-                .to_string();
-            self.error_at_key("store", &field, m)
-        })?;
-        self.file.batch.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("batch."))
-                .unwrap_or("")
-                .to_string();
-            self.error_at_key("batch", &field, m)
-        })?;
-        self.file.proxy.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("proxy."))
-                .unwrap_or("")
-                .to_string();
-            self.error_at_key("proxy", &field, m)
-        })?;
+        self.file.store.validate().map_err(at_field)?;
+        self.file.batch.validate().map_err(at_field)?;
+        self.file.proxy.validate().map_err(at_field)?;
         if self
             .file
             .tokenizer
@@ -1391,6 +1404,34 @@ mod tests {
                 .starts_with("store.path: page store /proc/no-such/s.sqlite3: cannot"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn validation_errors_carry_their_table_and_key() {
+        let budget = BudgetConfig {
+            high_watermark: 0.4,
+            low_watermark: 0.6,
+            ..BudgetConfig::default()
+        };
+        let e = budget.validate().unwrap_err();
+        assert_eq!((e.table, e.key), ("budget", "low_watermark"));
+        assert_eq!(
+            e.to_string(),
+            "budget.low_watermark: must be below high_watermark (0.6 >= 0.4)"
+        );
+        let store = StoreConfig {
+            pool_size: 0,
+            ..StoreConfig::default()
+        };
+        let e = store.validate().unwrap_err();
+        assert_eq!((e.table, e.key), ("store", "pool_size"));
+        let batch = BatchConfig {
+            lease_secs: 0.0,
+            ..BatchConfig::default()
+        };
+        let e = batch.validate().unwrap_err();
+        assert_eq!((e.table, e.key), ("batch", "lease_secs"));
+        assert!(e.message.starts_with("must be a positive number"), "{e}");
     }
 
     #[test]

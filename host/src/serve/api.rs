@@ -600,7 +600,7 @@ async fn compact(
                         "invalid_conversation",
                         conversation_error(&w),
                     ),
-                    ChainError::InvalidBudget(message) => ApiError::invalid_request(message),
+                    ChainError::InvalidBudget(e) => ApiError::invalid_request(e.to_string()),
                     other => ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         "internal_error",
@@ -703,7 +703,9 @@ impl CompactBody {
             budget.high_watermark = o.high_watermark.unwrap_or(budget.high_watermark);
             budget.low_watermark = o.low_watermark.unwrap_or(budget.low_watermark);
         }
-        budget.validate().map_err(ApiError::invalid_request)?;
+        budget
+            .validate()
+            .map_err(|e| ApiError::invalid_request(e.to_string()))?;
         let options = CompactOptions {
             format: Some(format),
             force: self.force,
