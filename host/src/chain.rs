@@ -299,7 +299,7 @@ impl ChainBuilder {
     ) -> Result<Self, StageConfigError> {
         validate_against_schema(&plugin.meta().config_schema, &config)?;
         let strategy = plugin.instantiate(&config).map_err(|e| StageConfigError {
-            pointer: None,
+            path: Vec::new(),
             message: format!(
                 "plugin {} refused the config: {}",
                 plugin.meta().name,
@@ -390,8 +390,10 @@ fn protected_tail(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCou
 /// A stage config that does not fit its plugin's schema.
 #[derive(Debug, Clone)]
 pub struct StageConfigError {
-    /// JSON pointer of the field at fault (`/group_size`), when known.
-    pub pointer: Option<String>,
+    /// The keys (and array indexes) from the config's root to the field at fault, from the
+    /// validator's instance path; for a key the schema does not allow, the key itself. Empty
+    /// when no field is known (the plugin refused the config as a whole).
+    pub path: Vec<String>,
     pub message: String,
 }
 
@@ -406,21 +408,28 @@ fn validate_against_schema(
     config: &serde_json::Value,
 ) -> Result<(), StageConfigError> {
     let validator = jsonschema::validator_for(schema).map_err(|e| StageConfigError {
-        pointer: None,
+        path: Vec::new(),
         message: format!("the plugin's config schema is not valid JSON Schema: {e}"),
     })?;
     if let Some(error) = validator.iter_errors(config).next() {
         let pointer = error.instance_path().to_string();
-        // An unknown key is reported at the parent; name the key itself.
         let message = if pointer.is_empty() {
             format!("config: {error}")
         } else {
             format!("config{}: {error}", pointer.replace('/', "."))
         };
-        return Err(StageConfigError {
-            pointer: Some(pointer),
-            message,
-        });
+        let mut path: Vec<String> = error
+            .instance_path()
+            .iter()
+            .map(|segment| segment.to_string())
+            .collect();
+        // An unknown key is reported at the object that holds it; the key is what to point at.
+        if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
+            error.kind()
+        {
+            path.extend(unexpected.first().cloned());
+        }
+        return Err(StageConfigError { path, message });
     }
     Ok(())
 }
@@ -508,13 +517,7 @@ impl Chain {
                     stage.timeout(),
                 )
                 .map_err(|e| {
-                    let key = e
-                        .pointer
-                        .as_deref()
-                        .and_then(|p| p.trim_start_matches('/').split('/').next_back())
-                        .filter(|k| !k.is_empty());
-                    // For an unknown field the pointer is the parent; name the offending key.
-                    let key = key.or_else(|| unknown_field_in(&e.message));
+                    let key = e.path.last().map(String::as_str);
                     file.error(
                         file.stage_config_line(i, key),
                         format!("stage \"{}\": {}", stage.name, e.message),
@@ -959,13 +962,6 @@ fn invariant_failure(v: Violation) -> StageFailure {
     }
 }
 
-/// For `Additional properties are not allowed ('foo' was unexpected)`: the key `foo`.
-fn unknown_field_in(message: &str) -> Option<&str> {
-    let start = message.find('\'')? + 1;
-    let len = message[start..].find('\'')?;
-    Some(&message[start..start + len])
-}
-
 impl StageRun {
     fn not_run(stage: &Stage, reason: String, tokens: u64) -> StageRun {
         StageRun {
@@ -1007,5 +1003,55 @@ impl StageRun {
             serde_json::from_str(&report.details_json)
                 .unwrap_or(serde_json::Value::String(report.details_json.into()))
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> serde_json::Value {
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "group_size": {"type": "integer", "minimum": 1},
+                "prompt": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {"style": {"type": "string"}}
+                },
+                "labels": {"type": "array", "items": {"type": "string"}}
+            }
+        })
+    }
+
+    fn error_for(config: serde_json::Value) -> StageConfigError {
+        validate_against_schema(&schema(), &config).unwrap_err()
+    }
+
+    #[test]
+    fn a_schema_error_names_the_path_of_the_field_from_the_validator() {
+        let e = error_for(json!({"group_size": 0}));
+        assert_eq!(e.path, ["group_size"]);
+        assert!(e.message.starts_with("config.group_size: "), "{e}");
+        let e = error_for(json!({"labels": ["a", 3]}));
+        assert_eq!(e.path, ["labels", "1"]);
+        assert!(e.message.starts_with("config.labels.1: "), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_by_the_key_not_its_parent() {
+        let e = error_for(json!({"grup_size": 2}));
+        assert_eq!(e.path, ["grup_size"]);
+        assert!(e.message.starts_with("config: "), "{e}");
+        // Nested: the unknown key's own name, under the object holding it. The message text
+        // quotes the key, but the path does not come from it: a key with a quote in it is
+        // still named whole.
+        let e = error_for(json!({"prompt": {"it's": "x"}}));
+        assert_eq!(e.path, ["prompt", "it's"]);
+        assert!(e.message.starts_with("config.prompt: "), "{e}");
+        assert!(validate_against_schema(&schema(), &json!({"group_size": 3})).is_ok());
     }
 }
