@@ -916,12 +916,10 @@ impl Chain {
         // A replaced span's page must exist: archived by this stage, or by an earlier one.
         for page in edits::replaced_pages(&checked) {
             if !services.has_archived(&page) && self.ctx.store.get_page(&page).await.is_err() {
-                return Err(invariant_failure(Violation {
-                    rule: crate::invariants::Rule::NothingLost,
-                    detail: format!(
-                        "a summary refers to page {page}, which the store does not hold"
-                    ),
-                }));
+                return Err(invariant_failure(Violation::new(
+                    crate::invariants::Rule::NothingLost,
+                    format!("a summary refers to page {page}, which the store does not hold"),
+                )));
             }
         }
         // All at once, as `Host::archive_pages` does: a store that commits in groups writes
