@@ -48,9 +48,13 @@ pub enum ChainError {
     /// mistake.
     #[error("{0}")]
     InvalidBudget(crate::config::FieldError),
-    /// The chain could not be built (its budget, threads, store or tokenizer).
+    /// The chain could not be built (its budget, threads or tokenizer).
     #[error("{0}")]
     Setup(String),
+    /// The page store could not be opened or used where the chain file does not name it
+    /// (`--store`, the built-in in-memory store): the server's fault, not the caller's.
+    #[error("{0}")]
+    Store(crate::store::StoreError),
 }
 
 impl From<WireError> for ChainError {
@@ -328,9 +332,7 @@ impl ChainBuilder {
         let (store, cache): (Arc<dyn PageStore>, Option<Arc<dyn SummaryCache>>) = match self.store {
             Some(store) => (store, self.cache.flatten()),
             None => {
-                let built_in = Arc::new(
-                    SqliteStore::in_memory().map_err(|e| ChainError::Setup(e.to_string()))?,
-                );
+                let built_in = Arc::new(SqliteStore::in_memory().map_err(ChainError::Store)?);
                 let cache = match self.cache {
                     Some(explicit) => explicit,
                     None => Some(Arc::clone(&built_in) as Arc<dyn SummaryCache>),
@@ -468,7 +470,7 @@ impl Chain {
         let spec = file.store_spec(overrides.store_path.as_deref())?;
         let store = crate::store::open(&spec).map_err(|e| match &overrides.store_path {
             // `--store`: nothing in the file to point at.
-            Some(_) => ChainError::Setup(e.to_string()),
+            Some(_) => ChainError::Store(e),
             None => file.store_error(e.to_string()).into(),
         })?;
         let cache = cfg.cache.enabled.then(|| Arc::clone(&store.cache));
@@ -1051,5 +1053,31 @@ mod tests {
         assert_eq!(e.path, ["prompt", "it's"]);
         assert!(e.message.starts_with("config.prompt: "), "{e}");
         assert!(validate_against_schema(&schema(), &json!({"group_size": 3})).is_ok());
+    }
+
+    #[test]
+    fn a_store_given_outside_the_file_that_cannot_open_is_a_store_error() {
+        let file = LoadedChainFile::parse(
+            Path::new("chain.toml"),
+            "[budget]\nmax_tokens = 100\n".into(),
+        )
+        .unwrap();
+        // A directory cannot be created under /proc, even by root.
+        let overrides = FileOverrides {
+            store_path: Some("/proc/no-such/s.sqlite3".into()),
+            ..FileOverrides::default()
+        };
+        match Chain::from_loaded(&file, overrides) {
+            Err(ChainError::Store(e @ crate::store::StoreError::Backend { .. })) => {
+                // The text is the store's own, as it was when this was a setup error.
+                assert!(
+                    e.to_string()
+                        .starts_with("page store /proc/no-such/s.sqlite3: cannot"),
+                    "{e}"
+                );
+            }
+            Err(other) => panic!("not a store error: {other:?}"),
+            Ok(_) => panic!("the store opened"),
+        }
     }
 }

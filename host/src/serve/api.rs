@@ -589,24 +589,11 @@ async fn compact(
         let _guard = guard;
         let _permit = permit;
         let (conversation, format, options) = request.into_parts(active.chain.budget())?;
-        let compacted =
-            active
-                .chain
-                .compact(conversation, &options)
-                .await
-                .map_err(|e| match e {
-                    ChainError::InvalidInput(w) => ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "invalid_conversation",
-                        conversation_error(&w),
-                    ),
-                    ChainError::InvalidBudget(e) => ApiError::invalid_request(e.to_string()),
-                    other => ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "internal_error",
-                        other.to_string(),
-                    ),
-                })?;
+        let compacted = active
+            .chain
+            .compact(conversation, &options)
+            .await
+            .map_err(compaction_error)?;
         metrics.compaction(&compacted.report);
         // Written by the wire writer, not through `Value`: what tamp does not interpret
         // reaches the client as the exact text it sent.
@@ -635,12 +622,56 @@ async fn compact(
     match result {
         Ok(body) => Ok(json_answer(body)),
         Err(e) => {
-            state.metrics.compaction_failed(match e.code {
-                "internal_error" => "error",
-                _ => "invalid",
-            });
+            // The server's failures (a store that failed too) are errors; the rest are the
+            // caller's.
+            state
+                .metrics
+                .compaction_failed(if e.status.is_server_error() {
+                    "error"
+                } else {
+                    "invalid"
+                });
             Err(e)
         }
+    }
+}
+
+/// The answer to a compaction the chain refused or could not do: the caller's mistakes are
+/// 400, a store that failed is the store's answer (503 when it cannot be reached), the rest
+/// 500.
+fn compaction_error(e: ChainError) -> ApiError {
+    match e {
+        ChainError::InvalidInput(w) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_conversation",
+            conversation_error(&w),
+        ),
+        ChainError::InvalidBudget(e) => ApiError::invalid_request(e.to_string()),
+        ChainError::Store(e) => store_failure(e),
+        other => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            other.to_string(),
+        ),
+    }
+}
+
+/// A store error as an answer: a page that is not there is 404; a database or file that
+/// cannot be reached is 503, worth retrying (on another replica, or once it is back),
+/// unlike a corrupt page or a schema from a newer tamp (500).
+fn store_failure(e: StoreError) -> ApiError {
+    match e {
+        e if e.is_not_found() => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
+        StoreError::Backend { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            e.to_string(),
+        ),
+        e => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            e.to_string(),
+        ),
     }
 }
 
@@ -744,24 +775,12 @@ pub(crate) async fn page_answer(
     format: Option<String>,
 ) -> Result<Response, ApiError> {
     let active = slot.current();
-    let stored = active.chain.store().get_page(id).await.map_err(|e| {
-        match e {
-            e if e.is_not_found() => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
-            }
-            // The database or file cannot be reached: worth retrying, unlike a corrupt page.
-            StoreError::Backend { .. } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                e.to_string(),
-            ),
-            e => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                e.to_string(),
-            ),
-        }
-    })?;
+    let stored = active
+        .chain
+        .store()
+        .get_page(id)
+        .await
+        .map_err(store_failure)?;
     let format = format
         .or(stored.source_format.clone())
         .unwrap_or_else(|| "anthropic".into());
@@ -795,6 +814,42 @@ mod tests {
         assert!(e.message.contains("conversation"), "{}", e.message);
         let e = parse_compact_body(br#"{"conversation": {}, "format": "gemini"}"#).unwrap_err();
         assert!(e.message.starts_with("format: "), "{}", e.message);
+    }
+
+    #[test]
+    fn a_failing_store_is_the_servers_fault_not_the_callers() {
+        let unreachable = StoreError::Backend {
+            location: "/srv/tamp/store.sqlite3".into(),
+            operation: "open".into(),
+            detail: "unable to open database file".into(),
+        };
+        let e = compaction_error(ChainError::Store(unreachable.clone()));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+        );
+        assert_eq!(e.message, unreachable.to_string());
+        let corrupt = StoreError::UnsupportedSchema {
+            location: "/srv/tamp/store.sqlite3".into(),
+            found: 9,
+            supported: 3,
+        };
+        let e = compaction_error(ChainError::Store(corrupt));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
+        );
+        // The caller's mistakes stay 400.
+        let budget = crate::config::BudgetConfig {
+            max_tokens: 0,
+            ..Default::default()
+        };
+        let e = compaction_error(ChainError::InvalidBudget(budget.validate().unwrap_err()));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::BAD_REQUEST, "invalid_request")
+        );
+        assert_eq!(e.message, "budget.max_tokens: must be greater than 0");
     }
 
     #[test]
