@@ -195,11 +195,48 @@ pub struct StageRun {
     pub details: serde_json::Value,
 }
 
+/// What kind of failure rolled a stage back; serialized as [`Self::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageFailureKind {
+    /// The plugin returned an error, or its edits could not be carried out (a page not
+    /// archived).
+    Error,
+    Panicked,
+    Timeout,
+    /// Its output broke an invariant (the failure's `rule`).
+    Invariant,
+}
+
+impl StageFailureKind {
+    pub const ALL: [StageFailureKind; 4] = [
+        StageFailureKind::Error,
+        StageFailureKind::Panicked,
+        StageFailureKind::Timeout,
+        StageFailureKind::Invariant,
+    ];
+
+    /// The name in reports and logs (`panicked`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageFailureKind::Error => "error",
+            StageFailureKind::Panicked => "panicked",
+            StageFailureKind::Timeout => "timeout",
+            StageFailureKind::Invariant => "invariant",
+        }
+    }
+}
+
+impl std::fmt::Display for StageFailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a stage was rolled back.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageFailure {
-    /// `error`, `panicked`, `timeout` or `invariant`.
-    pub kind: String,
+    pub kind: StageFailureKind,
     pub message: String,
     /// The invariant's id, for `invariant`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -806,22 +843,21 @@ impl Chain {
         let guarded = AssertUnwindSafe(stage.strategy.compact(request)).catch_unwind();
         let outcome = match tokio::time::timeout(stage.timeout, guarded).await {
             Err(_) => Err(StageFailure {
-                kind: "timeout".into(),
+                kind: StageFailureKind::Timeout,
                 message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
                 rule: None,
             }),
             Ok(Err(payload)) => Err(StageFailure {
-                kind: "panicked".into(),
+                kind: StageFailureKind::Panicked,
                 message: tamp_plugin_api::strategy::panic_message(&*payload),
                 rule: None,
             }),
             Ok(Ok(FfiResult::RErr(e))) => Err(StageFailure {
                 kind: if e.kind == tamp_plugin_api::ErrorKind::Panicked {
-                    "panicked"
+                    StageFailureKind::Panicked
                 } else {
-                    "error"
-                }
-                .into(),
+                    StageFailureKind::Error
+                },
                 message: e.to_string(),
                 rule: None,
             }),
@@ -847,7 +883,7 @@ impl Chain {
                 Err(failure)
             }
             (Ok(_), Err(e)) => Err(StageFailure {
-                kind: "error".into(),
+                kind: StageFailureKind::Error,
                 message: format!("its pages could not be written: {e}"),
                 rule: None,
             }),
@@ -937,7 +973,7 @@ impl Chain {
                     .into_result()
                     .map(String::from)
                     .map_err(|e| StageFailure {
-                        kind: "error".into(),
+                        kind: StageFailureKind::Error,
                         message: format!("a page could not be archived: {}", e.message),
                         rule: None,
                     })
@@ -945,7 +981,7 @@ impl Chain {
             .collect::<Result<Vec<_>, _>>()?;
         let ready = edits::ready(messages, checked, pages.into_iter(), strategy).map_err(|e| {
             StageFailure {
-                kind: "error".into(),
+                kind: StageFailureKind::Error,
                 message: e,
                 rule: None,
             }
@@ -956,7 +992,7 @@ impl Chain {
 
 fn invariant_failure(v: Violation) -> StageFailure {
     StageFailure {
-        kind: "invariant".into(),
+        kind: StageFailureKind::Invariant,
         message: v.to_string(),
         rule: Some(v.rule.id()),
     }
@@ -1053,6 +1089,22 @@ mod tests {
         assert_eq!(e.path, ["prompt", "it's"]);
         assert!(e.message.starts_with("config.prompt: "), "{e}");
         assert!(validate_against_schema(&schema(), &json!({"group_size": 3})).is_ok());
+    }
+
+    #[test]
+    fn a_failure_kind_is_written_as_its_name() {
+        for kind in StageFailureKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
+        }
+        let failure = StageFailure {
+            kind: StageFailureKind::Panicked,
+            message: "boom".into(),
+            rule: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&failure).unwrap(),
+            json!({"kind": "panicked", "message": "boom"})
+        );
     }
 
     #[test]
