@@ -496,7 +496,7 @@ impl Chain {
         overrides: FileOverrides,
     ) -> Result<Chain, ChainError> {
         let cfg = &file.file;
-        let provider = crate::providers::from_config(file)?;
+        let provider = file.provider()?;
         let encoding = cfg
             .tokenizer
             .encoding

@@ -715,7 +715,7 @@ impl LoadedChainFile {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
-        let at_field = |e: FieldError| self.error_at_key(e.table, e.key, e.to_string());
+        let at_field = |e| self.at_field(e);
         self.file.budget.validate().map_err(at_field)?;
         self.check_provider()?;
         self.file.store.validate().map_err(at_field)?;
@@ -905,6 +905,18 @@ impl LoadedChainFile {
             );
         }
         Ok(())
+    }
+
+    /// The provider `[provider]` describes (see [`crate::providers::from_config`]), an
+    /// error located at its key.
+    pub fn provider(&self) -> Result<std::sync::Arc<dyn crate::providers::Provider>, ConfigError> {
+        crate::providers::from_config(&self.file.provider, &self.base_dir())
+            .map_err(|e| self.at_field(e))
+    }
+
+    /// `e`, at the line of its key.
+    pub(crate) fn at_field(&self, e: FieldError) -> ConfigError {
+        self.error_at_key(e.table, e.key, e.to_string())
     }
 
     pub fn error(&self, line: Option<usize>, message: String) -> ConfigError {
@@ -1572,6 +1584,30 @@ mod tests {
             let err = parse(&format!("[provider]\n{body}")).unwrap_err();
             assert!(err.message.starts_with(want), "{body}: {err}");
             assert_eq!(err.line, Some(line), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_provider_is_built_from_its_own_table_and_its_errors_are_located_by_the_file() {
+        let file =
+            parse("[provider]\nkind = \"scripted\"\n\nscript = \"no-such-script.json\"\n").unwrap();
+        let dir = std::env::temp_dir().join(format!("tamp-no-such-dir-{}", std::process::id()));
+        // The builder knows no file: the error names the key, and the path from `base_dir`.
+        match crate::providers::from_config(&file.file.provider, &dir) {
+            Ok(_) => panic!("a missing script builds no provider"),
+            Err(e) => {
+                assert_eq!((e.table, e.key), ("provider", "script"), "{e}");
+                let script = dir.join("no-such-script.json").display().to_string();
+                assert!(e.message.contains(&script), "{e}");
+            }
+        }
+        // The chain file puts it at the key's line.
+        match file.provider() {
+            Ok(_) => panic!("a missing script builds no provider"),
+            Err(e) => {
+                assert_eq!(e.line, Some(4), "{e}");
+                assert!(e.message.starts_with("provider.script: "), "{e}");
+            }
         }
     }
 
