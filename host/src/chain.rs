@@ -556,9 +556,8 @@ impl Chain {
                     stage.timeout(),
                 )
                 .map_err(|e| {
-                    let key = e.path.last().map(String::as_str);
                     file.error(
-                        file.stage_config_line(i, key),
+                        file.stage_config_line(i, &e.path),
                         format!("stage \"{}\": {}", stage.name, e.message),
                     )
                 })?;

@@ -929,51 +929,17 @@ impl LoadedChainFile {
 
     /// An error pointing at `key = ...` inside `[table]`, or at the table, when found.
     pub(crate) fn error_at_key(&self, table: &str, key: &str, message: String) -> ConfigError {
-        let header = format!("[{table}]");
-        let inline = self
-            .source
-            .lines()
-            .position(|l| {
-                l.trim_start()
-                    .strip_prefix(table)
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-            })
-            .map(|i| i + 1);
-        if !self.source.contains(&header) {
-            // `table = { ... }` written inline: point at its line.
-            if let Some(line) = inline {
-                return self.error(Some(line), message);
-            }
-        }
-        let line = self.source.find(&header).map(|start| {
-            let section_end = self.source[start + header.len()..]
-                .find("\n[")
-                .map(|e| start + header.len() + e)
-                .unwrap_or(self.source.len());
-            find_key_line(&self.source, start..section_end, key)
-                .unwrap_or_else(|| line_of(&self.source, start))
-        });
-        self.error(line, message)
+        self.error(key_line(&self.source, &[table, key]), message)
     }
 
-    /// The line of `key` inside stage `index`'s config table (or of the stage).
-    pub fn stage_config_line(&self, index: usize, key: Option<&str>) -> Option<usize> {
-        let stage = self.file.stages.get(index)?;
-        let span = stage
-            .get_ref()
-            .config
-            .as_ref()
-            .map(|c| c.span())
-            .unwrap_or(stage.span());
-        // A table's span may cover only its header: search on to the next table header.
-        let end = self.source[span.start..]
-            .find("\n[")
-            .map(|e| span.start + e)
-            .filter(|e| *e > span.end)
-            .unwrap_or(self.source.len().max(span.end));
-        let region = span.start..end;
-        key.and_then(|k| find_key_line(&self.source, region, k))
-            .or(Some(line_of(&self.source, span.start)))
+    /// The line of the field at `path` inside stage `index`'s config table (keys, and array
+    /// indexes in decimal), or of the nearest table on the way to it that the file writes
+    /// (the config table, else the stage).
+    pub fn stage_config_line(&self, index: usize, path: &[impl AsRef<str>]) -> Option<usize> {
+        let index = index.to_string();
+        let mut full = vec!["stage", index.as_str(), "config"];
+        full.extend(path.iter().map(AsRef::as_ref));
+        key_line(&self.source, &full).or_else(|| self.stage_line(index.parse().ok()?))
     }
 
     /// The line where stage `index` starts.
@@ -1018,12 +984,7 @@ impl LoadedChainFile {
             }
             StoreKind::Postgres => "url_env",
         };
-        let named = self.source.contains("[store]")
-            || self.source.lines().any(|l| {
-                l.trim_start()
-                    .strip_prefix("store")
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-            });
+        let named = key_line(&self.source, &["store"]).is_some();
         if named {
             self.error_at_key("store", key, format!("store.{key}: {message}"))
         } else {
@@ -1160,49 +1121,61 @@ fn toml_error_message(source: &str, error: &toml::de::Error) -> String {
 /// `stage[n]`: the `[[stage]]` the byte span falls in (counted from 0), or `stage` when it
 /// falls in none.
 fn stage_at(source: &str, span: Option<Range<usize>>) -> String {
-    let Some(span) = span else {
+    let (Some(span), Ok(root)) = (span, toml::de::DeTable::parse(source)) else {
         return "stage".into();
     };
-    // Headers that start at or before the span (a whole table's span starts at its header).
-    let mut offset = 0;
-    let mut headers = 0usize;
-    for line in source.split_inclusive('\n') {
-        if offset > span.start {
-            break;
-        }
-        if line.trim_start().starts_with("[[stage]]") {
-            headers += 1;
-        }
-        offset += line.len();
-    }
-    match headers.checked_sub(1) {
+    let stages = root
+        .get_ref()
+        .iter()
+        .find(|(k, _)| k.get_ref() == "stage")
+        .and_then(|(_, v)| v.get_ref().as_array());
+    // An element's span is its `[[stage]]` header: the last header at or before the span.
+    let n = stages.map_or(0, |stages| {
+        stages
+            .iter()
+            .take_while(|stage| stage.span().start <= span.start)
+            .count()
+    });
+    match n.checked_sub(1) {
         Some(n) => format!("stage[{n}]"),
         None => "stage".into(),
     }
 }
 
+/// The line of the key at `path` (a table's keys by name, an array's elements by decimal
+/// index) in the TOML `source`, or of the deepest one found on the way to it; `None` when
+/// not even the first is written. A table written as a header (`[store]`) is found at it; one
+/// written inline (`store = { ... }`) at its key.
+fn key_line(source: &str, path: &[&str]) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let root = DeValue::Table(DeTable::parse(source).ok()?.into_inner());
+    let mut value = &root;
+    let mut line = None;
+    for segment in path {
+        let found = match value {
+            DeValue::Table(table) => table
+                .iter()
+                .find(|(k, _)| k.get_ref() == segment)
+                .map(|(k, v)| (k.span().start, v)),
+            DeValue::Array(array) => segment
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| array.get(i))
+                .map(|v| (v.span().start, v)),
+            _ => None,
+        };
+        let Some((at, next)) = found else {
+            break;
+        };
+        line = Some(line_of(source, at));
+        value = next.get_ref();
+    }
+    line
+}
+
 /// 1-based line of a byte offset.
 pub fn line_of(source: &str, offset: usize) -> usize {
     source[..offset.min(source.len())].matches('\n').count() + 1
-}
-
-fn find_key_line(source: &str, span: Range<usize>, key: &str) -> Option<usize> {
-    if key.is_empty() {
-        return None;
-    }
-    let end = span.end.min(source.len());
-    let start = span.start.min(end);
-    let mut offset = start;
-    for line in source[start..end].split_inclusive('\n') {
-        let trimmed = line.trim_start();
-        if let Some(rest) = trimmed.strip_prefix(key) {
-            if rest.trim_start().starts_with('=') {
-                return Some(line_of(source, offset));
-            }
-        }
-        offset += line.len();
-    }
-    None
 }
 
 #[cfg(test)]
@@ -1459,12 +1432,38 @@ mod tests {
         let text =
             "[[stage]]\nname = \"a\"\nplugin = \"x\"\n[stage.config]\nfoo = 1\nbar = \"z\"\n";
         let f = parse(text).unwrap();
-        assert_eq!(f.stage_config_line(0, Some("bar")), Some(6));
+        assert_eq!(f.stage_config_line(0, &["bar"]), Some(6));
         assert_eq!(f.stage_line(0), Some(1));
         assert_eq!(
             f.file.stages[0].get_ref().config_json(),
             serde_json::json!({"foo": 1, "bar": "z"})
         );
+    }
+
+    #[test]
+    fn lines_come_from_the_parsers_spans_wherever_a_key_is_written() {
+        let text = "[budget]\n# max_tokens = 5 in a comment is no key\nmax_tokens = 10\n\n\
+                    [[stage]]\nname = \"a\"\nplugin = \"x\"\n\n\
+                    [[stage]]\nname = \"b\"\nplugin = \"y\"\n\
+                    config = { prompt = { style = \"terse\" }, labels = [\n  \"p\",\n  \"q\",\n] }\n";
+        let f = parse(text).unwrap();
+        assert_eq!(key_line(&f.source, &["budget", "max_tokens"]), Some(3));
+        // A key not written: the table's header.
+        assert_eq!(key_line(&f.source, &["budget", "keep_recent"]), Some(1));
+        assert_eq!(key_line(&f.source, &["provider", "kind"]), None);
+        // A field nested in an inline config, and an element of a multi-line array.
+        assert_eq!(f.stage_config_line(1, &["prompt", "style"]), Some(12));
+        assert_eq!(f.stage_config_line(1, &["labels", "1"]), Some(14));
+        // No such field: the config's line; no config at all: the stage's header.
+        assert_eq!(f.stage_config_line(1, &["nope"]), Some(12));
+        assert_eq!(f.stage_config_line(0, &["nope"]), Some(5));
+        // A table given as dotted keys at the top is found at them.
+        let dotted = parse("budget.max_tokens = 100\nbudget.low_watermark = 0.9\n").unwrap_err();
+        assert!(
+            dotted.message.starts_with("budget.low_watermark: "),
+            "{dotted}"
+        );
+        assert_eq!(dotted.line, Some(2), "{dotted}");
     }
 
     #[test]
