@@ -16,7 +16,7 @@ use tamp_e2e::rt;
 use tamp_e2e::{corpus, fifty_message_conversation, plugin, scratch_dir, tamp_bin, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, Compacted, FileOverrides, StageStatus};
 use tamp_host::config::LoadedChainFile;
-use tamp_host::providers::{self, Provider, ProviderError, ProviderErrorKind};
+use tamp_host::providers::{Provider, ProviderError, ProviderErrorKind};
 use tamp_plugin_api::{FfiOption, LlmRequest};
 
 /// The variable the chain files name, and the key in it.

@@ -123,7 +123,7 @@ fn base_provider(cfg: &ProviderConfig, base_dir: &Path) -> Result<Arc<dyn Provid
                 .map_err(|m| FieldError::new("provider", "answers", m))?,
         ),
         ProviderKind::Scripted => Arc::new(
-            ScriptedProvider::from_file(&named(&cfg.script))
+            ScriptedProvider::from_file(named(&cfg.script))
                 .map_err(|e| FieldError::new("provider", "script", e.to_string()))?,
         ),
         ProviderKind::Anthropic | ProviderKind::OpenAi => http_provider(cfg)?,

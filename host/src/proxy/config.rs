@@ -96,8 +96,10 @@ mod tests {
             bad(|c| c.compaction_timeout_secs = 0.0).starts_with("proxy.compaction_timeout_secs: ")
         );
         assert!(bad(|c| c.compaction_timeout_secs = f64::NAN).contains("positive"));
-        let mut no_host = ProxyConfig::default();
-        no_host.openai = "https://".into();
+        let no_host = ProxyConfig {
+            openai: "https://".into(),
+            ..ProxyConfig::default()
+        };
         let e = no_host.validate().unwrap_err();
         assert_eq!((e.table, e.key), ("proxy", "openai"), "{e}");
     }
