@@ -47,10 +47,14 @@ pub enum ChainError {
     /// The budget a request gave (`CompactOptions::budget`) breaks a rule: the caller's
     /// mistake.
     #[error("{0}")]
-    InvalidBudget(String),
-    /// The chain could not be built (its budget, threads, store or tokenizer).
+    InvalidBudget(crate::config::FieldError),
+    /// The chain could not be built (its budget, threads or tokenizer).
     #[error("{0}")]
     Setup(String),
+    /// The page store could not be opened or used where the chain file does not name it
+    /// (`--store`, the built-in in-memory store): the server's fault, not the caller's.
+    #[error("{0}")]
+    Store(crate::store::StoreError),
 }
 
 impl From<WireError> for ChainError {
@@ -191,11 +195,48 @@ pub struct StageRun {
     pub details: serde_json::Value,
 }
 
+/// What kind of failure rolled a stage back; serialized as [`Self::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageFailureKind {
+    /// The plugin returned an error, or its edits could not be carried out (a page not
+    /// archived).
+    Error,
+    Panicked,
+    Timeout,
+    /// Its output broke an invariant (the failure's `rule`).
+    Invariant,
+}
+
+impl StageFailureKind {
+    pub const ALL: [StageFailureKind; 4] = [
+        StageFailureKind::Error,
+        StageFailureKind::Panicked,
+        StageFailureKind::Timeout,
+        StageFailureKind::Invariant,
+    ];
+
+    /// The name in reports and logs (`panicked`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageFailureKind::Error => "error",
+            StageFailureKind::Panicked => "panicked",
+            StageFailureKind::Timeout => "timeout",
+            StageFailureKind::Invariant => "invariant",
+        }
+    }
+}
+
+impl std::fmt::Display for StageFailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a stage was rolled back.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageFailure {
-    /// `error`, `panicked`, `timeout` or `invariant`.
-    pub kind: String,
+    pub kind: StageFailureKind,
     pub message: String,
     /// The invariant's id, for `invariant`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -299,7 +340,7 @@ impl ChainBuilder {
     ) -> Result<Self, StageConfigError> {
         validate_against_schema(&plugin.meta().config_schema, &config)?;
         let strategy = plugin.instantiate(&config).map_err(|e| StageConfigError {
-            pointer: None,
+            path: Vec::new(),
             message: format!(
                 "plugin {} refused the config: {}",
                 plugin.meta().name,
@@ -319,16 +360,16 @@ impl ChainBuilder {
     }
 
     pub fn build(self) -> Result<Chain, ChainError> {
-        self.budget.validate().map_err(ChainError::Setup)?;
+        self.budget
+            .validate()
+            .map_err(|e| ChainError::Setup(e.to_string()))?;
         if let Some((_, config)) = &self.threads {
             config.validate().map_err(ChainError::Setup)?;
         }
         let (store, cache): (Arc<dyn PageStore>, Option<Arc<dyn SummaryCache>>) = match self.store {
             Some(store) => (store, self.cache.flatten()),
             None => {
-                let built_in = Arc::new(
-                    SqliteStore::in_memory().map_err(|e| ChainError::Setup(e.to_string()))?,
-                );
+                let built_in = Arc::new(SqliteStore::in_memory().map_err(ChainError::Store)?);
                 let cache = match self.cache {
                     Some(explicit) => explicit,
                     None => Some(Arc::clone(&built_in) as Arc<dyn SummaryCache>),
@@ -388,8 +429,10 @@ fn protected_tail(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCou
 /// A stage config that does not fit its plugin's schema.
 #[derive(Debug, Clone)]
 pub struct StageConfigError {
-    /// JSON pointer of the field at fault (`/group_size`), when known.
-    pub pointer: Option<String>,
+    /// The keys (and array indexes) from the config's root to the field at fault, from the
+    /// validator's instance path; for a key the schema does not allow, the key itself. Empty
+    /// when no field is known (the plugin refused the config as a whole).
+    pub path: Vec<String>,
     pub message: String,
 }
 
@@ -404,21 +447,28 @@ fn validate_against_schema(
     config: &serde_json::Value,
 ) -> Result<(), StageConfigError> {
     let validator = jsonschema::validator_for(schema).map_err(|e| StageConfigError {
-        pointer: None,
+        path: Vec::new(),
         message: format!("the plugin's config schema is not valid JSON Schema: {e}"),
     })?;
     if let Some(error) = validator.iter_errors(config).next() {
         let pointer = error.instance_path().to_string();
-        // An unknown key is reported at the parent; name the key itself.
         let message = if pointer.is_empty() {
             format!("config: {error}")
         } else {
             format!("config{}: {error}", pointer.replace('/', "."))
         };
-        return Err(StageConfigError {
-            pointer: Some(pointer),
-            message,
-        });
+        let mut path: Vec<String> = error
+            .instance_path()
+            .iter()
+            .map(|segment| segment.to_string())
+            .collect();
+        // An unknown key is reported at the object that holds it; the key is what to point at.
+        if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
+            error.kind()
+        {
+            path.extend(unexpected.first().cloned());
+        }
+        return Err(StageConfigError { path, message });
     }
     Ok(())
 }
@@ -446,7 +496,7 @@ impl Chain {
         overrides: FileOverrides,
     ) -> Result<Chain, ChainError> {
         let cfg = &file.file;
-        let provider = crate::providers::from_config(file)?;
+        let provider = file.provider()?;
         let encoding = cfg
             .tokenizer
             .encoding
@@ -457,7 +507,7 @@ impl Chain {
         let spec = file.store_spec(overrides.store_path.as_deref())?;
         let store = crate::store::open(&spec).map_err(|e| match &overrides.store_path {
             // `--store`: nothing in the file to point at.
-            Some(_) => ChainError::Setup(e.to_string()),
+            Some(_) => ChainError::Store(e),
             None => file.store_error(e.to_string()).into(),
         })?;
         let cache = cfg.cache.enabled.then(|| Arc::clone(&store.cache));
@@ -506,15 +556,8 @@ impl Chain {
                     stage.timeout(),
                 )
                 .map_err(|e| {
-                    let key = e
-                        .pointer
-                        .as_deref()
-                        .and_then(|p| p.trim_start_matches('/').split('/').next_back())
-                        .filter(|k| !k.is_empty());
-                    // For an unknown field the pointer is the parent; name the offending key.
-                    let key = key.or_else(|| unknown_field_in(&e.message));
                     file.error(
-                        file.stage_config_line(i, key),
+                        file.stage_config_line(i, &e.path),
                         format!("stage \"{}\": {}", stage.name, e.message),
                     )
                 })?;
@@ -799,22 +842,21 @@ impl Chain {
         let guarded = AssertUnwindSafe(stage.strategy.compact(request)).catch_unwind();
         let outcome = match tokio::time::timeout(stage.timeout, guarded).await {
             Err(_) => Err(StageFailure {
-                kind: "timeout".into(),
+                kind: StageFailureKind::Timeout,
                 message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
                 rule: None,
             }),
             Ok(Err(payload)) => Err(StageFailure {
-                kind: "panicked".into(),
+                kind: StageFailureKind::Panicked,
                 message: tamp_plugin_api::strategy::panic_message(&*payload),
                 rule: None,
             }),
             Ok(Ok(FfiResult::RErr(e))) => Err(StageFailure {
                 kind: if e.kind == tamp_plugin_api::ErrorKind::Panicked {
-                    "panicked"
+                    StageFailureKind::Panicked
                 } else {
-                    "error"
-                }
-                .into(),
+                    StageFailureKind::Error
+                },
                 message: e.to_string(),
                 rule: None,
             }),
@@ -840,7 +882,7 @@ impl Chain {
                 Err(failure)
             }
             (Ok(_), Err(e)) => Err(StageFailure {
-                kind: "error".into(),
+                kind: StageFailureKind::Error,
                 message: format!("its pages could not be written: {e}"),
                 rule: None,
             }),
@@ -911,12 +953,10 @@ impl Chain {
         // A replaced span's page must exist: archived by this stage, or by an earlier one.
         for page in edits::replaced_pages(&checked) {
             if !services.has_archived(&page) && self.ctx.store.get_page(&page).await.is_err() {
-                return Err(invariant_failure(Violation {
-                    rule: crate::invariants::Rule::NothingLost,
-                    detail: format!(
-                        "a summary refers to page {page}, which the store does not hold"
-                    ),
-                }));
+                return Err(invariant_failure(Violation::new(
+                    crate::invariants::Rule::NothingLost,
+                    format!("a summary refers to page {page}, which the store does not hold"),
+                )));
             }
         }
         // All at once, as `Host::archive_pages` does: a store that commits in groups writes
@@ -932,7 +972,7 @@ impl Chain {
                     .into_result()
                     .map(String::from)
                     .map_err(|e| StageFailure {
-                        kind: "error".into(),
+                        kind: StageFailureKind::Error,
                         message: format!("a page could not be archived: {}", e.message),
                         rule: None,
                     })
@@ -940,7 +980,7 @@ impl Chain {
             .collect::<Result<Vec<_>, _>>()?;
         let ready = edits::ready(messages, checked, pages.into_iter(), strategy).map_err(|e| {
             StageFailure {
-                kind: "error".into(),
+                kind: StageFailureKind::Error,
                 message: e,
                 rule: None,
             }
@@ -951,17 +991,10 @@ impl Chain {
 
 fn invariant_failure(v: Violation) -> StageFailure {
     StageFailure {
-        kind: "invariant".into(),
+        kind: StageFailureKind::Invariant,
         message: v.to_string(),
         rule: Some(v.rule.id()),
     }
-}
-
-/// For `Additional properties are not allowed ('foo' was unexpected)`: the key `foo`.
-fn unknown_field_in(message: &str) -> Option<&str> {
-    let start = message.find('\'')? + 1;
-    let len = message[start..].find('\'')?;
-    Some(&message[start..start + len])
 }
 
 impl StageRun {
@@ -1005,5 +1038,97 @@ impl StageRun {
             serde_json::from_str(&report.details_json)
                 .unwrap_or(serde_json::Value::String(report.details_json.into()))
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> serde_json::Value {
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "group_size": {"type": "integer", "minimum": 1},
+                "prompt": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {"style": {"type": "string"}}
+                },
+                "labels": {"type": "array", "items": {"type": "string"}}
+            }
+        })
+    }
+
+    fn error_for(config: serde_json::Value) -> StageConfigError {
+        validate_against_schema(&schema(), &config).unwrap_err()
+    }
+
+    #[test]
+    fn a_schema_error_names_the_path_of_the_field_from_the_validator() {
+        let e = error_for(json!({"group_size": 0}));
+        assert_eq!(e.path, ["group_size"]);
+        assert!(e.message.starts_with("config.group_size: "), "{e}");
+        let e = error_for(json!({"labels": ["a", 3]}));
+        assert_eq!(e.path, ["labels", "1"]);
+        assert!(e.message.starts_with("config.labels.1: "), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_by_the_key_not_its_parent() {
+        let e = error_for(json!({"grup_size": 2}));
+        assert_eq!(e.path, ["grup_size"]);
+        assert!(e.message.starts_with("config: "), "{e}");
+        // Nested: the unknown key's own name, under the object holding it. The message text
+        // quotes the key, but the path does not come from it: a key with a quote in it is
+        // still named whole.
+        let e = error_for(json!({"prompt": {"it's": "x"}}));
+        assert_eq!(e.path, ["prompt", "it's"]);
+        assert!(e.message.starts_with("config.prompt: "), "{e}");
+        assert!(validate_against_schema(&schema(), &json!({"group_size": 3})).is_ok());
+    }
+
+    #[test]
+    fn a_failure_kind_is_written_as_its_name() {
+        for kind in StageFailureKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
+        }
+        let failure = StageFailure {
+            kind: StageFailureKind::Panicked,
+            message: "boom".into(),
+            rule: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&failure).unwrap(),
+            json!({"kind": "panicked", "message": "boom"})
+        );
+    }
+
+    #[test]
+    fn a_store_given_outside_the_file_that_cannot_open_is_a_store_error() {
+        let file = LoadedChainFile::parse(
+            Path::new("chain.toml"),
+            "[budget]\nmax_tokens = 100\n".into(),
+        )
+        .unwrap();
+        // A directory cannot be created under /proc, even by root.
+        let overrides = FileOverrides {
+            store_path: Some("/proc/no-such/s.sqlite3".into()),
+            ..FileOverrides::default()
+        };
+        match Chain::from_loaded(&file, overrides) {
+            Err(ChainError::Store(e @ crate::store::StoreError::Backend { .. })) => {
+                // The text is the store's own, as it was when this was a setup error.
+                assert!(
+                    e.to_string()
+                        .starts_with("page store /proc/no-such/s.sqlite3: cannot"),
+                    "{e}"
+                );
+            }
+            Err(other) => panic!("not a store error: {other:?}"),
+            Ok(_) => panic!("the store opened"),
+        }
     }
 }

@@ -96,25 +96,30 @@ impl BudgetConfig {
     }
 
     /// Checks the budget's own rules; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let error = |key, message| Err(FieldError::new("budget", key, message));
         if self.max_tokens == 0 {
-            return Err("budget.max_tokens: must be greater than 0".into());
+            return error("max_tokens", "must be greater than 0".into());
         }
-        for (name, v) in [
+        for (key, v) in [
             ("high_watermark", self.high_watermark),
             ("low_watermark", self.low_watermark),
         ] {
             if v.is_nan() || v <= 0.0 || v > 1.0 {
-                return Err(format!(
-                    "budget.{name}: must be a fraction of max_tokens in (0, 1], got {v}"
-                ));
+                return error(
+                    key,
+                    format!("must be a fraction of max_tokens in (0, 1], got {v}"),
+                );
             }
         }
         if self.low_watermark >= self.high_watermark {
-            return Err(format!(
-                "budget.low_watermark: must be below high_watermark ({} >= {})",
-                self.low_watermark, self.high_watermark
-            ));
+            return error(
+                "low_watermark",
+                format!(
+                    "must be below high_watermark ({} >= {})",
+                    self.low_watermark, self.high_watermark
+                ),
+            );
         }
         Ok(())
     }
@@ -414,43 +419,49 @@ impl Default for BatchConfig {
 impl BatchConfig {
     /// The checks of `[batch]` on its own; each error names the field (`batch.max_attempts:
     /// ...`). Whether a model and key can be found is checked when a worker is built.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let error = |key, message| Err(FieldError::new("batch", key, message));
         if self.max_batch_requests == 0 || self.max_batch_requests > 100_000 {
-            return Err(format!(
-                "batch.max_batch_requests: must be between 1 and 100000 (the API's limit), got {}",
-                self.max_batch_requests
-            ));
+            return error(
+                "max_batch_requests",
+                format!(
+                    "must be between 1 and 100000 (the API's limit), got {}",
+                    self.max_batch_requests
+                ),
+            );
         }
-        for (name, v) in [
+        for (key, v) in [
             ("submit_interval_secs", self.submit_interval_secs),
             ("poll_interval_secs", self.poll_interval_secs),
             ("batch_timeout_secs", self.batch_timeout_secs),
             ("lease_secs", self.lease_secs),
         ] {
             if v.is_nan() || v <= 0.0 || v > 30.0 * 86_400.0 {
-                return Err(format!(
-                    "batch.{name}: must be a positive number of seconds (at most 30 days), got {v}"
-                ));
+                return error(
+                    key,
+                    format!("must be a positive number of seconds (at most 30 days), got {v}"),
+                );
             }
         }
         if self.max_attempts == 0 {
-            return Err("batch.max_attempts: must be at least 1".into());
+            return error("max_attempts", "must be at least 1".into());
         }
         if let Some(m) = &self.model {
             if m.trim().is_empty() {
-                return Err("batch.model: must not be empty".into());
+                return error("model", "must not be empty".into());
             }
         }
         if let Some(url) = &self.base_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!(
-                    "batch.base_url: must be an http:// or https:// URL, got \"{url}\""
-                ));
+                return error(
+                    "base_url",
+                    format!("must be an http:// or https:// URL, got \"{url}\""),
+                );
             }
         }
         if let Some(var) = &self.api_key_env {
             if !is_env_var_name(var) {
-                return Err("batch.api_key_env: must be the name of an environment variable (letters, digits and _), not the key itself".into());
+                return error("api_key_env", "must be the name of an environment variable (letters, digits and _), not the key itself".into());
             }
         }
         Ok(())
@@ -505,7 +516,8 @@ pub const DEFAULT_STORE_PATH: &str = ".tamp/store.sqlite3";
 impl StoreConfig {
     /// The checks of `[store]` on its own; each error names the field. Whether the URL's
     /// variable is set is checked when the store is opened ([`LoadedChainFile::store_spec`]).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let error = |key, message: &str| Err(FieldError::new("store", key, message));
         match self.kind {
             StoreKind::Sqlite => {
                 for (key, set) in [
@@ -513,29 +525,30 @@ impl StoreConfig {
                     ("ca_file", self.ca_file.is_some()),
                 ] {
                     if set {
-                        return Err(format!("store.{key}: only for kind = \"postgres\""));
+                        return error(key, "only for kind = \"postgres\"");
                     }
                 }
             }
             StoreKind::Postgres => {
                 if self.path.is_some() {
-                    return Err(
-                        "store.path: only for kind = \"sqlite\"; a PostgreSQL store is named by url_env".into(),
+                    return error(
+                        "path",
+                        "only for kind = \"sqlite\"; a PostgreSQL store is named by url_env",
                     );
                 }
                 let Some(var) = &self.url_env else {
-                    return Err("store.url_env: required when kind = \"postgres\": the name of the environment variable that holds the database URL, e.g. \"TAMP_DATABASE_URL\"".into());
+                    return error("url_env", "required when kind = \"postgres\": the name of the environment variable that holds the database URL, e.g. \"TAMP_DATABASE_URL\"");
                 };
                 if !is_env_var_name(var) {
-                    return Err("store.url_env: must be the name of an environment variable (letters, digits and _), not the URL itself".into());
+                    return error("url_env", "must be the name of an environment variable (letters, digits and _), not the URL itself");
                 }
             }
         }
         if self.pool_size == 0 || self.pool_size > 1_000 {
-            return Err(format!(
-                "store.pool_size: must be between 1 and 1000, got {}",
-                self.pool_size
-            ));
+            return error(
+                "pool_size",
+                &format!("must be between 1 and 1000, got {}", self.pool_size),
+            );
         }
         Ok(())
     }
@@ -617,6 +630,36 @@ impl StageFile {
     }
 }
 
+/// A broken rule of one key of a chain-file table, found by the table's own checks: the
+/// table and key say where it is (so its line can be found), the message what is wrong.
+/// Shown as `budget.max_tokens: must be greater than 0`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The table (`budget`).
+    pub table: &'static str,
+    /// The key inside it (`max_tokens`).
+    pub key: &'static str,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(table: &'static str, key: &'static str, message: impl Into<String>) -> Self {
+        FieldError {
+            table,
+            key,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}: {}", self.table, self.key, self.message)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
 /// A config error: the file, the line where known, and what is wrong (naming the field).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -672,42 +715,12 @@ impl LoadedChainFile {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
-        self.file.budget.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("budget."))
-                .unwrap_or("");
-            self.error_at_key("budget", field, m.clone())
-        })?;
+        let at_field = |e| self.at_field(e);
+        self.file.budget.validate().map_err(at_field)?;
         self.check_provider()?;
-        self.file.store.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("store."))
-                .unwrap_or("")
-                .to_string();
-            self.error_at_key("store", &field, m)
-        })?;
-        self.file.batch.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("batch."))
-                .unwrap_or("")
-                .to_string();
-            self.error_at_key("batch", &field, m)
-        })?;
-        self.file.proxy.validate().map_err(|m| {
-            let field = m
-                .split(':')
-                .next()
-                .and_then(|f| f.strip_prefix("proxy."))
-                .unwrap_or("")
-                .to_string();
-            self.error_at_key("proxy", &field, m)
-        })?;
+        self.file.store.validate().map_err(at_field)?;
+        self.file.batch.validate().map_err(at_field)?;
+        self.file.proxy.validate().map_err(at_field)?;
         if self
             .file
             .tokenizer
@@ -894,6 +907,18 @@ impl LoadedChainFile {
         Ok(())
     }
 
+    /// The provider `[provider]` describes (see [`crate::providers::from_config`]), an
+    /// error located at its key.
+    pub fn provider(&self) -> Result<std::sync::Arc<dyn crate::providers::Provider>, ConfigError> {
+        crate::providers::from_config(&self.file.provider, &self.base_dir())
+            .map_err(|e| self.at_field(e))
+    }
+
+    /// `e`, at the line of its key.
+    pub(crate) fn at_field(&self, e: FieldError) -> ConfigError {
+        self.error_at_key(e.table, e.key, e.to_string())
+    }
+
     pub fn error(&self, line: Option<usize>, message: String) -> ConfigError {
         ConfigError {
             file: self.path.clone(),
@@ -904,51 +929,17 @@ impl LoadedChainFile {
 
     /// An error pointing at `key = ...` inside `[table]`, or at the table, when found.
     pub(crate) fn error_at_key(&self, table: &str, key: &str, message: String) -> ConfigError {
-        let header = format!("[{table}]");
-        let inline = self
-            .source
-            .lines()
-            .position(|l| {
-                l.trim_start()
-                    .strip_prefix(table)
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-            })
-            .map(|i| i + 1);
-        if !self.source.contains(&header) {
-            // `table = { ... }` written inline: point at its line.
-            if let Some(line) = inline {
-                return self.error(Some(line), message);
-            }
-        }
-        let line = self.source.find(&header).map(|start| {
-            let section_end = self.source[start + header.len()..]
-                .find("\n[")
-                .map(|e| start + header.len() + e)
-                .unwrap_or(self.source.len());
-            find_key_line(&self.source, start..section_end, key)
-                .unwrap_or_else(|| line_of(&self.source, start))
-        });
-        self.error(line, message)
+        self.error(key_line(&self.source, &[table, key]), message)
     }
 
-    /// The line of `key` inside stage `index`'s config table (or of the stage).
-    pub fn stage_config_line(&self, index: usize, key: Option<&str>) -> Option<usize> {
-        let stage = self.file.stages.get(index)?;
-        let span = stage
-            .get_ref()
-            .config
-            .as_ref()
-            .map(|c| c.span())
-            .unwrap_or(stage.span());
-        // A table's span may cover only its header: search on to the next table header.
-        let end = self.source[span.start..]
-            .find("\n[")
-            .map(|e| span.start + e)
-            .filter(|e| *e > span.end)
-            .unwrap_or(self.source.len().max(span.end));
-        let region = span.start..end;
-        key.and_then(|k| find_key_line(&self.source, region, k))
-            .or(Some(line_of(&self.source, span.start)))
+    /// The line of the field at `path` inside stage `index`'s config table (keys, and array
+    /// indexes in decimal), or of the nearest table on the way to it that the file writes
+    /// (the config table, else the stage).
+    pub fn stage_config_line(&self, index: usize, path: &[impl AsRef<str>]) -> Option<usize> {
+        let index = index.to_string();
+        let mut full = vec!["stage", index.as_str(), "config"];
+        full.extend(path.iter().map(AsRef::as_ref));
+        key_line(&self.source, &full).or_else(|| self.stage_line(index.parse().ok()?))
     }
 
     /// The line where stage `index` starts.
@@ -993,12 +984,7 @@ impl LoadedChainFile {
             }
             StoreKind::Postgres => "url_env",
         };
-        let named = self.source.contains("[store]")
-            || self.source.lines().any(|l| {
-                l.trim_start()
-                    .strip_prefix("store")
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-            });
+        let named = key_line(&self.source, &["store"]).is_some();
         if named {
             self.error_at_key("store", key, format!("store.{key}: {message}"))
         } else {
@@ -1135,49 +1121,61 @@ fn toml_error_message(source: &str, error: &toml::de::Error) -> String {
 /// `stage[n]`: the `[[stage]]` the byte span falls in (counted from 0), or `stage` when it
 /// falls in none.
 fn stage_at(source: &str, span: Option<Range<usize>>) -> String {
-    let Some(span) = span else {
+    let (Some(span), Ok(root)) = (span, toml::de::DeTable::parse(source)) else {
         return "stage".into();
     };
-    // Headers that start at or before the span (a whole table's span starts at its header).
-    let mut offset = 0;
-    let mut headers = 0usize;
-    for line in source.split_inclusive('\n') {
-        if offset > span.start {
-            break;
-        }
-        if line.trim_start().starts_with("[[stage]]") {
-            headers += 1;
-        }
-        offset += line.len();
-    }
-    match headers.checked_sub(1) {
+    let stages = root
+        .get_ref()
+        .iter()
+        .find(|(k, _)| k.get_ref() == "stage")
+        .and_then(|(_, v)| v.get_ref().as_array());
+    // An element's span is its `[[stage]]` header: the last header at or before the span.
+    let n = stages.map_or(0, |stages| {
+        stages
+            .iter()
+            .take_while(|stage| stage.span().start <= span.start)
+            .count()
+    });
+    match n.checked_sub(1) {
         Some(n) => format!("stage[{n}]"),
         None => "stage".into(),
     }
 }
 
+/// The line of the key at `path` (a table's keys by name, an array's elements by decimal
+/// index) in the TOML `source`, or of the deepest one found on the way to it; `None` when
+/// not even the first is written. A table written as a header (`[store]`) is found at it; one
+/// written inline (`store = { ... }`) at its key.
+fn key_line(source: &str, path: &[&str]) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let root = DeValue::Table(DeTable::parse(source).ok()?.into_inner());
+    let mut value = &root;
+    let mut line = None;
+    for segment in path {
+        let found = match value {
+            DeValue::Table(table) => table
+                .iter()
+                .find(|(k, _)| k.get_ref() == segment)
+                .map(|(k, v)| (k.span().start, v)),
+            DeValue::Array(array) => segment
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| array.get(i))
+                .map(|v| (v.span().start, v)),
+            _ => None,
+        };
+        let Some((at, next)) = found else {
+            break;
+        };
+        line = Some(line_of(source, at));
+        value = next.get_ref();
+    }
+    line
+}
+
 /// 1-based line of a byte offset.
 pub fn line_of(source: &str, offset: usize) -> usize {
     source[..offset.min(source.len())].matches('\n').count() + 1
-}
-
-fn find_key_line(source: &str, span: Range<usize>, key: &str) -> Option<usize> {
-    if key.is_empty() {
-        return None;
-    }
-    let end = span.end.min(source.len());
-    let start = span.start.min(end);
-    let mut offset = start;
-    for line in source[start..end].split_inclusive('\n') {
-        let trimmed = line.trim_start();
-        if let Some(rest) = trimmed.strip_prefix(key) {
-            if rest.trim_start().starts_with('=') {
-                return Some(line_of(source, offset));
-            }
-        }
-        offset += line.len();
-    }
-    None
 }
 
 #[cfg(test)]
@@ -1394,6 +1392,34 @@ mod tests {
     }
 
     #[test]
+    fn validation_errors_carry_their_table_and_key() {
+        let budget = BudgetConfig {
+            high_watermark: 0.4,
+            low_watermark: 0.6,
+            ..BudgetConfig::default()
+        };
+        let e = budget.validate().unwrap_err();
+        assert_eq!((e.table, e.key), ("budget", "low_watermark"));
+        assert_eq!(
+            e.to_string(),
+            "budget.low_watermark: must be below high_watermark (0.6 >= 0.4)"
+        );
+        let store = StoreConfig {
+            pool_size: 0,
+            ..StoreConfig::default()
+        };
+        let e = store.validate().unwrap_err();
+        assert_eq!((e.table, e.key), ("store", "pool_size"));
+        let batch = BatchConfig {
+            lease_secs: 0.0,
+            ..BatchConfig::default()
+        };
+        let e = batch.validate().unwrap_err();
+        assert_eq!((e.table, e.key), ("batch", "lease_secs"));
+        assert!(e.message.starts_with("must be a positive number"), "{e}");
+    }
+
+    #[test]
     fn watermark_order_is_checked_and_located() {
         let err = parse("[budget]\nmax_tokens = 100\nhigh_watermark = 0.4\nlow_watermark = 0.6\n")
             .unwrap_err();
@@ -1406,12 +1432,38 @@ mod tests {
         let text =
             "[[stage]]\nname = \"a\"\nplugin = \"x\"\n[stage.config]\nfoo = 1\nbar = \"z\"\n";
         let f = parse(text).unwrap();
-        assert_eq!(f.stage_config_line(0, Some("bar")), Some(6));
+        assert_eq!(f.stage_config_line(0, &["bar"]), Some(6));
         assert_eq!(f.stage_line(0), Some(1));
         assert_eq!(
             f.file.stages[0].get_ref().config_json(),
             serde_json::json!({"foo": 1, "bar": "z"})
         );
+    }
+
+    #[test]
+    fn lines_come_from_the_parsers_spans_wherever_a_key_is_written() {
+        let text = "[budget]\n# max_tokens = 5 in a comment is no key\nmax_tokens = 10\n\n\
+                    [[stage]]\nname = \"a\"\nplugin = \"x\"\n\n\
+                    [[stage]]\nname = \"b\"\nplugin = \"y\"\n\
+                    config = { prompt = { style = \"terse\" }, labels = [\n  \"p\",\n  \"q\",\n] }\n";
+        let f = parse(text).unwrap();
+        assert_eq!(key_line(&f.source, &["budget", "max_tokens"]), Some(3));
+        // A key not written: the table's header.
+        assert_eq!(key_line(&f.source, &["budget", "keep_recent"]), Some(1));
+        assert_eq!(key_line(&f.source, &["provider", "kind"]), None);
+        // A field nested in an inline config, and an element of a multi-line array.
+        assert_eq!(f.stage_config_line(1, &["prompt", "style"]), Some(12));
+        assert_eq!(f.stage_config_line(1, &["labels", "1"]), Some(14));
+        // No such field: the config's line; no config at all: the stage's header.
+        assert_eq!(f.stage_config_line(1, &["nope"]), Some(12));
+        assert_eq!(f.stage_config_line(0, &["nope"]), Some(5));
+        // A table given as dotted keys at the top is found at them.
+        let dotted = parse("budget.max_tokens = 100\nbudget.low_watermark = 0.9\n").unwrap_err();
+        assert!(
+            dotted.message.starts_with("budget.low_watermark: "),
+            "{dotted}"
+        );
+        assert_eq!(dotted.line, Some(2), "{dotted}");
     }
 
     #[test]
@@ -1531,6 +1583,30 @@ mod tests {
             let err = parse(&format!("[provider]\n{body}")).unwrap_err();
             assert!(err.message.starts_with(want), "{body}: {err}");
             assert_eq!(err.line, Some(line), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_provider_is_built_from_its_own_table_and_its_errors_are_located_by_the_file() {
+        let file =
+            parse("[provider]\nkind = \"scripted\"\n\nscript = \"no-such-script.json\"\n").unwrap();
+        let dir = std::env::temp_dir().join(format!("tamp-no-such-dir-{}", std::process::id()));
+        // The builder knows no file: the error names the key, and the path from `base_dir`.
+        match crate::providers::from_config(&file.file.provider, &dir) {
+            Ok(_) => panic!("a missing script builds no provider"),
+            Err(e) => {
+                assert_eq!((e.table, e.key), ("provider", "script"), "{e}");
+                let script = dir.join("no-such-script.json").display().to_string();
+                assert!(e.message.contains(&script), "{e}");
+            }
+        }
+        // The chain file puts it at the key's line.
+        match file.provider() {
+            Ok(_) => panic!("a missing script builds no provider"),
+            Err(e) => {
+                assert_eq!(e.line, Some(4), "{e}");
+                assert!(e.message.starts_with("provider.script: "), "{e}");
+            }
         }
     }
 

@@ -80,7 +80,7 @@ impl Checked {
 }
 
 fn violation(rule: Rule, detail: String) -> Violation {
-    Violation { rule, detail }
+    Violation::new(rule, detail)
 }
 
 /// Checks `edits` against `messages` (the stage's input) for a stage of `strategy` with
@@ -119,7 +119,8 @@ pub(crate) fn check(
                     range.end,
                     messages.len()
                 ),
-            ));
+            )
+            .at_message(range.start));
         }
         if range.start < allowed.start || range.end > allowed.end {
             return Err(violation(
@@ -134,7 +135,8 @@ pub(crate) fn check(
                     allowed.end,
                     messages.len() - allowed.end
                 ),
-            ));
+            )
+            .at_message(range.start));
         }
         // A clearing changes one message in place and keeps its tool ids, so it cannot split
         // an exchange; a finalized summary is a unit of its own.
@@ -147,7 +149,8 @@ pub(crate) fn check(
                      end on a unit boundary (sdk::units)",
                     range.start, range.end
                 ),
-            ));
+            )
+            .at_message(range.start));
         }
         checked.push(match edit {
             Edit::Summarize {
@@ -170,7 +173,8 @@ pub(crate) fn check(
                              summary",
                             range.start, range.end
                         ),
-                    ));
+                    )
+                    .at_message(range.start));
                 };
                 let expected = page_id(&messages[range.clone()]);
                 if info.page_ref.as_str() != expected {
@@ -181,7 +185,8 @@ pub(crate) fn check(
                              those messages make page {expected}",
                             range.start, range.end, info.page_ref
                         ),
-                    ));
+                    )
+                    .at_message(range.start));
                 }
                 Checked::Replace { range, message }
             }
@@ -197,7 +202,8 @@ pub(crate) fn check(
                             "edit {n} finalizes messages[{index}], which is not a pending \
                              summary of {strategy}"
                         ),
-                    ));
+                    )
+                    .at_message(index));
                 }
                 Checked::Finalize {
                     index,
@@ -212,6 +218,7 @@ pub(crate) fn check(
                         Rule::ClearingKeepsStructure,
                         format!("edit {n} clears messages[{index}]: {e}"),
                     )
+                    .at_message(index)
                 })?;
                 let page = page_id(std::slice::from_ref(original));
                 if named != page {
@@ -221,7 +228,8 @@ pub(crate) fn check(
                             "edit {n} clears messages[{index}] with placeholders naming page \
                              {named}, but that message makes page {page}"
                         ),
-                    ));
+                    )
+                    .at_message(index));
                 }
                 Checked::Clear {
                     index,
@@ -248,7 +256,8 @@ pub(crate) fn check(
                     "edits overlap: messages[{}..{}] and messages[{}..{}]",
                     a.start, a.end, b.start, b.end
                 ),
-            ));
+            )
+            .at_message(a.start));
         }
     }
     Ok(checked)
@@ -561,6 +570,27 @@ mod tests {
 
     fn refused(c: &Conversation, edits: Vec<Edit>, keep_recent: usize) -> Violation {
         check(&c.messages, ffi(edits), keep_recent, ME).expect_err("refused")
+    }
+
+    #[test]
+    fn a_refused_edit_carries_the_index_of_the_first_message_it_names() {
+        let c = conversation(6);
+        let split = refused(&c, vec![Edit::summarize(2..5, "s")], 1);
+        assert_eq!(split.message_index, Some(2), "{split}");
+        let overlap = refused(
+            &c,
+            vec![Edit::summarize(3..6, "s"), Edit::summarize(2..4, "s")],
+            1,
+        );
+        assert_eq!(overlap.message_index, Some(2), "{overlap}");
+        // The text names "a message" before the span; the index is the span's start.
+        let not_a_summary = refused(
+            &c,
+            vec![Edit::replace(2..4, Message::text(Role::User, "made up"))],
+            1,
+        );
+        assert_eq!(not_a_summary.rule, Rule::NothingLost);
+        assert_eq!(not_a_summary.message_index, Some(2), "{not_a_summary}");
     }
 
     #[test]

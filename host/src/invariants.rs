@@ -62,6 +62,27 @@ impl Rule {
 pub struct Violation {
     pub rule: Rule,
     pub detail: String,
+    /// The message at fault, by position, when the violation is about one: the first index
+    /// `detail` names, in the list it names it in (the input, or the output).
+    pub message_index: Option<usize>,
+}
+
+impl Violation {
+    pub fn new(rule: Rule, detail: String) -> Self {
+        Violation {
+            rule,
+            detail,
+            message_index: None,
+        }
+    }
+
+    /// The same violation, about message `index`.
+    pub fn at_message(self, index: usize) -> Self {
+        Violation {
+            message_index: Some(index),
+            ..self
+        }
+    }
 }
 
 impl fmt::Display for Violation {
@@ -82,7 +103,7 @@ fn message_hashing() -> Xxh3Builder {
 }
 
 fn violation(rule: Rule, detail: String) -> Result<(), Violation> {
-    Err(Violation { rule, detail })
+    Err(Violation::new(rule, detail))
 }
 
 /// The wire format whose pairing rules apply: OpenAI if any message is a `tool` message.
@@ -189,10 +210,11 @@ pub fn check_protected(
         } else {
             "the task (the first user message)"
         };
-        return violation(
+        return Err(Violation::new(
             Rule::ProtectedUntouched,
             format!("input message {first} is {what} but was changed or removed"),
-        );
+        )
+        .at_message(first));
     }
     let tail_start = compactable_range(input, keep_recent).end;
     let tail = &input[tail_start..];
@@ -202,14 +224,15 @@ pub fn check_protected(
                 output.len() < tail.len() - k || output[output.len() - (tail.len() - k)] != tail[k]
             })
             .unwrap_or(0);
-        return violation(
+        return Err(Violation::new(
             Rule::ProtectedUntouched,
             format!(
                 "input message {} is in the protected recent tail (the last {} messages) but was changed or removed",
                 tail_start + first_changed,
                 tail.len()
             ),
-        );
+        )
+        .at_message(tail_start + first_changed));
     }
     Ok(())
 }
@@ -236,31 +259,34 @@ pub fn check_order(input: &[Message], output: &[Message]) -> Result<Walk, Violat
         // just made after `next`, rather than hashing the whole input for the few new
         // messages (summaries) an output has; most messages differ from it at their length.
         } else if input[..next].contains(message) {
-            return Err(Violation {
-                rule: Rule::OrderKept,
-                detail: format!(
-                    "output message {j} is an input message moved out of its original order"
-                ),
-            });
+            return Err(Violation::new(
+                Rule::OrderKept,
+                format!("output message {j} is an input message moved out of its original order"),
+            )
+            .at_message(j));
         } else if message.summary_info().is_some() {
             // A new summary.
         } else if let Some(k) =
             (next..input.len()).find(|&k| clearing_candidate(&input[k], message))
         {
-            let page = check_clearing(&input[k], message).map_err(|e| Violation {
-                rule: Rule::ClearingKeepsStructure,
-                detail: format!("output message {j}, a clearing of input message {k}: {e}"),
+            let page = check_clearing(&input[k], message).map_err(|e| {
+                Violation::new(
+                    Rule::ClearingKeepsStructure,
+                    format!("output message {j}, a clearing of input message {k}: {e}"),
+                )
+                .at_message(j)
             })?;
             walk.removed.extend(next..k);
             walk.cleared.push((k, page.to_string()));
             next = k + 1;
         } else {
-            return Err(Violation {
-                rule: Rule::OrderKept,
-                detail: format!(
+            return Err(Violation::new(
+                Rule::OrderKept,
+                format!(
                     "output message {j} is new but not a summary (a changed message, or one made up)"
                 ),
-            });
+            )
+            .at_message(j));
         }
     }
     walk.removed.extend(next..input.len());
@@ -457,13 +483,14 @@ pub fn check_nothing_lost(
 ) -> Result<(), Violation> {
     for (i, page) in &walk.cleared {
         if pages.get(page).map(Vec::as_slice) != Some(std::slice::from_ref(&input[*i])) {
-            return violation(
+            return Err(Violation::new(
                 Rule::NothingLost,
                 format!(
                     "input message {i} was cleared, but page {page}, which its placeholders \
                      name, does not hold it"
                 ),
-            );
+            )
+            .at_message(*i));
         }
     }
     let removed = &walk.removed;
@@ -502,10 +529,11 @@ pub fn check_nothing_lost(
         match archived.get_mut(message) {
             Some(n) if *n > 0 => *n -= 1,
             _ => {
-                return violation(
+                return Err(Violation::new(
                     Rule::NothingLost,
                     format!("input message {i} ({}) was removed but is in no page a summary in the output refers to", message.role.as_str()),
                 )
+                .at_message(i))
             }
         }
     }
@@ -536,6 +564,7 @@ pub fn check_pairing(output: &[Message], format: WireFormat) -> Result<(), Viola
     check_tool_pairing(output, format).map_err(|e| Violation {
         rule: Rule::ToolExchangesIntact,
         detail: e.to_string(),
+        message_index: e.message_index,
     })
 }
 
@@ -624,6 +653,54 @@ mod tests {
         let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
         assert_eq!(v.rule, Rule::NothingLost);
         assert!(v.detail.contains("input message 3"), "{v}");
+    }
+
+    #[test]
+    fn a_violation_carries_the_index_of_the_message_at_fault() {
+        let input = msgs(8);
+        let p = pages(&[]);
+        // The system prompt changed: input message 0.
+        let mut output = input.clone();
+        output[0] = Message::text(Role::System, "other");
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
+        assert_eq!(
+            (v.rule, v.message_index),
+            (Rule::ProtectedUntouched, Some(0))
+        );
+        // Two messages swapped: output message 3 comes before its turn.
+        let mut output = input.clone();
+        output.swap(2, 3);
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
+        assert_eq!((v.rule, v.message_index), (Rule::OrderKept, Some(3)), "{v}");
+        // Removed without a page: input message 1, the first of them.
+        let mut output = input.clone();
+        output.drain(1..3);
+        let v = check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap_err();
+        assert_eq!(
+            (v.rule, v.message_index),
+            (Rule::NothingLost, Some(1)),
+            "{v}"
+        );
+        assert!(v.detail.contains("input message 1 "), "{v}");
+        // No message to name.
+        assert_eq!(check_no_growth(1, 2).unwrap_err().message_index, None);
+    }
+
+    #[test]
+    fn a_pairing_violation_carries_the_index_of_the_message_at_fault() {
+        let mut output = msgs(4);
+        output.push(Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: "nobody".into(),
+                content: Default::default(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        ));
+        let v = check_pairing(&output, WireFormat::Anthropic).unwrap_err();
+        assert_eq!(v.rule, Rule::ToolExchangesIntact);
+        assert_eq!(v.message_index, Some(4), "{v}");
     }
 
     #[test]

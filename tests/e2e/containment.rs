@@ -36,7 +36,7 @@ fn rolled_back(mode: &str, extra: &str, expect_kind: &str) -> String {
     let run = &out.report.stages[0];
     assert_eq!(run.status, StageStatus::RolledBack, "{mode}: {run:?}");
     let failure = run.error.as_ref().expect("failure recorded");
-    assert_eq!(failure.kind, expect_kind, "{mode}: {failure:?}");
+    assert_eq!(failure.kind.as_str(), expect_kind, "{mode}: {failure:?}");
     failure.message.clone()
 }
 

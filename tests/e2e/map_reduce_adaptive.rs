@@ -650,7 +650,7 @@ fn rolled_back(provider: ScriptedProvider) -> String {
     assert_eq!(run.status, StageStatus::RolledBack, "{run:?}");
     assert!(run.pages.is_empty());
     let failure = run.error.as_ref().unwrap();
-    assert_eq!(failure.kind, "error", "{failure:?}");
+    assert_eq!(failure.kind.as_str(), "error", "{failure:?}");
     // Fail fast: no collapse or synthesis after a failed map batch.
     assert!(provider
         .requests()

@@ -16,7 +16,7 @@ use tamp_e2e::rt;
 use tamp_e2e::{corpus, fifty_message_conversation, plugin, scratch_dir, tamp_bin, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, Compacted, FileOverrides, StageStatus};
 use tamp_host::config::LoadedChainFile;
-use tamp_host::providers::{self, Provider, ProviderError, ProviderErrorKind};
+use tamp_host::providers::{Provider, ProviderError, ProviderErrorKind};
 use tamp_plugin_api::{FfiOption, LlmRequest};
 
 /// The variable the chain files name, and the key in it.
@@ -47,7 +47,7 @@ fn provider_section(kind: &str, mock: &MockLlm, extra: &str) -> String {
 fn provider_from(section: &str) -> Arc<dyn Provider> {
     let file = LoadedChainFile::parse(Path::new("chain.toml"), section.to_string())
         .unwrap_or_else(|e| panic!("{e}"));
-    providers::from_config(&file).unwrap_or_else(|e| panic!("{e}"))
+    file.provider().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn call(
@@ -678,9 +678,7 @@ fn a_missing_key_variable_is_named_when_the_chain_is_built() {
     with_key();
     let text = "[provider]\nkind = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"TAMP_E2E_NO_SUCH_KEY_VAR\"\n";
     let file = LoadedChainFile::parse(Path::new("chain.toml"), text.into()).unwrap();
-    let e = providers::from_config(&file)
-        .err()
-        .expect("no key, no provider");
+    let e = file.provider().err().expect("no key, no provider");
     assert_eq!(
         e.to_string(),
         "chain.toml:4: provider.api_key_env: the environment variable TAMP_E2E_NO_SUCH_KEY_VAR is not set"
@@ -785,7 +783,7 @@ fn docs_examples_are_valid_chain_files() {
             .replace("\"ANTHROPIC_API_KEY\"", &format!("\"{KEY_VAR}\""))
             .replace("\"OPENAI_API_KEY\"", &format!("\"{KEY_VAR}\""));
         let file = LoadedChainFile::parse(&path, built).unwrap();
-        providers::from_config(&file).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        file.provider().unwrap_or_else(|e| panic!("{e}\n{block}"));
     }
 }
 

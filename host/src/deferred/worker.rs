@@ -213,7 +213,7 @@ impl Worker {
         )
         .map_err(|m| error("model", m))?;
         let fallback = if batch.sync_fallback {
-            Some((providers::from_config(file)?, provider.overall_timeout()))
+            Some((file.provider()?, provider.overall_timeout()))
         } else {
             None
         };

@@ -46,7 +46,7 @@ impl Judge {
                 file.file.provider.kind
             );
         }
-        let provider = providers::from_config(&file).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let provider = file.provider().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Judge { provider })
     }
 

@@ -20,6 +20,7 @@
 //! know what to work on: [`content_section`] returns the text inside the last pair, or the
 //! whole prompt when there is none.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tamp_plugin_api::{LlmRequest, LlmResponse};
 
-use crate::config::ProviderKind;
+use crate::config::{FieldError, ProviderConfig, ProviderKind};
 
 /// Feeds `hasher` every field of `request` that can change its answer, each length-prefixed or
 /// tagged so that no two requests feed the same bytes. The label is for logs only. One
@@ -94,73 +95,58 @@ pub use scripted::{
 };
 pub use structured::StructuredMode;
 
-/// Builds the provider a chain file's `[provider]` section describes. The HTTP providers
-/// (`anthropic`, `openai`) are wrapped in [`Retrying`]; their key is read from the
+/// Builds the provider a chain file's `[provider]` section describes; relative paths in it
+/// (`script`, `answers`, `record`) are from `base_dir`, the chain file's directory. The HTTP
+/// providers (`anthropic`, `openai`) are wrapped in [`Retrying`]; their key is read from the
 /// environment variable `api_key_env` names, now, so a missing key fails here, naming the
 /// variable. `kind = "replay"` reads its `answers` file now (a malformed line fails here,
 /// naming the file and line); `record` wraps the provider in [`Recording`], outside the
-/// retries (one line per answer, not per attempt), opening the file now.
-pub fn from_config(
-    file: &crate::config::LoadedChainFile,
-) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
-    let cfg = &file.file.provider;
-    let provider = base_provider(file)?;
+/// retries (one line per answer, not per attempt), opening the file now. An error names the
+/// key at fault; [`crate::config::LoadedChainFile::provider`] adds the file and line.
+pub fn from_config(cfg: &ProviderConfig, base_dir: &Path) -> Result<Arc<dyn Provider>, FieldError> {
+    let provider = base_provider(cfg, base_dir)?;
     Ok(match &cfg.record {
-        Some(path) => Arc::new(Recording::open(provider, &file.resolve_path(path)).map_err(
-            |m| file.error_at_key("provider", "record", format!("provider.record: {m}")),
-        )?),
+        Some(path) => Arc::new(
+            Recording::open(provider, &base_dir.join(path))
+                .map_err(|m| FieldError::new("provider", "record", m))?,
+        ),
         None => provider,
     })
 }
 
-fn base_provider(
-    file: &crate::config::LoadedChainFile,
-) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
-    let cfg = &file.file.provider;
+fn base_provider(cfg: &ProviderConfig, base_dir: &Path) -> Result<Arc<dyn Provider>, FieldError> {
+    // The config check made sure the file a kind reads is named; an empty path fails to open.
+    let named = |path: &Option<PathBuf>| base_dir.join(path.as_deref().unwrap_or(Path::new("")));
     Ok(match cfg.kind {
-        ProviderKind::Replay => {
-            let answers =
-                file.resolve_path(cfg.answers.as_deref().unwrap_or(std::path::Path::new("")));
-            Arc::new(ReplayProvider::from_file(&answers).map_err(|m| {
-                file.error_at_key("provider", "answers", format!("provider.answers: {m}"))
-            })?)
-        }
-        ProviderKind::Scripted => {
-            let script =
-                file.resolve_path(cfg.script.as_deref().unwrap_or(std::path::Path::new("")));
-            Arc::new(
-                ScriptedProvider::from_file(&script)
-                    .map_err(|e| file.error(None, format!("provider.script: {e}")))?,
-            )
-        }
-        ProviderKind::Anthropic | ProviderKind::OpenAi => http_provider(file)?,
+        ProviderKind::Replay => Arc::new(
+            ReplayProvider::from_file(&named(&cfg.answers))
+                .map_err(|m| FieldError::new("provider", "answers", m))?,
+        ),
+        ProviderKind::Scripted => Arc::new(
+            ScriptedProvider::from_file(named(&cfg.script))
+                .map_err(|e| FieldError::new("provider", "script", e.to_string()))?,
+        ),
+        ProviderKind::Anthropic | ProviderKind::OpenAi => http_provider(cfg)?,
         ProviderKind::Extractive => Arc::new(ExtractiveSummarizer::default()),
     })
 }
 
 #[cfg(not(feature = "http-providers"))]
-fn http_provider(
-    file: &crate::config::LoadedChainFile,
-) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
-    Err(file.error_at_key(
+fn http_provider(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, FieldError> {
+    Err(FieldError::new(
         "provider",
         "kind",
         format!(
-            "provider.kind: \"{}\" needs an HTTP client, and this build of tamp has none \
-             (tamp-host's `http-providers` feature is off)",
-            file.file.provider.kind
+            "\"{}\" needs an HTTP client, and this build of tamp has none (tamp-host's \
+             `http-providers` feature is off)",
+            cfg.kind
         ),
     ))
 }
 
 #[cfg(feature = "http-providers")]
-fn http_provider(
-    file: &crate::config::LoadedChainFile,
-) -> Result<Arc<dyn Provider>, crate::config::ConfigError> {
-    let cfg = &file.file.provider;
-    let error = |key: &str, message: String| {
-        file.error_at_key("provider", key, format!("provider.{key}: {message}"))
-    };
+fn http_provider(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, FieldError> {
+    let error = |key, message| FieldError::new("provider", key, message);
     let key = match &cfg.api_key_env {
         Some(var) => Some(ApiKey::from_env(var).map_err(|m| error("api_key_env", m))?),
         None => None,

@@ -646,7 +646,7 @@ mod tests {
                 .into(),
         )
         .unwrap();
-        let provider = crate::providers::from_config(&recorder).unwrap();
+        let provider = recorder.provider().unwrap();
         assert!(!provider.cacheable());
         let request = LlmRequest::new("", "hello", 10);
         provider.complete(&request).await.unwrap();
@@ -656,7 +656,7 @@ mod tests {
             "[provider]\nkind = \"replay\"\nanswers = \"answers.jsonl\"\n".into(),
         )
         .unwrap();
-        let replay = crate::providers::from_config(&replayer).unwrap();
+        let replay = replayer.provider().unwrap();
         assert_eq!(replay.name(), "replay");
         assert_eq!(
             replay.complete(&request).await.unwrap().text.as_str(),
@@ -664,7 +664,7 @@ mod tests {
         );
 
         std::fs::write(&answers, "{}\n").unwrap();
-        let err = match crate::providers::from_config(&replayer) {
+        let err = match replayer.provider() {
             Ok(_) => panic!("a malformed recording is refused"),
             Err(e) => e,
         };

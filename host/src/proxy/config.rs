@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::FieldError;
+
 /// `[proxy]`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -40,7 +42,7 @@ impl ProxyConfig {
     }
 
     /// Checks the table's own rules; the error names the field (`proxy.openai: ...`).
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         for (key, url) in [("anthropic", &self.anthropic), ("openai", &self.openai)] {
             let rest = url
                 .strip_prefix("http://")
@@ -48,21 +50,27 @@ impl ProxyConfig {
             match rest {
                 Some(rest) if !rest.is_empty() && !rest.starts_with('/') => {}
                 _ => {
-                    return Err(format!(
-                        "proxy.{key}: must be an http:// or https:// URL with a host, got \"{url}\""
+                    return Err(FieldError::new(
+                        "proxy",
+                        key,
+                        format!("must be an http:// or https:// URL with a host, got \"{url}\""),
                     ))
                 }
             }
             if url.contains(['?', '#']) {
-                return Err(format!(
-                    "proxy.{key}: a base URL takes no query or fragment, got \"{url}\""
+                return Err(FieldError::new(
+                    "proxy",
+                    key,
+                    format!("a base URL takes no query or fragment, got \"{url}\""),
                 ));
             }
         }
         let secs = self.compaction_timeout_secs;
         if !(secs > 0.0 && secs < 1e9) {
-            return Err(format!(
-                "proxy.compaction_timeout_secs: must be a positive number of seconds, got {secs}"
+            return Err(FieldError::new(
+                "proxy",
+                "compaction_timeout_secs",
+                format!("must be a positive number of seconds, got {secs}"),
             ));
         }
         Ok(())
@@ -79,7 +87,7 @@ mod tests {
         let bad = |change: fn(&mut ProxyConfig)| {
             let mut c = ProxyConfig::default();
             change(&mut c);
-            c.validate().unwrap_err()
+            c.validate().unwrap_err().to_string()
         };
         assert!(bad(|c| c.openai = "api.openai.com/v1".into()).starts_with("proxy.openai: "));
         assert!(bad(|c| c.anthropic = "https://".into()).starts_with("proxy.anthropic: "));
@@ -88,5 +96,11 @@ mod tests {
             bad(|c| c.compaction_timeout_secs = 0.0).starts_with("proxy.compaction_timeout_secs: ")
         );
         assert!(bad(|c| c.compaction_timeout_secs = f64::NAN).contains("positive"));
+        let no_host = ProxyConfig {
+            openai: "https://".into(),
+            ..ProxyConfig::default()
+        };
+        let e = no_host.validate().unwrap_err();
+        assert_eq!((e.table, e.key), ("proxy", "openai"), "{e}");
     }
 }

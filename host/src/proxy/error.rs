@@ -33,7 +33,7 @@ impl ProxyError {
 
     /// A `tamp serve` error (a body too large or too slow) on a provider's route.
     pub fn from_api(e: ApiError) -> Self {
-        Self::new(e.status, e.code, e.message)
+        Self::new(e.status, e.code.as_str(), e.message)
     }
 
     /// The answer, in `provider`'s error shape.

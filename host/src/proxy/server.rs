@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::chain::FileOverrides;
 use crate::serve::active::ActiveChain;
-use crate::serve::api::{self, ApiError, Gate, InFlight, PageQuery};
+use crate::serve::api::{self, ApiError, ApiErrorCode, Gate, InFlight, PageQuery};
 use crate::serve::metrics::Metrics;
 use crate::serve::reload::{self, ChainSlot};
 use crate::serve::{self as serve_mod};
@@ -164,14 +164,14 @@ async fn page(
     let Path(id) = id.map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            ApiErrorCode::InvalidRequest,
             format!("page id: {}", e.body_text()),
         )
     })?;
     let Query(query) = query.map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "invalid_request",
+            ApiErrorCode::InvalidRequest,
             format!("query: {}", e.body_text()),
         )
     })?;
@@ -207,7 +207,7 @@ async fn proxy_request(State(state): State<Arc<ProxyState>>, request: Request) -
     if path == "/tamp" || path.starts_with("/tamp/") {
         return ApiError::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ApiErrorCode::NotFound,
             format!(
                 "no route {} {path}; tamp's routes: GET /tamp/v1/pages/{{id}}, GET \
                  /tamp/healthz, GET /tamp/metrics (every other path goes upstream)",

@@ -125,7 +125,7 @@ impl Gate {
             read = tokio::time::timeout(self.body_timeout, read) => read.unwrap_or_else(|_| {
                 Err(ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
-                    "body_timeout",
+                    ApiErrorCode::BodyTimeout,
                     format!(
                         "the request body did not arrive within {} (tamp serve \
                          --body-timeout-secs)",
@@ -135,7 +135,7 @@ impl Gate {
             }),
             () = stopped => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "shutting_down",
+                ApiErrorCode::ShuttingDown,
                 "the server is shutting down; send the request again (to it once restarted, \
                  or to another replica)",
             )),
@@ -188,20 +188,82 @@ impl Drop for InFlightGuard {
     }
 }
 
+/// An error answer's stable `code`; [`ApiErrorCode::as_str`] is its text in the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiErrorCode {
+    InvalidRequest,
+    InvalidConversation,
+    BodyTooLarge,
+    BodyTimeout,
+    UriTooLong,
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    UnsupportedMediaType,
+    Overloaded,
+    ShuttingDown,
+    StoreUnavailable,
+    InternalError,
+}
+
+impl ApiErrorCode {
+    pub const ALL: [ApiErrorCode; 13] = [
+        ApiErrorCode::InvalidRequest,
+        ApiErrorCode::InvalidConversation,
+        ApiErrorCode::BodyTooLarge,
+        ApiErrorCode::BodyTimeout,
+        ApiErrorCode::UriTooLong,
+        ApiErrorCode::Unauthorized,
+        ApiErrorCode::NotFound,
+        ApiErrorCode::MethodNotAllowed,
+        ApiErrorCode::UnsupportedMediaType,
+        ApiErrorCode::Overloaded,
+        ApiErrorCode::ShuttingDown,
+        ApiErrorCode::StoreUnavailable,
+        ApiErrorCode::InternalError,
+    ];
+
+    /// The code as the body writes it (`invalid_request`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiErrorCode::InvalidRequest => "invalid_request",
+            ApiErrorCode::InvalidConversation => "invalid_conversation",
+            ApiErrorCode::BodyTooLarge => "body_too_large",
+            ApiErrorCode::BodyTimeout => "body_timeout",
+            ApiErrorCode::UriTooLong => "uri_too_long",
+            ApiErrorCode::Unauthorized => "unauthorized",
+            ApiErrorCode::NotFound => "not_found",
+            ApiErrorCode::MethodNotAllowed => "method_not_allowed",
+            ApiErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ApiErrorCode::Overloaded => "overloaded",
+            ApiErrorCode::ShuttingDown => "shutting_down",
+            ApiErrorCode::StoreUnavailable => "store_unavailable",
+            ApiErrorCode::InternalError => "internal_error",
+        }
+    }
+
+    /// Whether the same request may succeed in a moment: the answer says `retry-after`.
+    fn is_momentary(self) -> bool {
+        matches!(self, ApiErrorCode::Overloaded | ApiErrorCode::ShuttingDown)
+    }
+}
+
+impl std::fmt::Display for ApiErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// An error answer. `code` is stable; `message` is for people.
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    /// `invalid_request`, `invalid_conversation`, `body_too_large`, `body_timeout`,
-    /// `uri_too_long`, `unauthorized`, `not_found`, `method_not_allowed`,
-    /// `unsupported_media_type`, `overloaded`, `shutting_down`, `store_unavailable`,
-    /// `internal_error`.
-    pub code: &'static str,
+    pub code: ApiErrorCode,
     pub message: String,
 }
 
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: ApiErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -210,13 +272,17 @@ impl ApiError {
     }
 
     fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ApiErrorCode::InvalidRequest,
+            message,
+        )
     }
 
     fn body_too_large(max_body: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            ApiErrorCode::BodyTooLarge,
             format!(
                 "the request body is larger than the server's limit of {max_body} bytes \
                  (tamp serve --max-body)"
@@ -227,14 +293,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = json!({"error": {"code": self.code.as_str(), "message": self.message}});
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        if matches!(self.code, "overloaded" | "shutting_down") {
+        if self.code.is_momentary() {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -329,7 +395,7 @@ async fn limit(
     if target > MAX_URI_BYTES {
         return Err(ApiError::new(
             StatusCode::URI_TOO_LONG,
-            "uri_too_long",
+            ApiErrorCode::UriTooLong,
             format!("the request target is {target} bytes; the limit is {MAX_URI_BYTES}"),
         ));
     }
@@ -342,7 +408,7 @@ async fn limit(
     let Ok(permit) = Arc::clone(&gate.permits).try_acquire_owned() else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
+            ApiErrorCode::Overloaded,
             format!(
                 "the server is answering {} requests already (tamp serve --max-concurrent); \
                  retry later",
@@ -393,13 +459,13 @@ async fn authorize(
     match given {
         None => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ApiErrorCode::Unauthorized,
             "missing bearer token: send `Authorization: Bearer <token>`",
         )),
         Some(token) if !constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
             Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "unauthorized",
+                ApiErrorCode::Unauthorized,
                 "wrong bearer token",
             ))
         }
@@ -425,7 +491,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
-        "not_found",
+        ApiErrorCode::NotFound,
         format!(
             "no route {} {}; routes: POST /v1/compact, GET /v1/pages/{{id}}, GET /v1/chain, \
              GET /healthz, GET /metrics",
@@ -438,7 +504,7 @@ async fn not_found(request: Request) -> ApiError {
 pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ApiErrorCode::MethodNotAllowed,
         format!(
             "{} is not allowed on {}",
             request.method(),
@@ -459,7 +525,7 @@ pub(crate) fn health_answer(slot: &ChainSlot) -> Response {
         Ok(()) => Json(json!({"status": "ok"})).into_response(),
         Err(e) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
+            ApiErrorCode::StoreUnavailable,
             e.to_string(),
         )
         .into_response(),
@@ -558,7 +624,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     };
     Err(ApiError::new(
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "unsupported_media_type",
+        ApiErrorCode::UnsupportedMediaType,
         format!("POST /v1/compact takes `Content-Type: application/json`; {given}"),
     ))
 }
@@ -589,24 +655,11 @@ async fn compact(
         let _guard = guard;
         let _permit = permit;
         let (conversation, format, options) = request.into_parts(active.chain.budget())?;
-        let compacted =
-            active
-                .chain
-                .compact(conversation, &options)
-                .await
-                .map_err(|e| match e {
-                    ChainError::InvalidInput(w) => ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "invalid_conversation",
-                        conversation_error(&w),
-                    ),
-                    ChainError::InvalidBudget(message) => ApiError::invalid_request(message),
-                    other => ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "internal_error",
-                        other.to_string(),
-                    ),
-                })?;
+        let compacted = active
+            .chain
+            .compact(conversation, &options)
+            .await
+            .map_err(compaction_error)?;
         metrics.compaction(&compacted.report);
         // Written by the wire writer, not through `Value`: what tamp does not interpret
         // reaches the client as the exact text it sent.
@@ -628,19 +681,65 @@ async fn compact(
     let result = task.await.unwrap_or_else(|e| {
         Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            ApiErrorCode::InternalError,
             format!("the compaction task failed: {e}"),
         ))
     });
     match result {
         Ok(body) => Ok(json_answer(body)),
         Err(e) => {
-            state.metrics.compaction_failed(match e.code {
-                "internal_error" => "error",
-                _ => "invalid",
-            });
+            // The server's failures (a store that failed too) are errors; the rest are the
+            // caller's.
+            state
+                .metrics
+                .compaction_failed(if e.status.is_server_error() {
+                    "error"
+                } else {
+                    "invalid"
+                });
             Err(e)
         }
+    }
+}
+
+/// The answer to a compaction the chain refused or could not do: the caller's mistakes are
+/// 400, a store that failed is the store's answer (503 when it cannot be reached), the rest
+/// 500.
+fn compaction_error(e: ChainError) -> ApiError {
+    match e {
+        ChainError::InvalidInput(w) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ApiErrorCode::InvalidConversation,
+            conversation_error(&w),
+        ),
+        ChainError::InvalidBudget(e) => ApiError::invalid_request(e.to_string()),
+        ChainError::Store(e) => store_failure(e),
+        other => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ApiErrorCode::InternalError,
+            other.to_string(),
+        ),
+    }
+}
+
+/// A store error as an answer: a page that is not there is 404; a database or file that
+/// cannot be reached is 503, worth retrying (on another replica, or once it is back),
+/// unlike a corrupt page or a schema from a newer tamp (500).
+fn store_failure(e: StoreError) -> ApiError {
+    match e {
+        e if e.is_not_found() => {
+            ApiError::new(StatusCode::NOT_FOUND, ApiErrorCode::NotFound, e.to_string())
+        }
+        StoreError::Backend { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ApiErrorCode::StoreUnavailable,
+            e.to_string(),
+        ),
+        e => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ApiErrorCode::InternalError,
+            e.to_string(),
+        ),
     }
 }
 
@@ -688,7 +787,7 @@ impl CompactBody {
             .map_err(|e| {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
-                    "invalid_conversation",
+                    ApiErrorCode::InvalidConversation,
                     conversation_error(&e),
                 )
             })?;
@@ -703,7 +802,9 @@ impl CompactBody {
             budget.high_watermark = o.high_watermark.unwrap_or(budget.high_watermark);
             budget.low_watermark = o.low_watermark.unwrap_or(budget.low_watermark);
         }
-        budget.validate().map_err(ApiError::invalid_request)?;
+        budget
+            .validate()
+            .map_err(|e| ApiError::invalid_request(e.to_string()))?;
         let options = CompactOptions {
             format: Some(format),
             force: self.force,
@@ -742,24 +843,12 @@ pub(crate) async fn page_answer(
     format: Option<String>,
 ) -> Result<Response, ApiError> {
     let active = slot.current();
-    let stored = active.chain.store().get_page(id).await.map_err(|e| {
-        match e {
-            e if e.is_not_found() => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
-            }
-            // The database or file cannot be reached: worth retrying, unlike a corrupt page.
-            StoreError::Backend { .. } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store_unavailable",
-                e.to_string(),
-            ),
-            e => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                e.to_string(),
-            ),
-        }
-    })?;
+    let stored = active
+        .chain
+        .store()
+        .get_page(id)
+        .await
+        .map_err(store_failure)?;
     let format = format
         .or(stored.source_format.clone())
         .unwrap_or_else(|| "anthropic".into());
@@ -781,7 +870,7 @@ mod tests {
     fn body_errors_name_the_field() {
         let e = parse_compact_body(br#"{"conversation": {}, "budget": {"max_tokens": "x"}}"#)
             .unwrap_err();
-        assert_eq!(e.code, "invalid_request");
+        assert_eq!(e.code, ApiErrorCode::InvalidRequest);
         assert!(
             e.message.starts_with("budget.max_tokens: "),
             "{}",
@@ -795,6 +884,90 @@ mod tests {
         assert!(e.message.starts_with("format: "), "{}", e.message);
     }
 
+    #[tokio::test]
+    async fn an_error_body_writes_its_code_as_text_and_momentary_ones_say_retry_after() {
+        let names: Vec<&str> = ApiErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        // The codes the docs list, in their spelling.
+        for name in [
+            "invalid_request",
+            "invalid_conversation",
+            "body_too_large",
+            "body_timeout",
+            "uri_too_long",
+            "unauthorized",
+            "not_found",
+            "method_not_allowed",
+            "unsupported_media_type",
+            "overloaded",
+            "shutting_down",
+            "store_unavailable",
+            "internal_error",
+        ] {
+            assert!(names.contains(&name), "{name}");
+        }
+        assert_eq!(names.len(), 13);
+        for code in ApiErrorCode::ALL {
+            let response =
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, "m").into_response();
+            let retry = response.headers().contains_key(header::RETRY_AFTER);
+            assert_eq!(
+                retry,
+                matches!(code, ApiErrorCode::Overloaded | ApiErrorCode::ShuttingDown),
+                "{code}"
+            );
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                body,
+                json!({"error": {"code": code.as_str(), "message": "m"}})
+            );
+        }
+    }
+
+    #[test]
+    fn a_failing_store_is_the_servers_fault_not_the_callers() {
+        let unreachable = StoreError::Backend {
+            location: "/srv/tamp/store.sqlite3".into(),
+            operation: "open".into(),
+            detail: "unable to open database file".into(),
+        };
+        let e = compaction_error(ChainError::Store(unreachable.clone()));
+        assert_eq!(
+            (e.status, e.code),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ApiErrorCode::StoreUnavailable
+            )
+        );
+        assert_eq!(e.message, unreachable.to_string());
+        let corrupt = StoreError::UnsupportedSchema {
+            location: "/srv/tamp/store.sqlite3".into(),
+            found: 9,
+            supported: 3,
+        };
+        let e = compaction_error(ChainError::Store(corrupt));
+        assert_eq!(
+            (e.status, e.code),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ApiErrorCode::InternalError
+            )
+        );
+        // The caller's mistakes stay 400.
+        let budget = crate::config::BudgetConfig {
+            max_tokens: 0,
+            ..Default::default()
+        };
+        let e = compaction_error(ChainError::InvalidBudget(budget.validate().unwrap_err()));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::BAD_REQUEST, ApiErrorCode::InvalidRequest)
+        );
+        assert_eq!(e.message, "budget.max_tokens: must be greater than 0");
+    }
+
     #[test]
     fn conversation_errors_are_located_from_the_body_root() {
         let body = parse_compact_body(
@@ -804,7 +977,7 @@ mod tests {
         let e = body
             .into_parts(&crate::config::BudgetConfig::default())
             .unwrap_err();
-        assert_eq!(e.code, "invalid_conversation");
+        assert_eq!(e.code, ApiErrorCode::InvalidConversation);
         assert!(
             e.message.starts_with("conversation.messages[0]"),
             "{}",
@@ -827,7 +1000,7 @@ mod tests {
     #[test]
     fn invalid_utf8_in_a_body_is_located_by_byte_offset() {
         let e = parse_compact_body(b"{\"conversation\": {\"messages\": \"ab\xff\"}}").unwrap_err();
-        assert_eq!(e.code, "invalid_request");
+        assert_eq!(e.code, ApiErrorCode::InvalidRequest);
         assert!(e.message.contains("byte offset 33"), "{}", e.message);
     }
 
@@ -853,7 +1026,7 @@ mod tests {
         assert!(require_json(&with("Application/JSON ; charset=utf-8")).is_ok());
         let e = require_json(&with("text/plain;charset=UTF-8")).unwrap_err();
         assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-        assert_eq!(e.code, "unsupported_media_type");
+        assert_eq!(e.code, ApiErrorCode::UnsupportedMediaType);
         assert!(e.message.contains("text/plain"), "{}", e.message);
         assert!(require_json(&with("application/jsonx")).is_err());
         assert!(require_json(&HeaderMap::new())
@@ -889,7 +1062,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             (e.status, e.code),
-            (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+            (StatusCode::PAYLOAD_TOO_LARGE, ApiErrorCode::BodyTooLarge)
         );
 
         let started = std::time::Instant::now();
@@ -899,7 +1072,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             (e.status, e.code),
-            (StatusCode::REQUEST_TIMEOUT, "body_timeout")
+            (StatusCode::REQUEST_TIMEOUT, ApiErrorCode::BodyTimeout)
         );
         assert!(started.elapsed() < Duration::from_secs(5));
 
@@ -917,7 +1090,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             (e.status, e.code),
-            (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+            (StatusCode::SERVICE_UNAVAILABLE, ApiErrorCode::ShuttingDown)
         );
         let response = e.into_response();
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");

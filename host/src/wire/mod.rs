@@ -99,6 +99,10 @@ pub struct WireError {
     /// Where in the request, like `messages[14].content[1]`; empty for the whole request.
     pub path: String,
     pub message: String,
+    /// The message at fault, by its position in the conversation's message list, when the
+    /// error is about one (the tool-pairing checks set it; `path` may count from the wire's
+    /// `messages` instead, which lacks an Anthropic `system`).
+    pub message_index: Option<usize>,
 }
 
 impl WireError {
@@ -106,6 +110,15 @@ impl WireError {
         WireError {
             path: path.into(),
             message: message.into(),
+            message_index: None,
+        }
+    }
+
+    /// The same error, about message `index` of the message list.
+    pub fn at_message(self, index: usize) -> Self {
+        WireError {
+            message_index: Some(index),
+            ..self
         }
     }
 }

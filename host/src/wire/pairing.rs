@@ -197,7 +197,7 @@ fn block(messages: &[Message], (i, j): (usize, usize)) -> &ContentBlock {
 
 fn check_anthropic(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<(), WireError> {
     let err = |at: (usize, usize), message: String| {
-        Err(WireError::new(loc.block(messages, at.0, at.1), message))
+        Err(WireError::new(loc.block(messages, at.0, at.1), message).at_message(at.0))
     };
     let mut seen_uses: HashSet<&str> = HashSet::new();
     for (ti, turn) in turns.iter().enumerate() {
@@ -272,7 +272,7 @@ struct Pending<'a> {
 
 fn check_openai(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<(), WireError> {
     let err = |at: (usize, usize), message: String| {
-        Err(WireError::new(loc.block(messages, at.0, at.1), message))
+        Err(WireError::new(loc.block(messages, at.0, at.1), message).at_message(at.0))
     };
     let unanswered = |pending: &Pending| -> Result<(), WireError> {
         match pending.calls.iter().find(|c| !c.2) {
