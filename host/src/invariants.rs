@@ -266,9 +266,7 @@ pub fn check_order(input: &[Message], output: &[Message]) -> Result<Walk, Violat
             .at_message(j));
         } else if message.summary_info().is_some() {
             // A new summary.
-        } else if let Some(k) =
-            (next..input.len()).find(|&k| clearing_candidate(&input[k], message))
-        {
+        } else if let Some(k) = clearing_original(&input[next..], message).map(|k| next + k) {
             let page = check_clearing(&input[k], message).map_err(|e| {
                 Violation::new(
                     Rule::ClearingKeepsStructure,
@@ -293,26 +291,32 @@ pub fn check_order(input: &[Message], output: &[Message]) -> Result<Walk, Violat
     Ok(walk)
 }
 
-/// Whether `changed`, a message new to the output, looks made from `original` in place (so
-/// that it is judged as a clearing, by TAMP-INV-10, rather than as an invention): the same
-/// role, and either a tool id in common or the same kinds of blocks in the same order.
-fn clearing_candidate(original: &Message, changed: &Message) -> bool {
-    if original.role != changed.role || original.is_summary() {
-        return false;
-    }
-    let original_ids = tool_ids(original);
-    if original_ids.is_empty() {
-        return false;
-    }
+/// The input message `changed`, a message new to the output, looks made from in place (so that
+/// it is judged as a clearing, by TAMP-INV-10, rather than as an invention), among `after`
+/// (the input messages not yet matched): the first of the same role with a tool id in common;
+/// else the first of the same role with tool ids and the same kinds of blocks in the same
+/// order. The id comes first: when a span before the original was summarized, the first
+/// message of that span can have the same kinds of blocks, and judging the clearing against
+/// it would blame the plugin for a changed tool id it never changed.
+fn clearing_original(after: &[Message], changed: &Message) -> Option<usize> {
+    let eligible = |original: &Message| {
+        original.role == changed.role && !original.is_summary() && !tool_ids(original).is_empty()
+    };
     let changed_ids = tool_ids(changed);
-    let shares_an_id = original_ids.iter().any(|id| changed_ids.contains(id));
-    let same_kinds = original.content.len() == changed.content.len()
-        && original
-            .content
-            .iter()
-            .zip(changed.content.iter())
-            .all(|(x, y)| std::mem::discriminant(x) == std::mem::discriminant(y));
-    shares_an_id || same_kinds
+    let shares_an_id =
+        |original: &Message| tool_ids(original).iter().any(|id| changed_ids.contains(id));
+    let same_kinds = |original: &Message| {
+        original.content.len() == changed.content.len()
+            && original
+                .content
+                .iter()
+                .zip(changed.content.iter())
+                .all(|(x, y)| std::mem::discriminant(x) == std::mem::discriminant(y))
+    };
+    after
+        .iter()
+        .position(|m| eligible(m) && shares_an_id(m))
+        .or_else(|| after.iter().position(|m| eligible(m) && same_kinds(m)))
 }
 
 /// The ids of the tool calls a message makes and answers.
