@@ -330,7 +330,16 @@ fn plugin_test_dependencies(package: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(tamp_e2e::workspace_root())
-        .args(["tree", "--offline", "-e", "normal,dev", "--prefix", "none", "-p", package])
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal,dev",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
         .output()
         .expect("run cargo tree");
     assert!(
@@ -349,8 +358,16 @@ fn plugin_test_dependencies(package: &str) -> Vec<String> {
 fn a_plugin_tested_with_the_kit_compiles_no_http_or_postgres_stack() {
     let deps = plugin_test_dependencies("tamp-custom-strategy");
     // The kit and the host core are there (the tree is not empty by mistake) ...
-    for wanted in ["tamp-conformance", "tamp-host", "tamp-plugin-api", "rusqlite"] {
-        assert!(deps.iter().any(|d| d == wanted), "{wanted} missing: {deps:?}");
+    for wanted in [
+        "tamp-conformance",
+        "tamp-host",
+        "tamp-plugin-api",
+        "rusqlite",
+    ] {
+        assert!(
+            deps.iter().any(|d| d == wanted),
+            "{wanted} missing: {deps:?}"
+        );
     }
     // ... and no HTTP server, HTTP client, TLS stack or PostgreSQL driver.
     for unwanted in [
