@@ -562,10 +562,6 @@ impl PageStore for SqliteStore {
     fn check_alive(&self) -> Result<(), StoreError> {
         self.inner.check_file("keep pages")
     }
-
-    fn deferred_queue(&self) -> Option<Arc<dyn super::queue::DeferredQueue>> {
-        Some(Arc::new(self.clone()))
-    }
 }
 
 /// Range keys looked up per query: well under SQLite's bound on parameters.
