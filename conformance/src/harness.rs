@@ -23,7 +23,7 @@ use tamp_host::invariants::{stage_violations, Violation};
 use tamp_host::loader::LoadedPlugin;
 use tamp_host::providers::{ExtractiveSummarizer, Provider, ProviderError, ProviderErrorKind};
 use tamp_host::services::{HostContext, StageIdentity, StageServices};
-use tamp_host::store::{NewPage, PageStore, SqliteStore};
+use tamp_host::store::{DeferredQueue, NewPage, PageStore, SqliteStore};
 use tamp_host::tokens::TokenCounter;
 
 /// What the kit's LLM answers.
@@ -255,8 +255,11 @@ impl Harness {
         case: &Case,
         provider: Arc<KitProvider>,
     ) -> Run {
-        let store: Arc<dyn PageStore> =
-            Arc::new(SqliteStore::in_memory().expect("an in-memory SQLite store opens"));
+        let sqlite = Arc::new(SqliteStore::in_memory().expect("an in-memory SQLite store opens"));
+        // The store's own queue: a plugin that defers summaries is checked as a host with a
+        // store would run it.
+        let queue: Arc<dyn DeferredQueue> = Arc::clone(&sqlite) as Arc<dyn DeferredQueue>;
+        let store: Arc<dyn PageStore> = sqlite;
         let mut pages = HashMap::new();
         for page in &case.prior_pages {
             let id = store
@@ -277,6 +280,7 @@ impl Harness {
             provider: provider.clone(),
             store: Arc::clone(&store),
             cache: None,
+            queue: Some(queue),
             tokens: Arc::clone(&self.tokens),
             llm_permits: Arc::new(Semaphore::new(64)),
             llm_timeout: self.timeout,

@@ -24,7 +24,7 @@ use crate::loader::{load_trusted, resolve_plugin, LoadError, LoadedPlugin, Plugi
 use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
 use crate::store::cache::config_hash;
-use crate::store::{PageStore, SqliteStore, SummaryCache};
+use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
 use crate::threads::{
     common_prefix, continuation, prefix_hashes, ThreadKey, ThreadReport, ThreadState, ThreadStore,
     ThreadsConfig,
@@ -251,6 +251,9 @@ pub struct ChainBuilder {
     /// `None`: the default (a cache in the built-in store when no store is given);
     /// `Some(None)`: no cache.
     cache: Option<Option<Arc<dyn SummaryCache>>>,
+    /// `None`: the default (the built-in store's queue when no store is given);
+    /// `Some(None)`: no queue.
+    queue: Option<Option<Arc<dyn DeferredQueue>>>,
     price: Option<PriceConfig>,
     tokens: Option<Arc<TokenCounter>>,
     llm_concurrency: usize,
@@ -267,6 +270,7 @@ impl ChainBuilder {
             provider: Arc::new(ExtractiveSummarizer::default()),
             store: None,
             cache: None,
+            queue: None,
             price: None,
             tokens: None,
             llm_concurrency: 16,
@@ -298,6 +302,16 @@ impl ChainBuilder {
     /// in-memory store caches in it, and a chain given a store has no cache.
     pub fn cache(mut self, cache: Option<Arc<dyn SummaryCache>>) -> Self {
         self.cache = Some(cache);
+        self
+    }
+
+    /// The deferred queue (`None`: no queue, so plugins are offered no deferred summaries).
+    /// Without this call, a chain with the built-in in-memory store queues in it, and a chain
+    /// given a store has no queue: the store's pages and its queue are handed over apart, as
+    /// [`Store`](crate::store::Store) holds them, so that a wrapped or stand-in page store
+    /// does not decide whether deferred work is possible.
+    pub fn queue(mut self, queue: Option<Arc<dyn DeferredQueue>>) -> Self {
+        self.queue = Some(queue);
         self
     }
 
@@ -366,15 +380,19 @@ impl ChainBuilder {
         if let Some((_, config)) = &self.threads {
             config.validate().map_err(ChainError::Setup)?;
         }
-        let (store, cache): (Arc<dyn PageStore>, Option<Arc<dyn SummaryCache>>) = match self.store {
-            Some(store) => (store, self.cache.flatten()),
+        let (store, cache, queue) = match self.store {
+            Some(store) => (store, self.cache.flatten(), self.queue.flatten()),
             None => {
                 let built_in = Arc::new(SqliteStore::in_memory().map_err(ChainError::Store)?);
                 let cache = match self.cache {
                     Some(explicit) => explicit,
                     None => Some(Arc::clone(&built_in) as Arc<dyn SummaryCache>),
                 };
-                (built_in, cache)
+                let queue = match self.queue {
+                    Some(explicit) => explicit,
+                    None => Some(Arc::clone(&built_in) as Arc<dyn DeferredQueue>),
+                };
+                (built_in as Arc<dyn PageStore>, cache, queue)
             }
         };
         let tokens = match self.tokens {
@@ -391,6 +409,7 @@ impl ChainBuilder {
                 provider: self.provider,
                 store,
                 cache,
+                queue,
                 tokens,
                 llm_permits: Arc::new(Semaphore::new(self.llm_concurrency)),
                 llm_timeout: self.llm_timeout,
@@ -516,6 +535,7 @@ impl Chain {
             .threads(store.threads, cfg.threads)
             .store(store.pages)
             .cache(cache)
+            .queue(Some(store.queue))
             .tokens(Arc::new(tokens))
             .llm_concurrency(cfg.provider.max_concurrency)
             .llm_timeout(cfg.provider.overall_timeout());
@@ -579,6 +599,11 @@ impl Chain {
 
     pub fn store(&self) -> &Arc<dyn PageStore> {
         &self.ctx.store
+    }
+
+    /// The deferred queue this chain's stages queue into, when it has one.
+    pub fn queue(&self) -> Option<&Arc<dyn DeferredQueue>> {
+        self.ctx.queue.as_ref()
     }
 
     /// Runs the chain on `conversation`, or, with `options.thread_continuity`, on the
@@ -1045,6 +1070,7 @@ impl StageRun {
 mod tests {
     use super::*;
     use serde_json::json;
+    use tamp_plugin_api::{capability, HostServices};
 
     fn schema() -> serde_json::Value {
         json!({
@@ -1130,5 +1156,45 @@ mod tests {
             Err(other) => panic!("not a store error: {other:?}"),
             Ok(_) => panic!("the store opened"),
         }
+    }
+
+    fn offers_deferred_summaries(chain: &Chain) -> bool {
+        let services =
+            StageServices::new(Arc::clone(&chain.ctx), StageIdentity::default(), None, None);
+        services
+            .capabilities()
+            .iter()
+            .any(|c| c.as_str() == capability::DEFERRED_SUMMARIES)
+    }
+
+    #[test]
+    fn the_queue_is_the_built_in_stores_or_the_one_given_and_decides_the_capability() {
+        let built_in = ChainBuilder::new(BudgetConfig::default()).build().unwrap();
+        assert!(built_in.queue().is_some());
+        assert!(offers_deferred_summaries(&built_in));
+
+        let store = Arc::new(SqliteStore::in_memory().unwrap());
+        // A store without a queue: its pages only, as a stand-in store or a test gives it.
+        let pages_only = ChainBuilder::new(BudgetConfig::default())
+            .store(Arc::clone(&store) as Arc<dyn PageStore>)
+            .build()
+            .unwrap();
+        assert!(pages_only.queue().is_none());
+        assert!(!offers_deferred_summaries(&pages_only));
+
+        let with_queue = ChainBuilder::new(BudgetConfig::default())
+            .store(Arc::clone(&store) as Arc<dyn PageStore>)
+            .queue(Some(store as Arc<dyn DeferredQueue>))
+            .build()
+            .unwrap();
+        assert!(with_queue.queue().is_some());
+        assert!(offers_deferred_summaries(&with_queue));
+
+        let refused = ChainBuilder::new(BudgetConfig::default())
+            .queue(None)
+            .build()
+            .unwrap();
+        assert!(refused.queue().is_none());
+        assert!(!offers_deferred_summaries(&refused));
     }
 }

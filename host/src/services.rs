@@ -25,7 +25,8 @@ use tokio::sync::Semaphore;
 use crate::providers::Provider;
 use crate::store::cache::CacheKey;
 use crate::store::{
-    CacheScope, NewDeferred, NewPage, PageStore, QueueState, StoreError, SummaryCache, Written,
+    CacheScope, DeferredQueue, NewDeferred, NewPage, PageStore, QueueState, StoreError,
+    SummaryCache, Written,
 };
 use crate::tokens::TokenCounter;
 use crate::wire::WireFormat;
@@ -39,6 +40,9 @@ pub struct HostContext {
     pub store: Arc<dyn PageStore>,
     /// The summary cache; `None` when `[cache] enabled = false`.
     pub cache: Option<Arc<dyn SummaryCache>>,
+    /// Where deferred summaries are queued; `None`: the host offers no deferred summaries
+    /// (plugins see no `deferred-summaries` capability and `defer_summaries` is refused).
+    pub queue: Option<Arc<dyn DeferredQueue>>,
     pub tokens: Arc<TokenCounter>,
     /// The provider's concurrency limit, shared by every compaction using this chain.
     pub llm_permits: Arc<Semaphore>,
@@ -274,7 +278,7 @@ impl StageServices {
                 .map(|id| DeferredState::unknown(id.as_str()))
                 .collect()
         };
-        let Some(queue) = self.0.ctx.store.deferred_queue() else {
+        let Some(queue) = self.0.ctx.queue.clone() else {
             return unknown(&ids);
         };
         let found = AssertUnwindSafe(queue.lookup(self.0.strategy.clone(), ids.clone()))
@@ -394,7 +398,7 @@ impl HostServices for StageServices {
     fn capabilities(&self) -> FfiVec<FfiString> {
         let ctx = &self.0.ctx;
         let mut offered = Vec::new();
-        if ctx.store.deferred_queue().is_some() {
+        if ctx.queue.is_some() {
             // The worker fills page-transcript prompts in (`deferred::render`).
             offered.push(capability::DEFERRED_SUMMARIES);
             offered.push(capability::PAGE_TRANSCRIPT_PROMPTS_V1);
@@ -568,7 +572,7 @@ impl HostServices for StageServices {
         async move {
             contained("deferred queue", async {
                 let host_error = |m: String| PluginError::new(ErrorKind::Host, m);
-                let queue = this.0.ctx.store.deferred_queue().ok_or_else(|| {
+                let queue = this.0.ctx.queue.clone().ok_or_else(|| {
                     host_error(format!(
                         "the page store {} keeps no deferred queue",
                         this.0.ctx.store.describe()

@@ -79,6 +79,7 @@ fn main() {
     )
     .keep_recent(KEEP_RECENT)
     .store(Arc::clone(&store) as Arc<dyn PageStore>)
+    .queue_in(Arc::clone(&store) as Arc<dyn DeferredQueue>)
     .build();
     let mut deferred_ms = Vec::new();
     let mut stage_ms = Vec::new();
@@ -116,13 +117,15 @@ fn main() {
 
     // The same on an in-memory store: the difference is the durable writes (one SQLite
     // commit of the pages and their queued requests, an fsync of the pages' size).
+    let memory = Arc::new(SqliteStore::in_memory().unwrap());
     let in_memory = StageChain::new(
         "tamp_batch_deferred",
         json!({"compact_when": "always"}),
         Arc::new(ScriptedProvider::always("never called")),
     )
     .keep_recent(KEEP_RECENT)
-    .store(Arc::new(SqliteStore::in_memory().unwrap()) as Arc<dyn PageStore>)
+    .store(Arc::clone(&memory) as Arc<dyn PageStore>)
+    .queue_in(memory as Arc<dyn DeferredQueue>)
     .build();
     let mut memory_ms = Vec::new();
     rt.block_on(async {

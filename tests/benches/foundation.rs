@@ -69,6 +69,7 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
         provider: Arc::new(ScriptedProvider::always("unused")),
         store: Arc::new(SqliteStore::in_memory().unwrap()),
         cache: None,
+        queue: None,
         tokens: Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()),
         llm_permits: Arc::new(Semaphore::new(16)),
         llm_timeout: Duration::from_secs(10),

@@ -149,6 +149,7 @@ fn plugin_time(
         provider: Arc::new(ScriptedProvider::always("unused")),
         store: Arc::new(SqliteStore::in_memory().expect("store")),
         cache: None,
+        queue: None,
         tokens,
         llm_permits: Arc::new(Semaphore::new(16)),
         llm_timeout: Duration::from_secs(10),

@@ -860,8 +860,8 @@ fn tamp_serve_runs_the_worker_and_reports_it_in_metrics() {
     assert_eq!(mock.creates(), 1);
 }
 
-/// The deferred stage on a file store, compacting on every call.
-fn deferring_stage(store: Arc<dyn PageStore>) -> Chain {
+/// The deferred stage on a file store and its queue, compacting on every call.
+fn deferring_stage(store: Arc<dyn PageStore>, queue: Arc<dyn DeferredQueue>) -> Chain {
     tamp_e2e::StageChain::new(
         "tamp_batch_deferred",
         serde_json::json!({"compact_when": "always"}),
@@ -871,6 +871,7 @@ fn deferring_stage(store: Arc<dyn PageStore>) -> Chain {
     )
     .keep_recent(4)
     .store(store)
+    .queue_in(queue)
     .build()
 }
 
@@ -879,7 +880,7 @@ async fn a_compaction_writes_its_pages_and_their_requests_in_one_commit_before_i
     let dir = scratch_dir("bd-one-commit");
     let path = dir.join("store.sqlite3");
     let store = Arc::new(SqliteStore::open(&path).unwrap());
-    let chain = deferring_stage(store.clone());
+    let chain = deferring_stage(store.clone(), store.clone());
     let out = chain
         .compact(conversation(40, "one-commit"), &CompactOptions::default())
         .await
@@ -950,10 +951,6 @@ impl PageStore for UnwritablePages {
     fn describe(&self) -> String {
         "unwritable test store".into()
     }
-
-    fn deferred_queue(&self) -> Option<Arc<dyn DeferredQueue>> {
-        self.0.deferred_queue()
-    }
 }
 
 fn disk_full() -> tamp_host::store::StoreError {
@@ -966,7 +963,8 @@ fn disk_full() -> tamp_host::store::StoreError {
 
 #[tokio::test]
 async fn a_stage_whose_pages_cannot_be_written_is_rolled_back_and_the_conversation_kept() {
-    let chain = deferring_stage(Arc::new(UnwritablePages(SqliteStore::in_memory().unwrap())));
+    let store = SqliteStore::in_memory().unwrap();
+    let chain = deferring_stage(Arc::new(UnwritablePages(store.clone())), Arc::new(store));
     let input = conversation(40, "unwritable");
     let out = chain
         .compact(input.clone(), &CompactOptions::default())

@@ -821,7 +821,6 @@ fn open_shares_one_pool_per_url_and_size_and_works_with_or_without_a_runtime() {
                 .as_slice(),
             messages("sync").as_slice()
         );
-        assert!(store.pages.deferred_queue().is_some());
         assert_eq!(store.queue.status().await.unwrap().queued, 0);
         drop(store);
     });

@@ -234,6 +234,7 @@ pub struct StageChain {
     store: Option<std::sync::Arc<dyn tamp_host::store::PageStore>>,
     cache: bool,
     cache_store: Option<std::sync::Arc<dyn tamp_host::store::SummaryCache>>,
+    queue: Option<std::sync::Arc<dyn tamp_host::store::DeferredQueue>>,
 }
 
 impl StageChain {
@@ -254,6 +255,7 @@ impl StageChain {
             store: None,
             cache: true,
             cache_store: None,
+            queue: None,
         }
     }
 
@@ -267,6 +269,14 @@ impl StageChain {
     /// a chain given a store does not).
     pub fn without_cache(mut self) -> Self {
         self.cache = false;
+        self
+    }
+
+    /// Queue deferred summaries here (e.g. the same file store as the pages). A chain given
+    /// a store and no queue offers no deferred summaries; one on its own in-memory store
+    /// queues there.
+    pub fn queue_in(mut self, queue: std::sync::Arc<dyn tamp_host::store::DeferredQueue>) -> Self {
+        self.queue = Some(queue);
         self
     }
 
@@ -319,6 +329,9 @@ impl StageChain {
             builder = builder.cache(None);
         } else if let Some(cache) = self.cache_store {
             builder = builder.cache(Some(cache));
+        }
+        if let Some(queue) = self.queue {
+            builder = builder.queue(Some(queue));
         }
         builder
             .provider(self.provider)

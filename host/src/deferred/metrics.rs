@@ -7,6 +7,55 @@ use tamp_plugin_api::Usage;
 
 use crate::config::PriceConfig;
 
+/// A `tamp_batch_*` counter: name (without `_total`, which the encoder adds), help, and
+/// where its value is in a snapshot.
+#[cfg(feature = "serve")]
+type Series = (&'static str, &'static str, fn(&MetricsSnapshot) -> u64);
+
+#[cfg(feature = "serve")]
+const SERIES: [Series; 8] = [
+    (
+        "tamp_batch_batches_created",
+        "Message batches created.",
+        |s| s.batches_created,
+    ),
+    (
+        "tamp_batch_requests_submitted",
+        "Deferred requests sent in batches.",
+        |s| s.submitted,
+    ),
+    (
+        "tamp_batch_requests_succeeded",
+        "Batch results applied as final summaries.",
+        |s| s.succeeded,
+    ),
+    (
+        "tamp_batch_requests_failed",
+        "Deferred requests given up.",
+        |s| s.failed,
+    ),
+    (
+        "tamp_batch_fallbacks",
+        "Deferred requests answered by a synchronous call.",
+        |s| s.fallbacks,
+    ),
+    (
+        "tamp_batch_requests_requeued",
+        "Deferred requests put back in the queue.",
+        |s| s.requeued,
+    ),
+    (
+        "tamp_batch_billed_input_tokens",
+        "Input tokens billed at the batch discount.",
+        |s| s.batch_usage.input_tokens,
+    ),
+    (
+        "tamp_batch_billed_output_tokens",
+        "Output tokens billed at the batch discount.",
+        |s| s.batch_usage.output_tokens,
+    ),
+];
+
 /// Counts since the worker started. Shared (`Arc`) between the worker and whoever renders it.
 #[derive(Debug, Default)]
 pub struct DeferredMetrics {
@@ -50,56 +99,25 @@ impl MetricsSnapshot {
     pub fn sync_cost_of_batch_tokens(&self, price: &PriceConfig) -> f64 {
         price.cost_of(&self.batch_usage)
     }
+}
 
-    /// The counters in Prometheus text format (`tamp_batch_*`), for `/metrics`.
-    pub fn prometheus(&self) -> String {
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, value: u64| {
-            out.push_str(&format!(
-                "# HELP tamp_batch_{name} {help}\n# TYPE tamp_batch_{name} counter\ntamp_batch_{name} {value}\n"
-            ));
-        };
-        counter(
-            "batches_created_total",
-            "Message batches created.",
-            self.batches_created,
-        );
-        counter(
-            "requests_submitted_total",
-            "Deferred requests sent in batches.",
-            self.submitted,
-        );
-        counter(
-            "requests_succeeded_total",
-            "Batch results applied as final summaries.",
-            self.succeeded,
-        );
-        counter(
-            "requests_failed_total",
-            "Deferred requests given up.",
-            self.failed,
-        );
-        counter(
-            "fallbacks_total",
-            "Deferred requests answered by a synchronous call.",
-            self.fallbacks,
-        );
-        counter(
-            "requests_requeued_total",
-            "Deferred requests put back in the queue.",
-            self.requeued,
-        );
-        counter(
-            "billed_input_tokens_total",
-            "Input tokens billed at the batch discount.",
-            self.batch_usage.input_tokens,
-        );
-        counter(
-            "billed_output_tokens_total",
-            "Output tokens billed at the batch discount.",
-            self.batch_usage.output_tokens,
-        );
-        out
+/// `/metrics` reads the worker's counters when it is scraped: they are the worker's own
+/// atomics (also read by `tamp batch run-once`), so they are collected, not mirrored.
+#[cfg(feature = "serve")]
+impl prometheus_client::collector::Collector for DeferredMetrics {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        let snapshot = self.snapshot();
+        for (name, help, value) in SERIES {
+            let counter = ConstCounter::new(value(&snapshot));
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        Ok(())
     }
 }
 
@@ -169,8 +187,41 @@ mod tests {
         let snap = metrics.snapshot();
         assert!((snap.sync_cost_of_batch_tokens(&price) - 4.5).abs() < 1e-9);
         assert!((snap.batch_cost(&price) - 2.25).abs() < 1e-9);
-        assert!(snap
-            .prometheus()
-            .contains("tamp_batch_billed_input_tokens_total 1000000"));
+    }
+
+    #[cfg(feature = "serve")]
+    #[test]
+    fn the_counters_are_collected_at_each_scrape() {
+        let metrics = std::sync::Arc::new(DeferredMetrics::default());
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(std::sync::Arc::clone(&metrics)));
+        let scrape = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            text
+        };
+        assert!(scrape().contains("tamp_batch_batches_created_total 0\n"));
+        metrics.batch_created(3);
+        metrics.succeeded(&Usage {
+            input_tokens: 1_000_000,
+            ..Usage::default()
+        });
+        let text = scrape();
+        assert!(
+            text.contains("# TYPE tamp_batch_batches_created counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tamp_batch_batches_created_total 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tamp_batch_requests_submitted_total 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tamp_batch_billed_input_tokens_total 1000000\n"),
+            "{text}"
+        );
     }
 }

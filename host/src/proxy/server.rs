@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::chain::FileOverrides;
 use crate::serve::active::ActiveChain;
 use crate::serve::api::{self, ApiError, ApiErrorCode, Gate, InFlight, PageQuery};
-use crate::serve::metrics::Metrics;
+use crate::serve::metrics::{self, Metrics};
 use crate::serve::reload::{self, ChainSlot};
 use crate::serve::{self as serve_mod};
 
@@ -184,20 +184,13 @@ async fn healthz(State(state): State<Arc<ProxyState>>) -> Response {
 
 async fn metrics_text(State(state): State<Arc<ProxyState>>) -> Response {
     let active = state.slot.current();
-    let mut text = state.metrics.render(
+    let text = state.metrics.render(
         &active.config_hash,
         active.loaded_at_unix(),
         state.in_flight.count(),
+        &[state.proxy_metrics.registry()],
     );
-    text.push_str(&state.proxy_metrics.render());
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
 /// Every request that is not tamp's own: routed, compacted if it is a conversation,

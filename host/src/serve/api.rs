@@ -534,22 +534,17 @@ pub(crate) fn health_answer(slot: &ChainSlot) -> Response {
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let active = state.slot.current();
-    let mut text = state.metrics.render(
+    let mut batch = prometheus_client::registry::Registry::default();
+    if let Some(worker) = &state.batch_metrics {
+        batch.register_collector(Box::new(Arc::clone(worker)));
+    }
+    let text = state.metrics.render(
         &active.config_hash,
         active.loaded_at_unix(),
         state.in_flight.count(),
+        &[&batch],
     );
-    if let Some(batch) = &state.batch_metrics {
-        text.push_str(&batch.snapshot().prometheus());
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 async fn chain(State(state): State<Arc<AppState>>) -> Json<Value> {

@@ -261,7 +261,7 @@ pub(crate) fn start_batch_worker(
     if !defers {
         return Ok(None);
     }
-    let Some(queue) = active.chain.store().deferred_queue() else {
+    let Some(queue) = active.chain.queue().cloned() else {
         bail!("the chain has a batch-deferred stage but its store keeps no deferred queue");
     };
     let file = crate::config::LoadedChainFile::read(&active.config_path)?;

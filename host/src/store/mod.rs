@@ -372,13 +372,6 @@ pub trait PageStore: Send + Sync {
             Ok(check)
         })
     }
-
-    /// The queue of deferred work kept in this store, when it has one (see
-    /// [`queue`]). Reached through the page store so every chain that has a store has its
-    /// queue, without another handle to thread through the host.
-    fn deferred_queue(&self) -> Option<std::sync::Arc<dyn DeferredQueue>> {
-        None
-    }
 }
 
 /// What [`PageStore::verify_pages`] found.

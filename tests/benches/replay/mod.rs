@@ -452,6 +452,7 @@ pub fn build_chain(row: &Row, provider: Arc<dyn Provider>, store: &Arc<SqliteSto
         .provider(provider)
         .store(Arc::clone(store) as Arc<dyn PageStore>)
         .cache(Some(Arc::clone(store) as Arc<dyn SummaryCache>))
+        .queue(Some(Arc::clone(store) as Arc<dyn DeferredQueue>))
         .threads(
             Arc::clone(store) as Arc<dyn ThreadStore>,
             ThreadsConfig::default(),
@@ -598,7 +599,7 @@ pub fn replay(
     let provider = Arc::new(Counting::new(llm, Arc::clone(&tokens)));
     let store = Arc::new(SqliteStore::in_memory().expect("store"));
     let chain = build_chain(row, Arc::clone(&provider) as Arc<dyn Provider>, &store);
-    let queue = store.deferred_queue().expect("the store has a queue");
+    let queue = Arc::clone(&store) as Arc<dyn DeferredQueue>;
     let pages = PageSource::default();
     pages.set(Arc::clone(&store) as Arc<dyn PageStore>);
     let options = CompactOptions {

@@ -3,6 +3,8 @@
 
 use super::*;
 
+/// The units alone (the tests' view of the split).
+#[cfg(test)]
 pub(super) fn split_units(material: &str) -> Vec<&str> {
     split_units_with_sources(material).0
 }

@@ -1,13 +1,10 @@
 //! Pages on PostgreSQL: content-addressed and immutable, as in the SQLite store.
 
-use std::sync::Arc;
-
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tamp_plugin_api::{FfiOption, Message, Page};
 
 use super::{Failure, PostgresStore, NOW_SECS};
-use crate::store::queue::DeferredQueue;
 use crate::store::{
     canonical_json, decode_page_messages, page_id_of_json, NewPage, PageStore, PageSummary,
     StoreError, StoredPage,
@@ -144,9 +141,5 @@ impl PageStore for PostgresStore {
 
     fn describe(&self) -> String {
         self.inner.location.clone()
-    }
-
-    fn deferred_queue(&self) -> Option<Arc<dyn DeferredQueue>> {
-        Some(Arc::new(self.clone()))
     }
 }

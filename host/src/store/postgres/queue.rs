@@ -20,15 +20,12 @@ use tokio_postgres::Row;
 use super::{Failure, PostgresStore, NOW_MS};
 use crate::store::queue::{
     Billing, DeferredQueue, Expect, Lease, NewDeferred, OpenBatch, QueueEvent, QueueItem,
-    QueueState, QueueStatus, RequeueKind, Transition, CUSTOM_ID_PREFIX, ITEM_COLUMNS,
+    QueueState, QueueStatus, RequeueKind, Transition, CUSTOM_ID_PREFIX, ITEM_COLUMNS, UNLEASE,
 };
 use crate::store::StoreError;
 
 /// The key of the advisory lock under which open batches are claimed ("tamp" + "bat").
 const BATCH_CLAIM_LOCK: i64 = 0x7461_6d70_0062_6174;
-
-/// What every transition sets: the item's lease ends with it.
-const UNLEASE: &str = "lease_owner = NULL, lease_until_ms = NULL";
 
 fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)

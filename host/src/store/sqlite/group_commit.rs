@@ -19,8 +19,9 @@ use rusqlite::{params, Connection, TransactionBehavior};
 use tamp_plugin_api::{FfiOption, Message, Page};
 use tokio::sync::oneshot;
 
+use super::queue;
 use super::{lock, now_secs, to_i64, Inner, SqliteStore};
-use crate::store::queue::{self, NewDeferred};
+use crate::store::queue::NewDeferred;
 use crate::store::{canonical_json, page_id_of_json, NewPage, StoreError, StoredPage};
 
 /// How long a flusher waits for puts that are still encoding their page before it commits
@@ -357,8 +358,8 @@ mod tests {
     use tamp_plugin_api::Role;
 
     use super::*;
-    use crate::store::queue::tests::new_item;
     use crate::store::queue::DeferredQueue;
+    use crate::store::sqlite::queue::tests::new_item;
     use crate::store::{PageStore, SqliteStore};
 
     fn new_page(text: &str, messages: usize) -> NewPage {

@@ -18,6 +18,7 @@
 
 mod checkpoint;
 mod group_commit;
+mod queue;
 mod threads;
 
 use std::path::{Path, PathBuf};
@@ -69,9 +70,9 @@ const MIGRATIONS: &[&str] = &[
         created_at    INTEGER NOT NULL
     );",
     // 2 -> 3: the deferred-work queue (see `store::queue`).
-    super::queue::MIGRATION,
+    queue::MIGRATION,
     // 3 -> 4: leases on queue items, for several workers.
-    super::queue::MIGRATION_LEASES,
+    queue::MIGRATION_LEASES,
     // 4 -> 5: thread states (see `store::threads`).
     super::threads::MIGRATION_SQLITE,
 ];
@@ -560,10 +561,6 @@ impl PageStore for SqliteStore {
 
     fn check_alive(&self) -> Result<(), StoreError> {
         self.inner.check_file("keep pages")
-    }
-
-    fn deferred_queue(&self) -> Option<Arc<dyn super::queue::DeferredQueue>> {
-        Some(Arc::new(self.clone()))
     }
 }
 
