@@ -976,12 +976,30 @@ impl Chain {
         );
         check_no_growth(budget.current_tokens, tokens_after).map_err(invariant_failure)?;
         // A replaced span's page must exist: archived by this stage, or by an earlier one.
+        // A store that cannot be read is the host's failure, not the plugin's: only a page
+        // the store answers it does not hold breaks TAMP-INV-01.
         for page in edits::replaced_pages(&checked) {
-            if !services.has_archived(&page) && self.ctx.store.get_page(&page).await.is_err() {
-                return Err(invariant_failure(Violation::new(
-                    crate::invariants::Rule::NothingLost,
-                    format!("a summary refers to page {page}, which the store does not hold"),
-                )));
+            if services.has_archived(&page) {
+                continue;
+            }
+            match self.ctx.store.get_page(&page).await {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {
+                    return Err(invariant_failure(Violation::new(
+                        crate::invariants::Rule::NothingLost,
+                        format!("a summary refers to page {page}, which the store does not hold"),
+                    )))
+                }
+                Err(e) => {
+                    return Err(StageFailure {
+                        kind: StageFailureKind::Error,
+                        message: format!(
+                            "page {page}, which a summary refers to, could not be read to check \
+                             it: {e}"
+                        ),
+                        rule: None,
+                    })
+                }
             }
         }
         // All at once, as `Host::archive_pages` does: a store that commits in groups writes

@@ -3,9 +3,14 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use tamp_e2e::rt;
-use tamp_e2e::{corpus_conversation, plugin, scratch_dir, write_chain};
+use tamp_e2e::{corpus_conversation, plugin, scratch_dir, write_chain, StageChain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
+use tamp_host::providers::ScriptedProvider;
+use tamp_host::store::{NewPage, PageStore, PageSummary, SqliteStore, StoreError, StoredPage};
 
 fn chain_with(dir_tag: &str, stages: &str) -> Chain {
     let dir = scratch_dir(dir_tag);
@@ -64,12 +69,73 @@ fn an_error_is_reported() {
 fn invariant_breakers_are_rolled_back_with_the_rule() {
     for (mode, rule) in [
         ("drop_message", "TAMP-INV-01"),
+        // The page id is right, the store answers it does not hold the page.
+        ("replace_unarchived", "TAMP-INV-01"),
         ("split_exchange", "TAMP-INV-02"),
         ("touch_recent", "TAMP-INV-03"),
     ] {
         let msg = rolled_back(mode, "", "invariant");
         assert!(msg.starts_with(rule), "{mode}: {msg}");
     }
+}
+
+/// A page store that holds nothing it can read back: every read fails as a broken disk or
+/// connection would.
+struct UnreadablePages(SqliteStore);
+
+impl PageStore for UnreadablePages {
+    fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>> {
+        self.0.put_page(page)
+    }
+
+    fn get_page(&self, _id: &str) -> BoxFuture<'_, Result<StoredPage, StoreError>> {
+        Box::pin(async {
+            Err(StoreError::Backend {
+                location: "unreadable test store".into(),
+                operation: "read page".into(),
+                detail: "I/O error".into(),
+            })
+        })
+    }
+
+    fn list_pages(&self, limit: usize) -> BoxFuture<'_, Result<Vec<PageSummary>, StoreError>> {
+        self.0.list_pages(limit)
+    }
+
+    fn describe(&self) -> String {
+        "unreadable test store".into()
+    }
+}
+
+/// A summary naming a page the stage did not archive is checked against the store; when the
+/// store cannot answer, the stage fails as the store's fault (an error naming the store), not
+/// as the plugin's broken rule (TAMP-INV-01 is for a page the store answers it lacks, as
+/// `invariant_breakers_are_rolled_back_with_the_rule` checks for the same mode).
+#[test]
+fn a_store_that_cannot_be_read_is_not_blamed_on_the_plugin() {
+    let chain = StageChain::new(
+        "tamp_test_misbehaving",
+        serde_json::json!({"mode": "replace_unarchived"}),
+        Arc::new(ScriptedProvider::always("unused")),
+    )
+    .max_tokens(2_000)
+    .keep_recent(4)
+    .store(Arc::new(UnreadablePages(SqliteStore::in_memory().unwrap())))
+    .build();
+    let input = corpus_conversation("anthropic", "taubench_gpt4o_airline_task2_trial2");
+    let out = rt()
+        .block_on(chain.compact(input.clone(), &CompactOptions::default()))
+        .expect("compacts");
+    assert_eq!(out.conversation, input);
+    let run = &out.report.stages[0];
+    assert_eq!(run.status, StageStatus::RolledBack, "{run:?}");
+    let failure = run.error.as_ref().expect("failure recorded");
+    assert_eq!(failure.kind.as_str(), "error", "{failure:?}");
+    assert!(
+        failure.message.contains("could not be read")
+            && failure.message.contains("unreadable test store"),
+        "{failure:?}"
+    );
 }
 
 #[test]

@@ -33,6 +33,9 @@ pub enum Mode {
     Error,
     /// Remove a message without archiving it.
     DropMessage,
+    /// Replace a message by a summary naming the right page (its content's id), without ever
+    /// archiving it: only the store can tell the page is missing.
+    ReplaceUnarchived,
     /// Replace a tool result without its call.
     SplitExchange,
     /// Change a message inside the protected recent tail.
@@ -156,6 +159,18 @@ impl Strategy for Misbehaving {
                     .find(|u| range.start <= u.range.start && u.range.end <= range.end)
                     .map_or(range.start..range.start + 1, |u| u.range);
                 return Ok(acted([Edit::replace(span, summary)]));
+            }
+            Mode::ReplaceUnarchived => {
+                let Some(unit) = sdk::units(messages)
+                    .into_iter()
+                    .find(|u| range.start <= u.range.start && u.range.end <= range.end)
+                else {
+                    return Ok(CompactOutcome::unchanged("nothing to replace"));
+                };
+                let page = tamp_plugin_api::page::page_id(&messages[unit.range.clone()]);
+                let summary =
+                    sdk::summary_message("never archived", &page, Self::NAME, SummaryStatus::Final);
+                return Ok(acted([Edit::replace(unit.range, summary)]));
             }
             Mode::SplitExchange => {
                 let exchange = sdk::units(messages)
