@@ -243,6 +243,17 @@ pub struct StageFailure {
     pub rule: Option<String>,
 }
 
+impl StageFailure {
+    /// A failure of kind `error`: the plugin's error, or edits the host could not carry out.
+    fn error(message: String) -> StageFailure {
+        StageFailure {
+            kind: StageFailureKind::Error,
+            message,
+            rule: None,
+        }
+    }
+}
+
 /// Builds a [`Chain`] from parts; [`Chain::from_file`] uses it for chain files.
 pub struct ChainBuilder {
     budget: BudgetConfig,
@@ -906,11 +917,9 @@ impl Chain {
                 }
                 Err(failure)
             }
-            (Ok(_), Err(e)) => Err(StageFailure {
-                kind: StageFailureKind::Error,
-                message: format!("its pages could not be written: {e}"),
-                rule: None,
-            }),
+            (Ok(_), Err(e)) => Err(StageFailure::error(format!(
+                "its pages could not be written: {e}"
+            ))),
             (Ok(applied), Ok(())) => Ok(applied),
         };
         let used = services.usage();
@@ -991,14 +1000,10 @@ impl Chain {
                     )))
                 }
                 Err(e) => {
-                    return Err(StageFailure {
-                        kind: StageFailureKind::Error,
-                        message: format!(
-                            "page {page}, which a summary refers to, could not be read to check \
+                    return Err(StageFailure::error(format!(
+                        "page {page}, which a summary refers to, could not be read to check \
                              it: {e}"
-                        ),
-                        rule: None,
-                    })
+                    )))
                 }
             }
         }
@@ -1011,23 +1016,13 @@ impl Chain {
             .await
             .into_iter()
             .map(|archived| {
-                archived
-                    .into_result()
-                    .map(String::from)
-                    .map_err(|e| StageFailure {
-                        kind: StageFailureKind::Error,
-                        message: format!("a page could not be archived: {}", e.message),
-                        rule: None,
-                    })
+                archived.into_result().map(String::from).map_err(|e| {
+                    StageFailure::error(format!("a page could not be archived: {}", e.message))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let ready = edits::ready(messages, checked, pages.into_iter(), strategy).map_err(|e| {
-            StageFailure {
-                kind: StageFailureKind::Error,
-                message: e,
-                rule: None,
-            }
-        })?;
+        let ready = edits::ready(messages, checked, pages.into_iter(), strategy)
+            .map_err(StageFailure::error)?;
         Ok((report, Some((ready, tokens_after))))
     }
 }

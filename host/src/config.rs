@@ -788,9 +788,8 @@ impl LoadedChainFile {
     /// The `[provider]` rules; each error names the field (`provider.model: ...`).
     fn check_provider(&self) -> Result<(), ConfigError> {
         let provider = &self.file.provider;
-        let fail = |key: &str, message: String| {
-            Err(self.error_at_key("provider", key, format!("provider.{key}: {message}")))
-        };
+        let fail =
+            |key, message: String| Err(self.at_field(FieldError::new("provider", key, message)));
         // An unknown kind never gets here: reading the file refuses it (`ProviderKind`).
         let kind = provider.kind;
         let http = kind.is_http();
@@ -936,10 +935,10 @@ impl LoadedChainFile {
     /// indexes in decimal), or of the nearest table on the way to it that the file writes
     /// (the config table, else the stage).
     pub fn stage_config_line(&self, index: usize, path: &[impl AsRef<str>]) -> Option<usize> {
-        let index = index.to_string();
-        let mut full = vec!["stage", index.as_str(), "config"];
+        let element = index.to_string();
+        let mut full = vec!["stage", element.as_str(), "config"];
         full.extend(path.iter().map(AsRef::as_ref));
-        key_line(&self.source, &full).or_else(|| self.stage_line(index.parse().ok()?))
+        key_line(&self.source, &full).or_else(|| self.stage_line(index))
     }
 
     /// The line where stage `index` starts.
@@ -986,7 +985,7 @@ impl LoadedChainFile {
         };
         let named = key_line(&self.source, &["store"]).is_some();
         if named {
-            self.error_at_key("store", key, format!("store.{key}: {message}"))
+            self.at_field(FieldError::new("store", key, message))
         } else {
             self.error(None, message)
         }

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::metrics::{DeferredMetrics, MetricsSnapshot};
 use super::render::{PageSource, RenderError};
-use crate::config::{BatchConfig, ConfigError, LoadedChainFile};
+use crate::config::{BatchConfig, ConfigError, FieldError, LoadedChainFile};
 use crate::providers::batches::{
     error_type_is_retryable, BatchOutcome, BatchesClient, ProcessingStatus,
 };
@@ -179,9 +179,7 @@ impl Worker {
         let batch = &file.file.batch;
         let provider = &file.file.provider;
         let anthropic = provider.kind == crate::config::ProviderKind::Anthropic;
-        let error = |key: &str, message: String| {
-            file.error_at_key("batch", key, format!("batch.{key}: {message}"))
-        };
+        let error = |key, message: String| file.at_field(FieldError::new("batch", key, message));
         let inherited = |own: &Option<String>, theirs: &Option<String>| {
             own.clone().or_else(|| theirs.clone().filter(|_| anthropic))
         };
