@@ -385,6 +385,20 @@ pub fn estimate_tokens(text: &str) -> u64 {
 mod tests {
     use super::*;
 
+    /// Run by `.ci/run`'s test of the core alone (`--no-default-features`).
+    #[cfg(not(feature = "http-providers"))]
+    #[test]
+    fn without_http_providers_an_http_kind_is_refused_naming_the_feature() {
+        let cfg = ProviderConfig {
+            kind: ProviderKind::OpenAi,
+            model: Some("m".into()),
+            ..ProviderConfig::default()
+        };
+        let e = from_config(&cfg, Path::new(".")).err().expect("refused");
+        assert_eq!((e.table, e.key), ("provider", "kind"), "{e}");
+        assert!(e.message.contains("`http-providers` feature"), "{e}");
+    }
+
     #[test]
     fn retryable_kinds() {
         let retryable: Vec<_> = ProviderErrorKind::ALL

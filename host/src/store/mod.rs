@@ -415,6 +415,23 @@ mod tests {
     use super::*;
     use tamp_plugin_api::Role;
 
+    /// Run by `.ci/run`'s test of the core alone (`--no-default-features`).
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn without_postgres_a_postgres_store_is_refused_naming_the_feature_not_the_password() {
+        let spec = StoreSpec::Postgres {
+            url: "postgres://tamp:s3cret@db.example:5432/pages".into(),
+            pool_size: 2,
+            ca_file: None,
+        };
+        let e = open(&spec).expect_err("refused").to_string();
+        assert!(e.contains("`postgres` feature is off"), "{e}");
+        assert!(
+            e.contains("db.example:5432") && !e.contains("s3cret"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn page_id_matches_sha256_of_serde_json() {
         use sha2::{Digest, Sha256};
