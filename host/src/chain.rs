@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt as _;
 use serde::Serialize;
+use tamp_plugin_api::sdk::{self, Unit};
 use tamp_plugin_api::{
     Budget, CompactRequest, Conversation, FfiResult, HostServices as _, Message, Shared,
     StageReport, StrategyBox, Usage,
@@ -435,18 +436,18 @@ impl ChainBuilder {
 /// `keep_recent_tokens`, the newest whole units (a tool exchange with its results, or one
 /// message) that fit in that many tokens, whichever is fewer. The newest unit is always
 /// protected, so an agent's latest tool result is never summarized away.
-fn protected_tail(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCounter) -> u32 {
+fn protected_tail(units: &[Unit], counts: &[u64], budget: &BudgetConfig) -> u32 {
     let Some(limit) = budget.tail_token_limit() else {
         return budget.keep_recent;
     };
     let keep = budget.keep_recent as usize;
     let mut kept = 0usize;
     let mut kept_tokens = 0u64;
-    for unit in tamp_plugin_api::sdk::units(messages).iter().rev() {
+    for unit in units.iter().rev() {
         if kept >= keep {
             break;
         }
-        let unit_tokens = tokens.count_messages(&messages[unit.range.clone()]);
+        let unit_tokens: u64 = counts[unit.range.clone()].iter().sum();
         if kept > 0 && kept_tokens + unit_tokens > limit {
             break;
         }
@@ -454,6 +455,36 @@ fn protected_tail(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCou
         kept_tokens += unit_tokens;
     }
     u32::try_from(kept.min(keep)).unwrap_or(budget.keep_recent)
+}
+
+/// What the chain reads of its input before any stage runs: each message's tokens and the
+/// protected head and tail. Computed once per compaction: hashing every message for the token
+/// memo and grouping it into units are a compaction's largest fixed costs. No stage may touch
+/// the head or the tail, so their sizes hold for the chain's output too.
+struct InputShape {
+    tokens: u64,
+    /// Messages in the protected tail (`Budget::keep_recent`).
+    keep_recent: u32,
+    head_tokens: u64,
+    tail_tokens: u64,
+    tail_messages: usize,
+}
+
+impl InputShape {
+    fn of(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCounter) -> Self {
+        let counts: Vec<u64> = messages.iter().map(|m| tokens.count_message(m)).collect();
+        let units = sdk::units(messages);
+        let keep_recent = protected_tail(&units, &counts, budget);
+        let head = sdk::protected_head(messages);
+        let tail_start = sdk::compactable_range_of(messages, &units, keep_recent as usize).end;
+        InputShape {
+            tokens: counts.iter().sum(),
+            keep_recent,
+            head_tokens: counts[..head].iter().sum(),
+            tail_tokens: counts[tail_start..].iter().sum(),
+            tail_messages: messages.len() - tail_start,
+        }
+    }
 }
 
 /// A stage config that does not fit its plugin's schema.
@@ -730,7 +761,8 @@ impl Chain {
         budget_cfg.validate().map_err(ChainError::InvalidBudget)?;
         let (high, low) = (budget_cfg.high_tokens(), budget_cfg.low_tokens());
 
-        let tokens_before = self.ctx.tokens.count_messages(&conversation.messages);
+        let shape = InputShape::of(&conversation.messages, &budget_cfg, &self.ctx.tokens);
+        let tokens_before = shape.tokens;
         let messages_before = conversation.messages.len();
         let over_budget = options.force || tokens_before > high;
         let reason = if options.force {
@@ -741,8 +773,7 @@ impl Chain {
             format!("{tokens_before} tokens, not above the high watermark of {high}")
         };
 
-        // The tail is untouched by every stage, so its size in messages holds for the chain.
-        let keep_recent = protected_tail(&conversation.messages, &budget_cfg, &self.ctx.tokens);
+        let keep_recent = shape.keep_recent;
         let mut current = conversation;
         let mut tokens = tokens_before;
         let mut runs = Vec::with_capacity(self.stages.len());
@@ -780,16 +811,11 @@ impl Chain {
         }
         let acted = runs.iter().any(|r| r.status == StageStatus::Acted);
         let low_watermark_missed = (over_budget && tokens > low).then(|| {
-            let messages = &current.messages[..];
-            let head = tamp_plugin_api::sdk::protected_head(messages);
-            let tail_start =
-                tamp_plugin_api::sdk::compactable_range(messages, keep_recent as usize).end;
-            let head_tokens = self.ctx.tokens.count_messages(&messages[..head]);
-            let tail_tokens = self.ctx.tokens.count_messages(&messages[tail_start..]);
+            let (head_tokens, tail_tokens) = (shape.head_tokens, shape.tail_tokens);
             let protected = head_tokens + tail_tokens;
             let parts = format!(
                 "system prompt and task {head_tokens}, recent tail {tail_tokens} in {} message(s)",
-                messages.len() - tail_start
+                shape.tail_messages
             );
             if protected >= low {
                 format!(
@@ -850,6 +876,7 @@ impl Chain {
         format: WireFormat,
     ) -> (Conversation, bool, StageRun) {
         let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + stage.timeout;
         let services = StageServices::new(
             Arc::clone(&self.ctx),
             StageIdentity {
@@ -859,7 +886,8 @@ impl Chain {
             },
             input.thread_id().map(str::to_string),
             Some(format),
-        );
+        )
+        .until(deadline);
         // The stage reads the conversation shared: nothing is copied for it, and the input
         // comes back unchanged whatever the stage does.
         let shared = Shared::new(input);
@@ -876,7 +904,7 @@ impl Chain {
         // task and a cross-thread wake per stage, which matters with thousands of
         // compactions in flight.
         let guarded = AssertUnwindSafe(stage.strategy.compact(request)).catch_unwind();
-        let outcome = match tokio::time::timeout(stage.timeout, guarded).await {
+        let outcome = match tokio::time::timeout_at(deadline, guarded).await {
             Err(_) => Err(StageFailure {
                 kind: StageFailureKind::Timeout,
                 message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
