@@ -17,7 +17,9 @@
 //! In both, tool-use ids are unique, and calls that are never answered are an error except in
 //! the very last message (an agent may send a conversation whose last turn just called a tool).
 
-use std::collections::HashSet;
+use std::ops::Range;
+
+use rustc_hash::FxHashSet;
 
 use crate::plugin_api::{ContentBlock, Message, Role};
 
@@ -104,65 +106,87 @@ impl Side {
     }
 }
 
-/// One wire message as the format's writer would write it: `(message, block)` positions.
+/// One wire message as the format's writer would write it: its `(message, block)` positions
+/// are `Turns::items[items]`.
 struct Turn {
     side: Side,
+    items: Range<usize>,
+}
+
+/// A message list as wire messages. The positions of all turns share one vector: a check runs
+/// on every compaction's input, and a vector per turn was most of its cost.
+struct Turns {
+    turns: Vec<Turn>,
     items: Vec<(usize, usize)>,
 }
 
-fn all_blocks(messages: &[Message], i: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..messages[i].content.len()).map(move |j| (i, j))
+impl Turns {
+    fn with_capacity(messages: &[Message]) -> Self {
+        Turns {
+            turns: Vec::with_capacity(messages.len()),
+            items: Vec::with_capacity(messages.iter().map(|m| m.content.len()).sum()),
+        }
+    }
+
+    /// Ends the turn opened at `from` (an index into `items`).
+    fn push(&mut self, side: Side, from: usize) {
+        let items = from..self.items.len();
+        self.turns.push(Turn { side, items });
+    }
+
+    fn add_blocks(&mut self, messages: &[Message], i: usize) {
+        self.items
+            .extend((0..messages[i].content.len()).map(move |j| (i, j)));
+    }
+
+    fn items(&self, turn: &Turn) -> &[(usize, usize)] {
+        &self.items[turn.items.clone()]
+    }
 }
 
-fn anthropic_turns(messages: &[Message]) -> Vec<Turn> {
+fn anthropic_turns(messages: &[Message]) -> Turns {
     let n = messages.len();
-    let mut turns = Vec::with_capacity(n);
+    let mut turns = Turns::with_capacity(messages);
     let mut i = 0;
     while i < n && messages[i].role == Role::System {
-        turns.push(Turn {
-            side: Side::System,
-            items: all_blocks(messages, i).collect(),
-        });
+        let from = turns.items.len();
+        turns.add_blocks(messages, i);
+        turns.push(Side::System, from);
         i += 1;
     }
     while i < n {
+        let from = turns.items.len();
         if messages[i].role == Role::Tool {
-            let mut items = Vec::new();
             while i < n && messages[i].role == Role::Tool {
-                items.extend(all_blocks(messages, i));
+                turns.add_blocks(messages, i);
                 i += 1;
             }
-            turns.push(Turn {
-                side: Side::User,
-                items,
-            });
+            turns.push(Side::User, from);
             continue;
         }
         let side = match messages[i].role {
             Role::Assistant => Side::Assistant,
             _ => Side::User,
         };
-        turns.push(Turn {
-            side,
-            items: all_blocks(messages, i).collect(),
-        });
+        turns.add_blocks(messages, i);
+        turns.push(side, from);
         i += 1;
     }
     turns
 }
 
-fn openai_turns(messages: &[Message]) -> Vec<Turn> {
-    let mut turns = Vec::with_capacity(messages.len());
+fn openai_turns(messages: &[Message]) -> Turns {
+    let mut turns = Turns::with_capacity(messages);
+    let mut rest = Vec::new();
     for (i, m) in messages.iter().enumerate() {
-        let mut rest = Vec::new();
+        rest.clear();
         let mut had_results = false;
         for (j, b) in m.content.iter().enumerate() {
             if matches!(b, ContentBlock::ToolResult { .. }) {
                 had_results = true;
-                turns.push(Turn {
-                    side: Side::Tool,
-                    items: vec![(i, j)],
-                });
+                let from = turns.items.len();
+                turns.items.push((i, j));
+                turns.push(Side::Tool, from);
             } else {
                 rest.push((i, j));
             }
@@ -173,7 +197,9 @@ fn openai_turns(messages: &[Message]) -> Vec<Turn> {
             Role::User | Role::Tool => Side::User,
         };
         if !rest.is_empty() || (!had_results && m.role != Role::Tool) {
-            turns.push(Turn { side, items: rest });
+            let from = turns.items.len();
+            turns.items.extend_from_slice(&rest);
+            turns.push(side, from);
         }
     }
     turns
@@ -195,11 +221,12 @@ fn block(messages: &[Message], (i, j): (usize, usize)) -> &ContentBlock {
     &messages[i].content[j]
 }
 
-fn check_anthropic(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<(), WireError> {
+fn check_anthropic(messages: &[Message], all: &Turns, loc: Locator) -> Result<(), WireError> {
     let err = |at: (usize, usize), message: String| {
         Err(WireError::new(loc.block(messages, at.0, at.1), message).at_message(at.0))
     };
-    let mut seen_uses: HashSet<&str> = HashSet::new();
+    let mut seen_uses: FxHashSet<&str> = FxHashSet::default();
+    let turns = &all.turns;
     for (ti, turn) in turns.iter().enumerate() {
         let prev = ti
             .checked_sub(1)
@@ -207,15 +234,17 @@ fn check_anthropic(messages: &[Message], turns: &[Turn], loc: Locator) -> Result
             .filter(|p| p.side == Side::Assistant);
         let prev_uses = || {
             prev.into_iter().flat_map(|p| {
-                p.items.iter().filter_map(|&at| match block(messages, at) {
-                    ContentBlock::ToolUse { id, .. } => Some((at, id.as_str())),
-                    _ => None,
-                })
+                all.items(p)
+                    .iter()
+                    .filter_map(|&at| match block(messages, at) {
+                        ContentBlock::ToolUse { id, .. } => Some((at, id.as_str())),
+                        _ => None,
+                    })
             })
         };
         let mut answered: Vec<&str> = Vec::new();
         let mut seen_other = false;
-        for &at in &turn.items {
+        for &at in all.items(turn) {
             match block(messages, at) {
                 ContentBlock::ToolUse { id, .. } => {
                     seen_other = true;
@@ -270,7 +299,7 @@ struct Pending<'a> {
     calls: Vec<((usize, usize), &'a str, bool)>,
 }
 
-fn check_openai(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<(), WireError> {
+fn check_openai(messages: &[Message], all: &Turns, loc: Locator) -> Result<(), WireError> {
     let err = |at: (usize, usize), message: String| {
         Err(WireError::new(loc.block(messages, at.0, at.1), message).at_message(at.0))
     };
@@ -280,11 +309,12 @@ fn check_openai(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<()
             None => Ok(()),
         }
     };
-    let mut seen_uses: HashSet<&str> = HashSet::new();
+    let mut seen_uses: FxHashSet<&str> = FxHashSet::default();
     let mut pending: Option<Pending> = None;
+    let turns = &all.turns;
     for (ti, turn) in turns.iter().enumerate() {
         if turn.side == Side::Tool {
-            let at = turn.items[0];
+            let at = all.items(turn)[0];
             let ContentBlock::ToolResult { tool_use_id, .. } = block(messages, at) else {
                 continue;
             };
@@ -313,7 +343,7 @@ fn check_openai(messages: &[Message], turns: &[Turn], loc: Locator) -> Result<()
             unanswered(&p)?;
         }
         let mut calls = Vec::new();
-        for &at in &turn.items {
+        for &at in all.items(turn) {
             if let ContentBlock::ToolUse { id, .. } = block(messages, at) {
                 if turn.side != Side::Assistant {
                     return err(at, format!("tool call in {}", turn.side.a_message()));
