@@ -61,14 +61,19 @@ struct StageState {
     strategy: String,
     thread_id: Option<String>,
     source_format: Option<WireFormat>,
-    /// Where this stage's cache entries live: its thread, strategy and config.
-    scope: CacheScope,
+    /// The hash of the stage's config: with the thread and strategy, where its cache entries
+    /// live.
+    config_hash: String,
+    /// Computed on the first cache use (a SHA-256 most stage runs never need).
+    scope: OnceLock<CacheScope>,
     /// Ids of the pages archived through these services in this run.
     archived: Mutex<Vec<String>>,
     /// The archived pages' receipts: staged, not necessarily written yet (see
     /// [`StageServices::pages_written`]).
     staged: Mutex<Vec<Written>>,
     usage: Mutex<Usage>,
+    /// When the stage's own time limit ends the run (and every call still in flight).
+    deadline: Option<tokio::time::Instant>,
     calls: AtomicU32,
     failed_calls: AtomicU32,
     cache_hits: AtomicU32,
@@ -106,26 +111,33 @@ impl StageServices {
         thread_id: Option<String>,
         source_format: Option<WireFormat>,
     ) -> Self {
-        let scope = CacheScope::new(
-            thread_id.as_deref(),
-            &identity.strategy,
-            &identity.config_hash,
-        );
         StageServices(Arc::new(StageState {
             ctx,
             stage: identity.stage,
             strategy: identity.strategy,
             thread_id,
             source_format,
-            scope,
+            config_hash: identity.config_hash,
+            scope: OnceLock::new(),
             archived: Mutex::new(Vec::new()),
             staged: Mutex::new(Vec::new()),
             usage: Mutex::new(Usage::default()),
+            deadline: None,
             calls: AtomicU32::new(0),
             failed_calls: AtomicU32::new(0),
             cache_hits: AtomicU32::new(0),
             errors: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// Services for a run that ends at `deadline` (the chain's stage timeout): an LLM call
+    /// whose own timeout would end later needs no timer of its own. Call before handing the
+    /// services out.
+    pub fn until(mut self, deadline: tokio::time::Instant) -> Self {
+        if let Some(state) = Arc::get_mut(&mut self.0) {
+            state.deadline = Some(deadline);
+        }
+        self
     }
 
     /// The ABI object to hand the plugin.
@@ -164,6 +176,18 @@ impl StageServices {
         }
     }
 
+    /// Where this stage's cache entries live: its thread, strategy and config.
+    fn scope(&self) -> &CacheScope {
+        let state = &self.0;
+        state.scope.get_or_init(|| {
+            CacheScope::new(
+                state.thread_id.as_deref(),
+                &state.strategy,
+                &state.config_hash,
+            )
+        })
+    }
+
     /// The cache, when enabled and worth using for this provider.
     fn cache(&self) -> Option<&Arc<dyn SummaryCache>> {
         self.0
@@ -177,8 +201,7 @@ impl StageServices {
     fn answer_key(&self, request: &LlmRequest) -> Option<(&Arc<dyn SummaryCache>, CacheKey)> {
         let cache = self.cache()?;
         let key = self
-            .0
-            .scope
+            .scope()
             .request_key(self.0.ctx.provider.name(), request);
         Some((cache, key))
     }
@@ -206,7 +229,7 @@ impl StageServices {
         if self.0.ctx.cache.is_none() {
             return Vec::new();
         }
-        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.scope.range_keys(messages)))
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.scope().range_keys(messages)))
             .unwrap_or_default()
     }
 
@@ -233,7 +256,18 @@ impl StageServices {
             .map_err(|_| PluginError::new(ErrorKind::Host, "the host is shutting down"))?;
         state.calls.fetch_add(1, Ordering::Relaxed);
         let call = state.ctx.provider.complete(&request);
-        let result = match tokio::time::timeout(state.ctx.llm_timeout, call).await {
+        let timeout = state.ctx.llm_timeout;
+        // A timer per call is a measurable share of a compaction's fixed cost with thousands
+        // in flight; when the stage's deadline comes first, the call could never time out.
+        let outlived = state
+            .deadline
+            .is_some_and(|d| tokio::time::Instant::now() + timeout >= d);
+        let answered = if outlived {
+            Ok(call.await)
+        } else {
+            tokio::time::timeout(timeout, call).await
+        };
+        let result = match answered {
             Ok(Ok(response)) => match &request.response_schema_json {
                 FfiOption::RSome(schema) => check_structured(schema.as_str(), &response)
                     .map(|()| response)
@@ -432,25 +466,34 @@ impl HostServices for StageServices {
                 n => n as usize,
             };
             let done = AtomicU32::new(0);
-            let answers: Vec<FfiResult<LlmResponse, HostError>> = futures::stream::iter(requests)
-                .map(|request| {
-                    let this = this.clone();
-                    let done = &done;
-                    async move {
-                        let label = request.label.clone();
-                        let answer = contained("LLM call", this.complete_one(request)).await;
-                        let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+            let answer = |request: LlmRequest| {
+                let this = this.clone();
+                let done = &done;
+                async move {
+                    let label = this.0.ctx.progress.is_some().then(|| request.label.clone());
+                    let answer = contained("LLM call", this.complete_one(request)).await;
+                    let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if let Some(label) = label {
                         this.emit_progress(&ProgressEvent {
                             done: n,
                             total: total as u32,
                             message: format!("{n}/{total} LLM calls finished ({label})").into(),
                         });
-                        answer.into()
                     }
-                })
-                .buffered(limit)
-                .collect()
-                .await;
+                    FfiResult::from(answer)
+                }
+            };
+            // All at once when the limit allows it: `join_all` on a few futures polls them in
+            // place, where a buffered stream allocates a task for each.
+            let answers: Vec<FfiResult<LlmResponse, HostError>> = if limit >= total {
+                futures::future::join_all(requests.into_iter().map(answer)).await
+            } else {
+                futures::stream::iter(requests)
+                    .map(answer)
+                    .buffered(limit)
+                    .collect()
+                    .await
+            };
             answers.into()
         }
         .into_ffi()
