@@ -686,6 +686,59 @@ mod tests {
         }
     }
 
+    /// Services whose provider answers after `answer_after`, with a host LLM timeout of
+    /// `llm_timeout`.
+    fn slow_services(answer_after: Duration, llm_timeout: Duration) -> StageServices {
+        let provider = crate::providers::ScriptedProvider::always("late").with_delay(answer_after);
+        let ctx = Arc::new(HostContext {
+            provider: Arc::new(provider),
+            store: Arc::new(crate::store::SqliteStore::in_memory().unwrap()),
+            cache: None,
+            queue: None,
+            tokens: Arc::new(TokenCounter::new(crate::tokens::Encoding::O200kBase).unwrap()),
+            llm_permits: Arc::new(Semaphore::new(4)),
+            llm_timeout,
+            progress: None,
+        });
+        StageServices::new(ctx, StageIdentity::default(), None, None)
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn an_llm_call_times_out_before_a_later_stage_deadline() {
+        let (slow, timeout) = (Duration::from_millis(400), Duration::from_millis(100));
+        let request = || LlmRequest::new("", "hi", 8);
+        // No deadline, and one after the call's own timeout: the call's timer fires.
+        let unbounded = slow_services(slow, timeout);
+        let e = run(unbounded.complete_one(request())).unwrap_err();
+        assert!(e.message.contains("no answer within 0.1s"), "{}", e.message);
+        let later = run(async {
+            let services = slow_services(slow, timeout)
+                .until(tokio::time::Instant::now() + Duration::from_secs(30));
+            services.complete_one(request()).await
+        });
+        assert!(later.unwrap_err().message.contains("no answer within"));
+    }
+
+    #[test]
+    fn a_call_the_stage_deadline_ends_first_is_not_timed_on_its_own() {
+        // The stage's deadline comes before the call's timeout: the chain's stage timer ends
+        // the call, so the call runs untimed here (no chain around it to cut it off).
+        let answered = run(async {
+            let services = slow_services(Duration::from_millis(150), Duration::from_millis(100))
+                .until(tokio::time::Instant::now() + Duration::from_millis(20));
+            services.complete_one(LlmRequest::new("", "hi", 8)).await
+        });
+        assert_eq!(answered.unwrap().text.as_str(), "late");
+    }
+
     const SCHEMA: &str = r#"{"type":"object","required":["facts"],
         "properties":{"facts":{"type":"array","items":{"type":"string"},"maxItems":2}}}"#;
 
