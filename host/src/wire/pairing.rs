@@ -19,8 +19,6 @@
 
 use std::ops::Range;
 
-use rustc_hash::FxHashSet;
-
 use crate::plugin_api::{ContentBlock, Message, Role};
 
 use super::{WireError, WireFormat};
@@ -225,7 +223,7 @@ fn check_anthropic(messages: &[Message], all: &Turns, loc: Locator) -> Result<()
     let err = |at: (usize, usize), message: String| {
         Err(WireError::new(loc.block(messages, at.0, at.1), message).at_message(at.0))
     };
-    let mut seen_uses: FxHashSet<&str> = FxHashSet::default();
+    let mut seen_uses: foldhash::HashSet<&str> = foldhash::HashSet::default();
     let turns = &all.turns;
     for (ti, turn) in turns.iter().enumerate() {
         let prev = ti
@@ -309,7 +307,7 @@ fn check_openai(messages: &[Message], all: &Turns, loc: Locator) -> Result<(), W
             None => Ok(()),
         }
     };
-    let mut seen_uses: FxHashSet<&str> = FxHashSet::default();
+    let mut seen_uses: foldhash::HashSet<&str> = foldhash::HashSet::default();
     let mut pending: Option<Pending> = None;
     let turns = &all.turns;
     for (ti, turn) in turns.iter().enumerate() {

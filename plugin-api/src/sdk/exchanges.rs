@@ -2,7 +2,6 @@
 //! assistant message with tool calls and every message carrying their results) or a single
 //! message.
 
-use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::conversation::{Message, Role};
@@ -44,7 +43,7 @@ impl Unit {
 /// `user` message answering several calls, stay one unit. Results that answer no known call
 /// are left as their own unit (rejecting them is the host's job).
 pub fn units(messages: &[Message]) -> Vec<Unit> {
-    let mut call_site: HashMap<&str, usize> = HashMap::new();
+    let mut call_site: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
     // reach[i]: the last message a unit starting at or containing i must extend to.
     let mut reach: Vec<usize> = (0..messages.len()).collect();
     for (i, message) in messages.iter().enumerate() {
