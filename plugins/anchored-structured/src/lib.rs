@@ -32,7 +32,8 @@ use tamp_plugin_api::{FfiOption, HostError, LlmResponse};
 
 pub use config::{Config, Reuse};
 pub use schema::{
-    render, AnchoredSummary, SummaryPath, HEADER, MAX_ENTRIES, MAX_ENTRY_CHARS, MAX_INTENT_CHARS,
+    pack_oldest, render, AnchoredSummary, Merge, SummaryPath, HEADER, MAX_ENTRIES, MAX_ENTRY_CHARS,
+    MAX_INTENT_CHARS, PACK_SEPARATOR,
 };
 
 /// The strategy's name: in pages, summary messages and logs.
@@ -164,15 +165,17 @@ impl Strategy for AnchoredStructured {
 
         // The JSON kept with the page: the new answer merged over the prior, or on the
         // fallback paths the prior alone, so its sections are never lost to a failed call.
-        let (merged, dropped) = match (&produced.structured, &prior) {
+        let (merged, merge) = match (&produced.structured, &prior) {
             (Some(new), Some(prior)) => new.clone().merged_over(prior),
-            (Some(new), None) => (new.clone(), 0),
-            (None, Some(prior)) => (prior.clone(), 0),
-            (None, None) => (AnchoredSummary::default(), 0),
+            (Some(new), None) => (new.clone(), Merge::default()),
+            (None, Some(prior)) => (prior.clone(), Merge::default()),
+            (None, None) => (AnchoredSummary::default(), Merge::default()),
         };
-        if dropped > 0 {
+        if merge.dropped > 0 {
             warnings.push(format!(
-                "{dropped} oldest list entr(ies) dropped to stay within {MAX_ENTRIES} per list"
+                "{} oldest list entr(ies) dropped to stay within {MAX_ENTRIES} per list, even \
+                 packed",
+                merge.dropped
             ));
         }
         if produced.path == SummaryPath::Structured

@@ -10,6 +10,9 @@ pub const MAX_ENTRY_CHARS: usize = 500;
 /// The most entries in one list.
 pub const MAX_ENTRIES: usize = 50;
 
+/// The index of `decisions_made` among the lists.
+const DECISIONS: usize = 1;
+
 /// An anchored summary: each section is a required key, so a model cannot skip one silently
 /// (it must at least answer an empty list).
 ///
@@ -54,6 +57,7 @@ impl AnchoredSummary {
         ]
     }
 
+    /// The lists in [`Self::lists_mut`] order; `decisions_made` at [`DECISIONS`].
     fn lists_mut(&mut self) -> [&mut Vec<String>; 4] {
         [
             &mut self.files_modified,
@@ -112,10 +116,14 @@ impl AnchoredSummary {
 
     /// `self` (the newer summary) merged over `prior`: the prior lists carried forward first,
     /// then the new entries, blank entries and duplicates (up to case and surrounding
-    /// whitespace) removed; the newer intent wins when it has one. A list that would pass
-    /// [`MAX_ENTRIES`] keeps its newest entries, so the result still validates; how many were
-    /// dropped is returned so the caller can say so.
-    pub fn merged_over(self, prior: &AnchoredSummary) -> (AnchoredSummary, usize) {
+    /// whitespace) removed; the newer intent wins when it has one. Past [`MAX_ENTRIES`],
+    /// `decisions_made` has its oldest entries packed several to an entry ([`pack_oldest`]):
+    /// a decision is what a handover cannot rebuild from elsewhere, and nothing is lost while
+    /// packed entries hold it (a new decision already inside a packed one is a repeat too).
+    /// The other lists keep their newest entries (the files are in the repository, questions
+    /// and steps go stale). Either way the result still validates; how many entries were
+    /// packed away and dropped is returned so the caller can say so.
+    pub fn merged_over(self, prior: &AnchoredSummary) -> (AnchoredSummary, Merge) {
         let mut merged = AnchoredSummary {
             session_intent: if self.session_intent.trim().is_empty() {
                 prior.session_intent.clone()
@@ -130,21 +138,38 @@ impl AnchoredSummary {
             self.open_questions,
             self.next_steps,
         ];
-        let mut dropped = 0;
-        for (list, new) in merged.lists_mut().into_iter().zip(newer) {
+        let mut merge = Merge::default();
+        for (i, (list, new)) in merged.lists_mut().into_iter().zip(newer).enumerate() {
+            let decisions = i == DECISIONS;
+            let packed: Vec<String> = list
+                .iter()
+                .filter(|e| decisions && e.contains(PACK_SEPARATOR))
+                .map(|e| e.trim().to_lowercase())
+                .collect();
+            // A new decision a packed entry already holds is a repeat.
+            let new = new.into_iter().filter(|e| {
+                let e = e.trim().to_lowercase();
+                e.is_empty() || !packed.iter().any(|p| p.contains(&e))
+            });
             list.extend(new);
             let mut seen = std::collections::HashSet::new();
             list.retain(|e| !e.trim().is_empty() && seen.insert(e.trim().to_lowercase()));
             for e in list.iter_mut() {
                 *e = e.trim().to_string();
             }
-            if list.len() > MAX_ENTRIES {
+            if list.len() > MAX_ENTRIES && !decisions {
                 let excess = list.len() - MAX_ENTRIES;
                 list.drain(..excess);
-                dropped += excess;
+                merge.dropped += excess;
+            } else if list.len() > MAX_ENTRIES {
+                let before = list.len();
+                let (packed, dropped) = pack_oldest(std::mem::take(list), MAX_ENTRIES);
+                *list = packed;
+                merge.packed += before - list.len() - dropped;
+                merge.dropped += dropped;
             }
         }
-        (merged, dropped)
+        (merged, merge)
     }
 
     /// Markdown sections for what is filled (empty sections omitted).
@@ -170,6 +195,73 @@ impl AnchoredSummary {
     pub fn is_empty(&self) -> bool {
         self.session_intent.trim().is_empty() && self.sections().iter().all(|(_, l)| l.is_empty())
     }
+}
+
+/// What a merge did to keep the lists within [`MAX_ENTRIES`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Merge {
+    /// Entries fewer after packing the oldest several to an entry (nothing lost).
+    pub packed: usize,
+    /// Entries dropped because even packed they did not fit.
+    pub dropped: usize,
+}
+
+/// Separates entries packed into one.
+pub const PACK_SEPARATOR: &str = "; ";
+
+/// `entries` (oldest first) in at most `max_entries`: when there are more, as few of the
+/// oldest as needed are packed several to an entry (joined by [`PACK_SEPARATOR`], each packed
+/// entry at most [`MAX_ENTRY_CHARS`]), so a long session's early entries stay readable in
+/// fewer entries instead of being dropped. Only when even packing every entry leaves too
+/// many are the oldest packed entries dropped; their count is returned with the list.
+pub fn pack_oldest(entries: Vec<String>, max_entries: usize) -> (Vec<String>, usize) {
+    if entries.len() <= max_entries {
+        return (entries, 0);
+    }
+    let pack = |old: &[String]| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut len = 0;
+        for e in old {
+            let n = e.chars().count();
+            match out.last_mut() {
+                Some(last) if len + PACK_SEPARATOR.len() + n <= MAX_ENTRY_CHARS => {
+                    last.push_str(PACK_SEPARATOR);
+                    last.push_str(e);
+                    len += PACK_SEPARATOR.len() + n;
+                }
+                _ => {
+                    out.push(e.clone());
+                    len = n;
+                }
+            }
+        }
+        out
+    };
+    let all = entries.len();
+    // Packing one more of the oldest never adds an entry, so whether `k` packed entries are
+    // enough is monotone in `k`: the fewest is found by bisection.
+    let fits = |k: usize| pack(&entries[..k]).len() + all - k <= max_entries;
+    if !fits(all) {
+        let mut packed = pack(&entries);
+        let excess = packed.len() - max_entries;
+        let dropped: usize = packed
+            .drain(..excess)
+            .map(|e| e.matches(PACK_SEPARATOR).count() + 1)
+            .sum();
+        return (packed, dropped);
+    }
+    let (mut lo, mut hi) = (0, all);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if fits(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let mut out = pack(&entries[..lo]);
+    out.extend_from_slice(&entries[lo..]);
+    (out, 0)
 }
 
 /// Which step of the fallback order produced a summary.
@@ -275,8 +367,8 @@ mod tests {
             next_steps: vec!["run tests".into(), "ship".into()],
             ..Default::default()
         };
-        let (m, dropped) = newer.merged_over(&prior);
-        assert_eq!(dropped, 0);
+        let (m, merge) = newer.merged_over(&prior);
+        assert_eq!(merge, Merge::default());
         assert_eq!(m.session_intent, "old intent");
         assert_eq!(m.files_modified, ["src/a.rs", "src/b.rs", "src/c.rs"]);
         assert_eq!(m.next_steps, ["Run tests", "ship"]);
@@ -289,10 +381,67 @@ mod tests {
             ..Default::default()
         }
         .merged_over(&full);
-        assert_eq!(dropped, 1);
+        assert_eq!(dropped.dropped, 1);
         assert_eq!(m.files_modified.len(), MAX_ENTRIES);
         assert_eq!(m.files_modified.last().unwrap(), "new.rs");
         m.validate().unwrap();
+    }
+
+    /// A decision as a long session states it, numbered.
+    fn decision(n: usize) -> String {
+        format!("Decision D-{n:03}: we will keep the exporter on order {n}, because tests pin it.")
+    }
+
+    #[test]
+    fn merges_over_the_cap_keep_every_decision_by_packing_the_oldest() {
+        // Replayed folds: each adds six decisions to the prior, past 50 after nine folds.
+        let mut merged = AnchoredSummary::default();
+        let mut dropped = 0;
+        for fold in 0..15 {
+            let newer = AnchoredSummary {
+                decisions_made: (fold * 6 + 1..=fold * 6 + 6).map(decision).collect(),
+                files_modified: (0..6).map(|i| format!("src/f{fold}_{i}.rs")).collect(),
+                ..Default::default()
+            };
+            let (m, merge) = newer.merged_over(&merged);
+            m.validate().unwrap();
+            dropped += merge.dropped;
+            merged = m;
+        }
+        assert_eq!(merged.decisions_made.len(), MAX_ENTRIES);
+        let all = merged.decisions_made.join("\n");
+        for n in 1..=90 {
+            assert!(all.contains(&decision(n)), "D-{n:03} lost");
+        }
+        // The newest stay entries of their own; only the oldest are packed.
+        assert_eq!(merged.decisions_made.last().unwrap(), &decision(90));
+        assert!(merged.decisions_made[0].starts_with(&format!("{}; ", decision(1))));
+        // Files keep their newest 50: the 40 oldest were dropped, no decision.
+        assert_eq!(dropped, 40);
+        assert_eq!(merged.files_modified.len(), MAX_ENTRIES);
+        assert_eq!(merged.files_modified.last().unwrap(), "src/f14_5.rs");
+        // A decision already inside a packed entry is not added again.
+        let (again, _) = AnchoredSummary {
+            decisions_made: vec![decision(2)],
+            ..Default::default()
+        }
+        .merged_over(&merged);
+        assert_eq!(again.decisions_made, merged.decisions_made);
+    }
+
+    #[test]
+    fn packing_packs_as_few_as_needed_and_drops_only_what_cannot_fit() {
+        let short: Vec<String> = (0..60).map(|i| format!("d{i}")).collect();
+        let (packed, dropped) = pack_oldest(short.clone(), 50);
+        assert_eq!((packed.len(), dropped), (50, 0));
+        assert_eq!(packed[0], "d0; d1; d2; d3; d4; d5; d6; d7; d8; d9; d10");
+        assert_eq!(packed[1..], short[11..]);
+        let (same, dropped) = pack_oldest(short[..50].to_vec(), 50);
+        assert_eq!((same.as_slice(), dropped), (&short[..50], 0));
+        // Entries too long to share one are dropped, oldest first, when they do not fit.
+        let long: Vec<String> = (0..52).map(|i| format!("{i:0>400}")).collect();
+        let (kept, dropped) = pack_oldest(long.clone(), 50);
+        assert_eq!((kept.as_slice(), dropped), (&long[2..], 2));
     }
 
     #[test]

@@ -23,13 +23,20 @@ pub(super) const NEXT_STEP_WORDS: &[&str] = &["next", "should", "todo", "will"];
 /// Fills a JSON Schema of an object whose properties are strings or arrays of strings, with
 /// text copied from `material` only:
 ///
-/// - a string property gets the best extractive sentences (as [`summarize`] picks them) within
-///   its `maxLength`, or a share of `budget_chars`;
+/// - a string property gets the best extractive sentences (as [`summarize`] scores them) of
+///   the statements (not tool calls or output, unless there is nothing else) within its
+///   `maxLength`, or a share of `budget_chars`; one naming an aim (`intent`, `goal`, `task`,
+///   `purpose`, `objective`) at most [`AIM_SENTENCES`] of them, the user's when there are;
 /// - an array-of-string property is filled by what its name asks for: file paths for names
-///   mentioning `file` or `path`; sentences saying decide/decision/because for `decision`;
-///   questions (ending in `?`) for `question`; sentences (not questions) saying
-///   next/todo/will/should for `next`, `step` or `todo`; an empty array for any other name (nothing is guessed);
-/// - `maxItems` and the items' `maxLength` are kept (entries cut with `…`).
+///   mentioning `file` or `path` (not in installed packages, not a shorter form of another
+///   listed path); from statements only: sentences saying decide/decision for `decision`, then
+///   those giving a reason (`because`) for something they commit to ([`COMMITMENT_WORDS`]);
+///   questions (ending in `?`) for `question`; sentences (not questions, and not decisions
+///   stated as such when the schema has a decisions list) saying next/todo/will/should for
+///   `next`, `step` or `todo`; an empty array for any other name (nothing is guessed);
+/// - `maxItems` and the items' `maxLength` are kept (entries cut with `…`); a decisions list
+///   with more entries packs its oldest several to an entry ([`pack_oldest`]), other lists
+///   keep their first entries.
 ///
 /// Other property types are an error when required, and left out otherwise.
 pub fn fill_schema(
@@ -65,6 +72,11 @@ pub fn fill_schema(
             .map(|n| n as usize)
     };
     let string_share = budget_chars / properties.len().max(1);
+    // A stated decision goes to the decisions list only, not to the next steps too, when the
+    // schema has one.
+    let has_decisions = properties
+        .keys()
+        .any(|k| k.to_lowercase().contains("decision"));
     let mut out = Map::new();
     let mut filled = 0;
     for (name, property) in properties {
@@ -73,8 +85,7 @@ pub fn fill_schema(
         let value = match kind {
             Some("string") => {
                 let limit = max_len(property).unwrap_or(usize::MAX).min(string_share);
-                let text = best_sentences(&units, &sources, limit);
-                Value::String(text)
+                Value::String(string_for(name, &units, &sources, limit))
             }
             Some("array")
                 if items.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("string") =>
@@ -84,18 +95,23 @@ pub fn fill_schema(
                     .and_then(Value::as_u64)
                     .map_or(DEFAULT_MAX_ITEMS, |n| n as usize);
                 let item_len = items.and_then(max_len).unwrap_or(MAX_UNIT_CHARS);
-                let entries = list_for(name, material, &units);
+                let entries = list_for(name, material, &units, &sources, has_decisions);
                 let mut seen = HashSet::new();
-                Value::Array(
-                    entries
-                        .into_iter()
-                        // Exact repeats only: entries differing in a number (`handler_1.rs`,
-                        // `handler_2.rs`) are different facts.
-                        .filter(|e| seen.insert(e.to_lowercase()))
-                        .take(max_items)
-                        .map(|e| Value::String(cut_marked(e, item_len)))
-                        .collect(),
-                )
+                let entries: Vec<String> = entries
+                    .into_iter()
+                    // Exact repeats only: entries differing in a number (`handler_1.rs`,
+                    // `handler_2.rs`) are different facts.
+                    .filter(|e| seen.insert(e.to_lowercase()))
+                    .map(|e| cut_marked(e, item_len))
+                    .collect();
+                // Decisions are what a handover cannot rebuild: past `maxItems` the oldest are
+                // packed several to an entry; other lists keep their first entries.
+                let entries = if name.to_lowercase().contains("decision") {
+                    pack_oldest(entries, max_items, item_len)
+                } else {
+                    entries.into_iter().take(max_items).collect()
+                };
+                Value::Array(entries.into_iter().map(Value::String).collect())
             }
             other if required.contains(name.as_str()) => {
                 return Err(format!(
@@ -145,29 +161,191 @@ pub(super) fn best_sentences(units: &[&str], sources: &[Source], limit: usize) -
     cut_marked(&picked.join(" "), limit)
 }
 
-/// The entries of a list property, chosen by its name.
-pub(super) fn list_for<'a>(name: &str, material: &'a str, units: &[&'a str]) -> Vec<&'a str> {
+/// Whether a unit from `source` is a statement someone made (the user, the assistant, an
+/// earlier summary, or material that is no transcript), as opposed to a tool call or a tool's
+/// output: decisions, questions, next steps and a session's intent are taken from statements
+/// only (a comment in a file the agent read that says "because" is no decision of the session).
+pub(super) fn is_statement(source: Source) -> bool {
+    matches!(
+        source,
+        Source::User | Source::Assistant | Source::Summary | Source::Unknown
+    )
+}
+
+/// Property names of a string that states an aim ("session_intent", "goal", "task"): filled
+/// with a few sentences, the user's first.
+const AIM_NAMES: &[&str] = &["intent", "goal", "task", "purpose", "objective"];
+/// Sentences an aim is filled with at most ("in a few sentences").
+pub(super) const AIM_SENTENCES: usize = 3;
+
+/// Words by which a sentence that gives a reason also commits to something ("we will …
+/// because …", "I'll use … instead"): without one, a "because" sentence is a finding (why
+/// something happens), not a decision.
+pub(super) const COMMITMENT_WORDS: &[&str] = &[
+    "will", "ll", "instead", "must", "should", "going", "chose", "choose", "use", "keep",
+];
+
+/// The text of a string property: the best statements (the user's first for an aim), or the
+/// best units of any kind when the material has no statement.
+fn string_for(name: &str, units: &[&str], sources: &[Source], limit: usize) -> String {
     let name = name.to_lowercase();
+    let only = |keep: &dyn Fn(Source) -> bool| -> (Vec<&str>, Vec<Source>) {
+        units
+            .iter()
+            .zip(sources)
+            .filter(|(_, s)| keep(**s))
+            .map(|(u, s)| (*u, *s))
+            .unzip()
+    };
+    if AIM_NAMES.iter().any(|w| name.contains(w)) {
+        let users = |s: Source| s == Source::User;
+        let keeps: [&dyn Fn(Source) -> bool; 2] = [&users, &is_statement];
+        for keep in keeps {
+            let (u, s) = only(keep);
+            if !u.is_empty() {
+                return best_few(&u, &s, limit, AIM_SENTENCES);
+            }
+        }
+    } else {
+        let (u, s) = only(&is_statement);
+        if !u.is_empty() {
+            return best_sentences(&u, &s, limit);
+        }
+    }
+    best_sentences(units, sources, limit)
+}
+
+/// At most `max_units` of the best units (by the summary's scores; repeats skipped), in
+/// their original order, joined by spaces, within `limit` characters.
+pub(super) fn best_few(
+    units: &[&str],
+    sources: &[Source],
+    limit: usize,
+    max_units: usize,
+) -> String {
+    if units.is_empty() || limit == 0 {
+        return String::new();
+    }
+    let analysis = analyze(units, sources);
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by(|&a, &b| {
+        analysis.scores[b]
+            .total_cmp(&analysis.scores[a])
+            .then(a.cmp(&b))
+    });
+    let mut chosen = Vec::new();
+    let mut seen = HashSet::new();
+    let mut used = 0;
+    for i in order {
+        if chosen.len() == max_units {
+            break;
+        }
+        let len = units[i].chars().count() + usize::from(!chosen.is_empty());
+        if used + len > limit || !seen.insert(units[i].to_lowercase()) {
+            continue;
+        }
+        used += len;
+        chosen.push(i);
+    }
+    if chosen.is_empty() {
+        return best_sentences(units, sources, limit);
+    }
+    chosen.sort_unstable();
+    let text: Vec<&str> = chosen.iter().map(|&i| units[i]).collect();
+    text.join(" ")
+}
+
+/// `entries` (oldest first) in at most `max_items` entries: when there are more, the oldest
+/// are packed several to an entry (joined by `; `, each packed entry at most `item_len`
+/// characters), as few as needed, so that nothing is dropped while the packed entries hold
+/// them; only what even packing cannot hold is cut, from the end.
+pub(super) fn pack_oldest(entries: Vec<String>, max_items: usize, item_len: usize) -> Vec<String> {
+    if entries.len() <= max_items {
+        return entries;
+    }
+    let pack = |old: &[String]| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut len = 0;
+        for e in old {
+            let n = e.chars().count();
+            match out.last_mut() {
+                Some(last) if len + 2 + n <= item_len => {
+                    last.push_str("; ");
+                    last.push_str(e);
+                    len += 2 + n;
+                }
+                _ => {
+                    out.push(e.clone());
+                    len = n;
+                }
+            }
+        }
+        out
+    };
+    // Packing one more of the oldest never adds an entry, so the count is monotone in k:
+    // the fewest to pack is found by bisection.
+    let fits = |k: usize| pack(&entries[..k]).len() + entries.len() - k <= max_items;
+    let (mut lo, mut hi) = (0, entries.len());
+    if !fits(hi) {
+        let mut all = pack(&entries);
+        all.truncate(max_items);
+        return all;
+    }
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if fits(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let mut out = pack(&entries[..lo]);
+    out.extend_from_slice(&entries[lo..]);
+    out
+}
+
+/// The entries of a list property, chosen by its name: file paths from the whole material,
+/// the rest from statements only (see [`is_statement`]).
+pub(super) fn list_for<'a>(
+    name: &str,
+    material: &'a str,
+    units: &[&'a str],
+    sources: &[Source],
+    has_decisions: bool,
+) -> Vec<&'a str> {
+    let name = name.to_lowercase();
+    let statements: Vec<&str> = units
+        .iter()
+        .zip(sources)
+        .filter(|(_, s)| is_statement(**s))
+        .map(|(u, _)| *u)
+        .collect();
+    let units = &statements;
     let is_question = |unit: &str| unit.trim_end_matches(['"', '\'', ')']).ends_with('?');
     let has_word = |unit: &str, words: &[&str]| {
         unit.split(|c: char| !c.is_alphanumeric())
             .any(|w| words.contains(&w.to_lowercase().as_str()))
     };
     if name.contains("file") || name.contains("path") {
-        material
+        let paths: Vec<&str> = material
             .split(|c: char| c.is_whitespace() || c == ',')
             .map(trim_token)
             .filter_map(as_path)
-            .filter(|p| looks_like_a_file(p))
-            .collect()
+            .filter(|p| looks_like_a_file(p) && !is_installed_code(p))
+            .collect();
+        without_shorter_forms(paths)
     } else if name.contains("decision") {
-        // Decisions stated as such first (each group in order), then sentences that only
-        // give a reason: when the list is cut to `maxItems`, the decisions stay.
+        // Decisions stated as such first (each group in order), then sentences that give a
+        // reason for something they commit to: when the list is cut to `maxItems`, the
+        // decisions stay.
         let (stated, reasons): (Vec<&str>, Vec<&str>) = units
             .iter()
             .copied()
             .filter(|u| has_word(u, DECISION_WORDS))
             .partition(|u| has_word(u, DECISION_CUE_WORDS));
+        let reasons = reasons
+            .into_iter()
+            .filter(|u| has_word(u, COMMITMENT_WORDS));
         stated.into_iter().chain(reasons).collect()
     } else if name.contains("question") {
         units.iter().copied().filter(|u| is_question(u)).collect()
@@ -175,12 +353,49 @@ pub(super) fn list_for<'a>(name: &str, material: &'a str, units: &[&'a str]) -> 
         units
             .iter()
             .copied()
-            // A question saying "should" is open, not a step decided on.
+            // A question saying "should" is open, not a step decided on; a decision stated as
+            // such is listed with the decisions.
             .filter(|u| has_word(u, NEXT_STEP_WORDS) && !is_question(u))
+            .filter(|u| !(has_decisions && has_word(u, DECISION_CUE_WORDS)))
             .collect()
     } else {
         Vec::new()
     }
+}
+
+/// Whether a path is inside installed packages (`site-packages`, `dist-packages`,
+/// `node_modules`): code an agent reads, not a file of the project it modifies.
+pub(super) fn is_installed_code(path: &str) -> bool {
+    path.split(['/', '\\'])
+        .any(|part| matches!(part, "site-packages" | "dist-packages" | "node_modules"))
+}
+
+/// `paths` (in order, repeats allowed) without those that are only a shorter form of another:
+/// a bare file name or relative tail when a longer path ending in it is listed too
+/// (`modutils.py` beside `astroid/modutils.py`), and git's `a/` and `b/` diff prefixes.
+pub(super) fn without_shorter_forms(paths: Vec<&str>) -> Vec<&str> {
+    let paths: Vec<&str> = paths
+        .into_iter()
+        .map(
+            |p| match p.strip_prefix("a/").or_else(|| p.strip_prefix("b/")) {
+                Some(rest) if rest.contains('/') || rest.contains('.') => rest,
+                _ => p,
+            },
+        )
+        .collect();
+    let distinct: HashSet<&str> = paths.iter().copied().collect();
+    // Every proper tail (after a `/`) of every path: a path found here is a shorter form.
+    let mut tails: HashSet<&str> = HashSet::new();
+    for p in &distinct {
+        let mut rest = *p;
+        while let Some(i) = rest.find('/') {
+            rest = &rest[i + 1..];
+            if !rest.is_empty() {
+                tails.insert(rest);
+            }
+        }
+    }
+    paths.into_iter().filter(|p| !tails.contains(p)).collect()
 }
 
 /// Whether a path [`as_path`] found names a file: not a URL, not a one-segment absolute path

@@ -29,7 +29,8 @@
 //!    first and last unit (+0.15). In a transcript as `sdk::render_messages` writes it, where a
 //!    unit comes from counts too: what the user wrote +0.6, the assistant's own statements
 //!    +0.25 (+0.5 with a word of decision, finding or plan: because, decided, fix, found, need,
-//!    should, will…), an earlier summary +0.3, a tool call −0.25 and a tool's output −0.45; a
+//!    should, will…; +1.7 for a decision stated as such: decided, decision, chose, agreed,
+//!    settled, so that it outranks a tool call full of paths), an earlier summary +0.3, a tool call −0.25 and a tool's output −0.45; a
 //!    numbered source line (`  221\t…`, as `cat -n` prints) −0.5 anywhere.
 //! 3. **Pick.** Greedily by score (earlier unit wins ties) while the answer fits the budget of
 //!    `max_output_tokens × 4` characters. A repeat of an already-picked unit (same text up to
@@ -49,9 +50,12 @@
 //! ## Structured requests
 //!
 //! A request with `response_schema_json` gets an *extractive fill* of the schema instead
-//! ([`fill_schema`]): string properties get the best sentences, array-of-string properties
-//! what their names ask for (file paths, decisions, questions, next steps), an empty array when
-//! nothing fits; the text answer says `[extractive structured fill: …; nothing generated]`.
+//! ([`fill_schema`]): string properties get the best statements (an aim such as
+//! `session_intent` a few of the user's sentences), array-of-string properties what their
+//! names ask for (file paths, and from statements only, never tool calls or output:
+//! decisions, questions, next steps), an empty array when nothing fits; a decisions list past
+//! `maxItems` packs its oldest entries several to an entry instead of losing them; the text
+//! answer says `[extractive structured fill: …; nothing generated]`.
 //!
 //! One file per step: `units.rs` (1), `score.rs` (2), `pick.rs` (3), `mentions.rs` (the
 //! `Mentions:` line of 4); `fill.rs` for structured requests; this file, the provider and the
@@ -639,6 +643,71 @@ mod tests {
                 .contains("decided to regenerate"),
             "{decisions:?}"
         );
+    }
+
+    #[test]
+    fn a_decisions_list_past_max_items_packs_the_oldest_and_keeps_every_decision() {
+        let schema = r#"{"type": "object", "required": ["decisions", "next_steps"], "properties": {
+            "decisions": {"type": "array", "maxItems": 3,
+                          "items": {"type": "string", "maxLength": 120}},
+            "next_steps": {"type": "array", "items": {"type": "string"}}}}"#;
+        let mut material = String::new();
+        for n in 1..=7 {
+            material.push_str(&format!("assistant: Decision {n}: we will pin step {n}.\n"));
+        }
+        material.push_str("assistant: Next I will rerun the pipeline.\n");
+        let fill = fill_schema(schema, &material, 4_000).unwrap();
+        let decisions: Vec<&str> = fill.value["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap())
+            .collect();
+        assert_eq!(decisions.len(), 3, "{decisions:?}");
+        let all = decisions.join("\n");
+        for n in 1..=7 {
+            assert!(
+                all.contains(&format!("Decision {n}: we will pin step {n}.")),
+                "{all}"
+            );
+        }
+        assert_eq!(decisions[2], "Decision 7: we will pin step 7.");
+        // A decision stated as such is not a next step as well.
+        assert_eq!(
+            fill.value["next_steps"],
+            serde_json::json!(["Next I will rerun the pipeline."])
+        );
+    }
+
+    #[test]
+    fn lists_and_the_intent_come_from_statements_not_tool_output() {
+        let schema = r#"{"type": "object", "properties": {
+            "session_intent": {"type": "string", "maxLength": 2000},
+            "decisions_made": {"type": "array", "items": {"type": "string"}},
+            "files_modified": {"type": "array", "items": {"type": "string"}}}}"#;
+        let material = "user: Fix the loader. It crashes on empty files. Keep the API. Hurry.\n\
+            assistant called read_file({\"path\": \"/usr/lib/python3/site-packages/yaml/a.py\"})\n\
+            read_file returned: # we decided to skip this because the spec says so\n\
+            assistant: The loader fails because the file is empty.\n\
+            assistant: I will guard loader.py in src/app/loader.py because empty files are valid.\n";
+        let fill = fill_schema(schema, material, 4_000).unwrap();
+        // A reason without a commitment is a finding; a tool's output decides nothing.
+        assert_eq!(
+            fill.value["decisions_made"],
+            serde_json::json!([
+                "I will guard loader.py in src/app/loader.py because empty files are valid."
+            ])
+        );
+        // Installed code and a shorter form of a listed path are not files of the session.
+        assert_eq!(
+            fill.value["files_modified"],
+            serde_json::json!(["src/app/loader.py"])
+        );
+        // An aim: a few of the user's sentences.
+        let intent = fill.value["session_intent"].as_str().unwrap();
+        assert!(intent.starts_with("Fix the loader."), "{intent}");
+        assert_eq!(intent.matches(". ").count() + 1, 3, "{intent}");
+        assert!(!intent.contains("decided"), "{intent}");
     }
 
     #[test]

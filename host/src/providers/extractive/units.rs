@@ -53,7 +53,7 @@ impl Source {
         match self {
             Source::Unknown => 0.0,
             Source::User => 0.6,
-            Source::Assistant if has_word(unit, DECISION_CUE_WORDS) => 0.9,
+            Source::Assistant if has_word(unit, DECISION_CUE_WORDS) => 1.7,
             Source::Assistant if has_word(unit, CUE_WORDS) => 0.5,
             Source::Assistant => 0.25,
             Source::Summary => 0.3,
