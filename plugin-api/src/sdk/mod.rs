@@ -8,6 +8,7 @@ pub mod exchanges;
 pub mod groups;
 pub mod incremental;
 pub mod length;
+pub mod lists;
 pub mod prompt;
 pub mod protect;
 pub mod span;

@@ -32,8 +32,8 @@ use tamp_plugin_api::{FfiOption, HostError, LlmResponse};
 
 pub use config::{Config, Reuse};
 pub use schema::{
-    pack_oldest, render, AnchoredSummary, Merge, SummaryPath, HEADER, MAX_ENTRIES, MAX_ENTRY_CHARS,
-    MAX_INTENT_CHARS, PACK_SEPARATOR,
+    render, AnchoredSummary, Merge, SummaryPath, HEADER, MAX_ENTRIES, MAX_ENTRY_CHARS,
+    MAX_INTENT_CHARS,
 };
 
 /// The strategy's name: in pages, summary messages and logs.

@@ -2,6 +2,7 @@
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::cap_chars;
+use tamp_plugin_api::sdk::lists::{pack_oldest, Packed, PACK_SEPARATOR};
 
 /// The longest `session_intent`, in characters.
 pub const MAX_INTENT_CHARS: usize = 2_000;
@@ -117,7 +118,7 @@ impl AnchoredSummary {
     /// `self` (the newer summary) merged over `prior`: the prior lists carried forward first,
     /// then the new entries, blank entries and duplicates (up to case and surrounding
     /// whitespace) removed; the newer intent wins when it has one. Past [`MAX_ENTRIES`],
-    /// `decisions_made` has its oldest entries packed several to an entry ([`pack_oldest`]):
+    /// `decisions_made` has its oldest entries packed several to an entry ([`pack_oldest`], the SDK's):
     /// a decision is what a handover cannot rebuild from elsewhere, and nothing is lost while
     /// packed entries hold it (a new decision already inside a packed one is a repeat too).
     /// The other lists keep their newest entries (the files are in the repository, questions
@@ -163,8 +164,9 @@ impl AnchoredSummary {
                 merge.dropped += excess;
             } else if list.len() > MAX_ENTRIES {
                 let before = list.len();
-                let (packed, dropped) = pack_oldest(std::mem::take(list), MAX_ENTRIES);
-                *list = packed;
+                let Packed { entries, dropped } =
+                    pack_oldest(std::mem::take(list), MAX_ENTRIES, MAX_ENTRY_CHARS);
+                *list = entries;
                 merge.packed += before - list.len() - dropped;
                 merge.dropped += dropped;
             }
@@ -204,64 +206,6 @@ pub struct Merge {
     pub packed: usize,
     /// Entries dropped because even packed they did not fit.
     pub dropped: usize,
-}
-
-/// Separates entries packed into one.
-pub const PACK_SEPARATOR: &str = "; ";
-
-/// `entries` (oldest first) in at most `max_entries`: when there are more, as few of the
-/// oldest as needed are packed several to an entry (joined by [`PACK_SEPARATOR`], each packed
-/// entry at most [`MAX_ENTRY_CHARS`]), so a long session's early entries stay readable in
-/// fewer entries instead of being dropped. Only when even packing every entry leaves too
-/// many are the oldest packed entries dropped; their count is returned with the list.
-pub fn pack_oldest(entries: Vec<String>, max_entries: usize) -> (Vec<String>, usize) {
-    if entries.len() <= max_entries {
-        return (entries, 0);
-    }
-    let pack = |old: &[String]| -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        let mut len = 0;
-        for e in old {
-            let n = e.chars().count();
-            match out.last_mut() {
-                Some(last) if len + PACK_SEPARATOR.len() + n <= MAX_ENTRY_CHARS => {
-                    last.push_str(PACK_SEPARATOR);
-                    last.push_str(e);
-                    len += PACK_SEPARATOR.len() + n;
-                }
-                _ => {
-                    out.push(e.clone());
-                    len = n;
-                }
-            }
-        }
-        out
-    };
-    let all = entries.len();
-    // Packing one more of the oldest never adds an entry, so whether `k` packed entries are
-    // enough is monotone in `k`: the fewest is found by bisection.
-    let fits = |k: usize| pack(&entries[..k]).len() + all - k <= max_entries;
-    if !fits(all) {
-        let mut packed = pack(&entries);
-        let excess = packed.len() - max_entries;
-        let dropped: usize = packed
-            .drain(..excess)
-            .map(|e| e.matches(PACK_SEPARATOR).count() + 1)
-            .sum();
-        return (packed, dropped);
-    }
-    let (mut lo, mut hi) = (0, all);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if fits(mid) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    let mut out = pack(&entries[..lo]);
-    out.extend_from_slice(&entries[lo..]);
-    (out, 0)
 }
 
 /// Which step of the fallback order produced a summary.
@@ -427,21 +371,6 @@ mod tests {
         }
         .merged_over(&merged);
         assert_eq!(again.decisions_made, merged.decisions_made);
-    }
-
-    #[test]
-    fn packing_packs_as_few_as_needed_and_drops_only_what_cannot_fit() {
-        let short: Vec<String> = (0..60).map(|i| format!("d{i}")).collect();
-        let (packed, dropped) = pack_oldest(short.clone(), 50);
-        assert_eq!((packed.len(), dropped), (50, 0));
-        assert_eq!(packed[0], "d0; d1; d2; d3; d4; d5; d6; d7; d8; d9; d10");
-        assert_eq!(packed[1..], short[11..]);
-        let (same, dropped) = pack_oldest(short[..50].to_vec(), 50);
-        assert_eq!((same.as_slice(), dropped), (&short[..50], 0));
-        // Entries too long to share one are dropped, oldest first, when they do not fit.
-        let long: Vec<String> = (0..52).map(|i| format!("{i:0>400}")).collect();
-        let (kept, dropped) = pack_oldest(long.clone(), 50);
-        assert_eq!((kept.as_slice(), dropped), (&long[2..], 2));
     }
 
     #[test]

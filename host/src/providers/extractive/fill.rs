@@ -2,6 +2,7 @@
 //! summarizer.
 
 use super::*;
+use tamp_plugin_api::sdk::lists::pack_oldest;
 
 /// The result of [`fill_schema`].
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +36,7 @@ pub(super) const NEXT_STEP_WORDS: &[&str] = &["next", "should", "todo", "will"];
 ///   stated as such when the schema has a decisions list) saying next/todo/will/should for
 ///   `next`, `step` or `todo`; an empty array for any other name (nothing is guessed);
 /// - `maxItems` and the items' `maxLength` are kept (entries cut with `…`); a decisions list
-///   with more entries packs its oldest several to an entry ([`pack_oldest`]), other lists
+///   with more entries packs its oldest several to an entry ([`pack_oldest`], the SDK's), other lists
 ///   keep their first entries.
 ///
 /// Other property types are an error when required, and left out otherwise.
@@ -107,7 +108,7 @@ pub fn fill_schema(
                 // Decisions are what a handover cannot rebuild: past `maxItems` the oldest are
                 // packed several to an entry; other lists keep their first entries.
                 let entries = if name.to_lowercase().contains("decision") {
-                    pack_oldest(entries, max_items, item_len)
+                    pack_oldest(entries, max_items, item_len).entries
                 } else {
                     entries.into_iter().take(max_items).collect()
                 };
@@ -253,55 +254,6 @@ pub(super) fn best_few(
     chosen.sort_unstable();
     let text: Vec<&str> = chosen.iter().map(|&i| units[i]).collect();
     text.join(" ")
-}
-
-/// `entries` (oldest first) in at most `max_items` entries: when there are more, the oldest
-/// are packed several to an entry (joined by `; `, each packed entry at most `item_len`
-/// characters), as few as needed, so that nothing is dropped while the packed entries hold
-/// them; only what even packing cannot hold is cut, from the end.
-pub(super) fn pack_oldest(entries: Vec<String>, max_items: usize, item_len: usize) -> Vec<String> {
-    if entries.len() <= max_items {
-        return entries;
-    }
-    let pack = |old: &[String]| -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        let mut len = 0;
-        for e in old {
-            let n = e.chars().count();
-            match out.last_mut() {
-                Some(last) if len + 2 + n <= item_len => {
-                    last.push_str("; ");
-                    last.push_str(e);
-                    len += 2 + n;
-                }
-                _ => {
-                    out.push(e.clone());
-                    len = n;
-                }
-            }
-        }
-        out
-    };
-    // Packing one more of the oldest never adds an entry, so the count is monotone in k:
-    // the fewest to pack is found by bisection.
-    let fits = |k: usize| pack(&entries[..k]).len() + entries.len() - k <= max_items;
-    let (mut lo, mut hi) = (0, entries.len());
-    if !fits(hi) {
-        let mut all = pack(&entries);
-        all.truncate(max_items);
-        return all;
-    }
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if fits(mid) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    let mut out = pack(&entries[..lo]);
-    out.extend_from_slice(&entries[lo..]);
-    out
 }
 
 /// The entries of a list property, chosen by its name: file paths from the whole material,
