@@ -272,6 +272,7 @@ pub(super) fn list_for<'a>(
         .filter(|(_, s)| is_statement(**s))
         .map(|(u, _)| *u)
         .collect();
+    let all_units = units;
     let units = &statements;
     let is_question = |unit: &str| unit.trim_end_matches(['"', '\'', ')']).ends_with('?');
     let has_word = |unit: &str, words: &[&str]| {
@@ -302,13 +303,28 @@ pub(super) fn list_for<'a>(
     } else if name.contains("question") {
         units.iter().copied().filter(|u| is_question(u)).collect()
     } else if name.contains("next") || name.contains("step") || name.contains("todo") {
-        units
+        let steps: Vec<&str> = units
             .iter()
             .copied()
             // A question saying "should" is open, not a step decided on; a decision stated as
             // such is listed with the decisions.
             .filter(|u| has_word(u, NEXT_STEP_WORDS) && !is_question(u))
             .filter(|u| !(has_decisions && has_word(u, DECISION_CUE_WORDS)))
+            .collect();
+        if !steps.is_empty() {
+            return steps;
+        }
+        // No step said as such: where the work stood is the last thing the assistant said. A
+        // summary without it reads as finished work, and a strategy that needs a next step
+        // (the anchored summary's handover) would otherwise refuse the whole answer.
+        all_units
+            .iter()
+            .zip(sources)
+            .rev()
+            .filter(|(_, s)| **s == Source::Assistant)
+            .map(|(u, _)| *u)
+            .find(|u| !is_question(u) && !(has_decisions && has_word(u, DECISION_CUE_WORDS)))
+            .into_iter()
             .collect()
     } else {
         Vec::new()

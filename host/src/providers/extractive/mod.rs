@@ -680,6 +680,24 @@ mod tests {
     }
 
     #[test]
+    fn with_no_step_said_as_such_the_next_step_is_where_the_work_stood() {
+        let schema = r#"{"type": "object", "required": ["decisions", "next_steps"], "properties": {
+            "decisions": {"type": "array", "items": {"type": "string"}},
+            "next_steps": {"type": "array", "items": {"type": "string"}}}}"#;
+        let material = "user: The totals are wrong.\n\
+            assistant: Decision 1: we will round half-even because the ledger does.\n\
+            read_file returned: totals = sum(rows)\n\
+            assistant: The report sums the rows before rounding them.\n\
+            assistant: Decision 2: we chose integer cents.\n";
+        let fill = fill_schema(schema, material, 4_000).unwrap();
+        // Not a decision repeated, not a tool's output: the last statement that is neither.
+        assert_eq!(
+            fill.value["next_steps"],
+            serde_json::json!(["The report sums the rows before rounding them."])
+        );
+    }
+
+    #[test]
     fn lists_and_the_intent_come_from_statements_not_tool_output() {
         let schema = r#"{"type": "object", "properties": {
             "session_intent": {"type": "string", "maxLength": 2000},
