@@ -323,7 +323,8 @@ pub(super) fn list_for<'a>(
             .rev()
             .filter(|(_, s)| **s == Source::Assistant)
             .map(|(u, _)| *u)
-            .find(|u| !is_question(u) && !(has_decisions && has_word(u, DECISION_CUE_WORDS)))
+            .filter(|u| !(has_decisions && has_word(u, DECISION_CUE_WORDS)))
+            .find(|u| !is_question(u))
             .into_iter()
             .collect()
     } else {
