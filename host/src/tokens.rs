@@ -21,10 +21,11 @@
 //! ## Performance
 //!
 //! The chain counts whole conversations after every stage, so `count_message` is memoized by
-//! a 128-bit XXH3 hash of the message's texts: re-counting an unchanged conversation costs hashing, not
-//! BPE. XXH3 hashes long texts at memory speed (several times faster than the standard
-//! library's SipHash, which was a measurable share of a compaction of a large conversation), and
-//! its 128 bits make an accidental collision (another message's count) practically impossible.
+//! a 128-bit XXH3 hash of the message's texts: re-counting an unchanged conversation costs
+//! hashing, not BPE. XXH3 hashes long texts at memory speed (several times faster than the
+//! standard library's SipHash, which was a measurable share of a compaction of a large
+//! conversation), and its 128 bits make an accidental collision (another message's count)
+//! practically impossible.
 //! Texts above [`LARGE_TEXT_BYTES`] are counted in pieces (see [`TokenCounter::count_text`]),
 //! which keeps a multi-megabyte text to well under a second in a release build.
 
@@ -332,24 +333,13 @@ impl TokenCounter {
     }
 
     fn count_message_uncached(&self, message: &Message) -> u64 {
-        let content: u64 = message
-            .content
-            .iter()
-            .map(|block| match block {
-                ContentBlock::Text { text, .. } => self.count_text(text),
-                ContentBlock::ToolUse {
-                    name, input_json, ..
-                } => self.count_text(name) + self.count_text(input_json),
-                ContentBlock::ToolResult { content, .. } => content
-                    .iter()
-                    .map(|part| match part {
-                        ToolResultPart::Text { text } => self.count_text(text),
-                        ToolResultPart::Opaque { json } => estimate_opaque(json),
-                    })
-                    .sum(),
-                ContentBlock::Opaque { json } => estimate_opaque(json),
-            })
-            .sum();
+        let mut content = 0;
+        for_each_counted_piece(message, |how, text| {
+            content += match how {
+                Counted::Text => self.count_text(text),
+                Counted::Opaque => estimate_opaque(text),
+            };
+        });
         MESSAGE_OVERHEAD_TOKENS + content
     }
 
@@ -359,42 +349,50 @@ impl TokenCounter {
     }
 }
 
-/// The memo key of a message: XXH3-128 over what its count depends on and nothing else (the
-/// texts and opaque JSON of its blocks, each tagged with how it is counted; not its role, ids
-/// or extra fields), unseeded, so the same message hashes the same in every counter and run.
-/// Each text is hashed in one call, where feeding `Hash` field by field into a streaming
-/// hasher copied every text through its buffer: this is the largest fixed cost of a
-/// compaction with thousands in flight.
-fn message_hash(message: &Message) -> u128 {
-    let mut key = xxhash_rust::xxh3::Xxh3Default::new();
-    let mut piece = |how: Counted, text: &str| {
-        key.update(&[how as u8]);
-        key.update(&xxhash_rust::xxh3::xxh3_128(text.as_bytes()).to_le_bytes());
-    };
+/// Calls `f` on each piece of a message its count is made of, in order: the texts of its
+/// blocks (a tool call's name and input, a result's text parts) and its opaque JSON, each with
+/// how it is counted. The count and the memo key both read a message through this, so the key
+/// covers exactly what the count depends on. (A visitor, not an iterator: the key is computed
+/// for every message of every compaction, and this allocates nothing.)
+fn for_each_counted_piece<'a>(message: &'a Message, mut f: impl FnMut(Counted, &'a str)) {
     for block in message.content.iter() {
         match block {
-            ContentBlock::Text { text, .. } => piece(Counted::Text, text),
+            ContentBlock::Text { text, .. } => f(Counted::Text, text),
             ContentBlock::ToolUse {
                 name, input_json, ..
             } => {
-                piece(Counted::Text, name);
-                piece(Counted::Text, input_json);
+                f(Counted::Text, name);
+                f(Counted::Text, input_json);
             }
             ContentBlock::ToolResult { content, .. } => {
                 for part in content.iter() {
                     match part {
-                        ToolResultPart::Text { text } => piece(Counted::Text, text),
-                        ToolResultPart::Opaque { json } => piece(Counted::Opaque, json),
+                        ToolResultPart::Text { text } => f(Counted::Text, text),
+                        ToolResultPart::Opaque { json } => f(Counted::Opaque, json),
                     }
                 }
             }
-            ContentBlock::Opaque { json } => piece(Counted::Opaque, json),
+            ContentBlock::Opaque { json } => f(Counted::Opaque, json),
         }
     }
+}
+
+/// The memo key of a message: XXH3-128 over its counted pieces ([`for_each_counted_piece`];
+/// not its role, ids or extra fields), unseeded, so the same message hashes the same in every
+/// counter and run. Each text is hashed in one call, where feeding `Hash` field by field into
+/// a streaming hasher copied every text through its buffer: this is the largest fixed cost of
+/// a compaction with thousands in flight.
+fn message_hash(message: &Message) -> u128 {
+    let mut key = xxhash_rust::xxh3::Xxh3Default::new();
+    for_each_counted_piece(message, |how, text| {
+        key.update(&[how as u8]);
+        key.update(&xxhash_rust::xxh3::xxh3_128(text.as_bytes()).to_le_bytes());
+    });
     key.digest128()
 }
 
-/// How a piece of a message is counted (see `count_message_uncached`), part of its memo key.
+/// How a piece of a message is counted: BPE for text, [`estimate_opaque`] for opaque JSON.
+/// Part of the memo key.
 #[derive(Clone, Copy)]
 enum Counted {
     Text = 1,
