@@ -36,8 +36,8 @@ pub(super) const NEXT_STEP_WORDS: &[&str] = &["next", "should", "todo", "will"];
 ///   stated as such when the schema has a decisions list) saying next/todo/will/should for
 ///   `next`, `step` or `todo`; an empty array for any other name (nothing is guessed);
 /// - `maxItems` and the items' `maxLength` are kept (entries cut with `…`); a decisions list
-///   with more entries packs its oldest several to an entry ([`pack_oldest`], the SDK's), other lists
-///   keep their first entries.
+///   with more entries packs its oldest several to an entry (the SDK's [`pack_oldest`]),
+///   other lists keep their first entries.
 ///
 /// Other property types are an error when required, and left out otherwise.
 pub fn fill_schema(
@@ -186,29 +186,33 @@ pub(super) const COMMITMENT_WORDS: &[&str] = &[
     "will", "ll", "instead", "must", "should", "going", "chose", "choose", "use", "keep",
 ];
 
+/// The units from sources `keep` accepts, with their sources.
+fn units_from<'a>(
+    units: &[&'a str],
+    sources: &[Source],
+    keep: fn(Source) -> bool,
+) -> (Vec<&'a str>, Vec<Source>) {
+    units
+        .iter()
+        .zip(sources)
+        .filter(|(_, s)| keep(**s))
+        .map(|(u, s)| (*u, *s))
+        .unzip()
+}
+
 /// The text of a string property: the best statements (the user's first for an aim), or the
 /// best units of any kind when the material has no statement.
 fn string_for(name: &str, units: &[&str], sources: &[Source], limit: usize) -> String {
     let name = name.to_lowercase();
-    let only = |keep: &dyn Fn(Source) -> bool| -> (Vec<&str>, Vec<Source>) {
-        units
-            .iter()
-            .zip(sources)
-            .filter(|(_, s)| keep(**s))
-            .map(|(u, s)| (*u, *s))
-            .unzip()
-    };
     if AIM_NAMES.iter().any(|w| name.contains(w)) {
-        let users = |s: Source| s == Source::User;
-        let keeps: [&dyn Fn(Source) -> bool; 2] = [&users, &is_statement];
-        for keep in keeps {
-            let (u, s) = only(keep);
+        for keep in [|s| s == Source::User, is_statement] {
+            let (u, s) = units_from(units, sources, keep);
             if !u.is_empty() {
                 return best_few(&u, &s, limit, AIM_SENTENCES);
             }
         }
     } else {
-        let (u, s) = only(&is_statement);
+        let (u, s) = units_from(units, sources, is_statement);
         if !u.is_empty() {
             return best_sentences(&u, &s, limit);
         }
@@ -266,19 +270,10 @@ pub(super) fn list_for<'a>(
     has_decisions: bool,
 ) -> Vec<&'a str> {
     let name = name.to_lowercase();
-    let statements: Vec<&str> = units
-        .iter()
-        .zip(sources)
-        .filter(|(_, s)| is_statement(**s))
-        .map(|(u, _)| *u)
-        .collect();
     let all_units = units;
+    let (statements, _) = units_from(units, sources, is_statement);
     let units = &statements;
     let is_question = |unit: &str| unit.trim_end_matches(['"', '\'', ')']).ends_with('?');
-    let has_word = |unit: &str, words: &[&str]| {
-        unit.split(|c: char| !c.is_alphanumeric())
-            .any(|w| words.contains(&w.to_lowercase().as_str()))
-    };
     if name.contains("file") || name.contains("path") {
         let paths: Vec<&str> = material
             .split(|c: char| c.is_whitespace() || c == ',')

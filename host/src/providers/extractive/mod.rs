@@ -30,8 +30,9 @@
 //!    unit comes from counts too: what the user wrote +0.6, the assistant's own statements
 //!    +0.25 (+0.5 with a word of decision, finding or plan: because, decided, fix, found, need,
 //!    should, will…; +1.7 for a decision stated as such: decided, decision, chose, agreed,
-//!    settled, so that it outranks a tool call full of paths), an earlier summary +0.3, a tool call −0.25 and a tool's output −0.45; a
-//!    numbered source line (`  221\t…`, as `cat -n` prints) −0.5 anywhere.
+//!    settled, so that it outranks a tool call full of paths), an earlier summary +0.3, a tool
+//!    call −0.25 and a tool's output −0.45; a numbered source line (`  221\t…`, as `cat -n`
+//!    prints) −0.5 anywhere.
 //! 3. **Pick.** Greedily by score (earlier unit wins ties) while the answer fits the budget of
 //!    `max_output_tokens × 4` characters. A repeat of an already-picked unit (same text up to
 //!    case, punctuation and the value of numbers) is skipped; a unit whose words overlap ≥ 50 %
