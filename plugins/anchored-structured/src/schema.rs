@@ -118,9 +118,10 @@ impl AnchoredSummary {
     /// `self` (the newer summary) merged over `prior`: the prior lists carried forward first,
     /// then the new entries, blank entries and duplicates (up to case and surrounding
     /// whitespace) removed; the newer intent wins when it has one. Past [`MAX_ENTRIES`],
-    /// `decisions_made` has its oldest entries packed several to an entry ([`pack_oldest`], the SDK's):
-    /// a decision is what a handover cannot rebuild from elsewhere, and nothing is lost while
-    /// packed entries hold it (a new decision already inside a packed one is a repeat too).
+    /// `decisions_made` has its oldest entries packed several to an entry (the SDK's
+    /// [`pack_oldest`]): a decision is what a handover cannot rebuild from elsewhere, and
+    /// nothing is lost while packed entries hold it (a new decision already inside a packed
+    /// one is a repeat too).
     /// The other lists keep their newest entries (the files are in the repository, questions
     /// and steps go stale). Either way the result still validates; how many entries were
     /// packed away and dropped is returned so the caller can say so.
@@ -142,11 +143,14 @@ impl AnchoredSummary {
         let mut merge = Merge::default();
         for (i, (list, new)) in merged.lists_mut().into_iter().zip(newer).enumerate() {
             let decisions = i == DECISIONS;
-            let packed: Vec<String> = list
-                .iter()
-                .filter(|e| decisions && e.contains(PACK_SEPARATOR))
-                .map(|e| e.trim().to_lowercase())
-                .collect();
+            let packed: Vec<String> = if decisions {
+                list.iter()
+                    .filter(|e| e.contains(PACK_SEPARATOR))
+                    .map(|e| e.trim().to_lowercase())
+                    .collect()
+            } else {
+                Vec::new()
+            };
             // A new decision a packed entry already holds is a repeat.
             let new = new.into_iter().filter(|e| {
                 let e = e.trim().to_lowercase();
