@@ -155,9 +155,6 @@ fn ffi_tax(rt: &tokio::runtime::Runtime, iterations: usize) {
     );
 }
 
-/// `compactions` compactions of a 50-message real conversation at once through a chain with
-/// one stage of `plugin` (`config`), every LLM call answered after 200 ms. Prints total time,
-/// its ratio to 200 ms, and the peak RSS of the run.
 /// Where the concurrency benchmark's 10,000 input conversations are built.
 #[derive(Clone, Copy, PartialEq)]
 enum Inputs {
@@ -169,6 +166,10 @@ enum Inputs {
     BuiltBefore,
 }
 
+/// `compactions` compactions of a 50-message real conversation at once through a chain with
+/// one stage of `plugin` (`config`), every LLM call answered after 200 ms. Prints total time,
+/// its ratio to 200 ms, the process's CPU time and
+/// the peak RSS of the run.
 fn concurrency_run(
     rt: &tokio::runtime::Runtime,
     compactions: usize,
