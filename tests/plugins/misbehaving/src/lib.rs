@@ -154,17 +154,12 @@ impl Strategy for Misbehaving {
                     Self::NAME,
                     SummaryStatus::Final,
                 );
-                let span = sdk::units(messages)
-                    .into_iter()
-                    .find(|u| range.start <= u.range.start && u.range.end <= range.end)
+                let span = first_unit_within(messages, &range)
                     .map_or(range.start..range.start + 1, |u| u.range);
                 return Ok(acted([Edit::replace(span, summary)]));
             }
             Mode::ReplaceUnarchived => {
-                let Some(unit) = sdk::units(messages)
-                    .into_iter()
-                    .find(|u| range.start <= u.range.start && u.range.end <= range.end)
-                else {
+                let Some(unit) = first_unit_within(messages, &range) else {
                     return Ok(CompactOutcome::unchanged("nothing to replace"));
                 };
                 let page = tamp_plugin_api::page::page_id(&messages[unit.range.clone()]);
@@ -218,6 +213,13 @@ impl Strategy for Misbehaving {
         let text = format!("{} message(s) archived", unit.range.len());
         Ok(acted([Edit::summarize(unit.range, text)]))
     }
+}
+
+/// The first unit wholly inside `range` (the compactable range).
+fn first_unit_within(messages: &[Message], range: &std::ops::Range<usize>) -> Option<sdk::Unit> {
+    sdk::units(messages)
+        .into_iter()
+        .find(|u| range.start <= u.range.start && u.range.end <= range.end)
 }
 
 fn acted(edits: impl IntoIterator<Item = Edit>) -> CompactOutcome {
