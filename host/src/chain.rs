@@ -4,11 +4,13 @@
 //! rolled back: the chain goes on from the conversation that stage received, and the report
 //! says what happened. The chain stops early once the conversation is under the low watermark.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::Either;
 use futures::FutureExt as _;
 use serde::Serialize;
 use tamp_plugin_api::sdk::{self, Unit};
@@ -652,22 +654,50 @@ impl Chain {
     /// thread's last answer plus what is new since (see [`crate::threads`]). An invalid
     /// conversation is an error; a stage that fails is rolled back and reported, never an
     /// error of the whole call.
-    pub async fn compact(
+    ///
+    /// A function returning the future rather than an `async fn`: the choice of path is made
+    /// before the future exists, so the future holds the conversation once, in the path
+    /// taken (an `async fn` keeps its arguments beside the futures it awaits).
+    pub fn compact<'a>(
+        &'a self,
+        conversation: Conversation,
+        options: &'a CompactOptions,
+    ) -> impl Future<Output = Result<Compacted, ChainError>> + Send + 'a {
+        let thread = self
+            .threads
+            .as_ref()
+            .filter(|_| options.thread_continuity)
+            .and_then(|(store, config)| {
+                let key = ThreadKey::of(
+                    conversation.thread_id(),
+                    &conversation.messages,
+                    config.derive_key,
+                )?;
+                Some((store.as_ref(), config, key))
+            });
+        match thread {
+            None => Either::Left(self.run_chain(conversation, options)),
+            // Boxed: the thread's state is then not part of every compaction's in-flight
+            // state.
+            Some((store, config, key)) => Either::Right(Box::pin(self.continue_thread(
+                conversation,
+                options,
+                store,
+                config,
+                key,
+            ))),
+        }
+    }
+
+    /// [`Chain::compact`] with thread continuity, for the thread of `key`.
+    async fn continue_thread(
         &self,
         conversation: Conversation,
         options: &CompactOptions,
+        store: &dyn ThreadStore,
+        config: &ThreadsConfig,
+        key: ThreadKey,
     ) -> Result<Compacted, ChainError> {
-        let threads = self.threads.as_ref().filter(|_| options.thread_continuity);
-        let Some((store, config)) = threads else {
-            return self.run_chain(conversation, options).await;
-        };
-        let Some(key) = ThreadKey::of(
-            conversation.thread_id(),
-            &conversation.messages,
-            config.derive_key,
-        ) else {
-            return self.run_chain(conversation, options).await;
-        };
         // Checked before anything is read or stored for it.
         let format = options
             .format
@@ -930,10 +960,27 @@ impl Chain {
         // this a copy; otherwise the input is taken back as it was.
         let input =
             Shared::try_unwrap(shared).unwrap_or_else(|still_shared| (*still_shared).clone());
+        // Boxed: what settling a stage holds (its report, the check of its edits, the page
+        // writes) is then not part of the state every compaction carries while it waits on
+        // its stage, thousands at once.
+        Box::pin(self.settle_stage(stage, input, outcome, &services, budget, started)).await
+    }
+
+    /// Checks and applies what a stage answered, once its pages are written, or rolls it
+    /// back; fills the stage's report. See [`Chain::run_stage`].
+    async fn settle_stage(
+        &self,
+        stage: &Stage,
+        input: Conversation,
+        outcome: Result<tamp_plugin_api::CompactOutcome, StageFailure>,
+        services: &StageServices,
+        budget: Budget,
+        started: Instant,
+    ) -> (Conversation, bool, StageRun) {
         let mut run = StageRun::not_run(stage, String::new(), budget.current_tokens);
 
         let result = match outcome {
-            Ok(outcome) => self.apply(&input, outcome, &services, stage, budget).await,
+            Ok(outcome) => self.apply(&input, outcome, services, stage, budget).await,
             Err(failure) => Err(failure),
         };
         // The stage's pages may still be staged: its output is accepted only once they are

@@ -6,6 +6,7 @@
 //! without trusting the plugin's own account.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,7 +23,7 @@ use tamp_plugin_api::{
 };
 use tokio::sync::Semaphore;
 
-use crate::providers::Provider;
+use crate::providers::{Provider, ProviderError};
 use crate::store::cache::CacheKey;
 use crate::store::{
     CacheScope, DeferredQueue, NewDeferred, NewPage, PageStore, QueueState, StoreError,
@@ -240,14 +241,27 @@ impl StageServices {
     }
 
     async fn complete_one(&self, request: LlmRequest) -> Result<LlmResponse, HostError> {
-        let state = &self.0;
         // The key hashes the whole prompt: computed once, for the lookup and the write.
         let cached = self.answer_key(&request);
         if let Some((cache, key)) = cached {
-            if let Some(answer) = self.cached_answer(cache.as_ref(), key).await {
+            // Boxed, as are the timer and the cache write: paths not every call takes stay
+            // out of the state that each of thousands of in-flight calls carries.
+            if let Some(answer) = Box::pin(self.cached_answer(cache.as_ref(), key)).await {
                 return Ok(answer);
             }
         }
+        // A host shutting down is not the call's failure: returned as it is, unrecorded.
+        let answered = self.call_provider(&request).await?;
+        let result = self.judge_answer(&request, answered);
+        if let (Ok(answer), Some((cache, key))) = (&result, cached) {
+            Box::pin(self.remember_answer(cache.as_ref(), key, answer)).await;
+        }
+        result
+    }
+
+    /// Calls the provider under the host's concurrency limit and the call's timeout.
+    async fn call_provider(&self, request: &LlmRequest) -> Result<Answered, HostError> {
+        let state = &self.0;
         let _permit = state
             .ctx
             .llm_permits
@@ -255,18 +269,28 @@ impl StageServices {
             .await
             .map_err(|_| PluginError::new(ErrorKind::Host, "the host is shutting down"))?;
         state.calls.fetch_add(1, Ordering::Relaxed);
-        let call = state.ctx.provider.complete(&request);
+        let call = state.ctx.provider.complete(request);
         let timeout = state.ctx.llm_timeout;
         // A timer per call is a measurable share of a compaction's fixed cost with thousands
         // in flight; when the stage's deadline comes first, the call could never time out.
         let outlived = state
             .deadline
             .is_some_and(|d| tokio::time::Instant::now() + timeout >= d);
-        let answered = if outlived {
+        Ok(if outlived {
             Ok(call.await)
         } else {
-            tokio::time::timeout(timeout, call).await
-        };
+            Box::pin(tokio::time::timeout(timeout, call)).await
+        })
+    }
+
+    /// The provider's answer as the plugin gets it: checked against the request's schema,
+    /// its usage counted, a failure recorded for the stage's report.
+    fn judge_answer(
+        &self,
+        request: &LlmRequest,
+        answered: Answered,
+    ) -> Result<LlmResponse, HostError> {
+        let state = &self.0;
         let result = match answered {
             Ok(Ok(response)) => match &request.response_schema_json {
                 FfiOption::RSome(schema) => check_structured(schema.as_str(), &response)
@@ -290,12 +314,7 @@ impl StageServices {
             )),
         };
         match &result {
-            Ok(r) => {
-                lock(&state.usage).add(&r.usage);
-                if let Some((cache, key)) = cached {
-                    self.remember_answer(cache.as_ref(), key, r).await;
-                }
-            }
+            Ok(r) => lock(&state.usage).add(&r.usage),
             Err(e) => {
                 state.failed_calls.fetch_add(1, Ordering::Relaxed);
                 lock(&state.errors).push(e.message.to_string());
@@ -411,21 +430,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A provider's answer, or the call's timeout running out first.
+type Answered = Result<Result<LlmResponse, ProviderError>, tokio::time::error::Elapsed>;
+
 /// Runs `f` and turns a host-side panic into an error, so it never unwinds into a plugin.
-async fn contained<T, F>(what: &str, f: F) -> Result<T, HostError>
+///
+/// A function returning a combinator, not an `async fn`: an `async fn` keeps its argument `f`
+/// beside the future it awaits, doubling the in-flight state of every LLM call, and thousands
+/// of calls wait at once.
+fn contained<T, F>(what: &'static str, f: F) -> impl Future<Output = Result<T, HostError>>
 where
-    F: std::future::Future<Output = Result<T, HostError>>,
+    F: Future<Output = Result<T, HostError>>,
 {
-    match AssertUnwindSafe(f).catch_unwind().await {
-        Ok(r) => r,
-        Err(p) => Err(PluginError::new(
-            ErrorKind::Host,
-            format!(
-                "host {what} panicked: {}",
-                tamp_plugin_api::strategy::panic_message(&*p)
-            ),
-        )),
-    }
+    AssertUnwindSafe(f).catch_unwind().map(move |caught| {
+        caught.unwrap_or_else(|p| {
+            Err(PluginError::new(
+                ErrorKind::Host,
+                format!(
+                    "host {what} panicked: {}",
+                    tamp_plugin_api::strategy::panic_message(&*p)
+                ),
+            ))
+        })
+    })
 }
 
 impl HostServices for StageServices {
@@ -737,6 +764,24 @@ mod tests {
             services.complete_one(LlmRequest::new("", "hi", 8)).await
         });
         assert_eq!(answered.unwrap().text.as_str(), "late");
+    }
+
+    #[test]
+    fn an_llm_call_in_flight_carries_little_state() {
+        // Thousands of calls wait at once, each in fresh memory the kernel must zero: what a
+        // call carries while it waits is the host's memory per call. Bounds with headroom
+        // over today's sizes (544 and its own size plus the catch's few words); before,
+        // a call carried 840 bytes, and `contained` held its future twice.
+        let services = slow_services(Duration::ZERO, Duration::from_secs(1));
+        let call = services.complete_one(LlmRequest::new("", "hi", 8));
+        let call_size = std::mem::size_of_val(&call);
+        assert!(call_size <= 640, "an LLM call carries {call_size} bytes");
+        let guarded = contained("LLM call", call);
+        let guarded_size = std::mem::size_of_val(&guarded);
+        assert!(
+            guarded_size <= call_size + 64,
+            "contained: {guarded_size} bytes around a {call_size}-byte call"
+        );
     }
 
     const SCHEMA: &str = r#"{"type":"object","required":["facts"],
