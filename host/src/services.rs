@@ -240,9 +240,11 @@ impl StageServices {
         }
     }
 
-    async fn complete_one(&self, request: LlmRequest) -> Result<LlmResponse, HostError> {
+    ///
+    /// The request is borrowed: an `async fn` keeps an owned argument twice in its state.
+    async fn complete_one(&self, request: &LlmRequest) -> Result<LlmResponse, HostError> {
         // The key hashes the whole prompt: computed once, for the lookup and the write.
-        let cached = self.answer_key(&request);
+        let cached = self.answer_key(request);
         if let Some((cache, key)) = cached {
             // Boxed, as are the timer and the cache write: paths not every call takes stay
             // out of the state that each of thousands of in-flight calls carries.
@@ -251,8 +253,8 @@ impl StageServices {
             }
         }
         // A host shutting down is not the call's failure: returned as it is, unrecorded.
-        let answered = self.call_provider(&request).await?;
-        let result = self.judge_answer(&request, answered);
+        let answered = self.call_provider(request).await?;
+        let result = self.judge_answer(request, answered);
         if let (Ok(answer), Some((cache, key))) = (&result, cached) {
             Box::pin(self.remember_answer(cache.as_ref(), key, answer)).await;
         }
@@ -473,7 +475,7 @@ impl HostServices for StageServices {
     fn complete(&self, request: LlmRequest) -> FfiFuture<FfiResult<LlmResponse, HostError>> {
         let this = self.clone();
         async move {
-            contained("LLM call", this.complete_one(request))
+            contained("LLM call", this.complete_one(&request))
                 .await
                 .into()
         }
@@ -494,17 +496,16 @@ impl HostServices for StageServices {
             };
             let done = AtomicU32::new(0);
             let answer = |request: LlmRequest| {
-                let this = this.clone();
-                let done = &done;
+                let (this, done) = (&this, &done);
                 async move {
-                    let label = this.0.ctx.progress.is_some().then(|| request.label.clone());
-                    let answer = contained("LLM call", this.complete_one(request)).await;
+                    let answer = contained("LLM call", this.complete_one(&request)).await;
                     let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if let Some(label) = label {
+                    if this.0.ctx.progress.is_some() {
                         this.emit_progress(&ProgressEvent {
                             done: n,
                             total: total as u32,
-                            message: format!("{n}/{total} LLM calls finished ({label})").into(),
+                            message: format!("{n}/{total} LLM calls finished ({})", request.label)
+                                .into(),
                         });
                     }
                     FfiResult::from(answer)
@@ -744,12 +745,12 @@ mod tests {
         let request = || LlmRequest::new("", "hi", 8);
         // No deadline, and one after the call's own timeout: the call's timer fires.
         let unbounded = slow_services(slow, timeout);
-        let e = run(unbounded.complete_one(request())).unwrap_err();
+        let e = run(unbounded.complete_one(&request())).unwrap_err();
         assert!(e.message.contains("no answer within 0.1s"), "{}", e.message);
         let later = run(async {
             let services = slow_services(slow, timeout)
                 .until(tokio::time::Instant::now() + Duration::from_secs(30));
-            services.complete_one(request()).await
+            services.complete_one(&request()).await
         });
         assert!(later.unwrap_err().message.contains("no answer within"));
     }
@@ -761,7 +762,7 @@ mod tests {
         let answered = run(async {
             let services = slow_services(Duration::from_millis(150), Duration::from_millis(100))
                 .until(tokio::time::Instant::now() + Duration::from_millis(20));
-            services.complete_one(LlmRequest::new("", "hi", 8)).await
+            services.complete_one(&LlmRequest::new("", "hi", 8)).await
         });
         assert_eq!(answered.unwrap().text.as_str(), "late");
     }
@@ -770,12 +771,13 @@ mod tests {
     fn an_llm_call_in_flight_carries_little_state() {
         // Thousands of calls wait at once, each in fresh memory the kernel must zero: what a
         // call carries while it waits is the host's memory per call. Bounds with headroom
-        // over today's sizes (544 and its own size plus the catch's few words); before,
-        // a call carried 840 bytes, and `contained` held its future twice.
+        // over today's sizes (256 bytes, and the catch's few words around it); before, a call
+        // carried 840 bytes, and `contained` held its future twice.
         let services = slow_services(Duration::ZERO, Duration::from_secs(1));
-        let call = services.complete_one(LlmRequest::new("", "hi", 8));
+        let request = LlmRequest::new("", "hi", 8);
+        let call = services.complete_one(&request);
         let call_size = std::mem::size_of_val(&call);
-        assert!(call_size <= 640, "an LLM call carries {call_size} bytes");
+        assert!(call_size <= 320, "an LLM call carries {call_size} bytes");
         let guarded = contained("LLM call", call);
         let guarded_size = std::mem::size_of_val(&guarded);
         assert!(

@@ -379,16 +379,20 @@ fn for_each_counted_piece<'a>(message: &'a Message, mut f: impl FnMut(Counted, &
 
 /// The memo key of a message: XXH3-128 over its counted pieces ([`for_each_counted_piece`];
 /// not its role, ids or extra fields), unseeded, so the same message hashes the same in every
-/// counter and run. Each text is hashed in one call, where feeding `Hash` field by field into
-/// a streaming hasher copied every text through its buffer: this is the largest fixed cost of
-/// a compaction with thousands in flight.
+/// counter and run. This runs for every message of every compaction, so it is kept to one-shot
+/// hashes: each text is hashed in one call, and the pieces are chained in order, the key so
+/// far with the next piece's kind and hash making the next key (a streaming hasher's state
+/// alone, set up per message, cost about as much as hashing a short text).
 fn message_hash(message: &Message) -> u128 {
-    let mut key = xxhash_rust::xxh3::Xxh3Default::new();
+    let mut key = 0u128;
     for_each_counted_piece(message, |how, text| {
-        key.update(&[how as u8]);
-        key.update(&xxhash_rust::xxh3::xxh3_128(text.as_bytes()).to_le_bytes());
+        let mut link = [0u8; 33];
+        link[..16].copy_from_slice(&key.to_le_bytes());
+        link[16] = how as u8;
+        link[17..].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(text.as_bytes()).to_le_bytes());
+        key = xxhash_rust::xxh3::xxh3_128(&link);
     });
-    key.digest128()
+    key
 }
 
 /// How a piece of a message is counted: BPE for text, [`estimate_opaque`] for opaque JSON.
@@ -756,6 +760,36 @@ mod tests {
         assert_eq!(
             c.count_message(&changed),
             c.count_message_uncached(&changed)
+        );
+    }
+
+    #[test]
+    fn the_memo_key_tells_pieces_their_order_and_kind_apart() {
+        let texts = |pieces: &[&str]| {
+            Message::new(
+                Role::Assistant,
+                pieces.iter().map(|t| ContentBlock::text(*t)).collect(),
+            )
+        };
+        let keys = [
+            message_hash(&texts(&["ab", "c"])),
+            message_hash(&texts(&["a", "bc"])),
+            message_hash(&texts(&["bc", "a"])),
+            message_hash(&texts(&["abc"])),
+            message_hash(&Message::new(
+                Role::Assistant,
+                vec![ContentBlock::Opaque { json: "abc".into() }],
+            )),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // Not the role: the count does not depend on it.
+        assert_eq!(
+            message_hash(&Message::text(Role::User, "abc")),
+            message_hash(&texts(&["abc"]))
         );
     }
 
