@@ -6,7 +6,9 @@
 //! - Host overhead: a two-stage chain on 1,000 messages vs merely parsing and re-serializing.
 //!
 //! Run: `cargo bench -p tamp-e2e --bench foundation` (add `-- quick` for fewer iterations;
-//! `-- only=waiting [built]` runs the waiting-only concurrency run alone, for profiling).
+//! `-- only=waiting [built]` runs the waiting-only concurrency run alone, for profiling;
+//! `-- only=floor` the same copies held with no host; `-- small-pages` turns transparent huge
+//! pages off, for steadier figures).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -209,6 +211,9 @@ fn concurrency_run(
         probe.report.stages[0]
     );
 
+    // What each waiting compaction's task carries inline (its stage's plugin future and the
+    // LLM calls' futures are allocations of their own).
+    let future_bytes = std::mem::size_of_val(&chain.compact(conversation.clone(), &options));
     reset_peak_rss();
     let prepared: Vec<Conversation> = if inputs == Inputs::BuiltBefore {
         (0..compactions).map(|_| conversation.clone()).collect()
@@ -246,10 +251,53 @@ fn concurrency_run(
         delay.as_millis()
     );
     println!(
-        "  total {:.0} ms   ratio total/200ms {:.2}x (target <= 2x)   {:.1} us per compaction beyond the wait   CPU {cpu:.0} ms ({:.1} us per compaction)   peak RSS {:.0} MiB",
+        "  total {:.0} ms   ratio total/200ms {:.2}x (target <= 2x)   {:.1} us per compaction beyond the wait   CPU {cpu:.0} ms ({:.1} us per compaction)   peak RSS {:.0} MiB   compaction future {future_bytes} bytes",
         elapsed.as_secs_f64() * 1e3,
         elapsed.as_secs_f64() / delay.as_secs_f64(),
         (elapsed.saturating_sub(delay)).as_secs_f64() * 1e6 / compactions as f64,
+        cpu * 1e3 / compactions as f64,
+        peak_rss_mib()
+    );
+}
+
+/// The floor of the copied-inputs concurrency run: the same `compactions` copies of the
+/// 50-message conversation, each made as its task is spawned and held for the 200 ms an LLM
+/// answer takes, with no host at all. What a run with copied inputs spends above this is the
+/// host's; this much is the copies' own cost (fresh memory, faulted in and zeroed).
+fn client_floor_run(rt: &tokio::runtime::Runtime, compactions: usize) {
+    let delay = Duration::from_millis(200);
+    let conversation = tamp_e2e::fifty_message_conversation();
+    reset_peak_rss();
+    let cpu_before = cpu_ms();
+    let started = Instant::now();
+    let held = rt.block_on(async {
+        let tasks: Vec<_> = (0..compactions)
+            .map(|_| {
+                let conv = conversation.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    conv.messages.len()
+                })
+            })
+            .collect();
+        let mut held = 0;
+        for t in tasks {
+            held += t.await.unwrap();
+        }
+        held
+    });
+    let elapsed = started.elapsed();
+    let cpu = cpu_ms() - cpu_before;
+    assert_eq!(held, compactions * conversation.messages.len());
+    println!(
+        "concurrency floor, no host: {compactions} copies of {} messages made at spawn, each held {} ms:",
+        conversation.messages.len(),
+        delay.as_millis()
+    );
+    println!(
+        "  total {:.0} ms   ratio total/200ms {:.2}x   CPU {cpu:.0} ms ({:.1} us per copy)   peak RSS {:.0} MiB",
+        elapsed.as_secs_f64() * 1e3,
+        elapsed.as_secs_f64() / delay.as_secs_f64(),
         cpu * 1e3 / compactions as f64,
         peak_rss_mib()
     );
@@ -314,6 +362,7 @@ fn breakdown(rt: &tokio::runtime::Runtime, iterations: usize) {
 }
 
 fn concurrency(rt: &tokio::runtime::Runtime, compactions: usize) {
+    client_floor_run(rt, compactions);
     concurrency_run(
         rt,
         compactions,
@@ -411,6 +460,15 @@ fn main() {
         .find_map(|a| a.strip_prefix("only="))
         .map(str::to_string);
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    // The concurrency runs' memory is mostly fresh pages the kernel zeroes on first touch.
+    // Whether it can hand out 2 MiB pages (transparent huge pages) varies from run to run and
+    // halves or doubles what faulting in costs; with them off, runs compare steadily.
+    if args.iter().any(|a| a == "small-pages") {
+        // SAFETY: prctl with PR_SET_THP_DISABLE reads only its integer arguments.
+        let refused = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0;
+        assert!(!refused, "prctl(PR_SET_THP_DISABLE) failed");
+        println!("transparent huge pages off for this process (small-pages)");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -423,6 +481,9 @@ fn main() {
     }
     if wanted("concurrency") {
         concurrency(&rt, if quick { 1_000 } else { 10_000 });
+    }
+    if wanted("floor") {
+        client_floor_run(&rt, if quick { 1_000 } else { 10_000 });
     }
     if wanted("breakdown") {
         breakdown(&rt, if quick { 200 } else { 2_000 });
