@@ -482,7 +482,7 @@ fn main() {
     if wanted("concurrency") {
         concurrency(&rt, if quick { 1_000 } else { 10_000 });
     }
-    if wanted("floor") {
+    if only.as_deref() == Some("floor") {
         client_floor_run(&rt, if quick { 1_000 } else { 10_000 });
     }
     if wanted("breakdown") {
