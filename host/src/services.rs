@@ -240,8 +240,8 @@ impl StageServices {
         }
     }
 
-    ///
-    /// The request is borrowed: an `async fn` keeps an owned argument twice in its state.
+    /// One LLM call: the cached answer, or the provider's, checked and recorded. The request
+    /// is borrowed: an `async fn` keeps an owned argument twice in its state.
     async fn complete_one(&self, request: &LlmRequest) -> Result<LlmResponse, HostError> {
         // The key hashes the whole prompt: computed once, for the lookup and the write.
         let cached = self.answer_key(request);

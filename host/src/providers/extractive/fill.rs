@@ -270,10 +270,10 @@ pub(super) fn list_for<'a>(
     has_decisions: bool,
 ) -> Vec<&'a str> {
     let name = name.to_lowercase();
-    let all_units = units;
     let (statements, _) = units_from(units, sources, is_statement);
-    let units = &statements;
     let is_question = |unit: &str| unit.trim_end_matches(['"', '\'', ')']).ends_with('?');
+    // A decision stated as such is listed with the decisions, not again as a step.
+    let not_a_decision = |unit: &&str| !(has_decisions && has_word(unit, DECISION_CUE_WORDS));
     if name.contains("file") || name.contains("path") {
         let paths: Vec<&str> = material
             .split(|c: char| c.is_whitespace() || c == ',')
@@ -286,9 +286,8 @@ pub(super) fn list_for<'a>(
         // Decisions stated as such first (each group in order), then sentences that give a
         // reason for something they commit to: when the list is cut to `maxItems`, the
         // decisions stay.
-        let (stated, reasons): (Vec<&str>, Vec<&str>) = units
-            .iter()
-            .copied()
+        let (stated, reasons): (Vec<&str>, Vec<&str>) = statements
+            .into_iter()
             .filter(|u| has_word(u, DECISION_WORDS))
             .partition(|u| has_word(u, DECISION_CUE_WORDS));
         let reasons = reasons
@@ -296,15 +295,13 @@ pub(super) fn list_for<'a>(
             .filter(|u| has_word(u, COMMITMENT_WORDS));
         stated.into_iter().chain(reasons).collect()
     } else if name.contains("question") {
-        units.iter().copied().filter(|u| is_question(u)).collect()
+        statements.into_iter().filter(|u| is_question(u)).collect()
     } else if name.contains("next") || name.contains("step") || name.contains("todo") {
-        let steps: Vec<&str> = units
-            .iter()
-            .copied()
-            // A question saying "should" is open, not a step decided on; a decision stated as
-            // such is listed with the decisions.
+        let steps: Vec<&str> = statements
+            .into_iter()
+            // A question saying "should" is open, not a step decided on.
             .filter(|u| has_word(u, NEXT_STEP_WORDS) && !is_question(u))
-            .filter(|u| !(has_decisions && has_word(u, DECISION_CUE_WORDS)))
+            .filter(not_a_decision)
             .collect();
         if !steps.is_empty() {
             return steps;
@@ -312,13 +309,10 @@ pub(super) fn list_for<'a>(
         // No step said as such: where the work stood is the last thing the assistant said. A
         // summary without it reads as finished work, and a strategy that needs a next step
         // (the anchored summary's handover) would otherwise refuse the whole answer.
-        all_units
-            .iter()
-            .zip(sources)
+        let (said, _) = units_from(units, sources, |s| s == Source::Assistant);
+        said.into_iter()
             .rev()
-            .filter(|(_, s)| **s == Source::Assistant)
-            .map(|(u, _)| *u)
-            .filter(|u| !(has_decisions && has_word(u, DECISION_CUE_WORDS)))
+            .filter(not_a_decision)
             .find(|u| !is_question(u))
             .into_iter()
             .collect()
