@@ -64,6 +64,18 @@ fn cpu_ms() -> f64 {
 }
 
 /// Resets the kernel's peak-RSS mark, so a later reading covers only what follows.
+/// Runs `work` to completion on `rt`: its output, the wall time it took and the process's
+/// CPU time meanwhile, in ms.
+fn timed<T>(
+    rt: &tokio::runtime::Runtime,
+    work: impl std::future::Future<Output = T>,
+) -> (T, Duration, f64) {
+    let cpu_before = cpu_ms();
+    let started = Instant::now();
+    let out = rt.block_on(work);
+    (out, started.elapsed(), cpu_ms() - cpu_before)
+}
+
 fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
@@ -170,8 +182,8 @@ enum Inputs {
 
 /// `compactions` compactions of a 50-message real conversation at once through a chain with
 /// one stage of `plugin` (`config`), every LLM call answered after 200 ms. Prints total time,
-/// its ratio to 200 ms, the process's CPU time and
-/// the peak RSS of the run.
+/// its ratio to 200 ms, the process's CPU time, the peak RSS of the run and the size of a
+/// compaction's future.
 fn concurrency_run(
     rt: &tokio::runtime::Runtime,
     compactions: usize,
@@ -221,9 +233,7 @@ fn concurrency_run(
         Vec::new()
     };
     let mut prepared = prepared.into_iter();
-    let cpu_before = cpu_ms();
-    let started = Instant::now();
-    let total_calls = rt.block_on(async {
+    let (total_calls, elapsed, cpu) = timed(rt, async {
         let tasks: Vec<_> = (0..compactions)
             .map(|_| {
                 let chain = Arc::clone(&chain);
@@ -243,8 +253,6 @@ fn concurrency_run(
         }
         total
     });
-    let elapsed = started.elapsed();
-    let cpu = cpu_ms() - cpu_before;
     println!(
         "concurrency, {label}: {compactions} compactions of {} messages at once, {calls} LLM call(s) each ({total_calls} in all) answered after {} ms:",
         conversation.messages.len(),
@@ -268,9 +276,7 @@ fn client_floor_run(rt: &tokio::runtime::Runtime, compactions: usize) {
     let delay = Duration::from_millis(200);
     let conversation = tamp_e2e::fifty_message_conversation();
     reset_peak_rss();
-    let cpu_before = cpu_ms();
-    let started = Instant::now();
-    let held = rt.block_on(async {
+    let (held, elapsed, cpu) = timed(rt, async {
         let tasks: Vec<_> = (0..compactions)
             .map(|_| {
                 let conv = conversation.clone();
@@ -286,8 +292,6 @@ fn client_floor_run(rt: &tokio::runtime::Runtime, compactions: usize) {
         }
         held
     });
-    let elapsed = started.elapsed();
-    let cpu = cpu_ms() - cpu_before;
     assert_eq!(held, compactions * conversation.messages.len());
     println!(
         "concurrency floor, no host: {compactions} copies of {} messages made at spawn, each held {} ms:",
