@@ -12,7 +12,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::bounded;
 use crate::store::StoreSpec;
+
+/// The most LLM calls a chain may have in flight at once (`provider.max_concurrency`): far
+/// above what any provider's rate limit allows, and well inside what a semaphore can count.
+pub const MAX_LLM_CONCURRENCY: usize = 100_000;
 
 /// A chain file as written.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -293,11 +298,11 @@ impl ProviderConfig {
     /// Providers that make one attempt (extractive, scripted) get `timeout_secs` alone.
     pub fn overall_timeout(&self) -> Duration {
         if !self.retries() {
-            return Duration::from_secs_f64(self.timeout_secs.max(0.0));
+            return bounded::saturating_seconds(self.timeout_secs);
         }
         let attempts = f64::from(self.max_retries) + 1.0;
         let backoff = self.retry_max_ms as f64 / 1000.0 * f64::from(self.max_retries);
-        Duration::from_secs_f64((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
+        bounded::saturating_seconds((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
     }
 }
 
@@ -436,11 +441,8 @@ impl BatchConfig {
             ("batch_timeout_secs", self.batch_timeout_secs),
             ("lease_secs", self.lease_secs),
         ] {
-            if v.is_nan() || v <= 0.0 || v > 30.0 * 86_400.0 {
-                return error(
-                    key,
-                    format!("must be a positive number of seconds (at most 30 days), got {v}"),
-                );
+            if let Err(message) = bounded::positive_seconds(v) {
+                return error(key, message);
             }
         }
         if self.max_attempts == 0 {
@@ -617,8 +619,9 @@ fn default_stage_timeout() -> f64 {
 }
 
 impl StageFile {
+    /// The stage's time limit (`timeout_secs`, checked when the file was read).
     pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout_secs.max(0.0))
+        bounded::saturating_seconds(self.timeout_secs)
     }
 
     /// The stage config as JSON (an empty object when absent).
@@ -750,10 +753,10 @@ impl LoadedChainFile {
                     ),
                 ));
             }
-            if s.timeout_secs.is_nan() || s.timeout_secs <= 0.0 {
+            if let Err(message) = bounded::positive_seconds(s.timeout_secs) {
                 return Err(self.error(
                     line,
-                    format!("stage \"{}\": timeout_secs must be positive", s.name),
+                    format!("stage \"{}\": timeout_secs: {message}", s.name),
                 ));
             }
             if let Some(pin) = s.sha256.as_deref().filter(|p| !is_sha256_hex(p)) {
@@ -888,11 +891,17 @@ impl LoadedChainFile {
                 )
             }
         }
-        if provider.max_concurrency == 0 {
-            return fail("max_concurrency", "must be at least 1".into());
+        if provider.max_concurrency == 0 || provider.max_concurrency > MAX_LLM_CONCURRENCY {
+            return fail(
+                "max_concurrency",
+                format!(
+                    "must be between 1 and {MAX_LLM_CONCURRENCY}, got {}",
+                    provider.max_concurrency
+                ),
+            );
         }
-        if provider.timeout_secs.is_nan() || provider.timeout_secs <= 0.0 {
-            return fail("timeout_secs", "must be positive".into());
+        if let Err(message) = bounded::positive_seconds(provider.timeout_secs) {
+            return fail("timeout_secs", message);
         }
         if provider.retry_max_ms < provider.retry_initial_ms {
             return fail(
@@ -1544,12 +1553,23 @@ mod tests {
             ),
             (
                 "timeout_secs = 0\n",
-                "provider.timeout_secs: must be positive",
+                "provider.timeout_secs: must be a positive number of seconds",
+                2,
+            ),
+            (
+                "timeout_secs = inf\n",
+                "provider.timeout_secs: must be a positive number of seconds (at least 1 ns), \
+                 at most 2592000 (30 days), got inf",
                 2,
             ),
             (
                 "max_concurrency = 0\n",
-                "provider.max_concurrency: must be at least 1",
+                "provider.max_concurrency: must be between 1 and 100000, got 0",
+                2,
+            ),
+            (
+                "max_concurrency = 9223372036854775807\n",
+                "provider.max_concurrency: must be between 1 and 100000",
                 2,
             ),
             (

@@ -12,6 +12,7 @@ mod contract;
 mod eval;
 mod fuzz;
 mod half_written_plugin;
+mod hostile_input;
 mod loader;
 mod map_reduce_adaptive;
 mod plugin_trust;

@@ -110,7 +110,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         // requests would be in the way; the upstream limits its clients.
         gate: Gate::new(
             args.max_body,
-            Duration::from_secs_f64(args.body_timeout_secs),
+            crate::bounded::saturating_seconds(args.body_timeout_secs),
             1,
             stop_rx.clone(),
         ),

@@ -133,7 +133,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
         batch_metrics: worker.as_ref().map(|w| w.shared_metrics()),
         gate: api::Gate::new(
             args.max_body,
-            Duration::from_secs_f64(args.body_timeout_secs),
+            crate::bounded::saturating_seconds(args.body_timeout_secs),
             args.max_concurrent as usize,
             stop_rx.clone(),
         ),
@@ -174,7 +174,7 @@ impl ConnectionLimits {
     pub(crate) fn of(max_connections: u32, header_timeout_secs: f64) -> Self {
         ConnectionLimits {
             max_connections,
-            header_timeout: Duration::from_secs_f64(header_timeout_secs),
+            header_timeout: crate::bounded::saturating_seconds(header_timeout_secs),
         }
     }
 }
@@ -218,7 +218,7 @@ pub(crate) async fn run_until_shutdown(
     // arriving is answered 503. What is left: answers being computed or sent, and
     // compactions whose client hung up, which still run on their own tasks (their pages are
     // written as they go).
-    let grace = Duration::from_secs_f64(grace_secs.max(0.0));
+    let grace = crate::bounded::saturating_seconds(grace_secs);
     let drained = async {
         connections.all_closed().await;
         in_flight.wait_idle().await;
