@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 use tamp_plugin_api::Conversation;
 
+/// A headless Chromium, installed from Debian's packages when none is there.
+pub mod browser;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.
 pub mod local_server;
 /// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
@@ -19,7 +21,8 @@ pub mod mock_upstream;
 pub mod postgres;
 /// Starting and driving a real `tamp serve` process.
 pub mod serve_support;
-/// Tools installed once into `target/tools/`: Prism, the official Python SDKs, PostgreSQL.
+/// Tools installed once into `target/tools/`: Prism, the official Python SDKs, PostgreSQL,
+/// Chromium.
 pub mod tools;
 
 /// Packages whose artifacts the tests load or run.
