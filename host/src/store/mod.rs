@@ -24,6 +24,7 @@ pub mod cache;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queue;
+mod seal;
 mod sqlite;
 pub mod threads;
 

@@ -290,14 +290,24 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
         {
             let mut insert = tx.prepare_cached(
                 "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
-                 messages_json, metadata_json, message_count, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 messages_json, metadata_json, message_count, created_at, seal)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
             for write in &batch {
                 answers.push(match write {
                     Write::Page(put) => {
                         let (id, json) = &put.encoded;
                         let page = &put.page;
+                        let count = to_i64(page.messages.len() as u64);
+                        let seal = crate::store::seal::PageRow {
+                            id,
+                            thread_id: page.thread_id.as_deref(),
+                            strategy: &page.strategy,
+                            source_format: page.source_format.as_deref(),
+                            metadata_json: &page.metadata_json,
+                            message_count: count,
+                        }
+                        .seal();
                         let written = insert
                             .execute(params![
                                 id,
@@ -306,8 +316,9 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
                                 page.source_format,
                                 json,
                                 page.metadata_json,
-                                to_i64(page.messages.len() as u64),
+                                count,
                                 to_i64(now_secs()),
+                                seal,
                             ])
                             .map(drop)
                             .map_err(|e| {
