@@ -106,7 +106,7 @@ pub fn parse_secs(text: &str) -> Result<f64, String> {
 }
 
 /// 0 or a positive number of seconds, at most 30 days.
-fn parse_grace_secs(text: &str) -> Result<f64, String> {
+pub fn parse_grace_secs(text: &str) -> Result<f64, String> {
     let secs = text
         .trim()
         .parse::<f64>()

@@ -40,6 +40,9 @@ pub struct ChainFile {
     /// `tamp proxy`'s upstreams and fallback (ignored by the other commands).
     #[serde(default)]
     pub proxy: crate::proxy::config::ProxyConfig,
+    /// `tamp serve`'s and `tamp proxy`'s hosts beyond loopback.
+    #[serde(default)]
+    pub http: HttpConfig,
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
@@ -128,6 +131,61 @@ impl BudgetConfig {
         }
         Ok(())
     }
+}
+
+/// `[http]`: what `tamp serve` and `tamp proxy` answer beyond loopback (see
+/// `serve::access`, and docs/security.md).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Host names (or addresses) answered besides loopback and the listen address: the
+    /// names clients reach the server by (`tamp.internal`, a load balancer's name). `"*"`
+    /// answers any host (behind a reverse proxy that checks it).
+    pub allowed_hosts: Vec<String>,
+}
+
+impl HttpConfig {
+    /// Whether `host` (as [`host_name`] gives it) is listed.
+    pub fn allows(&self, host: &str) -> bool {
+        self.allowed_hosts
+            .iter()
+            .any(|h| h == "*" || host_name(h) == host)
+    }
+
+    /// Each entry a host name or address alone; the error names the entry.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        for (i, entry) in self.allowed_hosts.iter().enumerate() {
+            let ok = entry == "*"
+                || (!entry.is_empty()
+                    && entry
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-.:[]_".contains(c)));
+            if !ok {
+                return Err(FieldError::new(
+                    "http",
+                    "allowed_hosts",
+                    format!(
+                        "entry {i} ({entry:?}) must be a host name or address (with an \
+                         optional port, ignored), or \"*\"; no scheme, path or spaces"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The host of a Host value or authority, lowercased, without port, brackets or a final
+/// dot: `[::1]:7474` → `::1`, `Example.COM.:80` → `example.com`.
+pub fn host_name(authority: &str) -> String {
+    let text = authority.trim();
+    // Userinfo has no place in a Host, but an absolute URI may carry one.
+    let text = text.rsplit_once('@').map_or(text, |(_, host)| host);
+    let host = match text.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(ip, _)| ip),
+        None => text.rsplit_once(':').map_or(text, |(host, _)| host),
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// `[tokenizer]`
@@ -724,6 +782,7 @@ impl LoadedChainFile {
         self.file.store.validate().map_err(at_field)?;
         self.file.batch.validate().map_err(at_field)?;
         self.file.proxy.validate().map_err(at_field)?;
+        self.file.http.validate().map_err(at_field)?;
         if self
             .file
             .tokenizer
@@ -1506,6 +1565,38 @@ mod tests {
         assert_eq!(f.file.provider.max_retries, 4);
         parse("[provider]\nkind = \"openai\"\nmodel = \"llama\"\nbase_url = \"http://127.0.0.1:8080/v1\"\n")
             .unwrap();
+    }
+
+    #[test]
+    fn allowed_hosts_compare_without_port_case_brackets_or_final_dot() {
+        assert_eq!(host_name("Example.COM.:8080"), "example.com");
+        assert_eq!(host_name("[::1]:7474"), "::1");
+        assert_eq!(host_name("[::1]"), "::1");
+        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+        assert_eq!(host_name("user@tamp.internal:1"), "tamp.internal");
+        let http = HttpConfig {
+            allowed_hosts: vec!["Tamp.Internal".into(), "10.0.0.5:7474".into()],
+        };
+        assert!(http.allows("tamp.internal") && http.allows("10.0.0.5"));
+        assert!(!http.allows("evil.example.com"));
+        let any = HttpConfig {
+            allowed_hosts: vec!["*".into()],
+        };
+        assert!(any.allows("evil.example.com"));
+        assert!(http.validate().is_ok());
+        let err = parse("[http]\nallowed_hosts = [\"ok.example\", \"http://x\"]\n").unwrap_err();
+        assert!(
+            err.message
+                .starts_with("http.allowed_hosts: entry 1 (\"http://x\")"),
+            "{err}"
+        );
+        assert_eq!(err.line, Some(2), "{err}");
+        for bad in ["", "a b", "x/y"] {
+            let http = HttpConfig {
+                allowed_hosts: vec![bad.into()],
+            };
+            assert!(http.validate().is_err(), "{bad}");
+        }
     }
 
     #[test]

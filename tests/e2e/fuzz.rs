@@ -721,10 +721,16 @@ fn api() -> &'static Api {
         ));
         // Never shutting down (a dropped sender is no shutdown signal to the gate).
         let (_, stopping) = tokio::sync::watch::channel(false);
+        let access = tamp_host::serve::access::Access::new(
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            None,
+            tamp_host::serve::access::serve_guards,
+            Arc::clone(&slot),
+        );
         let state = Arc::new(api::AppState {
             slot,
             metrics,
-            auth_token: None,
+            access,
             in_flight: Arc::new(api::InFlight::default()),
             batch_metrics: None,
             gate: api::Gate::new(8 << 20, Duration::from_secs(30), 64, stopping),

@@ -27,6 +27,8 @@ pub struct ActiveChain {
     pub store_location: String,
     /// The file's `[proxy]` table (`tamp proxy` reads it per request, so it reloads too).
     pub proxy: crate::proxy::config::ProxyConfig,
+    /// The file's `[http]` table: the hosts answered beyond loopback (read per request).
+    pub http: crate::config::HttpConfig,
 }
 
 /// Why a config could not become the active chain: the file, the line where known, and
@@ -158,6 +160,7 @@ impl ActiveChain {
             build_time: started.elapsed(),
             store_location: store.location(),
             proxy: file.file.proxy.clone(),
+            http: file.file.http.clone(),
         })
     }
 

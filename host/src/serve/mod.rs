@@ -29,6 +29,7 @@ use tower::ServiceExt as _;
 
 use crate::chain::FileOverrides;
 
+pub mod access;
 pub mod active;
 pub mod api;
 pub mod metrics;
@@ -125,10 +126,16 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = start_batch_worker(&slot, stop_rx.clone())?;
     let in_flight = Arc::new(api::InFlight::default());
+    let access = access::Access::new(
+        args.listen.ip(),
+        auth_token,
+        access::serve_guards,
+        Arc::clone(&slot),
+    );
     let state = Arc::new(api::AppState {
         slot,
         metrics,
-        auth_token,
+        access,
         in_flight: Arc::clone(&in_flight),
         batch_metrics: worker.as_ref().map(|w| w.shared_metrics()),
         gate: api::Gate::new(
