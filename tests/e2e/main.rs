@@ -24,6 +24,7 @@ mod record_replay;
 mod replicas;
 mod serve;
 mod serve_limits;
+mod server_access;
 mod silent_loss;
 mod summary_cache;
 mod threads;
