@@ -165,6 +165,7 @@ pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
         store_path: args.store,
         progress: None,
         require_pins: args.require_pins,
+        check_only: true,
     };
     println!(
         "ok: {}",

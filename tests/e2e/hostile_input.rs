@@ -101,3 +101,150 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
         text(&out.stderr)
     );
 }
+
+/// Point 7: a lone surrogate in text tamp reads is named as what it is.
+#[test]
+fn a_lone_surrogate_in_read_text_is_named_as_such() {
+    let dir = ScratchDir::new("lone-surrogate");
+    let input = dir.join("in.json");
+    std::fs::write(
+        &input,
+        r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"a\ud800b"}]}"#,
+    )
+    .unwrap();
+    let out = tamp(&["compact", input.to_str().unwrap()], &dir);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "messages[0].content: invalid JSON: the string holds a lone surrogate escape (\\ud800)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hex escape"), "{stderr}");
+}
+
+/// Point 7: logs written to a file or a pipe carry no colour codes.
+#[test]
+fn logs_to_a_file_carry_no_colour_codes() {
+    let dir = ScratchDir::new("log-colour");
+    let log = std::fs::File::create(dir.join("tamp.log")).unwrap();
+    let root = tamp_e2e::workspace_root();
+    let status = Command::new(tamp_bin())
+        .args(["compact", "--force", "--store"])
+        .arg(dir.join("s.sqlite3"))
+        .arg(root.join("examples/conversations/ponyc-4588.anthropic.json"))
+        .env("TAMP_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let written = std::fs::read_to_string(dir.join("tamp.log")).unwrap();
+    assert!(written.contains("DEBUG"), "{written}");
+    assert!(!written.contains('\u{1b}'), "escape codes in the log file");
+}
+
+/// Point 7: `check-config` of a long chain says it on one readable line, and creates no
+/// store (the default `./.tamp` of a file without `[store]`, or any other).
+#[test]
+fn check_config_summarizes_a_long_chain_and_creates_nothing() {
+    let dir = ScratchDir::new("check-long");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let stages: String = (0..2_000)
+        .map(|i| format!("[[stage]]\nname = \"stage-{i}\"\nplugin = \"strategy.so\"\n"))
+        .collect();
+    let config = write_chain(&dir, &stages);
+    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.len() < 600, "{} bytes: {stdout}", stdout.len());
+    assert!(
+        stdout.contains("2000 stages (stage-0: custom-strategy")
+            && stdout.contains("and 1992 more"),
+        "{stdout}"
+    );
+    assert!(!dir.join(".tamp").exists(), "check-config created ./.tamp");
+    let named = write_chain(&dir, "[store]\npath = \"deep/er/s.sqlite3\"\n");
+    let out = tamp(&["check-config", named.to_str().unwrap()], &dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !dir.join("deep").exists(),
+        "check-config created the store's directory"
+    );
+    // A store that could not be created is still an error.
+    std::fs::write(dir.join("file"), "").unwrap();
+    let blocked = write_chain(&dir, "[store]\npath = \"file/s.sqlite3\"\n");
+    let out = tamp(&["check-config", blocked.to_str().unwrap()], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("is not a directory"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Point 7: `tamp batch status` reads the store and never writes it: a store that is not
+/// there is an error, not a new file.
+#[test]
+fn batch_status_opens_the_store_read_only() {
+    let dir = ScratchDir::new("batch-status");
+    let store = dir.join("none/s.sqlite3");
+    let out = tamp(
+        &["batch", "status", "--store", store.to_str().unwrap()],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("no such file"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.join("none").exists(), "batch status created the store");
+}
+
+/// Point 7: the requests hyper answers itself (a malformed head, headers past its limits, a
+/// target past 64 KiB) get a JSON error body like every other, on both servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hypers_own_answers_carry_a_json_error() {
+    use tamp_e2e::serve_support::{read_answer, Server};
+    use tokio::io::AsyncWriteExt as _;
+    let dir = ScratchDir::new("hyper-answers");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let config = write_chain(
+        &dir,
+        "[store]\npath = \"s.sqlite3\"\n[[stage]]\nname = \"a\"\nplugin = \"strategy.so\"\n",
+    );
+    let serve = Server::start(&config, &[]);
+    let proxy = Server::start_command("proxy", &config, &[], &[]);
+    let big_header = format!("x-big: {}", "a".repeat(500_000));
+    let long_target = format!("/{}", "a".repeat(70_000));
+    for server in [&serve, &proxy] {
+        for (request, status, code) in [
+            (
+                "GET /healthz HTTP/1.1\r\nhost: localhost\r\nno colon here\r\n\r\n".to_string(),
+                400,
+                "invalid_request",
+            ),
+            (
+                format!("GET /healthz HTTP/1.1\r\nhost: localhost\r\n{big_header}\r\n\r\n"),
+                431,
+                "invalid_request",
+            ),
+            (
+                format!("GET {long_target} HTTP/1.1\r\nhost: localhost\r\n\r\n"),
+                414,
+                "uri_too_long",
+            ),
+        ] {
+            let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let answer = read_answer(&mut stream, std::time::Duration::from_secs(10))
+                .await
+                .expect("an answer");
+            assert_eq!(answer.status, status);
+            assert_eq!(answer.header("content-type"), Some("application/json"));
+            assert_eq!(answer.json()["error"]["code"], code);
+        }
+    }
+}

@@ -11,6 +11,9 @@ use crate::chain::{Chain, ChainError, FileOverrides};
 use crate::config::{ConfigError, LoadedChainFile, Trigger};
 use crate::store::StoreSpec;
 
+/// How many stages [`ActiveChain::summary`] names before it counts the rest.
+const SUMMARY_STAGES: usize = 8;
+
 /// A chain built from the config file, ready to serve.
 pub struct ActiveChain {
     pub chain: Chain,
@@ -191,19 +194,25 @@ impl ActiveChain {
 
     /// One line: `chain.toml: 2 stages (a: custom-strategy 0.1.0, ...), config hash ...`.
     pub fn summary(&self) -> String {
-        let stages: Vec<String> = self
-            .stages()
+        let all = self.stages();
+        // A line, not a page: past a few stages the rest is counted (GET /v1/chain lists
+        // every one).
+        let mut named: Vec<String> = all
             .iter()
+            .take(SUMMARY_STAGES)
             .map(|s| format!("{}: {} {}", s.name, s.plugin, s.version))
             .collect();
-        let stages = if stages.is_empty() {
+        if all.len() > SUMMARY_STAGES {
+            named.push(format!("and {} more", all.len() - SUMMARY_STAGES));
+        }
+        let stages = if all.is_empty() {
             "0 stages (none: nothing is compacted)".to_string()
         } else {
             format!(
                 "{} stage{} ({})",
-                stages.len(),
-                if stages.len() == 1 { "" } else { "s" },
-                stages.join(", ")
+                all.len(),
+                if all.len() == 1 { "" } else { "s" },
+                named.join(", ")
             )
         };
         format!(

@@ -181,6 +181,34 @@ fn url_scheme_and_host(url: &str) -> String {
     }
 }
 
+/// Opens the store `spec` names as [`open`] does, but creates nothing (`tamp check-config`):
+/// a SQLite file that does not exist yet is checked to be creatable (the nearest existing
+/// directory on its path is a directory) and stood in for by a store in memory.
+pub fn open_without_creating(spec: &StoreSpec) -> Result<Store, StoreError> {
+    let StoreSpec::Sqlite { path } = spec else {
+        return open(spec);
+    };
+    if path.exists() {
+        return open(spec);
+    }
+    let location = path.display().to_string();
+    let mut ancestor = path.parent();
+    while let Some(dir) = ancestor.filter(|d| !d.as_os_str().is_empty()) {
+        if dir.exists() {
+            if !dir.is_dir() {
+                return Err(StoreError::backend(
+                    &location,
+                    "open",
+                    format!("{} is not a directory", dir.display()),
+                ));
+            }
+            break;
+        }
+        ancestor = dir.parent();
+    }
+    SqliteStore::in_memory().map(Store::of)
+}
+
 /// Opens the store `spec` names for reading only (`tamp pages list/show/verify`): a SQLite
 /// file is opened read-only, neither created, migrated nor switched to WAL, so a directory
 /// the reader cannot write is no obstacle. A PostgreSQL store opens as [`open`] does.
