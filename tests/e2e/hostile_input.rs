@@ -248,3 +248,97 @@ async fn hypers_own_answers_carry_a_json_error() {
         }
     }
 }
+
+/// The probe's load case, kept: 200 compactions at once on a server whose runtime has one
+/// worker thread, every answer a valid compacted conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_compactions_on_one_thread_are_all_answered() {
+    use tamp_e2e::serve_support::Server;
+    let dir = ScratchDir::new("one-thread");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let config = write_chain(
+        &dir,
+        "[budget]\nmax_tokens = 2000\nkeep_recent = 4\n[store]\npath = \"s.sqlite3\"\n\
+         [[stage]]\nname = \"a\"\nplugin = \"strategy.so\"\n",
+    );
+    let server = std::sync::Arc::new(Server::start_with_env(
+        &config,
+        &["--max-concurrent", "256"],
+        &[("TOKIO_WORKER_THREADS", "1")],
+    ));
+    let conversation: serde_json::Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let requests = (0..200).map(|i| {
+        let server = server.clone();
+        let body = serde_json::json!({"conversation": conversation, "thread_id": format!("t{i}")});
+        tokio::spawn(async move { server.compact(&body).await })
+    });
+    for answer in futures::future::join_all(requests).await {
+        let (status, body) = answer.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body["conversation"]["messages"]
+                .as_array()
+                .is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+        assert!(body["report"]["stages"][0]["status"].is_string(), "{body}");
+    }
+}
+
+/// The probe's hang-up case, kept: a client that goes away in the middle of a streamed
+/// answer releases its stream (`tamp_proxy_streams_open` back to 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_stream_releases_it() {
+    use tamp_e2e::mock_upstream::MockUpstream;
+    use tamp_e2e::serve_support::Server;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = ScratchDir::new("hang-up");
+    let upstream = MockUpstream::start();
+    let config = write_chain(
+        &dir,
+        &format!(
+            "[store]\npath = \"s.sqlite3\"\n[proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n",
+            upstream.url(),
+            upstream.openai_url()
+        ),
+    );
+    let proxy = Server::start_command("proxy", &config, &[], &[]);
+    let open_streams = || async {
+        let metrics = reqwest::get(proxy.url("/tamp/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("tamp_proxy_streams_open "))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+            .unwrap()
+    };
+    let body =
+        r#"{"model":"m","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: k\r\n\
+         anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
+         x-mock-deltas: 1000\r\nx-mock-delay-ms: 20\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    let mut first = [0u8; 512];
+    let n = client.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(open_streams().await, 1.0);
+    drop(client);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while open_streams().await != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream stayed open: {}",
+            proxy.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

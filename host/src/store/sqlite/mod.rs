@@ -1220,6 +1220,36 @@ mod tests {
         assert_eq!(damaged, altered);
     }
 
+    /// The probe's largest pages (issue 32): 100,001 messages, and one message of 10 MB,
+    /// recovered exactly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_largest_pages_are_recovered_exactly() {
+        let store = SqliteStore::in_memory().unwrap();
+        let many: Vec<Message> = (0..100_001)
+            .map(|i| {
+                Message::text(
+                    if i % 2 == 0 {
+                        Role::User
+                    } else {
+                        Role::Assistant
+                    },
+                    format!("m{i}"),
+                )
+            })
+            .collect();
+        let big = vec![Message::text(
+            Role::User,
+            "é\u{1F600}x".repeat(10 << 20 >> 3),
+        )];
+        for messages in [many, big] {
+            let id = store.put_page(new_page(messages.clone())).await.unwrap();
+            let back = store.get_page(&id).await.unwrap().page;
+            assert_eq!(back.messages.len(), messages.len());
+            assert!(back.messages.as_slice() == messages.as_slice());
+        }
+        assert_eq!(store.verify_pages().await.unwrap().damaged, []);
+    }
+
     #[tokio::test]
     async fn a_store_from_before_seals_is_sealed_when_it_migrates() {
         let dir = TempDir::new("seal-migrate");
