@@ -96,22 +96,24 @@ pub struct CheckConfigArgs {
 
 /// A positive number of seconds (`10`, `0.5`), at most 30 days.
 pub fn parse_secs(text: &str) -> Result<f64, String> {
-    let secs = text
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| format!("\"{text}\": expected a positive number of seconds"))?;
-    tamp_host::bounded::positive_seconds(secs)
-        .map(|_| secs)
-        .map_err(|e| format!("\"{text}\": {e}"))
+    parse_seconds(text, tamp_host::bounded::positive_seconds)
 }
 
 /// 0 or a positive number of seconds, at most 30 days.
 pub fn parse_grace_secs(text: &str) -> Result<f64, String> {
+    parse_seconds(text, tamp_host::bounded::seconds_or_zero)
+}
+
+/// A number of seconds that `rule` (one of `tamp_host::bounded`'s) accepts.
+fn parse_seconds(
+    text: &str,
+    rule: fn(f64) -> Result<std::time::Duration, String>,
+) -> Result<f64, String> {
     let secs = text
         .trim()
         .parse::<f64>()
         .map_err(|_| format!("\"{text}\": expected a number of seconds"))?;
-    tamp_host::bounded::seconds_or_zero(secs)
+    rule(secs)
         .map(|_| secs)
         .map_err(|e| format!("\"{text}\": {e}"))
 }

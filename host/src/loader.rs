@@ -410,15 +410,7 @@ pub fn resolve_plugin(
 /// says what it is: missing, a directory, a device (`/dev/zero`), a FIFO or a socket. Looked
 /// at before the file is opened: reading a device or a FIFO could block or never end.
 pub fn regular_file_stamp(path: &Path) -> Result<FileStamp, LoadError> {
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => LoadError::NotFound {
-            path: path.to_path_buf(),
-        },
-        _ => LoadError::Other {
-            path: path.to_path_buf(),
-            detail: format!("cannot read its metadata: {e}"),
-        },
-    })?;
+    let meta = std::fs::metadata(path).map_err(|e| io_error(path, "read its metadata", e))?;
     if let Some(kind) = not_a_file_kind(&meta.file_type()) {
         return Err(LoadError::NotAFile {
             path: path.to_path_buf(),
@@ -673,16 +665,22 @@ impl PluginTrust {
 pub fn sha256_of_file(path: &Path) -> Result<String, LoadError> {
     // `/dev/zero` would be read forever.
     regular_file_stamp(path)?;
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+    let bytes = std::fs::read(path).map_err(|e| io_error(path, "read", e))?;
+    Ok(sha256_hex(&bytes))
+}
+
+/// An I/O error on the plugin file `path`: [`LoadError::NotFound`] when it is not there,
+/// else `cannot <what>: <error>`.
+fn io_error(path: &Path, what: &str, e: std::io::Error) -> LoadError {
+    match e.kind() {
         std::io::ErrorKind::NotFound => LoadError::NotFound {
             path: path.to_path_buf(),
         },
         _ => LoadError::Other {
             path: path.to_path_buf(),
-            detail: format!("cannot read: {e}"),
+            detail: format!("cannot {what}: {e}"),
         },
-    })?;
-    Ok(sha256_hex(&bytes))
+    }
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

@@ -807,7 +807,11 @@ fn batch_commands_explain_a_missing_model_and_help() {
         .arg(tamp_e2e::workspace_root().join("examples/conversations/ponyc-4588.anthropic.json"))
         .output()
         .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let status = Command::new(tamp_bin())
         .current_dir(&dir)
         .args(["batch", "status", "--store", "s.sqlite3"])

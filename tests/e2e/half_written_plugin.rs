@@ -19,22 +19,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::serve_support::{ScratchDir, Server};
-use tamp_e2e::{corpus, plugin, tamp_bin, write_chain};
+use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn tamp(args: &[&str], dir: &Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn chain_toml(plugin: &str) -> String {
     format!(

@@ -11,21 +11,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use tamp_e2e::serve_support::ScratchDir;
-use tamp_e2e::{corpus, plugin, tamp_bin, write_chain};
-
-fn tamp(args: &[&str], dir: &Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .env_remove("TAMP_LOG")
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
 #[test]
 fn a_huge_duration_is_a_field_error_never_a_panic() {

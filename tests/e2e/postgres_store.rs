@@ -772,7 +772,7 @@ fn migrations_run_once_when_replicas_start_together_and_open_is_idempotent() {
             err,
             StoreError::UnsupportedSchema {
                 found: 99,
-                supported: 5,
+                supported: 6,
                 ..
             }
         ),

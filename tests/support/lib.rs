@@ -98,6 +98,22 @@ pub fn plugin(lib_name: &str) -> PathBuf {
     path
 }
 
+/// Runs `tamp args...` in `dir`, stdin closed and `TAMP_LOG` unset, and waits for it.
+pub fn run_tamp(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(tamp_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .env_remove("TAMP_LOG")
+        .output()
+        .expect("run tamp")
+}
+
+/// Output bytes as text (lossy), for assertions and their messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// The built `tamp` binary.
 pub fn tamp_bin() -> PathBuf {
     let path = ensure_built().join(format!("tamp{}", std::env::consts::EXE_SUFFIX));

@@ -27,7 +27,19 @@ pub(crate) struct PageRow<'a> {
     pub message_count: i64,
 }
 
-impl PageRow<'_> {
+impl<'a> PageRow<'a> {
+    /// The row a new page will be written as, under its id.
+    pub fn of_new(id: &'a str, page: &'a super::NewPage) -> PageRow<'a> {
+        PageRow {
+            id,
+            thread_id: page.thread_id.as_deref(),
+            strategy: &page.strategy,
+            source_format: page.source_format.as_deref(),
+            metadata_json: &page.metadata_json,
+            message_count: i64::try_from(page.messages.len()).unwrap_or(i64::MAX),
+        }
+    }
+
     /// The seal of these fields: hex SHA-256 of a JSON array of them (JSON keeps every
     /// field's bounds unambiguous), behind a version tag.
     pub fn seal(&self) -> String {

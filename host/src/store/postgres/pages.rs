@@ -51,16 +51,8 @@ impl PageStore for PostgresStore {
                      VALUES ($1, $2, $3, $4, $5, $6, $7, {NOW_SECS}, $8)
                      ON CONFLICT (id) DO NOTHING"
                 );
-                let count = page.messages.len() as i64;
-                let seal = PageRow {
-                    id: &id,
-                    thread_id: page.thread_id.as_deref(),
-                    strategy: &page.strategy,
-                    source_format: page.source_format.as_deref(),
-                    metadata_json: &page.metadata_json,
-                    message_count: count,
-                }
-                .seal();
+                let row = PageRow::of_new(&id, &page);
+                let (count, seal) = (row.message_count, row.seal());
                 let stmt = client.prepare_cached(&sql).await?;
                 client
                     .execute(

@@ -298,16 +298,7 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
                     Write::Page(put) => {
                         let (id, json) = &put.encoded;
                         let page = &put.page;
-                        let count = to_i64(page.messages.len() as u64);
-                        let seal = crate::store::seal::PageRow {
-                            id,
-                            thread_id: page.thread_id.as_deref(),
-                            strategy: &page.strategy,
-                            source_format: page.source_format.as_deref(),
-                            metadata_json: &page.metadata_json,
-                            message_count: count,
-                        }
-                        .seal();
+                        let row = crate::store::seal::PageRow::of_new(id, page);
                         let written = insert
                             .execute(params![
                                 id,
@@ -316,9 +307,9 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
                                 page.source_format,
                                 json,
                                 page.metadata_json,
-                                count,
+                                row.message_count,
                                 to_i64(now_secs()),
-                                seal,
+                                row.seal(),
                             ])
                             .map(drop)
                             .map_err(|e| {
