@@ -12,14 +12,14 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::serve_support::{ScratchDir, Server};
-use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
+use tamp_e2e::{corpus, plugin, run_tamp as tamp, text, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 

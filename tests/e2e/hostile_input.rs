@@ -7,8 +7,7 @@
 //! The probe's other cases, and the test that covers each, are listed in docs/security.md
 //! ("What a hostile-input probe checks").
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use tamp_e2e::serve_support::ScratchDir;
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
