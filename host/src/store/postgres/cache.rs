@@ -5,7 +5,8 @@ use futures::FutureExt;
 use tamp_plugin_api::LlmResponse;
 
 use super::{Failure, PostgresStore, NOW_SECS};
-use crate::store::cache::{CacheKey, SummaryCache};
+use crate::digest::CacheKey;
+use crate::store::cache::SummaryCache;
 use crate::store::StoreError;
 
 impl SummaryCache for PostgresStore {

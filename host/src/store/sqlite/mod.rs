@@ -31,8 +31,9 @@ use futures::FutureExt;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use tamp_plugin_api::{FfiOption, LlmResponse, Page};
 
-use super::cache::{CacheKey, SummaryCache};
+use super::cache::SummaryCache;
 use super::{seal, NewPage, PageStore, PageSummary, StoreError, StoredPage, Written};
+use crate::digest::CacheKey;
 use group_commit::WriteQueue;
 
 /// How long an operation waits for a lock held by another connection (another process on the
