@@ -24,6 +24,7 @@ pub mod cache;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queue;
+mod rows;
 mod seal;
 mod sqlite;
 pub mod threads;
