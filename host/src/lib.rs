@@ -31,6 +31,9 @@ pub mod eval;
 pub mod invariants;
 pub mod loader;
 pub mod logging;
+/// The check that host modules import one another without circles (a test).
+#[cfg(test)]
+mod module_graph;
 pub mod providers;
 pub mod proxy;
 pub mod rules;
