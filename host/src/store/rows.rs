@@ -145,15 +145,48 @@ impl<'a> NewPageRow<'a> {
 pub(crate) const PAGE_COLUMNS: &str = "id, thread_id, strategy, source_format, messages_json, \
     metadata_json, message_count, created_at";
 
-/// A page's row as read, before anything in it is checked.
-pub(crate) struct PageRecord {
+/// The columns a page's seal covers (see `store::seal`).
+pub(crate) const SEALED_COLUMNS: &str =
+    "id, thread_id, strategy, source_format, metadata_json, message_count";
+
+/// A page's [`SEALED_COLUMNS`] as read.
+struct SealedFields {
     id: String,
     thread_id: Option<String>,
     strategy: String,
     source_format: Option<String>,
-    messages_json: String,
     metadata_json: String,
     message_count: i64,
+}
+
+impl SealedFields {
+    fn read(row: &dyn Columns) -> Result<Self, RowError> {
+        Ok(SealedFields {
+            id: row.text("id")?,
+            thread_id: row.optional_text("thread_id")?,
+            strategy: row.text("strategy")?,
+            source_format: row.optional_text("source_format")?,
+            metadata_json: row.text("metadata_json")?,
+            message_count: row.int("message_count")?,
+        })
+    }
+
+    fn row(&self) -> PageRow<'_> {
+        PageRow {
+            id: &self.id,
+            thread_id: self.thread_id.as_deref(),
+            strategy: &self.strategy,
+            source_format: self.source_format.as_deref(),
+            metadata_json: &self.metadata_json,
+            message_count: self.message_count,
+        }
+    }
+}
+
+/// A page's row as read, before anything in it is checked.
+pub(crate) struct PageRecord {
+    fields: SealedFields,
+    messages_json: String,
     created_at: i64,
     seal: Option<String>,
 }
@@ -162,13 +195,8 @@ impl PageRecord {
     /// [`PAGE_COLUMNS`] and `seal`.
     pub fn read(row: &dyn Columns) -> Result<Self, RowError> {
         Ok(PageRecord {
-            id: row.text("id")?,
-            thread_id: row.optional_text("thread_id")?,
-            strategy: row.text("strategy")?,
-            source_format: row.optional_text("source_format")?,
+            fields: SealedFields::read(row)?,
             messages_json: row.text("messages_json")?,
-            metadata_json: row.text("metadata_json")?,
-            message_count: row.int("message_count")?,
             created_at: row.int("created_at")?,
             seal: row.optional_text("seal")?,
         })
@@ -178,25 +206,19 @@ impl PageRecord {
     /// the schema has seals. The error is the [`StoreError::Corrupt`](super::StoreError)
     /// detail. Parsing a large page takes a while: callers hold no connection meanwhile.
     pub fn into_page(self, sealed: bool) -> Result<StoredPage, String> {
-        let fields = PageRow {
-            id: &self.id,
-            thread_id: self.thread_id.as_deref(),
-            strategy: &self.strategy,
-            source_format: self.source_format.as_deref(),
-            metadata_json: &self.metadata_json,
-            message_count: self.message_count,
-        };
-        let messages = fields.check(&self.messages_json, sealed.then_some(self.seal.as_deref()))?;
+        let seal = sealed.then_some(self.seal.as_deref());
+        let messages = self.fields.row().check(&self.messages_json, seal)?;
+        let f = self.fields;
         Ok(StoredPage {
             page: Page {
-                id: self.id.into(),
-                thread_id: FfiOption::from(self.thread_id.map(Into::into)),
-                strategy: self.strategy.into(),
+                id: f.id.into(),
+                thread_id: FfiOption::from(f.thread_id.map(Into::into)),
+                strategy: f.strategy.into(),
                 messages: messages.into(),
-                metadata_json: self.metadata_json.into(),
+                metadata_json: f.metadata_json.into(),
                 created_at: unsigned(self.created_at),
             },
-            source_format: self.source_format,
+            source_format: f.source_format,
         })
     }
 }
@@ -216,31 +238,11 @@ pub(crate) fn read_summary(row: &dyn Columns) -> Result<PageSummary, RowError> {
     })
 }
 
-/// The columns a page's seal covers (see `store::seal`).
-pub(crate) const SEALED_COLUMNS: &str =
-    "id, thread_id, strategy, source_format, metadata_json, message_count";
-
 /// A page written before seals, sealed as it is: its id and its seal.
 pub(crate) fn seal_of(row: &dyn Columns) -> Result<(String, String), RowError> {
-    let (id, strategy, metadata_json) = (
-        row.text("id")?,
-        row.text("strategy")?,
-        row.text("metadata_json")?,
-    );
-    let (thread_id, source_format) = (
-        row.optional_text("thread_id")?,
-        row.optional_text("source_format")?,
-    );
-    let seal = PageRow {
-        id: &id,
-        thread_id: thread_id.as_deref(),
-        strategy: &strategy,
-        source_format: source_format.as_deref(),
-        metadata_json: &metadata_json,
-        message_count: row.int("message_count")?,
-    }
-    .seal();
-    Ok((id, seal))
+    let fields = SealedFields::read(row)?;
+    let seal = fields.row().seal();
+    Ok((fields.id, seal))
 }
 
 // The summary cache: `llm_answers (key, answer_json, created_at)` and
