@@ -53,12 +53,84 @@ const WHY: [&str; 7] = [
     "the reviewers asked for it in the last round",
 ];
 
+/// A file of the reporting code changed every this many turns (offset by [`FILE_OFFSET`], so
+/// it is not a decision's turn), by a second tool call in that turn's assistant message, as an
+/// agent that edits and inspects at once does.
+const FILE_EVERY: usize = 12;
+const FILE_OFFSET: usize = 3;
+const FILES: [&str; 8] = [
+    "src/reports/totals.py",
+    "src/reports/rounding.py",
+    "src/reports/export_csv.py",
+    "src/reports/dates.py",
+    "tests/test_report_rounding.py",
+    "src/reports/queries.sql",
+    "src/reports/upload.py",
+    "src/reports/balance_view.sql",
+];
+
+/// The user corrects course in every this many of its messages (after the first, offset
+/// by one), before what it says there.
+const INSTRUCTION_EVERY: usize = 4;
+/// An instruction, and the keywords that show it survived.
+const INSTRUCTIONS: [(&str, &[&str]); 5] = [
+    (
+        "Correction: the totals are computed in src/reports/totals.py, not in the exporter, so \
+         start there.",
+        &["totals.py", "not in the exporter"],
+    ),
+    (
+        "From now on run the tests with -p no:cacheprovider, the cache directory is read-only \
+         on this machine.",
+        &["no:cacheprovider"],
+    ),
+    (
+        "Please use Decimal for every amount you touch, never float.",
+        &["Decimal", "never float"],
+    ),
+    (
+        "Do not add dependencies to setup.cfg; the nightly image is frozen.",
+        &["setup.cfg", "dependencies"],
+    ),
+    (
+        "Keep new helper functions private, with a leading underscore.",
+        &["helper", "underscore"],
+    ),
+];
+
 fn decision_id(n: usize) -> String {
     format!("D-{n:03}")
 }
 
+/// The n-th planted file (0-based): the list, then the list again with a round number, so
+/// that no two are the same.
+fn planted_file(n: usize) -> String {
+    let path = FILES[n % FILES.len()];
+    match n / FILES.len() {
+        0 => path.to_string(),
+        round => {
+            let (stem, ext) = path
+                .rsplit_once('.')
+                .expect("a file name with an extension");
+            format!("{stem}_{round}.{ext}")
+        }
+    }
+}
+
+/// A shell command that writes `path`: a `sed -i` edit or a here-document, in turn.
+fn file_change(n: usize, path: &str) -> String {
+    if n % 2 == 1 {
+        format!("cd /testbed && sed -i 's/round(total, 2)/_round_half_even(total)/' {path}")
+    } else {
+        format!(
+            "cd /testbed && cat > {path} << 'EOF'\n# Report helper rewritten for the totals fix.\n\
+             from decimal import Decimal, ROUND_HALF_EVEN\nEOF"
+        )
+    }
+}
+
 /// The planted session and its facts file (JSON).
-fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Value, usize) {
+fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Value, Planted) {
     let mut s = session(turns, tokens);
     let mut facts = vec![
         serde_json::json!({"id": "task", "kind": "task",
@@ -66,6 +138,7 @@ fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Va
         serde_json::json!({"id": "constraint", "kind": "constraint",
             "text": replay::CONSTRAINT, "message": 1}),
     ];
+    let mut count = Planted::default();
     // The n-th decision goes into the assistant message of the (n·6 - 1)-th tool exchange:
     // every assistant message that makes a tool call starts one.
     let calls: Vec<usize> = (0..s.messages.len())
@@ -77,15 +150,33 @@ fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Va
                     .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
         })
         .collect();
-    let mut planted = 0;
     for (turn, &at) in calls.iter().enumerate() {
+        if (turn + 1) % FILE_EVERY == FILE_OFFSET {
+            let path = planted_file(count.files);
+            count.files += 1;
+            let id = format!("planted_file_{}", count.files);
+            let input = serde_json::json!({"command": file_change(count.files, &path)});
+            s.messages[at]
+                .content
+                .push(ContentBlock::tool_use(&*id, "bash", input.to_string()));
+            // The call's result goes with the turn's other results, in the next message.
+            s.messages[at + 1].content.push(ContentBlock::tool_result(
+                id,
+                "<returncode>0</returncode>\n<output>\n</output>",
+                false,
+            ));
+            facts.push(serde_json::json!({
+                "id": format!("file-{}", count.files), "kind": "file", "text": path,
+                "message": at
+            }));
+        }
         if (turn + 1) % DECISION_EVERY != 0 {
             continue;
         }
-        planted += 1;
-        let id = decision_id(planted);
-        let what = WHAT[planted % WHAT.len()];
-        let why = WHY[planted % WHY.len()];
+        count.decisions += 1;
+        let id = decision_id(count.decisions);
+        let what = WHAT[count.decisions % WHAT.len()];
+        let why = WHY[count.decisions % WHY.len()];
         let text = format!(
             "Decision {id}: we will {what} in the reporting code, because {why}. Now back to \
              the investigation."
@@ -99,8 +190,40 @@ fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Va
             "all": [id, words[0], words[words.len() - 1]], "message": at
         }));
     }
+    // The user's own messages after the task (its tool results aside).
+    let said: Vec<usize> = (2..s.messages.len())
+        .filter(|&i| {
+            s.messages[i].role == Role::User
+                && s.messages[i]
+                    .content
+                    .iter()
+                    .all(|b| matches!(b, ContentBlock::Text { .. }))
+        })
+        .collect();
+    for (k, &at) in said.iter().enumerate() {
+        if k % INSTRUCTION_EVERY != 1 {
+            continue;
+        }
+        let (text, keywords) = INSTRUCTIONS[count.instructions % INSTRUCTIONS.len()];
+        count.instructions += 1;
+        s.messages[at].content.insert(0, ContentBlock::text(text));
+        facts.push(serde_json::json!({
+            "id": format!("instruction-{}", count.instructions), "kind": "instruction",
+            "all": keywords, "message": at
+        }));
+    }
+    tamp_host::wire::check_tool_pairing(&s.messages, WireFormat::Anthropic)
+        .expect("the planted session's tool calls pair up");
     let facts = serde_json::json!({"conversation": "planted", "facts": facts});
-    (Conversation::new(s.messages), facts, planted)
+    (Conversation::new(s.messages), facts, count)
+}
+
+/// How many of each kind of fact were planted.
+#[derive(Default)]
+struct Planted {
+    decisions: usize,
+    files: usize,
+    instructions: usize,
 }
 
 fn write_chain(dir: &Path, name: &str, stage: &str, config: &str) -> PathBuf {
@@ -129,7 +252,7 @@ fn main() {
         .unwrap_or(TURNS);
     let one_shot_only = std::env::var_os("TAMP_BENCH_ONE_SHOT").is_some();
     let tokens = TokenCounter::new(Encoding::O200kBase).unwrap();
-    let (conversation, facts, decisions) = planted(turns, &tokens);
+    let (conversation, facts, planted) = planted(turns, &tokens);
     let dir = workspace_root().join("target/bench-retention");
     std::fs::create_dir_all(&dir).unwrap();
     let conversation_path = dir.join("planted.anthropic.json");
@@ -140,6 +263,20 @@ fn main() {
     .unwrap();
     let facts_path = dir.join("planted.facts.json");
     std::fs::write(&facts_path, serde_json::to_string_pretty(&facts).unwrap()).unwrap();
+    println!(
+        "planted session: {turns} turns, {} messages, {} tokens; planted: {} decisions, {} files \
+         changed, {} instructions after the task; budget {MAX_TOKENS} tokens, {KEEP_RECENT} \
+         recent messages kept\nwritten to {}",
+        conversation.messages.len(),
+        tokens.count_messages(&conversation.messages),
+        planted.decisions,
+        planted.files,
+        planted.instructions,
+        dir.display()
+    );
+    if std::env::var_os("TAMP_BENCH_SESSION_ONLY").is_some() {
+        return;
+    }
     let chains = vec![
         write_chain(
             &dir,
@@ -149,19 +286,12 @@ fn main() {
         ),
         write_chain(&dir, "anchored-structured", "tamp_anchored_structured", ""),
     ];
-    println!(
-        "planted session: {turns} turns, {} messages, {} tokens, {decisions} decisions; \
-         budget {MAX_TOKENS} tokens, {KEEP_RECENT} recent messages kept\n\
-         written to {}",
-        conversation.messages.len(),
-        tokens.count_messages(&conversation.messages),
-        dir.display()
-    );
     let args = EvalOptions {
         chains,
         facts: vec![facts_path],
         conversations: vec![conversation_path],
         one_shot_only,
+        replay_only: false,
         probe: None,
     };
     let plan = Plan::read(&args).unwrap_or_else(|e| panic!("{e:#}"));
@@ -173,19 +303,29 @@ fn main() {
         .block_on(plan.run(&|line| eprintln!("{line}")))
         .unwrap_or_else(|e| panic!("{e:#}"));
     println!(
-        "\n{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>10}",
-        "chain", "mode", "tokens after", "LLM calls", "task", "constraint", "decisions"
+        "\n{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>12} {:>10} {:>7}",
+        "chain",
+        "mode",
+        "tokens after",
+        "LLM calls",
+        "task",
+        "constraint",
+        "instructions",
+        "decisions",
+        "files"
     );
     for run in &runs {
         println!(
-            "{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>10}",
+            "{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>12} {:>10} {:>7}",
             run.chain,
             run.mode.label(),
             run.tokens_after,
             run.llm_calls,
             kept(run, "task", 1),
             kept(run, "constraint", 1),
-            kept(run, "decision-", decisions),
+            kept(run, "instruction-", planted.instructions),
+            kept(run, "decision-", planted.decisions),
+            kept(run, "file-", planted.files),
         );
     }
 }
