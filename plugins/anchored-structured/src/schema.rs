@@ -11,6 +11,9 @@ pub const MAX_ENTRY_CHARS: usize = 500;
 /// The most entries in one list.
 pub const MAX_ENTRIES: usize = 50;
 
+/// The lists the ledger holds instead of the model, while it is on.
+pub const LEDGER_LISTS: [&str; 2] = ["files_modified", "decisions_made"];
+
 /// The index of `decisions_made` among the lists.
 const DECISIONS: usize = 1;
 
@@ -42,10 +45,28 @@ pub struct AnchoredSummary {
 }
 
 impl AnchoredSummary {
-    /// The JSON Schema handed to the host's structured-output call.
+    /// The JSON Schema of the whole summary, as its page's metadata holds it.
     pub fn json_schema() -> tamp_plugin_api::serde_json::Value {
         let schema = tamp_plugin_api::schemars::schema_for!(AnchoredSummary);
         tamp_plugin_api::serde_json::to_value(schema).expect("a schema serializes")
+    }
+
+    /// The JSON Schema handed to the host's structured-output call: without the lists the
+    /// ledger holds ([`LEDGER_LISTS`]) when it is on, since a small model asked for them
+    /// writes thousands of tokens of them, and they are in the ledger verbatim already.
+    pub fn request_schema(ledger: bool) -> tamp_plugin_api::serde_json::Value {
+        let mut schema = Self::json_schema();
+        if ledger {
+            if let Some(properties) = schema["properties"].as_object_mut() {
+                for key in LEDGER_LISTS {
+                    properties.remove(key);
+                }
+            }
+            if let Some(required) = schema["required"].as_array_mut() {
+                required.retain(|k| !LEDGER_LISTS.iter().any(|l| k == l));
+            }
+        }
+        schema
     }
 
     /// The lists with their section titles, in rendering order.

@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use tamp_plugin_api::deferred::page_transcript_prompt;
 use tamp_plugin_api::prelude::*;
-use tamp_plugin_api::sdk::{cap_chars, render_template, summary_message};
+use tamp_plugin_api::sdk::{cap_chars, ledger, render_template, summary_message};
 use tamp_plugin_api::{DeferredStatus, LlmRequest};
 
 pub mod config;
@@ -74,7 +74,9 @@ impl Strategy for BatchDeferred {
         } else {
             Vec::new()
         };
-        let placed = self.defer(host, messages, pages, &mut report).await;
+        let placed = self
+            .defer(host, messages, pages, input.budget.max_tokens, &mut report)
+            .await;
 
         let deferred = placed.len();
         let removed: usize = placed.iter().map(|e| e.span().len()).sum();
@@ -144,7 +146,8 @@ impl BatchDeferred {
     }
 
     /// The final summary's text: the pending header turned final, then the answer, cut to
-    /// `max_summary_chars` and to the placeholder's size in tokens.
+    /// `max_summary_chars` and to the placeholder's size in tokens, then the ledger the
+    /// pending summary carried, as it was.
     fn final_text(&self, host: &Host, pending: &Message, answer: &str) -> String {
         let pending_text = pending.joined_text();
         let header = pending_text
@@ -153,11 +156,12 @@ impl BatchDeferred {
             .and_then(|l| l.strip_prefix(PENDING_HEADER))
             .map(|rest| format!("{FINAL_HEADER}{rest}\n"))
             .unwrap_or_default();
+        let ledger = ledger::split(&pending_text).1.unwrap_or_default();
         let answer = answer.trim();
         let mut chars = self.config.max_summary_chars;
         let room = host.count_message_tokens(std::slice::from_ref(pending));
         loop {
-            let text = format!("{header}{}", cap_chars(answer, chars));
+            let text = ledger::attach(&format!("{header}{}", cap_chars(answer, chars)), &ledger);
             let probe = Message::text(sdk::SUMMARY_ROLE, text.as_str());
             let tokens = host.count_message_tokens(std::slice::from_ref(&probe));
             if tokens <= room || chars == 0 {
@@ -176,6 +180,7 @@ impl BatchDeferred {
         host: &Host,
         messages: &[Message],
         pages: Vec<Range<usize>>,
+        max_tokens: u64,
         report: &mut StageReport,
     ) -> Vec<Edit> {
         // A placeholder that would not be smaller than its messages is not worth it.
@@ -184,7 +189,17 @@ impl BatchDeferred {
             .filter_map(|range| {
                 let run = &messages[range.clone()];
                 let label = label_of(run);
-                let text = self.pending_text(run, &label);
+                // The ledger goes with the placeholder: the facts are there before the batch
+                // answers.
+                let text = ledger::finish(
+                    &self.config.ledger,
+                    host,
+                    messages,
+                    range.clone(),
+                    &self.pending_text(run, &label),
+                    max_tokens,
+                )
+                .text;
                 let placeholder = Message::text(sdk::SUMMARY_ROLE, text.as_str());
                 (host.count_message_tokens(std::slice::from_ref(&placeholder))
                     < host.count_message_tokens(run))

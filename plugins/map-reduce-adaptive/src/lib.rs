@@ -159,7 +159,7 @@ impl Strategy for MapReduceAdaptive {
         };
         // With a cached summary to merge into, it is the prior summary of the new content.
         let prior = match (&reused, self.config.reuse) {
-            (Some(r), Reuse::Merge) => Some(r.summary.as_str()),
+            (Some(r), Reuse::Merge) => Some(self.config.ledger.shown(&r.summary)),
             _ => selection.prior.as_deref(),
         };
         let prior_tokens = prior.map_or(0, count);
@@ -196,7 +196,7 @@ impl Strategy for MapReduceAdaptive {
                     .expect("a cached level has a reused summary");
                 selection.truncate(reused.pieces);
                 Summarized {
-                    text: reused.summary.clone(),
+                    text: self.config.ledger.shown(&reused.summary).to_string(),
                     calls: 0,
                     chunks: 0,
                     depth: 0,
@@ -229,17 +229,28 @@ impl Strategy for MapReduceAdaptive {
         };
         let summarized = match (&reused, self.config.reuse) {
             (Some(r), Reuse::Append) if level != Level::Cached => Summarized {
-                text: sdk::incremental::append(&r.summary, &summarized.text),
+                text: sdk::incremental::append(
+                    self.config.ledger.shown(&r.summary),
+                    &summarized.text,
+                ),
                 ..summarized
             },
             _ => summarized,
         };
+        let finished = sdk::ledger::finish(
+            &self.config.ledger,
+            &host,
+            &conversation.messages,
+            selection.span.clone(),
+            &summarized.text,
+            budget.max_tokens,
+        );
         if self.config.reuse != Reuse::Off && selection.prior.is_none() {
             let span = &conversation.messages[selection.span.clone()];
-            host.cache_summary(span, &summarized.text).await;
+            host.cache_summary(span, &finished.text).await;
         }
 
-        let output_tokens = count(&summarized.text);
+        let output_tokens = count(&finished.text);
         let ratio = output_tokens as f64 / input_tokens.max(1) as f64;
         let fields = [
             ("output_tokens", json!(output_tokens)),
@@ -250,6 +261,8 @@ impl Strategy for MapReduceAdaptive {
             ("depth", json!(summarized.depth)),
             ("calls", json!(summarized.calls)),
             ("chunks", json!(summarized.chunks)),
+            ("ledger_entries", json!(finished.ledger.entries().count())),
+            ("ledger_moved", json!(finished.ledger.moved)),
         ];
         if let Value::Object(map) = &mut details {
             for (key, value) in fields {
@@ -280,7 +293,7 @@ impl Strategy for MapReduceAdaptive {
         // failed stage leaves nothing behind; its metadata keeps the figures with the messages
         // they describe.
         report.details_json = details.to_string().into();
-        let edit = Edit::summarize(selection.span.clone(), summarized.text).with_metadata(&details);
+        let edit = Edit::summarize(selection.span.clone(), finished.text).with_metadata(&details);
         Ok(CompactOutcome::with_edits([edit], report))
     }
 }
@@ -346,10 +359,16 @@ impl MapReduceAdaptive {
             max_block_chars: self.config.max_block_chars,
         };
         let selected = sdk::span::select_span(messages, range, NAME, &render);
+        // The model sees a prior summary's narrative: its ledger is carried by `finish`.
         let prior: Vec<String> = selected
             .priors
             .iter()
-            .map(|&i| messages[i].joined_text())
+            .map(|&i| {
+                self.config
+                    .ledger
+                    .shown(&messages[i].joined_text())
+                    .to_string()
+            })
             .filter(|p| !p.trim().is_empty())
             .collect();
         let (piece_ranges, pieces) = selected

@@ -350,6 +350,11 @@ impl Ledger {
         if total <= cap_tokens {
             return self;
         }
+        if fixed_cost > cap_tokens {
+            // Not even the header and the note fit (a span barely larger than its summary):
+            // no ledger. Everything it would list is in this summary's page.
+            return Ledger::default();
+        }
         let target = cap_tokens * 3 / 4;
         for kinds in [
             &[Kind::Error][..],
