@@ -33,7 +33,7 @@ use tamp_plugin_api::{FfiOption, HostError, LlmResponse};
 pub use config::{Config, LedgerConfig, Reuse};
 pub use schema::{
     render, AnchoredSummary, Merge, SummaryPath, HEADER, LEDGER_LISTS, MAX_ENTRIES,
-    MAX_ENTRY_CHARS, MAX_INTENT_CHARS,
+    MAX_ENTRIES_WITH_LEDGER, MAX_ENTRY_CHARS, MAX_INTENT_CHARS,
 };
 
 /// The strategy's name: in pages, summary messages and logs.
@@ -174,6 +174,13 @@ impl Strategy for AnchoredStructured {
             (None, Some(prior)) => (prior.clone(), Merge::default()),
             (None, None) => (AnchoredSummary::default(), Merge::default()),
         };
+        // With the ledger on, questions and steps are the short-term lists: the newest few.
+        let mut merged = merged;
+        let stale_dropped = if self.config.ledger.enabled {
+            merged.keep_newest_steps(MAX_ENTRIES_WITH_LEDGER)
+        } else {
+            0
+        };
         if merge.dropped > 0 {
             warnings.push(format!(
                 "{} oldest list entr(ies) dropped to stay within {MAX_ENTRIES} per list, even \
@@ -226,6 +233,7 @@ impl Strategy for AnchoredStructured {
             "summary_tokens": summary_tokens,
             "summary_chars": text.chars().count(),
             "prior_merged": prior.is_some() && reused.is_none(),
+            "stale_steps_dropped": stale_dropped,
             "reused_messages": reused.as_ref().map_or(0, |r| r.messages),
         })
         .to_string();
@@ -587,6 +595,11 @@ impl AnchoredStructured {
             }
             None => String::new(),
         };
+        let max_entries = if ledger {
+            MAX_ENTRIES_WITH_LEDGER
+        } else {
+            MAX_ENTRIES
+        };
         let lists = if ledger {
             ""
         } else {
@@ -602,7 +615,7 @@ impl AnchoredStructured {
              - next_steps: what is to be done next, in order.\n\
              An empty list is the right answer when the material has nothing of that kind. \
              Never invent anything the material does not say. Each entry at most \
-             {MAX_ENTRY_CHARS} characters, at most {MAX_ENTRIES} entries per list, and the \
+             {MAX_ENTRY_CHARS} characters, at most {max_entries} entries per list, and the \
              whole answer {}.{}{prior_text}\
              \n{}",
             length::phrase(target),

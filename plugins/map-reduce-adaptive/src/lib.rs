@@ -322,8 +322,8 @@ impl MapReduceAdaptive {
     }
 
     /// How many summaries at the start of the compactable range stay where they are: all of
-    /// them while together they fit in `keep_summaries_share` of the budget, else none (they
-    /// are folded into the new summary).
+    /// them while their narratives together fit in `keep_summaries_share` of the budget and
+    /// their ledgers in the ledger's cap, else none (they are folded into the new summary).
     fn summaries_kept(
         &self,
         host: &Host,
@@ -337,11 +337,17 @@ impl MapReduceAdaptive {
             .iter()
             .take_while(|m| m.is_summary())
             .collect();
-        let tokens: u64 = leading
-            .iter()
-            .map(|m| host.count_tokens(&m.joined_text()))
-            .sum();
-        if tokens <= limit {
+        // Their narratives count against the share, their ledgers against the ledger's cap:
+        // each kept summary's ledger holds what the ones before it do not, so together they
+        // are one ledger, and past its cap a fold bounds it.
+        let (mut narratives, mut ledgers) = (0, 0);
+        for m in &leading {
+            let text = m.joined_text();
+            let narrative = host.count_tokens(self.config.ledger.shown(&text));
+            narratives += narrative;
+            ledgers += host.count_tokens(&text).saturating_sub(narrative);
+        }
+        if narratives <= limit && ledgers <= self.config.ledger.cap_tokens(max_tokens) {
             leading.len()
         } else {
             0
