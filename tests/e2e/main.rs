@@ -11,6 +11,7 @@ mod containment;
 mod contract;
 mod eval;
 mod fuzz;
+mod ledger;
 mod loader;
 mod map_reduce_adaptive;
 mod plugin_trust;

@@ -8,7 +8,7 @@
 //! ```text
 //! <the model's summary>
 //!
-//! Ledger (verbatim from the summarized messages, oldest first; mN is message N of the page named above it):
+//! Ledger (verbatim from the summarized messages, oldest first; mN: message N of the page above):
 //! page pg_2f…:
 //! - m3 user: Use Decimal for every amount, never float.
 //! - m12 decision: Decision D-002: we will keep the CSV exporter on the old column order, because downstream consumers depend on it.
@@ -57,8 +57,8 @@ pub use extract::{call_signature, extract, one_line, Extracted};
 pub use writes::{shell_writes, writes, Write};
 
 /// The line that opens the ledger section.
-pub const HEADER: &str = "Ledger (verbatim from the summarized messages, oldest first; mN is \
-                          message N of the page named above it):";
+pub const HEADER: &str =
+    "Ledger (verbatim from the summarized messages, oldest first; mN: message N of the page above):";
 /// The group of entries taken from this summary's own messages.
 pub const THIS_PAGE: &str = "this summary's page:";
 /// An entry's text is cut to this many characters (the rest is in the page).
@@ -355,6 +355,7 @@ impl Ledger {
             // no ledger. Everything it would list is in this summary's page.
             return Ledger::default();
         }
+        let carried_counts = (self.moved, self.fixed, self.unread) != (0, 0, 0);
         let target = cap_tokens * 3 / 4;
         for kinds in [
             &[Kind::Error][..],
@@ -370,6 +371,11 @@ impl Ledger {
                 n += 1;
             }
             self.move_out_of(kinds, n);
+        }
+        if self.groups.is_empty() && !carried_counts {
+            // Every entry moved out, and nothing earlier to count: its messages are in this
+            // summary's own page, and a note alone would only cost tokens.
+            return Ledger::default();
         }
         self
     }
