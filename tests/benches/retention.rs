@@ -1,27 +1,30 @@
-//! Retention on the planted-fact session (issue 21): what the offline default keeps of a long
-//! agent session's task, constraint and decisions.
+//! Retention on the planted-fact session (issues 21 and 35): what a long agent session's
+//! compactions keep of its task, constraint, decisions, files and the user's corrections.
 //!
 //! The session is the thread-economy replay's (500 turns of real corpus tool exchanges, an
 //! assistant text and a user text every tenth turn, about 165k tokens), with a task and a
-//! constraint in the first user message and a numbered decision planted every sixth turn: the
-//! assistant says it (`Decision D-017: ...`) in a text block before that turn's tool call, as
-//! agents narrate before they act. The conversation and its facts file are written to
-//! `target/bench-retention/`, and `tamp eval` (its library, the real built plugins) runs
-//! map-reduce-adaptive and anchored-structured on it, offline (the extractive provider), at
-//! the thread-economy budget (8,000 tokens, 16 recent messages kept): one-shot, and replayed as
-//! a growing thread compacted before every model call. The table gives the final context's
-//! size and what of the task, the constraint and the decisions it still holds.
+//! constraint in the first user message, a numbered decision planted every sixth turn (the
+//! assistant says it, `Decision D-017: ...`, in a text block before that turn's tool call, as
+//! agents narrate before they act), a file of the reporting code written every twelfth turn
+//! (a second bash call), and a correction opening every fourth user message. The conversation
+//! and its facts file are written to `target/bench-retention/`, and `tamp eval` (its library,
+//! the real built plugins) runs the planted session's chain files (`examples/eval/planted/`:
+//! map-reduce-adaptive, the hybrid chain and anchored-structured, each with the offline
+//! extractive summarizer and with one that answers a fixed text, where only the ledger can
+//! keep a fact) at the thread-economy budget (8,000 tokens, 16 recent messages kept):
+//! one-shot, and replayed as a growing thread compacted before every model call. The table
+//! gives the final context's size, the summarizer's bill and what of each kind of fact the
+//! final context still holds.
 //!
 //! Run: `cargo bench -p tamp-e2e --bench retention` (`TAMP_BENCH_TURNS=100` for a quick run;
-//! `TAMP_BENCH_ONE_SHOT=1` skips the replays). The written files can be given to `tamp eval`
-//! as they are.
+//! `TAMP_BENCH_ONE_SHOT=1` skips the replays; `TAMP_BENCH_SESSION_ONLY=1` writes the session
+//! and stops: `examples/eval/planted.*` are its 150-turn files). The written files can be
+//! given to `tamp eval` as they are.
 
 mod replay;
 
-use std::path::{Path, PathBuf};
-
 use replay::{session, KEEP_RECENT, MAX_TOKENS, TURNS};
-use tamp_e2e::{plugin, workspace_root};
+use tamp_e2e::{ensure_built, workspace_root};
 use tamp_host::eval::{EvalOptions, Plan, Run};
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
@@ -226,17 +229,15 @@ struct Planted {
     instructions: usize,
 }
 
-fn write_chain(dir: &Path, name: &str, stage: &str, config: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.toml"));
-    let toml = format!(
-        "# Written by the retention bench.\n[budget]\nmax_tokens = {MAX_TOKENS}\n\
-         keep_recent = {KEEP_RECENT}\n\n[provider]\nkind = \"extractive\"\n\n\
-         [[stage]]\nname = \"{name}\"\nplugin = \"{}\"\n[stage.config]\n{config}",
-        plugin(stage).display()
-    );
-    std::fs::write(&path, toml).unwrap();
-    path
-}
+/// The planted session's chain files: three chains, each offline and with a fixed text.
+const CHAINS: [&str; 6] = [
+    "map-reduce",
+    "hybrid",
+    "anchored",
+    "map-reduce-fixed",
+    "hybrid-fixed",
+    "anchored-fixed",
+];
 
 /// `found/total` of the facts whose id starts with `prefix`.
 fn kept(run: &Run, prefix: &str, total: usize) -> String {
@@ -277,15 +278,11 @@ fn main() {
     if std::env::var_os("TAMP_BENCH_SESSION_ONLY").is_some() {
         return;
     }
-    let chains = vec![
-        write_chain(
-            &dir,
-            "map-reduce-adaptive",
-            "tamp_map_reduce_adaptive",
-            "content_type = \"conversation\"\n",
-        ),
-        write_chain(&dir, "anchored-structured", "tamp_anchored_structured", ""),
-    ];
+    ensure_built();
+    let chains = CHAINS
+        .iter()
+        .map(|c| workspace_root().join(format!("examples/eval/planted/{c}.toml")))
+        .collect();
     let args = EvalOptions {
         chains,
         facts: vec![facts_path],
@@ -303,11 +300,12 @@ fn main() {
         .block_on(plan.run(&|line| eprintln!("{line}")))
         .unwrap_or_else(|e| panic!("{e:#}"));
     println!(
-        "\n{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>12} {:>10} {:>7}",
+        "\n{:<17} {:<9} {:>12} {:>10} {:>11} {:>5} {:>10} {:>12} {:>10} {:>7}",
         "chain",
         "mode",
         "tokens after",
         "LLM calls",
+        "tokens sent",
         "task",
         "constraint",
         "instructions",
@@ -316,11 +314,12 @@ fn main() {
     );
     for run in &runs {
         println!(
-            "{:<22} {:<9} {:>12} {:>10} {:>5} {:>10} {:>12} {:>10} {:>7}",
+            "{:<17} {:<9} {:>12} {:>10} {:>11} {:>5} {:>10} {:>12} {:>10} {:>7}",
             run.chain,
             run.mode.label(),
             run.tokens_after,
             run.llm_calls,
+            run.tokens_sent,
             kept(run, "task", 1),
             kept(run, "constraint", 1),
             kept(run, "instruction-", planted.instructions),

@@ -190,14 +190,17 @@ impl BatchDeferred {
                 let run = &messages[range.clone()];
                 let label = label_of(run);
                 // The ledger goes with the placeholder: the facts are there before the batch
-                // answers.
+                // answers. These summaries never fold, so each page's ledger has a share of
+                // the page rather than of the budget: together they stay that share of what
+                // was deferred.
+                let page_tokens = host.count_message_tokens(run);
                 let text = ledger::finish(
                     &self.config.ledger,
                     host,
                     messages,
                     range.clone(),
                     &self.pending_text(run, &label),
-                    max_tokens,
+                    page_tokens.min(max_tokens),
                 )
                 .text;
                 let placeholder = Message::text(sdk::SUMMARY_ROLE, text.as_str());

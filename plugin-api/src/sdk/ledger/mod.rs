@@ -85,7 +85,7 @@ impl Default for LedgerConfig {
     fn default() -> Self {
         LedgerConfig {
             enabled: true,
-            max_share: 0.3,
+            max_share: 0.25,
         }
     }
 }
@@ -741,7 +741,7 @@ mod tests {
     fn config_defaults_and_checks() {
         let c = LedgerConfig::default();
         assert!(c.enabled);
-        assert_eq!(c.cap_tokens(8_000), 2_400);
+        assert_eq!(c.cap_tokens(8_000), 2_000);
         assert!(LedgerConfig {
             max_share: 1.5,
             ..c
