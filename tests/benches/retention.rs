@@ -132,6 +132,13 @@ fn file_change(n: usize, path: &str) -> String {
     }
 }
 
+/// The indices of the messages `keep` accepts.
+fn positions(messages: &[Message], keep: impl Fn(&Message) -> bool) -> Vec<usize> {
+    (0..messages.len())
+        .filter(|&i| keep(&messages[i]))
+        .collect()
+}
+
 /// The planted session and its facts file (JSON).
 fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Value, Planted) {
     let mut s = session(turns, tokens);
@@ -144,15 +151,12 @@ fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Va
     let mut count = Planted::default();
     // The n-th decision goes into the assistant message of the (n·6 - 1)-th tool exchange:
     // every assistant message that makes a tool call starts one.
-    let calls: Vec<usize> = (0..s.messages.len())
-        .filter(|&i| {
-            s.messages[i].role == Role::Assistant
-                && s.messages[i]
-                    .content
-                    .iter()
-                    .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
-        })
-        .collect();
+    let calls = positions(&s.messages, |m| {
+        m.role == Role::Assistant
+            && m.content
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+    });
     for (turn, &at) in calls.iter().enumerate() {
         if (turn + 1) % FILE_EVERY == FILE_OFFSET {
             let path = planted_file(count.files);
@@ -194,15 +198,14 @@ fn planted(turns: usize, tokens: &TokenCounter) -> (Conversation, serde_json::Va
         }));
     }
     // The user's own messages after the task (its tool results aside).
-    let said: Vec<usize> = (2..s.messages.len())
-        .filter(|&i| {
-            s.messages[i].role == Role::User
-                && s.messages[i]
-                    .content
-                    .iter()
-                    .all(|b| matches!(b, ContentBlock::Text { .. }))
-        })
-        .collect();
+    let said = positions(&s.messages[..], |m| {
+        m.role == Role::User
+            && m.content
+                .iter()
+                .all(|b| matches!(b, ContentBlock::Text { .. }))
+    });
+    // The task is the first of them: corrections come after it.
+    let said = &said[1..];
     for (k, &at) in said.iter().enumerate() {
         if k % INSTRUCTION_EVERY != 1 {
             continue;

@@ -241,8 +241,18 @@ fn conversation(texts: &[(Role, &str)]) -> Conversation {
     Conversation::new(messages)
 }
 
-/// The ledger of the map-reduce summary of `texts` (its model answering a fixed text).
-fn ledger_of(texts: &[(Role, &str)]) -> ledger::Ledger {
+/// The text of the summary in a compacted conversation.
+fn summary_text(out: &tamp_host::chain::Compacted) -> String {
+    out.conversation
+        .messages
+        .iter()
+        .find(|m| m.is_summary())
+        .expect("a summary")
+        .joined_text()
+}
+
+/// The summary map-reduce-adaptive writes of `input`, its model answering a fixed text.
+fn map_reduce_summary(input: Conversation) -> String {
     let chain = StageChain::new(
         "tamp_map_reduce_adaptive",
         json!({"none_below": 1, "brief_below": 2}),
@@ -252,21 +262,22 @@ fn ledger_of(texts: &[(Role, &str)]) -> ledger::Ledger {
     .without_cache()
     .build();
     let out = rt()
-        .block_on(chain.compact(conversation(texts), &CompactOptions::default()))
+        .block_on(chain.compact(input, &CompactOptions::default()))
         .unwrap();
     assert_eq!(out.report.stages[0].status, StageStatus::Acted, "{out:?}");
-    let summary = out
-        .conversation
-        .messages
-        .iter()
-        .find(|m| m.is_summary())
-        .unwrap()
-        .joined_text();
+    let summary = summary_text(&out);
     assert!(
         summary.starts_with("The agent worked on the report."),
         "{summary}"
     );
-    ledger::split(&summary).1.unwrap_or_default()
+    summary
+}
+
+/// The ledger of the map-reduce summary of `texts`.
+fn ledger_of(texts: &[(Role, &str)]) -> ledger::Ledger {
+    ledger::split(&map_reduce_summary(conversation(texts)))
+        .1
+        .unwrap_or_default()
 }
 
 #[test]
@@ -364,13 +375,7 @@ fn anchored_structured_asks_a_bounded_answer_without_the_lists_the_ledger_holds(
     );
     assert!(!structured.prompt.contains("decisions_made"));
     // The scripted answer is no JSON: the prose fallback, then the ledger after it.
-    let summary = out
-        .conversation
-        .messages
-        .iter()
-        .find(|m| m.is_summary())
-        .unwrap()
-        .joined_text();
+    let summary = summary_text(&out);
     let (narrative, ledger) = ledger::split(&summary);
     assert!(narrative.starts_with("# Anchored summary"), "{summary}");
     let ledger = ledger.expect("a ledger");
@@ -410,13 +415,7 @@ fn batch_deferred_carries_the_page_s_ledger_from_the_pending_summary_on() {
     let out = rt()
         .block_on(chain.compact(input, &CompactOptions::default()))
         .unwrap();
-    let pending = out
-        .conversation
-        .messages
-        .iter()
-        .find(|m| m.is_summary())
-        .expect("a pending summary")
-        .joined_text();
+    let pending = summary_text(&out);
     assert!(pending.starts_with("[Pending summary: "), "{pending}");
     let ledger = ledger::split(&pending).1.expect("a ledger");
     let kinds: Vec<Kind> = ledger.entries().map(|e| e.kind).collect();
@@ -454,24 +453,7 @@ fn a_tool_call_that_writes_a_file_is_listed_and_one_that_failed_is_an_open_error
     ]);
     messages.push(Message::text(Role::User, "Continue."));
     messages.push(Message::text(Role::Assistant, "Continuing."));
-    let chain = StageChain::new(
-        "tamp_map_reduce_adaptive",
-        json!({"none_below": 1, "brief_below": 2}),
-        Arc::new(ScriptedProvider::always("The agent patched the totals.")),
-    )
-    .keep_recent(2)
-    .without_cache()
-    .build();
-    let out = rt()
-        .block_on(chain.compact(Conversation::new(messages), &CompactOptions::default()))
-        .unwrap();
-    let summary = out
-        .conversation
-        .messages
-        .iter()
-        .find(|m| m.is_summary())
-        .unwrap()
-        .joined_text();
+    let summary = map_reduce_summary(Conversation::new(messages));
     let ledger = ledger::split(&summary).1.expect("a ledger");
     let lines: Vec<String> = ledger.entries().map(|e| e.line()).collect();
     assert_eq!(
