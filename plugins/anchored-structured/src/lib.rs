@@ -380,14 +380,12 @@ impl AnchoredStructured {
     ) -> String {
         let max_chars = self.config.max_summary_chars;
         let rendered = render(max_chars);
-        let finished = sdk::ledger::finish(
-            &self.config.ledger,
-            host,
-            messages,
-            span,
-            &rendered,
-            max_tokens,
-        );
+        let cap = self
+            .config
+            .ledger
+            .cap_before(host, messages, span.start, max_tokens);
+        let finished =
+            sdk::ledger::finish(&self.config.ledger, host, messages, span, &rendered, cap);
         let total = finished.text.chars().count();
         if total <= max_chars {
             return finished.text;

@@ -190,17 +190,24 @@ impl BatchDeferred {
                 let run = &messages[range.clone()];
                 let label = label_of(run);
                 // The ledger goes with the placeholder: the facts are there before the batch
-                // answers. These summaries never fold, so each page's ledger has a share of
-                // the page rather than of the budget: together they stay that share of what
-                // was deferred.
-                let page_tokens = host.count_message_tokens(run);
+                // answers. These summaries never fold into one, so the ledgers of all of them
+                // share the cap, and each page's has at most its share of the page.
+                let cap = self
+                    .config
+                    .ledger
+                    .cap_before(host, messages, range.start, max_tokens)
+                    .min(
+                        self.config
+                            .ledger
+                            .cap_tokens(host.count_message_tokens(run)),
+                    );
                 let text = ledger::finish(
                     &self.config.ledger,
                     host,
                     messages,
                     range.clone(),
                     &self.pending_text(run, &label),
-                    page_tokens.min(max_tokens),
+                    cap,
                 )
                 .text;
                 let placeholder = Message::text(sdk::SUMMARY_ROLE, text.as_str());

@@ -237,13 +237,15 @@ impl Strategy for MapReduceAdaptive {
             },
             _ => summarized,
         };
+        // Its own cap: the summaries kept before it fold once their ledgers pass it.
+        let cap = self.config.ledger.cap_tokens(budget.max_tokens);
         let finished = sdk::ledger::finish(
             &self.config.ledger,
             &host,
             &conversation.messages,
             selection.span.clone(),
             &summarized.text,
-            budget.max_tokens,
+            cap,
         );
         if self.config.reuse != Reuse::Off && selection.prior.is_none() {
             let span = &conversation.messages[selection.span.clone()];
@@ -339,7 +341,9 @@ impl MapReduceAdaptive {
             .collect();
         // Their narratives count against the share, their ledgers against the ledger's cap:
         // each kept summary's ledger holds what the ones before it do not, so together they
-        // are one ledger, and past its cap a fold bounds it.
+        // are one ledger, and past its cap a fold bounds them as one. (Counting their ledgers
+        // against the share, or half the cap, folds far more often, and each fold sends the
+        // prior again: +10% and +15% summarizer tokens on the planted session.)
         let (mut narratives, mut ledgers) = (0, 0);
         for m in &leading {
             let text = m.joined_text();

@@ -31,7 +31,8 @@
 //!   is named by their page from then on), then adds what is new, without what a summary
 //!   before it already carries. An error a later call fixes leaves the ledger.
 //! - **Bounded** ([`Ledger::bounded`]): past its cap (a share of the budget,
-//!   [`LedgerConfig::max_share`]) the oldest entries move out to the pages, where their
+//!   [`LedgerConfig::max_share`], for all the ledgers in a context together:
+//!   [`LedgerConfig::cap_before`]) the oldest entries move out to the pages, where their
 //!   messages are, never silently: the note line counts them. Open errors keep the newest
 //!   [`MAX_OPEN_ERRORS`].
 //! - **Not a prompt**: a strategy sends the model its prior summary's narrative only
@@ -112,6 +113,20 @@ impl LedgerConfig {
         }
     }
 
+    /// The cap of the ledger of a summary placed at `messages[start]`: the share of a budget
+    /// of `max_tokens`, less what the ledgers of the summaries before it take, so that the
+    /// ledgers in a context stay within the share together.
+    pub fn cap_before(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        start: usize,
+        max_tokens: u64,
+    ) -> u64 {
+        self.cap_tokens(max_tokens)
+            .saturating_sub(tokens_in(&messages[..start], host))
+    }
+
     /// The cap in tokens for a budget of `max_tokens`.
     pub fn cap_tokens(&self, max_tokens: u64) -> u64 {
         (max_tokens as f64 * self.max_share) as u64
@@ -128,9 +143,9 @@ pub struct Finished {
 }
 
 /// The text of a summary that replaces `messages[span]` with `narrative`: the span's ledger
-/// ([`Ledger::for_span`]) after it, within the config's cap for a budget of `max_tokens` and
-/// within nine tenths of what the narrative leaves of the span's tokens, so the summary stays
-/// smaller than what it replaces (the ledgers it carries are in the span already). The
+/// ([`Ledger::for_span`]) after it, within `cap_tokens` (see [`LedgerConfig::cap_before`])
+/// and within nine tenths of what the narrative leaves of the span's tokens, so the summary
+/// stays smaller than what it replaces (the ledgers it carries are in the span already). The
 /// narrative alone when the config turns the ledger off.
 pub fn finish(
     config: &LedgerConfig,
@@ -138,7 +153,7 @@ pub fn finish(
     messages: &[Message],
     span: Range<usize>,
     narrative: &str,
-    max_tokens: u64,
+    cap_tokens: u64,
 ) -> Finished {
     if !config.enabled {
         return Finished {
@@ -152,12 +167,24 @@ pub fn finish(
         .saturating_sub(count(narrative))
         * 9
         / 10;
-    let cap = config.cap_tokens(max_tokens).min(room);
-    let ledger = Ledger::for_span(messages, span).bounded(cap, &count);
+    let ledger = Ledger::for_span(messages, span).bounded(cap_tokens.min(room), &count);
     Finished {
         text: attach(narrative, &ledger),
         ledger,
     }
+}
+
+/// The tokens of the ledgers in the summaries among `messages`.
+pub fn tokens_in(messages: &[Message], host: &Host) -> u64 {
+    messages
+        .iter()
+        .filter(|m| m.is_summary())
+        .map(|m| {
+            let text = m.joined_text();
+            host.count_tokens(&text)
+                .saturating_sub(host.count_tokens(narrative(&text)))
+        })
+        .sum()
 }
 
 /// What an entry records.
