@@ -31,10 +31,10 @@
 //!   is named by their page from then on), then adds what is new, without what a summary
 //!   before it already carries. An error a later call fixes leaves the ledger.
 //! - **Bounded** ([`Ledger::bounded`]): past its cap (a share of the budget,
-//!   [`LedgerConfig::max_share`], for all the ledgers in a context together:
-//!   [`LedgerConfig::cap_before`]) the oldest entries move out to the pages, where their
-//!   messages are, never silently: the note line counts them. Open errors keep the newest
-//!   [`MAX_OPEN_ERRORS`].
+//!   [`LedgerConfig::max_share`]; shared by the summaries before it where they never fold,
+//!   [`LedgerConfig::cap_before`]) entries move out to the pages, where their messages are:
+//!   the oldest errors first, then files, then the oldest of the rest, never silently (the
+//!   note line counts them). Open errors keep the newest [`MAX_OPEN_ERRORS`].
 //! - **Not a prompt**: a strategy sends the model its prior summary's narrative only
 //!   ([`narrative`]); the ledger never reaches a request, so requests stay as they were.
 //!
@@ -64,8 +64,8 @@ pub const HEADER: &str =
 pub const THIS_PAGE: &str = "this summary's page:";
 /// An entry's text is cut to this many characters (the rest is in the page).
 pub const MAX_ENTRY_CHARS: usize = 300;
-/// A failed call's input, in an error entry, is cut to this many characters, and its error
-/// line to twice as many.
+/// A failed call's input, in an error entry, is cut to this many characters (its error line
+/// to [`MAX_ENTRY_CHARS`]).
 pub const MAX_INPUT_CHARS: usize = 80;
 /// Open errors kept; older ones move out like any entry past the cap.
 pub const MAX_OPEN_ERRORS: usize = 5;
@@ -103,8 +103,8 @@ impl LedgerConfig {
         Ok(())
     }
 
-    /// What a model is shown of an earlier summary's `text`: its narrative, the ledger being
-    /// carried by the host (the whole text when the ledger is off).
+    /// What a model is shown of an earlier summary's `text`: its narrative, since [`finish`]
+    /// carries the ledger (the whole text when the ledger is off).
     pub fn shown<'a>(&self, text: &'a str) -> &'a str {
         if self.enabled {
             narrative(text)
