@@ -12,9 +12,13 @@
 //! map-reduce-adaptive, the hybrid chain and anchored-structured, each with the offline
 //! extractive summarizer and with one that answers a fixed text, where only the ledger can
 //! keep a fact) at the thread-economy budget (8,000 tokens, 16 recent messages kept):
-//! one-shot, and replayed as a growing thread compacted before every model call. The table
-//! gives the final context's size, the summarizer's bill and what of each kind of fact the
-//! final context still holds.
+//! one-shot, and replayed as a growing thread compacted before every model call, each beside
+//! its twin with the ledger turned off (`ledger = { enabled = false }`, written to
+//! `target/bench-retention/chains/`). The first table gives the final context's size, the
+//! summarizer's bill and what of each kind of fact the final context still holds; the second
+//! sets each chain beside its twin: the bill's ratios, and the facts kept with the ledger and
+//! without. Then, where `examples/eval/recorded/` holds a real model's recorded answers for
+//! the examples' planted session, the same two tables for their replays.
 //!
 //! Run: `cargo bench -p tamp-e2e --bench retention` (`TAMP_BENCH_TURNS=100` for a quick run;
 //! `TAMP_BENCH_ONE_SHOT=1` skips the replays; `TAMP_BENCH_SESSION_ONLY=1` writes the session
@@ -24,7 +28,9 @@
 mod replay;
 
 use replay::{session, KEEP_RECENT, MAX_TOKENS, TURNS};
+use std::path::{Path, PathBuf};
 use tamp_e2e::{ensure_built, workspace_root};
+
 use tamp_host::eval::{EvalOptions, Plan, Run};
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
@@ -249,6 +255,158 @@ fn kept(run: &Run, prefix: &str, total: usize) -> String {
     format!("{}/{total}", total - lost)
 }
 
+/// The recorded real-model chains (`examples/eval/recorded/`): answers recorded from a local
+/// model on the examples' 150-turn planted session, each with the ledger and without.
+const RECORDED: [&str; 3] = [
+    "planted-map-reduce-qwen",
+    "planted-hybrid-qwen",
+    "planted-anchored-qwen",
+];
+
+/// The suffix of a chain's twin with the ledger turned off.
+const NO_LEDGER: &str = "-no-ledger";
+
+/// The plugins that append a ledger (`sdk::ledger`).
+const LEDGER_PLUGINS: [&str; 3] = [
+    "tamp_map_reduce_adaptive",
+    "tamp_anchored_structured",
+    "tamp_batch_deferred",
+];
+
+/// `chain`'s text with `ledger = { enabled = false }` in the config of every stage that
+/// appends one, and its provider's script file made absolute (the twin is written elsewhere).
+fn without_ledger(chain: &Path) -> String {
+    let text = std::fs::read_to_string(chain).unwrap();
+    let mut file: toml::Table = text
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", chain.display()));
+    for stage in file["stage"].as_array_mut().unwrap() {
+        let stage = stage.as_table_mut().unwrap();
+        if !LEDGER_PLUGINS.contains(&stage["plugin"].as_str().unwrap()) {
+            continue;
+        }
+        let config = stage
+            .entry("config")
+            .or_insert_with(|| toml::Table::new().into());
+        let mut ledger = toml::Table::new();
+        ledger.insert("enabled".into(), false.into());
+        config
+            .as_table_mut()
+            .unwrap()
+            .insert("ledger".into(), ledger.into());
+    }
+    if let Some(script) = file.get_mut("provider").and_then(|p| p.get_mut("script")) {
+        let path = chain.parent().unwrap().join(script.as_str().unwrap());
+        *script = path.display().to_string().into();
+    }
+    toml::to_string(&file).unwrap()
+}
+
+/// Runs `chains` (all of them, then their twins without the ledger) on `conversation`.
+fn run_side_by_side(
+    chains: Vec<PathBuf>,
+    conversation: PathBuf,
+    facts: PathBuf,
+    one_shot_only: bool,
+    replay_only: bool,
+) -> Vec<Run> {
+    let args = EvalOptions {
+        chains,
+        facts: vec![facts],
+        conversations: vec![conversation],
+        one_shot_only,
+        replay_only,
+        probe: None,
+    };
+    let plan = Plan::read(&args).unwrap_or_else(|e| panic!("{e:#}"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(plan.run(&|line| eprintln!("{line}")))
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// Every run's row, then each chain beside its twin without the ledger: what the ledger
+/// keeps and what it costs, as ratios measured in this one run.
+fn print_tables(runs: &[Run], planted: &Planted) {
+    println!(
+        "\n{:<30} {:<9} {:>12} {:>10} {:>11} {:>11} {:>5} {:>10} {:>12} {:>10} {:>7}",
+        "chain",
+        "mode",
+        "tokens after",
+        "LLM calls",
+        "tokens sent",
+        "rolled back",
+        "task",
+        "constraint",
+        "instructions",
+        "decisions",
+        "files"
+    );
+    for run in runs {
+        println!(
+            "{:<30} {:<9} {:>12} {:>10} {:>11} {:>11} {:>5} {:>10} {:>12} {:>10} {:>7}",
+            run.chain,
+            run.mode.label(),
+            run.tokens_after,
+            run.llm_calls,
+            run.tokens_sent,
+            run.rolled_back,
+            kept(run, "task", 1),
+            kept(run, "constraint", 1),
+            kept(run, "instruction-", planted.instructions),
+            kept(run, "decision-", planted.decisions),
+            kept(run, "file-", planted.files),
+        );
+    }
+    println!(
+        "\nwith the ledger : without (ratios are with / without)\n{:<24} {:<9} {:>11} {:>9} {:>12} {:>13} {:>15} {:>13}",
+        "chain",
+        "mode",
+        "tokens sent",
+        "LLM calls",
+        "tokens after",
+        "instructions",
+        "decisions",
+        "files"
+    );
+    let ratio = |a: u64, b: u64| {
+        if b == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}", a as f64 / b as f64)
+        }
+    };
+    for with in runs.iter().filter(|r| !r.chain.ends_with(NO_LEDGER)) {
+        let Some(without) = runs.iter().find(|r| {
+            r.mode == with.mode
+                && r.conversation == with.conversation
+                && r.chain == format!("{}{NO_LEDGER}", with.chain)
+        }) else {
+            continue;
+        };
+        let both = |prefix: &str, total: usize| {
+            format!(
+                "{} : {}",
+                kept(with, prefix, total),
+                kept(without, prefix, total)
+            )
+        };
+        println!(
+            "{:<24} {:<9} {:>11} {:>9} {:>12} {:>13} {:>15} {:>13}",
+            with.chain,
+            with.mode.label(),
+            ratio(with.tokens_sent, without.tokens_sent),
+            ratio(with.llm_calls, without.llm_calls),
+            ratio(with.tokens_after, without.tokens_after),
+            both("instruction-", planted.instructions),
+            both("decision-", planted.decisions),
+            both("file-", planted.files),
+        );
+    }
+}
+
 fn main() {
     let turns: usize = std::env::var("TAMP_BENCH_TURNS")
         .ok()
@@ -282,52 +440,66 @@ fn main() {
         return;
     }
     ensure_built();
-    let chains = CHAINS
+    let twins = dir.join("chains");
+    std::fs::create_dir_all(&twins).unwrap();
+    let mut chains: Vec<PathBuf> = CHAINS
         .iter()
         .map(|c| workspace_root().join(format!("examples/eval/planted/{c}.toml")))
         .collect();
-    let args = EvalOptions {
-        chains,
-        facts: vec![facts_path],
-        conversations: vec![conversation_path],
-        one_shot_only,
-        replay_only: false,
-        probe: None,
-    };
-    let plan = Plan::read(&args).unwrap_or_else(|e| panic!("{e:#}"));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    for c in CHAINS {
+        let twin = twins.join(format!("{c}{NO_LEDGER}.toml"));
+        std::fs::write(
+            &twin,
+            without_ledger(&chains[0].with_file_name(format!("{c}.toml"))),
+        )
         .unwrap();
-    let runs = rt
-        .block_on(plan.run(&|line| eprintln!("{line}")))
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    println!(
-        "\n{:<17} {:<9} {:>12} {:>10} {:>11} {:>5} {:>10} {:>12} {:>10} {:>7}",
-        "chain",
-        "mode",
-        "tokens after",
-        "LLM calls",
-        "tokens sent",
-        "task",
-        "constraint",
-        "instructions",
-        "decisions",
-        "files"
-    );
-    for run in &runs {
-        println!(
-            "{:<17} {:<9} {:>12} {:>10} {:>11} {:>5} {:>10} {:>12} {:>10} {:>7}",
-            run.chain,
-            run.mode.label(),
-            run.tokens_after,
-            run.llm_calls,
-            run.tokens_sent,
-            kept(run, "task", 1),
-            kept(run, "constraint", 1),
-            kept(run, "instruction-", planted.instructions),
-            kept(run, "decision-", planted.decisions),
-            kept(run, "file-", planted.files),
-        );
+        chains.push(twin);
     }
+    let runs = run_side_by_side(chains, conversation_path, facts_path, one_shot_only, false);
+    print_tables(&runs, &planted);
+
+    // A real model's answers, recorded on the examples' planted session (150 turns): replayed.
+    let recorded = workspace_root().join("examples/eval/recorded");
+    let mut chains = Vec::new();
+    for c in RECORDED {
+        for name in [c.to_string(), format!("{c}{NO_LEDGER}")] {
+            if recorded.join(format!("{name}.answers.jsonl")).is_file() {
+                chains.push(recorded.join(format!("{name}.toml")));
+            }
+        }
+    }
+    if one_shot_only || chains.is_empty() {
+        return;
+    }
+    let examples = workspace_root().join("examples/eval");
+    let facts: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(examples.join("planted.facts.json")).unwrap(),
+    )
+    .unwrap();
+    let count = |kind: &str| {
+        facts["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == kind)
+            .count()
+    };
+    let planted = Planted {
+        decisions: count("decision"),
+        files: count("file"),
+        instructions: count("instruction"),
+    };
+    println!(
+        "\nrecorded answers of a real model (examples/eval/recorded/), replayed on \
+         examples/eval/planted.anthropic.json"
+    );
+    // The recordings hold the replay's answers only.
+    let runs = run_side_by_side(
+        chains,
+        examples.join("planted.anthropic.json"),
+        examples.join("planted.facts.json"),
+        false,
+        true,
+    );
+    print_tables(&runs, &planted);
 }
