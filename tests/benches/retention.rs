@@ -27,7 +27,7 @@
 
 mod replay;
 
-use replay::{session, KEEP_RECENT, MAX_TOKENS, TURNS};
+use replay::{session, KEEP_RECENT, LEDGER_PLUGINS, MAX_TOKENS, TURNS};
 use std::path::{Path, PathBuf};
 use tamp_e2e::{ensure_built, workspace_root};
 
@@ -265,13 +265,6 @@ const RECORDED: [&str; 3] = [
 
 /// The suffix of a chain's twin with the ledger turned off.
 const NO_LEDGER: &str = "-no-ledger";
-
-/// The plugins that append a ledger (`sdk::ledger`).
-const LEDGER_PLUGINS: [&str; 3] = [
-    "tamp_map_reduce_adaptive",
-    "tamp_anchored_structured",
-    "tamp_batch_deferred",
-];
 
 /// `chain`'s text with `ledger = { enabled = false }` in the config of every stage that
 /// appends one, and its provider's script file made absolute (the twin is written elsewhere).
