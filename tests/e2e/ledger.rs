@@ -423,6 +423,65 @@ fn batch_deferred_carries_the_page_s_ledger_from_the_pending_summary_on() {
 }
 
 #[test]
+fn batch_deferred_pages_placed_at_once_share_the_ledger_cap() {
+    // Four pages of ten messages in one compaction, each message a decision among other
+    // sentences; a budget whose ledger cap (a quarter) is half what their ledgers would
+    // take, each within its share of its page.
+    let max_tokens = 2_400;
+    let dir = scratch_dir("ledger-batch-cap");
+    let store = Arc::new(SqliteStore::open(&dir.join("store.sqlite3")).unwrap());
+    let chain = StageChain::new(
+        "tamp_batch_deferred",
+        json!({"compact_when": "always", "min_messages": 2, "max_page_messages": 10}),
+        Arc::new(ScriptedProvider::always("never called")),
+    )
+    .max_tokens(max_tokens)
+    .keep_recent(2)
+    .store(store.clone())
+    .queue_in(store)
+    .build();
+    let narration = "I am reading the rest of the module to see how the totals flow. ".repeat(12);
+    let mut messages = vec![Message::text(Role::System, "You are a coding agent.")];
+    for n in 1..=40 {
+        messages.push(Message::text(
+            Role::Assistant,
+            format!(
+                "{narration}Decision D-{n:03}: we will keep the exporter's column order {n} in \
+                 the reporting code, because downstream consumers depend on it."
+            ),
+        ));
+    }
+    messages.push(Message::text(Role::User, "Continue."));
+    messages.push(Message::text(Role::Assistant, "Continuing."));
+    let out = rt()
+        .block_on(chain.compact(Conversation::new(messages), &CompactOptions::default()))
+        .unwrap();
+    let tokens =
+        tamp_host::tokens::TokenCounter::new(tamp_host::tokens::Encoding::O200kBase).unwrap();
+    let pending: Vec<String> = out
+        .conversation
+        .messages
+        .iter()
+        .filter(|m| m.is_summary())
+        .map(|m| m.joined_text())
+        .collect();
+    assert!(pending.len() >= 3, "{} pages", pending.len());
+    let ledgers: Vec<ledger::Ledger> = pending
+        .iter()
+        .filter_map(|text| ledger::split(text).1)
+        .collect();
+    let spent: u64 = ledgers.iter().map(|l| tokens.count_text(&l.render())).sum();
+    assert!(
+        spent <= max_tokens / 4,
+        "{spent} tokens of ledgers in {} pages",
+        ledgers.len()
+    );
+    // The first page's ledger lists its decisions; what moved out is counted.
+    assert!(!ledgers.is_empty(), "{pending:#?}");
+    assert!(ledgers[0].entries().any(|e| e.kind == Kind::Decision));
+}
+
+#[test]
 fn a_tool_call_that_writes_a_file_is_listed_and_one_that_failed_is_an_open_error() {
     let call = |id: &str, command: &str| {
         Message::new(

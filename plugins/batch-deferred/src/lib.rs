@@ -183,6 +183,9 @@ impl BatchDeferred {
         max_tokens: u64,
         report: &mut StageReport,
     ) -> Vec<Edit> {
+        // The ledgers of the pages placed by this compaction, so far: the later pages share
+        // the cap with them as with the summaries already in `messages`.
+        let mut placed_ledgers = 0;
         // A placeholder that would not be smaller than its messages is not worth it.
         let planned: Vec<(Range<usize>, String, String)> = pages
             .into_iter()
@@ -196,24 +199,27 @@ impl BatchDeferred {
                     .config
                     .ledger
                     .cap_before(host, messages, range.start, max_tokens)
+                    .saturating_sub(placed_ledgers)
                     .min(
                         self.config
                             .ledger
                             .cap_tokens(host.count_message_tokens(run)),
                     );
-                let text = ledger::finish(
+                let finished = ledger::finish(
                     &self.config.ledger,
                     host,
                     messages,
                     range.clone(),
                     &self.pending_text(run, &label),
                     cap,
-                )
-                .text;
-                let placeholder = Message::text(sdk::SUMMARY_ROLE, text.as_str());
-                (host.count_message_tokens(std::slice::from_ref(&placeholder))
-                    < host.count_message_tokens(run))
-                .then_some((range, label, text))
+                );
+                let placeholder = Message::text(sdk::SUMMARY_ROLE, finished.text.as_str());
+                let smaller = host.count_message_tokens(std::slice::from_ref(&placeholder))
+                    < host.count_message_tokens(run);
+                if smaller {
+                    placed_ledgers += host.count_tokens(&finished.ledger.render());
+                }
+                smaller.then_some((range, label, finished.text))
             })
             .collect();
         if planned.is_empty() {
