@@ -42,8 +42,11 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Skip the replays (they make one compaction per model call of each conversation).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "replay_only")]
     pub one_shot_only: bool,
+    /// Skip the one-shot runs: only the replays (with a slow local model, each run counts).
+    #[arg(long)]
+    pub replay_only: bool,
     /// Also judge retention by a model: the facts' `question`s are answered by the
     /// `[provider]` of this chain file (its stages are not run) from the original conversation
     /// and from each run's final context; the probe is the share answered the same.
@@ -58,6 +61,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         facts: args.facts,
         conversations: args.conversations,
         one_shot_only: args.one_shot_only,
+        replay_only: args.replay_only,
         probe: args.probe,
     })?;
     let progress = |line: &str| eprintln!("tamp eval: {line}");

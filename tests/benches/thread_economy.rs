@@ -23,7 +23,8 @@
 //! same answers, request by request.
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
-//! for 100 turns; the per-500-turn targets are scaled). Progress goes to stderr.
+//! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
+//! summaries' ledger off, to compare). Progress goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;

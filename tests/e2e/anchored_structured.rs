@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::rt;
-use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, StageChain};
+use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, without_ledger, StageChain};
 use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus};
 use tamp_host::config::{BudgetConfig, Trigger};
 use tamp_host::loader::load_plugin;
@@ -29,7 +29,7 @@ const PROSE_OF_CHUNKS_CALL: &str = "Summarize these summaries";
 const CHUNK_CALL: &str = "Summarize part ";
 
 fn stage_chain(config: Value, provider: Arc<dyn Provider>) -> Chain {
-    StageChain::new("tamp_anchored_structured", config, provider)
+    StageChain::new("tamp_anchored_structured", without_ledger(config), provider)
         .llm_concurrency(64)
         .timeout(Duration::from_secs(60))
         .build()
@@ -552,9 +552,13 @@ fn a_prior_anchored_summary_is_merged() {
 
     // Without the cache (same pages), with the script exhausted every call fails: the
     // summary built without the LLM still carries the prior's sections forward.
-    let uncached = StageChain::new("tamp_anchored_structured", json!({}), provider.clone())
-        .store(Arc::clone(chain.store()))
-        .build();
+    let uncached = StageChain::new(
+        "tamp_anchored_structured",
+        without_ledger(json!({})),
+        provider.clone(),
+    )
+    .store(Arc::clone(chain.store()))
+    .build();
     let down = compact(&uncached, &grown);
     assert_eq!(stage(&down).details["path"], "no_llm");
     let text = summary_of(&down).joined_text();

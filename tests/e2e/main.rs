@@ -13,6 +13,7 @@ mod eval;
 mod fuzz;
 mod half_written_plugin;
 mod hostile_input;
+mod ledger;
 mod loader;
 mod map_reduce_adaptive;
 mod plugin_trust;

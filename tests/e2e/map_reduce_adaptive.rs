@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::rt;
-use tamp_e2e::{assert_wire_round_trip, corpus, corpus_mix, corpus_names, plugin, StageChain};
+use tamp_e2e::{
+    assert_wire_round_trip, corpus, corpus_mix, corpus_names, plugin, without_ledger, StageChain,
+};
 use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus};
 use tamp_host::config::{BudgetConfig, Trigger};
 use tamp_host::loader::load_plugin;
@@ -38,7 +40,7 @@ fn stage_chain(
     // These tests look at the requests the plugin makes, in the order it makes them, so no
     // cache answers any (and no cache lookup delays one); tests/e2e/summary_cache.rs covers
     // the cache with this plugin.
-    StageChain::new("tamp_map_reduce_adaptive", config, provider)
+    StageChain::new("tamp_map_reduce_adaptive", without_ledger(config), provider)
         .encoding(encoding)
         .keep_recent(keep_recent)
         .without_cache()

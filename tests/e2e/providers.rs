@@ -199,7 +199,9 @@ fn assert_sent_schema_suits_the_provider(schema: &Value) {
     );
 }
 
-const ANCHORED_CONFIG: &str = "chunk_tokens = 200000";
+/// The ledger off: these tests check the wire of the whole five-list schema (the ledger's
+/// narrower request is tested in `ledger::anchored_structured_asks_a_bounded_answer_...`).
+const ANCHORED_CONFIG: &str = "chunk_tokens = 200000\nledger = { enabled = false }";
 
 #[test]
 fn anthropic_tool_use_structured_answer_through_the_chain() {

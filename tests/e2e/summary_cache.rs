@@ -39,6 +39,12 @@ fn prompt_chars(requests: &[LlmRequest]) -> usize {
     requests.iter().map(|r| r.prompt.len()).sum()
 }
 
+/// The model's part of a summary (without the ledger the host carries; `tests/e2e/ledger.rs`
+/// covers that part).
+fn narrative(summary: &str) -> String {
+    tamp_plugin_api::sdk::ledger::narrative(summary).to_string()
+}
+
 /// The summary text the stage put in the conversation.
 fn summary_text(out: &Compacted) -> String {
     out.conversation
@@ -69,7 +75,7 @@ fn a_growing_thread_is_summarized_only_in_its_new_part_when_merging() {
     let out1 = compact(&chain, &first);
     assert_eq!(stage(&out1).details["reused_messages"], 0);
     let calls1 = provider.request_count();
-    let summary1 = summary_text(&out1);
+    let summary1 = narrative(&summary_text(&out1));
 
     let out2 = compact(&chain, &second);
     let run = stage(&out2);
@@ -132,10 +138,10 @@ fn appending_keeps_the_cached_summary_word_for_word() {
     let (first, second) = growing();
     let provider = Arc::new(ScriptedProvider::always("part {n}"));
     let chain = map_reduce("append", provider.clone());
-    let summary1 = summary_text(&compact(&chain, &first));
+    let summary1 = narrative(&summary_text(&compact(&chain, &first)));
     let calls1 = provider.request_count();
     let out2 = compact(&chain, &second);
-    let summary2 = summary_text(&out2);
+    let summary2 = narrative(&summary_text(&out2));
     assert!(
         summary2.starts_with(&format!("{summary1}\n\n")),
         "{summary2:?} does not start with {summary1:?}"

@@ -238,6 +238,17 @@ pub fn corpus_mix(n: usize) -> Conversation {
     Conversation::new(messages)
 }
 
+/// `config` with the ledger (`sdk::ledger`) off unless it sets one: for the tests of what a
+/// strategy's model writes and how it is merged, whose conversations are mostly the user's
+/// words (which the ledger would carry). `tests/e2e/ledger.rs` covers the ledger.
+pub fn without_ledger(mut config: serde_json::Value) -> serde_json::Value {
+    if let Some(map) = config.as_object_mut() {
+        map.entry("ledger")
+            .or_insert_with(|| serde_json::json!({"enabled": false}));
+    }
+    config
+}
+
 /// A chain of one plugin stage that runs on every compaction (`always`), so the plugin's own
 /// triggers decide, with every LLM call answered by `provider`. Defaults: a budget far above
 /// any test conversation, `keep_recent` 2, `o200k_base`, 256 LLM calls at once, 120 s.

@@ -47,6 +47,8 @@ pub struct EvalOptions {
     pub conversations: Vec<PathBuf>,
     /// Skip the replays.
     pub one_shot_only: bool,
+    /// Skip the one-shot runs (a replay with a slow local model is long enough alone).
+    pub replay_only: bool,
     /// A judge's chain file: its `[provider]` answers the facts' questions.
     pub probe: Option<PathBuf>,
 }
@@ -127,6 +129,7 @@ pub struct Plan {
     chains: Vec<(PathBuf, String)>,
     inputs: Vec<Input>,
     one_shot_only: bool,
+    replay_only: bool,
     judge: Option<Judge>,
 }
 
@@ -141,6 +144,9 @@ impl Plan {
     /// conversation and every facts file, so a mistake in the last one stops the run before
     /// the first chain has spent anything.
     pub fn read(args: &EvalOptions) -> anyhow::Result<Plan> {
+        if args.one_shot_only && args.replay_only {
+            anyhow::bail!("--one-shot-only and --replay-only leave nothing to run: give one");
+        }
         let mut chains = Vec::new();
         for path in &args.chains {
             LoadedChainFile::read(path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -205,6 +211,7 @@ impl Plan {
             chains,
             inputs,
             one_shot_only: args.one_shot_only,
+            replay_only: args.replay_only,
             judge,
         })
     }
@@ -222,8 +229,11 @@ impl Plan {
                 _ => None,
             };
             for (path, name) in &self.chains {
-                progress(&format!("{name} on {}: one-shot", input.name));
-                let mut finished = vec![one_shot(path, name, input).await?];
+                let mut finished = Vec::new();
+                if !self.replay_only {
+                    progress(&format!("{name} on {}: one-shot", input.name));
+                    finished.push(one_shot(path, name, input).await?);
+                }
                 if !self.one_shot_only {
                     finished.push(replay(path, name, input, progress).await?);
                 }

@@ -1,18 +1,21 @@
 //! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
 //! parts of a conversation, summary messages, clearings ([`clearing`]), prompt rendering,
-//! summary lengths ([`length`]), and reuse of cached summaries ([`incremental`]).
+//! summary lengths ([`length`]), reuse of cached summaries ([`incremental`]), and the ledger
+//! of what summaries carry verbatim ([`ledger`], read with [`statements`]).
 
 pub mod chunk;
 pub mod clearing;
 pub mod exchanges;
 pub mod groups;
 pub mod incremental;
+pub mod ledger;
 pub mod length;
 pub mod lists;
 pub mod prompt;
 pub mod protect;
 pub mod span;
 pub mod splice;
+pub mod statements;
 pub mod summary;
 
 pub use exchanges::{units, Unit, UnitKind};

@@ -2,6 +2,7 @@
 
 use tamp_plugin_api::prelude::*;
 pub use tamp_plugin_api::sdk::incremental::Reuse;
+pub use tamp_plugin_api::sdk::ledger::LedgerConfig;
 
 /// The stage config. Every key is optional; see `docs/plugins/anchored-structured.md`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -17,7 +18,8 @@ pub struct Config {
     /// At most this many of this stage's LLM calls at once.
     #[schemars(range(min = 1, max = 1024))]
     pub max_concurrency: usize,
-    /// The rendered summary is cut to this many characters, on every path.
+    /// The summary is cut to this many characters, on every path (its sections are cut, the
+    /// ledger is kept whole).
     #[schemars(range(min = 500))]
     pub max_summary_chars: usize,
     /// An extra instruction added to every prompt, e.g. "keep every error message verbatim".
@@ -27,6 +29,11 @@ pub struct Config {
     /// shown to the model, `append` summarizes them without it, and either way the cached
     /// sections are merged under the new ones; `off` summarizes the whole span every time.
     pub reuse: Reuse,
+    /// The ledger appended to every summary: the user's words, the decisions stated, the
+    /// files written and the open errors, verbatim (`sdk::ledger`). While it is on, the model
+    /// is not asked for `files_modified` and `decisions_made`: the ledger holds them.
+    /// `enabled = false` turns it off, `max_share` caps it as a share of the budget.
+    pub ledger: LedgerConfig,
 }
 
 impl Default for Config {
@@ -38,6 +45,7 @@ impl Default for Config {
             max_summary_chars: 16_000,
             extra_instruction: None,
             reuse: Reuse::Merge,
+            ledger: LedgerConfig::default(),
         }
     }
 }
@@ -56,6 +64,7 @@ impl Config {
                 "max_concurrency: must be at least 1",
             ));
         }
+        self.ledger.validate()?;
         // Room for the header, the line naming the page and a little content.
         if self.max_summary_chars < 500 {
             return Err(PluginError::invalid_config(

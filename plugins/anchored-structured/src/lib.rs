@@ -30,10 +30,10 @@ use tamp_plugin_api::serde_json::{self, json, Value};
 use tamp_plugin_api::tracing;
 use tamp_plugin_api::{FfiOption, HostError, LlmResponse};
 
-pub use config::{Config, Reuse};
+pub use config::{Config, LedgerConfig, Reuse};
 pub use schema::{
-    render, AnchoredSummary, Merge, SummaryPath, HEADER, MAX_ENTRIES, MAX_ENTRY_CHARS,
-    MAX_INTENT_CHARS,
+    render, AnchoredSummary, Merge, SummaryPath, HEADER, LEDGER_LISTS, MAX_ENTRIES,
+    MAX_ENTRIES_WITH_LEDGER, MAX_ENTRY_CHARS, MAX_INTENT_CHARS,
 };
 
 /// The strategy's name: in pages, summary messages and logs.
@@ -42,9 +42,12 @@ pub const NAME: &str = "anchored-structured";
 /// The page-metadata key holding the summary's JSON.
 pub const METADATA_KEY: &str = "anchored_summary";
 
-/// Tokens asked for the structured answer: the limits allow far more, but a summary that
-/// needs more than this is no longer a summary.
-const STRUCTURED_OUTPUT_TOKENS: u32 = 4_000;
+/// The shortest and longest structured answer asked for, in tokens; between them a tenth of
+/// the material (`sdk::length`), as for prose. The limits allow far more, but a small model
+/// asked for the lists writes until they are full: at 10 tokens a second, 2,000 tokens of JSON
+/// are over three minutes a call.
+const MIN_STRUCTURED_TOKENS: u32 = 200;
+const MAX_STRUCTURED_TOKENS: u32 = 1_000;
 /// The longest and shortest prose summary (of a chunk or of everything) asked for, in
 /// tokens; between them a tenth of the material (`sdk::length`).
 const PROSE_OUTPUT_TOKENS: u32 = 1_000;
@@ -114,7 +117,7 @@ impl Strategy for AnchoredStructured {
             ..
         } = input;
         let messages = &conversation.messages;
-        let mut selection = select(messages, budget.keep_recent as usize);
+        let mut selection = select(messages, budget.keep_recent as usize, &self.config.ledger);
         if selection.span.is_empty() {
             return Ok(CompactOutcome::unchanged(
                 "no messages outside the system prompt and the protected recent messages",
@@ -171,6 +174,13 @@ impl Strategy for AnchoredStructured {
             (None, Some(prior)) => (prior.clone(), Merge::default()),
             (None, None) => (AnchoredSummary::default(), Merge::default()),
         };
+        // With the ledger on, questions and steps are the short-term lists: the newest few.
+        let mut merged = merged;
+        let stale_dropped = if self.config.ledger.enabled {
+            merged.keep_newest_steps(MAX_ENTRIES_WITH_LEDGER)
+        } else {
+            0
+        };
         if merge.dropped > 0 {
             warnings.push(format!(
                 "{} oldest list entr(ies) dropped to stay within {MAX_ENTRIES} per list, even \
@@ -206,11 +216,12 @@ impl Strategy for AnchoredStructured {
             "messages": span_messages.len(),
             "span_tokens": span_tokens,
         });
-        let text = render(
-            produced.path,
-            span_messages.len(),
-            &body,
-            self.config.max_summary_chars,
+        let text = self.with_ledger(
+            &host,
+            messages,
+            selection.span.clone(),
+            budget.max_tokens,
+            |max_chars| render(produced.path, span_messages.len(), &body, max_chars),
         );
         let summary = sdk::summary_message(&text, "", NAME, SummaryStatus::Final);
         let summary_tokens = host.count_message_tokens(std::slice::from_ref(&summary));
@@ -222,6 +233,7 @@ impl Strategy for AnchoredStructured {
             "summary_tokens": summary_tokens,
             "summary_chars": text.chars().count(),
             "prior_merged": prior.is_some() && reused.is_none(),
+            "stale_steps_dropped": stale_dropped,
             "reused_messages": reused.as_ref().map_or(0, |r| r.messages),
         })
         .to_string();
@@ -264,8 +276,10 @@ impl Strategy for AnchoredStructured {
 }
 
 /// The span to replace: from the start of the compactable range to its end or to the first
-/// system message inside it (one contiguous run, so one page and one summary).
-fn select(messages: &[Message], keep_recent: usize) -> Selection {
+/// system message inside it (one contiguous run, so one page and one summary). A prior's text
+/// is kept without its ledger (which `sdk::ledger::finish` carries), in case it must be
+/// summarized as content.
+fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -> Selection {
     let range = sdk::compactable_range(messages, keep_recent);
     let render_options = RenderOptions::default();
     let selected = sdk::span::select_span(messages, range, NAME, &render_options);
@@ -277,7 +291,9 @@ fn select(messages: &[Message], keep_recent: usize) -> Selection {
                 .summary_info()
                 .map(|info| info.page_ref.to_string())
                 .unwrap_or_default();
-            (page, render_messages(&messages[i..i + 1], &render_options))
+            let mut shown = messages[i].clone();
+            shown.content = vec![ContentBlock::text(ledger.shown(&shown.joined_text()))].into();
+            (page, render_messages(&[shown], &render_options))
         })
         .unzip();
     let (piece_ranges, pieces) = selected
@@ -351,6 +367,34 @@ async fn load_prior(
 }
 
 impl AnchoredStructured {
+    /// The summary's text: the rendering `render(max_chars)` gives, then the span's ledger
+    /// (`sdk::ledger::finish`), the whole within `max_summary_chars`: the rendering is cut
+    /// to leave the ledger whole.
+    fn with_ledger(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        span: Range<usize>,
+        max_tokens: u64,
+        render: impl Fn(usize) -> String,
+    ) -> String {
+        let max_chars = self.config.max_summary_chars;
+        let rendered = render(max_chars);
+        let cap = self
+            .config
+            .ledger
+            .cap_before(host, messages, span.start, max_tokens);
+        let finished =
+            sdk::ledger::finish(&self.config.ledger, host, messages, span, &rendered, cap);
+        let total = finished.text.chars().count();
+        if total <= max_chars {
+            return finished.text;
+        }
+        let section = total - rendered.chars().count();
+        let rendered = render(max_chars.saturating_sub(section));
+        sdk::ledger::attach(&rendered, &finished.ledger)
+    }
+
     /// The cached structured summary of the span's longest leading run of pieces, when there
     /// is one that still parses and holds the limits.
     async fn reusable(
@@ -438,7 +482,12 @@ impl AnchoredStructured {
         let material = material.unwrap_or(content);
 
         if self.config.structured {
-            let request = self.structured_request(&material, chunked, prior);
+            let target = length::target(
+                count(&material),
+                MIN_STRUCTURED_TOKENS,
+                MAX_STRUCTURED_TOKENS,
+            );
+            let request = self.structured_request(&material, chunked, prior, target);
             match structured_answer(host.complete(request).await) {
                 Ok(summary) => {
                     return Produced {
@@ -505,44 +554,76 @@ impl AnchoredStructured {
             .with_label(format!("chunk {index}/{total}"))
     }
 
+    /// The structured call, asking for about `target` tokens in all (`sdk::length`) and
+    /// capping the answer at half as much again: an answer cut there does not parse and falls
+    /// back to prose, so the prompt says the length. While the ledger is on, the lists it
+    /// holds are neither asked for nor shown from the prior.
     fn structured_request(
         &self,
         material: &str,
         chunked: bool,
         prior: Option<&AnchoredSummary>,
+        target: u32,
     ) -> LlmRequest {
+        let ledger = self.config.ledger.enabled;
         let what = if chunked {
             "summaries of consecutive parts of an agent session"
         } else {
             "an agent session"
         };
         let prior_text = match prior {
-            Some(prior) => format!(
-                "\nAn earlier anchored summary of the session before this material (its lists \
-                 are carried forward by the host, so list only what the material adds):\n{}\n",
-                serde_json::to_string_pretty(prior).unwrap_or_default()
-            ),
+            Some(prior) => {
+                let mut shown = prior.clone();
+                if ledger {
+                    shown.files_modified.clear();
+                    shown.decisions_made.clear();
+                }
+                let mut json = serde_json::to_value(&shown).unwrap_or_default();
+                if let (true, Some(map)) = (ledger, json.as_object_mut()) {
+                    for key in LEDGER_LISTS {
+                        map.remove(key);
+                    }
+                }
+                format!(
+                    "\nAn earlier anchored summary of the session before this material (its \
+                     lists are carried forward by the host, so list only what the material \
+                     adds):\n{}\n",
+                    serde_json::to_string_pretty(&json).unwrap_or_default()
+                )
+            }
             None => String::new(),
+        };
+        let max_entries = if ledger {
+            MAX_ENTRIES_WITH_LEDGER
+        } else {
+            MAX_ENTRIES
+        };
+        let lists = if ledger {
+            ""
+        } else {
+            "- files_modified: each file path created, modified or deleted;\n\
+             - decisions_made: each decision, as \"Decision: X — Reason: Y\";\n"
         };
         let prompt = format!(
             "Write the anchored summary of the {what} below, filling every field of the schema:\n\
              - session_intent: what the session is trying to achieve (at most \
              {MAX_INTENT_CHARS} characters);\n\
-             - files_modified: each file path created, modified or deleted;\n\
-             - decisions_made: each decision, as \"Decision: X — Reason: Y\";\n\
+             {lists}\
              - open_questions: what is still unanswered;\n\
              - next_steps: what is to be done next, in order.\n\
              An empty list is the right answer when the material has nothing of that kind. \
              Never invent anything the material does not say. Each entry at most \
-             {MAX_ENTRY_CHARS} characters, at most {MAX_ENTRIES} entries per list.{}{prior_text}\
+             {MAX_ENTRY_CHARS} characters, at most {max_entries} entries per list, and the \
+             whole answer {}.{}{prior_text}\
              \n{}",
+            length::phrase(target),
             self.extra(),
             wrap_content(material)
         );
-        let mut request = LlmRequest::new(SYSTEM, prompt, STRUCTURED_OUTPUT_TOKENS)
+        let mut request = LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
             .with_label("anchored summary");
         request.response_schema_json =
-            FfiOption::RSome(AnchoredSummary::json_schema().to_string().into());
+            FfiOption::RSome(AnchoredSummary::request_schema(ledger).to_string().into());
         request
     }
 
@@ -578,8 +659,15 @@ fn structured_answer(answer: Result<LlmResponse, HostError>) -> Result<AnchoredS
         FfiOption::RSome(json) => json.as_str(),
         FfiOption::RNone => return Err("the answer has no structured JSON".to_string()),
     };
+    let mut value: Value = serde_json::from_str(json).map_err(|e| format!("invalid JSON: {e}"))?;
+    // Asked without the lists the ledger holds, an answer leaves them out.
+    if let Some(map) = value.as_object_mut() {
+        for key in LEDGER_LISTS {
+            map.entry(key).or_insert_with(|| json!([]));
+        }
+    }
     let summary: AnchoredSummary =
-        serde_json::from_str(json).map_err(|e| format!("invalid JSON: {e}"))?;
+        serde_json::from_value(value).map_err(|e| format!("invalid JSON: {e}"))?;
     summary.validate()?;
     let missing = summary.missing_anchors();
     if !missing.is_empty() {
@@ -734,7 +822,7 @@ mod tests {
             Message::text(Role::System, "mid"),
             Message::text(Role::User, "recent"),
         ];
-        let s = select(&msgs, 1);
+        let s = select(&msgs, 1, &LedgerConfig::default());
         assert_eq!(s.span, 1..4);
         assert_eq!(s.prior_pages, ["pg_1"]);
         assert_eq!(s.pieces.len(), 2);

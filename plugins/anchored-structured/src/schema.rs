@@ -11,6 +11,13 @@ pub const MAX_ENTRY_CHARS: usize = 500;
 /// The most entries in one list.
 pub const MAX_ENTRIES: usize = 50;
 
+/// The lists the ledger holds instead of the model, while it is on.
+pub const LEDGER_LISTS: [&str; 2] = ["files_modified", "decisions_made"];
+/// While the ledger is on, the lists left to the model (open questions, next steps) hold at
+/// most this many entries, asked and carried: they go stale, and what must last is in the
+/// ledger.
+pub const MAX_ENTRIES_WITH_LEDGER: usize = 10;
+
 /// The index of `decisions_made` among the lists.
 const DECISIONS: usize = 1;
 
@@ -42,10 +49,32 @@ pub struct AnchoredSummary {
 }
 
 impl AnchoredSummary {
-    /// The JSON Schema handed to the host's structured-output call.
+    /// The JSON Schema of the whole summary, as its page's metadata holds it.
     pub fn json_schema() -> tamp_plugin_api::serde_json::Value {
         let schema = tamp_plugin_api::schemars::schema_for!(AnchoredSummary);
         tamp_plugin_api::serde_json::to_value(schema).expect("a schema serializes")
+    }
+
+    /// The JSON Schema handed to the host's structured-output call: without the lists the
+    /// ledger holds ([`LEDGER_LISTS`]) when it is on, since a small model asked for them
+    /// writes thousands of tokens of them, and they are in the ledger verbatim already; the
+    /// other lists then at most [`MAX_ENTRIES_WITH_LEDGER`] entries.
+    pub fn request_schema(ledger: bool) -> tamp_plugin_api::serde_json::Value {
+        let mut schema = Self::json_schema();
+        if ledger {
+            if let Some(properties) = schema["properties"].as_object_mut() {
+                for key in LEDGER_LISTS {
+                    properties.remove(key);
+                }
+                for list in properties.values_mut().filter(|p| p["type"] == "array") {
+                    list["maxItems"] = MAX_ENTRIES_WITH_LEDGER.into();
+                }
+            }
+            if let Some(required) = schema["required"].as_array_mut() {
+                required.retain(|k| !LEDGER_LISTS.iter().any(|l| k == l));
+            }
+        }
+        schema
     }
 
     /// The lists with their section titles, in rendering order.
@@ -196,6 +225,17 @@ impl AnchoredSummary {
             }
         }
         out
+    }
+
+    /// Keeps the newest `max` open questions and next steps; returns how many were dropped.
+    pub fn keep_newest_steps(&mut self, max: usize) -> usize {
+        let mut dropped = 0;
+        for list in [&mut self.open_questions, &mut self.next_steps] {
+            let excess = list.len().saturating_sub(max);
+            list.drain(..excess);
+            dropped += excess;
+        }
+        dropped
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,6 +1,7 @@
 //! The stage config (`[stage.config]` in a chain file) and its checks.
 
 use tamp_plugin_api::prelude::*;
+pub use tamp_plugin_api::sdk::ledger::LedgerConfig;
 use tamp_plugin_api::sdk::render_template;
 
 /// The default system text of every deferred summary request.
@@ -66,6 +67,11 @@ pub struct Config {
     /// The user prompt of every summary request. Placeholders: `{messages}` (required),
     /// `{count}`, `{label}`; write `{{` and `}}` for literal braces.
     pub prompt_template: String,
+    /// The ledger each pending summary carries from the start, and its final summary after
+    /// the answer: the user's words, the decisions stated, the files written and the open
+    /// errors, verbatim (`sdk::ledger`). `enabled = false` turns it off, `max_share` caps it
+    /// as a share of the budget.
+    pub ledger: LedgerConfig,
 }
 
 impl Default for Config {
@@ -80,6 +86,7 @@ impl Default for Config {
             max_block_chars: 4_000,
             system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
             prompt_template: DEFAULT_PROMPT_TEMPLATE.into(),
+            ledger: LedgerConfig::default(),
         }
     }
 }
@@ -97,6 +104,7 @@ impl Config {
             &[("messages", ""), ("count", ""), ("label", "")],
         )
         .map_err(|e| PluginError::invalid_config(format!("prompt_template: {}", e.message)))?;
+        self.ledger.validate()?;
         if self.max_page_messages < self.min_messages {
             return Err(PluginError::invalid_config(format!(
                 "max_page_messages: must be at least min_messages ({} < {})",

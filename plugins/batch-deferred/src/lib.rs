@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use tamp_plugin_api::deferred::page_transcript_prompt;
 use tamp_plugin_api::prelude::*;
-use tamp_plugin_api::sdk::{cap_chars, render_template, summary_message};
+use tamp_plugin_api::sdk::{cap_chars, ledger, render_template, summary_message};
 use tamp_plugin_api::{DeferredStatus, LlmRequest};
 
 pub mod config;
@@ -74,7 +74,9 @@ impl Strategy for BatchDeferred {
         } else {
             Vec::new()
         };
-        let placed = self.defer(host, messages, pages, &mut report).await;
+        let placed = self
+            .defer(host, messages, pages, input.budget.max_tokens, &mut report)
+            .await;
 
         let deferred = placed.len();
         let removed: usize = placed.iter().map(|e| e.span().len()).sum();
@@ -144,7 +146,8 @@ impl BatchDeferred {
     }
 
     /// The final summary's text: the pending header turned final, then the answer, cut to
-    /// `max_summary_chars` and to the placeholder's size in tokens.
+    /// `max_summary_chars` and to the placeholder's size in tokens, then the ledger the
+    /// pending summary carried, as it was.
     fn final_text(&self, host: &Host, pending: &Message, answer: &str) -> String {
         let pending_text = pending.joined_text();
         let header = pending_text
@@ -153,11 +156,12 @@ impl BatchDeferred {
             .and_then(|l| l.strip_prefix(PENDING_HEADER))
             .map(|rest| format!("{FINAL_HEADER}{rest}\n"))
             .unwrap_or_default();
+        let ledger = ledger::split(&pending_text).1.unwrap_or_default();
         let answer = answer.trim();
         let mut chars = self.config.max_summary_chars;
         let room = host.count_message_tokens(std::slice::from_ref(pending));
         loop {
-            let text = format!("{header}{}", cap_chars(answer, chars));
+            let text = ledger::attach(&format!("{header}{}", cap_chars(answer, chars)), &ledger);
             let probe = Message::text(sdk::SUMMARY_ROLE, text.as_str());
             let tokens = host.count_message_tokens(std::slice::from_ref(&probe));
             if tokens <= room || chars == 0 {
@@ -176,19 +180,46 @@ impl BatchDeferred {
         host: &Host,
         messages: &[Message],
         pages: Vec<Range<usize>>,
+        max_tokens: u64,
         report: &mut StageReport,
     ) -> Vec<Edit> {
+        // The ledgers of the pages placed by this compaction, so far: the later pages share
+        // the cap with them as with the summaries already in `messages`.
+        let mut placed_ledgers = 0;
         // A placeholder that would not be smaller than its messages is not worth it.
         let planned: Vec<(Range<usize>, String, String)> = pages
             .into_iter()
             .filter_map(|range| {
                 let run = &messages[range.clone()];
                 let label = label_of(run);
-                let text = self.pending_text(run, &label);
-                let placeholder = Message::text(sdk::SUMMARY_ROLE, text.as_str());
-                (host.count_message_tokens(std::slice::from_ref(&placeholder))
-                    < host.count_message_tokens(run))
-                .then_some((range, label, text))
+                // The ledger goes with the placeholder: the facts are there before the batch
+                // answers. These summaries never fold into one, so the ledgers of all of them
+                // share the cap, and each page's has at most its share of the page.
+                let cap = self
+                    .config
+                    .ledger
+                    .cap_before(host, messages, range.start, max_tokens)
+                    .saturating_sub(placed_ledgers)
+                    .min(
+                        self.config
+                            .ledger
+                            .cap_tokens(host.count_message_tokens(run)),
+                    );
+                let finished = ledger::finish(
+                    &self.config.ledger,
+                    host,
+                    messages,
+                    range.clone(),
+                    &self.pending_text(run, &label),
+                    cap,
+                );
+                let placeholder = Message::text(sdk::SUMMARY_ROLE, finished.text.as_str());
+                let smaller = host.count_message_tokens(std::slice::from_ref(&placeholder))
+                    < host.count_message_tokens(run);
+                if smaller {
+                    placed_ledgers += host.count_tokens(&finished.ledger.render());
+                }
+                smaller.then_some((range, label, finished.text))
             })
             .collect();
         if planned.is_empty() {

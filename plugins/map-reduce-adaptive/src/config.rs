@@ -3,6 +3,7 @@
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::ChunkOptions;
 pub use tamp_plugin_api::sdk::incremental::Reuse;
+pub use tamp_plugin_api::sdk::ledger::LedgerConfig;
 use tamp_plugin_api::sdk::length;
 
 /// What the material is, which decides what the prompts ask to keep.
@@ -80,6 +81,10 @@ pub struct Config {
     /// across compactions. Past it they are folded into the new summary. 0 always folds.
     #[schemars(range(min = 0.0, max = 1.0))]
     pub keep_summaries_share: f64,
+    /// The ledger appended to every summary: the user's words, the decisions stated, the
+    /// files written and the open errors, verbatim (`sdk::ledger`); `enabled = false` turns
+    /// it off, `max_share` caps it as a share of the budget.
+    pub ledger: LedgerConfig,
 }
 
 impl Default for Config {
@@ -98,6 +103,7 @@ impl Default for Config {
             max_block_chars: 0,
             reuse: Reuse::Merge,
             keep_summaries_share: 0.2,
+            ledger: LedgerConfig::default(),
         }
     }
 }
@@ -132,6 +138,7 @@ impl Config {
                 "max_concurrency: must be at least 1",
             ));
         }
+        self.ledger.validate()?;
         if self.min_summary_tokens == 0 || self.min_summary_tokens > self.max_summary_tokens {
             return Err(PluginError::invalid_config(format!(
                 "min_summary_tokens: must be between 1 and max_summary_tokens ({} > {})",

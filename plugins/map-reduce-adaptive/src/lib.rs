@@ -159,7 +159,7 @@ impl Strategy for MapReduceAdaptive {
         };
         // With a cached summary to merge into, it is the prior summary of the new content.
         let prior = match (&reused, self.config.reuse) {
-            (Some(r), Reuse::Merge) => Some(r.summary.as_str()),
+            (Some(r), Reuse::Merge) => Some(self.config.ledger.shown(&r.summary)),
             _ => selection.prior.as_deref(),
         };
         let prior_tokens = prior.map_or(0, count);
@@ -196,7 +196,7 @@ impl Strategy for MapReduceAdaptive {
                     .expect("a cached level has a reused summary");
                 selection.truncate(reused.pieces);
                 Summarized {
-                    text: reused.summary.clone(),
+                    text: self.config.ledger.shown(&reused.summary).to_string(),
                     calls: 0,
                     chunks: 0,
                     depth: 0,
@@ -229,17 +229,30 @@ impl Strategy for MapReduceAdaptive {
         };
         let summarized = match (&reused, self.config.reuse) {
             (Some(r), Reuse::Append) if level != Level::Cached => Summarized {
-                text: sdk::incremental::append(&r.summary, &summarized.text),
+                text: sdk::incremental::append(
+                    self.config.ledger.shown(&r.summary),
+                    &summarized.text,
+                ),
                 ..summarized
             },
             _ => summarized,
         };
+        // Its own cap: the summaries kept before it fold once their ledgers pass it.
+        let cap = self.config.ledger.cap_tokens(budget.max_tokens);
+        let finished = sdk::ledger::finish(
+            &self.config.ledger,
+            &host,
+            &conversation.messages,
+            selection.span.clone(),
+            &summarized.text,
+            cap,
+        );
         if self.config.reuse != Reuse::Off && selection.prior.is_none() {
             let span = &conversation.messages[selection.span.clone()];
-            host.cache_summary(span, &summarized.text).await;
+            host.cache_summary(span, &finished.text).await;
         }
 
-        let output_tokens = count(&summarized.text);
+        let output_tokens = count(&finished.text);
         let ratio = output_tokens as f64 / input_tokens.max(1) as f64;
         let fields = [
             ("output_tokens", json!(output_tokens)),
@@ -250,6 +263,8 @@ impl Strategy for MapReduceAdaptive {
             ("depth", json!(summarized.depth)),
             ("calls", json!(summarized.calls)),
             ("chunks", json!(summarized.chunks)),
+            ("ledger_entries", json!(finished.ledger.entries().count())),
+            ("ledger_moved", json!(finished.ledger.moved)),
         ];
         if let Value::Object(map) = &mut details {
             for (key, value) in fields {
@@ -280,7 +295,7 @@ impl Strategy for MapReduceAdaptive {
         // failed stage leaves nothing behind; its metadata keeps the figures with the messages
         // they describe.
         report.details_json = details.to_string().into();
-        let edit = Edit::summarize(selection.span.clone(), summarized.text).with_metadata(&details);
+        let edit = Edit::summarize(selection.span.clone(), finished.text).with_metadata(&details);
         Ok(CompactOutcome::with_edits([edit], report))
     }
 }
@@ -309,8 +324,8 @@ impl MapReduceAdaptive {
     }
 
     /// How many summaries at the start of the compactable range stay where they are: all of
-    /// them while together they fit in `keep_summaries_share` of the budget, else none (they
-    /// are folded into the new summary).
+    /// them while their narratives together fit in `keep_summaries_share` of the budget and
+    /// their ledgers in the ledger's cap, else none (they are folded into the new summary).
     fn summaries_kept(
         &self,
         host: &Host,
@@ -324,11 +339,19 @@ impl MapReduceAdaptive {
             .iter()
             .take_while(|m| m.is_summary())
             .collect();
-        let tokens: u64 = leading
-            .iter()
-            .map(|m| host.count_tokens(&m.joined_text()))
-            .sum();
-        if tokens <= limit {
+        // Their narratives count against the share, their ledgers against the ledger's cap:
+        // each kept summary's ledger holds what the ones before it do not, so together they
+        // are one ledger, and past its cap a fold bounds them as one. (Counting their ledgers
+        // against the share, or half the cap, folds far more often, and each fold sends the
+        // prior again: +10% and +15% summarizer tokens on the planted session.)
+        let (mut narratives, mut ledgers) = (0, 0);
+        for m in &leading {
+            let text = m.joined_text();
+            let narrative = host.count_tokens(self.config.ledger.shown(&text));
+            narratives += narrative;
+            ledgers += host.count_tokens(&text).saturating_sub(narrative);
+        }
+        if narratives <= limit && ledgers <= self.config.ledger.cap_tokens(max_tokens) {
             leading.len()
         } else {
             0
@@ -346,10 +369,16 @@ impl MapReduceAdaptive {
             max_block_chars: self.config.max_block_chars,
         };
         let selected = sdk::span::select_span(messages, range, NAME, &render);
+        // The model sees a prior summary's narrative: its ledger is carried by `finish`.
         let prior: Vec<String> = selected
             .priors
             .iter()
-            .map(|&i| messages[i].joined_text())
+            .map(|&i| {
+                self.config
+                    .ledger
+                    .shown(&messages[i].joined_text())
+                    .to_string()
+            })
             .filter(|p| !p.trim().is_empty())
             .collect();
         let (piece_ranges, pieces) = selected

@@ -447,6 +447,15 @@ pub fn budget() -> BudgetConfig {
     }
 }
 
+/// The plugins that append a ledger to their summaries (`sdk::ledger`).
+/// `TAMP_BENCH_NO_LEDGER=1` turns it off in their stages (`ledger = { enabled = false }`),
+/// to measure what it costs.
+pub const LEDGER_PLUGINS: [&str; 3] = [
+    "tamp_map_reduce_adaptive",
+    "tamp_anchored_structured",
+    "tamp_batch_deferred",
+];
+
 pub fn build_chain(row: &Row, provider: Arc<dyn Provider>, store: &Arc<SqliteStore>) -> Chain {
     let mut builder = ChainBuilder::new(budget())
         .provider(provider)
@@ -461,12 +470,17 @@ pub fn build_chain(row: &Row, provider: Arc<dyn Provider>, store: &Arc<SqliteSto
             TokenCounter::new(Encoding::O200kBase).expect("tokenizer"),
         ))
         .llm_concurrency(16);
+    let no_ledger = std::env::var_os("TAMP_BENCH_NO_LEDGER").is_some();
     for stage in &row.stages {
+        let mut config = stage.config.clone();
+        if no_ledger && LEDGER_PLUGINS.contains(&stage.lib.as_str()) {
+            config["ledger"] = json!({"enabled": false});
+        }
         builder = builder
             .stage(
                 &stage.name,
                 load_plugin(&plugin(&stage.lib)).expect("plugin loads"),
-                stage.config.clone(),
+                config,
                 stage.trigger,
                 Duration::from_secs(120),
             )

@@ -17,8 +17,7 @@ pub struct SchemaFill {
 /// List entries when the schema sets no `maxItems`.
 pub(super) const DEFAULT_MAX_ITEMS: usize = 20;
 
-/// Words that make a sentence a decision, and a next step.
-pub(super) const DECISION_WORDS: &[&str] = &["because", "decide", "decided", "decides", "decision"];
+/// Words that make a sentence a next step.
 pub(super) const NEXT_STEP_WORDS: &[&str] = &["next", "should", "todo", "will"];
 
 /// Fills a JSON Schema of an object whose properties are strings or arrays of strings, with
@@ -178,14 +177,6 @@ pub(super) fn is_statement(source: Source) -> bool {
 const AIM_NAMES: &[&str] = &["intent", "goal", "task", "purpose", "objective"];
 /// Sentences an aim is filled with at most ("in a few sentences").
 pub(super) const AIM_SENTENCES: usize = 3;
-
-/// Words by which a sentence that gives a reason also commits to something ("we will …
-/// because …", "I'll use … instead"): without one, a "because" sentence is a finding (why
-/// something happens), not a decision.
-pub(super) const COMMITMENT_WORDS: &[&str] = &[
-    "will", "ll", "instead", "must", "should", "going", "chose", "choose", "use", "keep",
-];
-
 /// The units from sources `keep` accepts, with their sources.
 fn units_from<'a>(
     units: &[&'a str],
@@ -320,14 +311,6 @@ pub(super) fn list_for<'a>(
         Vec::new()
     }
 }
-
-/// Whether a path is inside installed packages (`site-packages`, `dist-packages`,
-/// `node_modules`): code an agent reads, not a file of the project it modifies.
-pub(super) fn is_installed_code(path: &str) -> bool {
-    path.split(['/', '\\'])
-        .any(|part| matches!(part, "site-packages" | "dist-packages" | "node_modules"))
-}
-
 /// `paths` (in order, repeats allowed) without those that are only a shorter form of another:
 /// a bare file name or relative tail when a longer path ending in it is listed too
 /// (`modutils.py` beside `astroid/modutils.py`), and git's `a/` and `b/` diff prefixes.
@@ -355,22 +338,6 @@ pub(super) fn without_shorter_forms(paths: Vec<&str>) -> Vec<&str> {
     }
     paths.into_iter().filter(|p| !tails.contains(p)).collect()
 }
-
-/// Whether a path [`as_path`] found names a file: not a URL, not a one-segment absolute path
-/// without an extension (`</error>` reads as `/error`), not a drive letter before an escape
-/// (`e:\n` inside quoted JSON).
-pub(super) fn looks_like_a_file(path: &str) -> bool {
-    if path.contains("://") {
-        return false;
-    }
-    if let Some(rest) = path.strip_prefix('/') {
-        if !rest.contains('/') && !rest.contains('.') {
-            return false;
-        }
-    }
-    !(path.contains('\\') && path.chars().count() < 6)
-}
-
 /// `s` cut to at most `max` characters, the cut marked with `…`.
 pub(super) fn cut_marked(s: &str, max: usize) -> String {
     if s.chars().count() <= max {

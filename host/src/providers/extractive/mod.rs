@@ -74,6 +74,12 @@ use futures::future::BoxFuture;
 // FxHash (as in rustc): fast and deterministic, for tables that live for one summary (not
 // collision-resistant against crafted input, which costs only time here).
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
+// Sentences, decision words and paths: the SDK's, which the ledger reads with too.
+use tamp_plugin_api::sdk::statements::{
+    as_path, has_word, is_code_like, is_installed_code, looks_like_a_file, push_unit,
+    scheme_separator, split_sentences, trim_token, COMMITMENT_WORDS, CUE_WORDS, DECISION_CUE_WORDS,
+    DECISION_WORDS, MAX_UNIT_CHARS, STOP_WORDS,
+};
 use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 
 use super::{content_section, estimate_tokens, Provider, ProviderError, ProviderErrorKind};
@@ -99,8 +105,6 @@ pub const NOTHING_TO_SUMMARIZE: &str = "[extractive summary: nothing to summariz
 /// Characters per token assumed when turning `max_output_tokens` into a character budget.
 pub const CHARS_PER_TOKEN: usize = 4;
 
-/// Units longer than this many characters are cut (at whitespace when possible).
-const MAX_UNIT_CHARS: usize = 600;
 /// How many of the most recently picked units a candidate is compared with for near-duplicates.
 const DUP_WINDOW: usize = 32;
 /// Jaccard overlap of content words from which a candidate counts as a near-duplicate.
@@ -294,7 +298,6 @@ fn cut_chars(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::fill::looks_like_a_file;
     use super::*;
     use crate::providers::wrap_content;
 
@@ -320,12 +323,6 @@ mod tests {
 
     fn request(prompt: &str, max_tokens: u32) -> LlmRequest {
         LlmRequest::new("You summarize.", prompt, max_tokens)
-    }
-
-    #[test]
-    fn tables_are_sorted() {
-        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
-        assert!(FILE_EXTENSIONS.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]
@@ -868,21 +865,7 @@ mod tests {
     }
 
     #[test]
-    fn sentence_splitting() {
-        let mut units = Vec::new();
-        split_sentences(
-            "It failed, e.g. on v1.2 in src/x.py. Then we fixed it! Was it J. Smith? yes it was. 42 tests pass.",
-            &mut units,
-        );
-        assert_eq!(
-            units,
-            [
-                "It failed, e.g. on v1.2 in src/x.py.",
-                "Then we fixed it!",
-                "Was it J. Smith? yes it was.",
-                "42 tests pass."
-            ]
-        );
+    fn code_is_kept_whole_when_splitting() {
         let units = split_units(
             "```\nfn main() { println!(\"Hi. There.\"); }\n```\n    let x = 1. Also y;\n",
         );

@@ -1,0 +1,325 @@
+//! What a run of messages says that a summary must carry verbatim: the user's words, the
+//! decisions the assistant states, the files its tool calls write and the errors no later
+//! call fixed.
+
+use std::collections::HashMap;
+
+use super::writes::writes;
+use super::{Entry, Kind, MAX_ENTRY_CHARS, MAX_INPUT_CHARS};
+use crate::conversation::{ContentBlock, Message, Role};
+use crate::sdk::prompt::result_text;
+use crate::sdk::statements::{read_decision, sentences, Reading};
+use crate::sdk::summary::cap_chars;
+
+/// What [`extract`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extracted {
+    /// In message order.
+    pub entries: Vec<Entry>,
+    /// The assistant's statements in a language whose decisions are not read.
+    pub unread: usize,
+    /// The calls (their [`call_signature`]) that succeeded: an earlier error of the same call
+    /// is fixed.
+    pub succeeded: Vec<String>,
+}
+
+/// A call as an error entry names it: `name(input)`, the input on one line and cut.
+pub fn call_signature(name: &str, input_json: &str) -> String {
+    format!("{name}({})", one_line(input_json, MAX_INPUT_CHARS))
+}
+
+/// `text` on one line (whitespace runs made one space), cut to `max` characters with `…`.
+pub fn one_line(text: &str, max: usize) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    cap_chars(&joined, max)
+}
+
+/// A call waiting for its result.
+struct Call<'a> {
+    message: usize,
+    name: &'a str,
+    input_json: &'a str,
+}
+
+/// The entries of `messages` (numbered from 0, as in the page that will hold them), leaving
+/// summaries out (their ledgers are carried, not read again).
+pub fn extract(messages: &[Message]) -> Extracted {
+    let mut found: Vec<Option<Entry>> = Vec::new();
+    let mut out = Extracted::default();
+    let mut calls: HashMap<&str, Call> = HashMap::new();
+    // The open error of each call signature: its index in `found`.
+    let mut open_errors: HashMap<String, usize> = HashMap::new();
+    for (index, message) in messages.iter().enumerate() {
+        if message.is_summary() {
+            continue;
+        }
+        let said = said_text(message);
+        match message.role {
+            Role::User if !said.trim().is_empty() => found.push(Some(Entry {
+                kind: Kind::User,
+                message: index,
+                text: one_line(&said, MAX_ENTRY_CHARS),
+            })),
+            Role::Assistant => {
+                for sentence in sentences(&said) {
+                    match read_decision(sentence) {
+                        Reading::Decision => found.push(Some(Entry {
+                            kind: Kind::Decision,
+                            message: index,
+                            text: one_line(sentence, MAX_ENTRY_CHARS),
+                        })),
+                        Reading::Unread => out.unread += 1,
+                        Reading::NotADecision => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        for block in message.content.iter() {
+            match block {
+                ContentBlock::ToolUse {
+                    id,
+                    name,
+                    input_json,
+                    ..
+                } => {
+                    calls.insert(
+                        id.as_str(),
+                        Call {
+                            message: index,
+                            name: name.as_str(),
+                            input_json: input_json.as_str(),
+                        },
+                    );
+                }
+                ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                    ..
+                } => {
+                    let Some(call) = calls.remove(tool_use_id.as_str()) else {
+                        continue;
+                    };
+                    let output = result_text(content);
+                    let signature = call_signature(call.name, call.input_json);
+                    match error_line(&output, *is_error) {
+                        Some(line) => {
+                            let at = found.len();
+                            found.push(Some(Entry {
+                                kind: Kind::Error,
+                                message: index,
+                                text: format!(
+                                    "{signature} failed: {}",
+                                    one_line(&line, MAX_ENTRY_CHARS)
+                                ),
+                            }));
+                            if let Some(earlier) = open_errors.insert(signature, at) {
+                                // The same call failing again: the newer error stands for it.
+                                found[earlier] = None;
+                            }
+                        }
+                        None => {
+                            for w in writes(call.name, call.input_json) {
+                                found.push(Some(Entry {
+                                    kind: Kind::File,
+                                    message: call.message,
+                                    text: format!("{} ({})", w.path, w.how),
+                                }));
+                            }
+                            if let Some(fixed) = open_errors.remove(&signature) {
+                                found[fixed] = None;
+                            }
+                            if !out.succeeded.contains(&signature) {
+                                out.succeeded.push(signature);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out.entries = found.into_iter().flatten().collect();
+    // File entries are found at their result but come from their call's message.
+    out.entries.sort_by_key(|e| e.message);
+    out
+}
+
+/// The words of a message, tool results and opaque blocks aside.
+fn said_text(message: &Message) -> String {
+    message
+        .content
+        .iter()
+        .filter_map(ContentBlock::as_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Words that mark a line of tool output as an error (ASCII, case ignored): tools write
+/// their errors in English whatever the user speaks.
+const ERROR_MARKS: [&str; 10] = [
+    "error",
+    "exception",
+    "traceback",
+    "failed",
+    "failure",
+    "fatal",
+    "panicked",
+    "not found",
+    "denied",
+    "refused",
+];
+
+/// The line of a tool's output that says what went wrong, when the call failed: its result
+/// is marked as an error, or its output reports a non-zero exit code
+/// (`<returncode>1</returncode>`, `exit code 1`, `Exit status: 2`). The last line naming an
+/// error, or the output's last line; `None` for a success, and for a non-zero exit with no
+/// error in its output (`grep` finding nothing).
+fn error_line(output: &str, is_error: bool) -> Option<String> {
+    let lines: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.chars().any(char::is_alphanumeric) && !is_markup(l))
+        .collect();
+    let marked = lines.iter().rev().find(|l| {
+        let lower = l.to_ascii_lowercase();
+        ERROR_MARKS.iter().any(|m| lower.contains(m))
+    });
+    if is_error {
+        return Some(
+            marked
+                .or(lines.last())
+                .map_or_else(|| "(no output)".to_string(), |l| l.to_string()),
+        );
+    }
+    match exit_code(output) {
+        Some(code) if code != 0 => marked.map(|l| l.to_string()),
+        _ => None,
+    }
+}
+
+/// A line that is only an output's markup (`<returncode>1</returncode>`, `<output>`).
+fn is_markup(line: &str) -> bool {
+    line.starts_with('<') && line.ends_with('>') && !line[1..line.len() - 1].contains(' ')
+}
+
+/// The exit code an output reports, if it reports one.
+fn exit_code(output: &str) -> Option<i64> {
+    let after = |marker: &str| {
+        let lower = output.to_ascii_lowercase();
+        let at = lower.find(marker)? + marker.len();
+        let rest = output[at..].trim_start_matches([' ', ':', '=']);
+        let digits: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '-')
+            .collect();
+        digits.parse().ok()
+    };
+    after("<returncode>")
+        .or_else(|| after("exit code"))
+        .or_else(|| after("exit status"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::SummaryStatus;
+    use crate::sdk::summary::summary_message;
+
+    fn call(id: &str, command: &str) -> Message {
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                id,
+                "bash",
+                crate::serde_json::json!({ "command": command }).to_string(),
+            )],
+        )
+    }
+
+    fn result(id: &str, text: &str) -> Message {
+        Message::new(Role::User, vec![ContentBlock::tool_result(id, text, false)])
+    }
+
+    #[test]
+    fn the_user_decisions_files_and_open_errors_in_message_order() {
+        let messages = vec![
+            Message::text(Role::User, "Use Decimal for   every amount,\nnever float."),
+            Message::text(
+                Role::Assistant,
+                "Let me look. Decision D-001: we will keep the old column order, because \
+                 consumers depend on it. It fails because the cache is stale.",
+            ),
+            call("c1", "cd /repo && sed -i 's/a/b/' src/totals.py"),
+            result("c1", "<returncode>0</returncode>\n<output>\n</output>"),
+            call("c2", "python -m pytest tests/"),
+            result(
+                "c2",
+                "<returncode>1</returncode>\n<output>\nE   AssertionError: 3 != 4\nFAILED tests/test_a.py\n</output>",
+            ),
+            call("c3", "grep -rn nothing ."),
+            result("c3", "<returncode>1</returncode>\n<output>\n</output>"),
+            summary_message("earlier", "pg_1", "other", SummaryStatus::Final),
+        ];
+        let got = extract(&messages);
+        let lines: Vec<String> = got.entries.iter().map(Entry::line).collect();
+        assert_eq!(
+            lines,
+            [
+                "- m0 user: Use Decimal for every amount, never float.",
+                "- m1 decision: Decision D-001: we will keep the old column order, because \
+                 consumers depend on it.",
+                "- m2 file: src/totals.py (sed -i)",
+                "- m5 error: bash({\"command\":\"python -m pytest tests/\"}) failed: FAILED \
+                 tests/test_a.py",
+            ]
+        );
+        assert_eq!(got.unread, 0);
+        assert_eq!(got.succeeded.len(), 2);
+    }
+
+    #[test]
+    fn an_error_is_closed_by_the_same_call_succeeding_and_a_failed_write_writes_nothing() {
+        let messages = vec![
+            call("c1", "python run.py > out.txt"),
+            Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result("c1", "Traceback: boom", true)],
+            ),
+            call("c2", "python run.py > out.txt"),
+            result("c2", "ok"),
+        ];
+        let got = extract(&messages);
+        let lines: Vec<String> = got.entries.iter().map(Entry::line).collect();
+        assert_eq!(lines, ["- m2 file: out.txt (python >)"]);
+    }
+
+    #[test]
+    fn statements_in_an_unknown_language_are_counted_not_guessed() {
+        let messages = vec![Message::text(
+            Role::Assistant,
+            "Önbelleği kullanmaya karar verdik çünkü veriler kayıyor.\n我们决定使用缓存。",
+        )];
+        let got = extract(&messages);
+        assert_eq!(got.unread, 1);
+        assert_eq!(got.entries.len(), 1);
+        assert_eq!(got.entries[0].text, "我们决定使用缓存。");
+    }
+
+    #[test]
+    fn nothing_found_is_nothing_added() {
+        let messages = vec![
+            Message::text(Role::Assistant, "Let me look at the file."),
+            call("c1", "ls -la"),
+            result("c1", "total 0"),
+        ];
+        assert_eq!(
+            extract(&messages),
+            Extracted {
+                succeeded: vec![call_signature("bash", r#"{"command":"ls -la"}"#)],
+                ..Extracted::default()
+            }
+        );
+    }
+}

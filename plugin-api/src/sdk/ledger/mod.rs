@@ -1,0 +1,781 @@
+//! The ledger: what a summary must not paraphrase, carried verbatim across every compaction.
+//!
+//! A cheap summarizer keeps the gist and loses the facts an agent needs: what the user told
+//! it, what it decided and why, which files it changed, which errors are still open. The
+//! ledger takes those from the messages a summary replaces, word for word, and appends them
+//! to the model's summary as a fixed section the model never writes:
+//!
+//! ```text
+//! <the model's summary>
+//!
+//! Ledger (verbatim from the summarized messages, oldest first; mN: message N of the page above):
+//! page pg_2f…:
+//! - m3 user: Use Decimal for every amount, never float.
+//! - m12 decision: Decision D-002: we will keep the CSV exporter on the old column order, because downstream consumers depend on it.
+//! this summary's page:
+//! - m4 file: src/reports/totals.py (sed -i)
+//! - m9 error: bash({"command":"python -m pytest"}) failed: FAILED tests/test_reports.py
+//! (6 older entries moved out to this summary's page or the pages before it)
+//! ```
+//!
+//! - **What it holds** ([`extract`]): every user message's words (instructions and
+//!   corrections), the sentences in which the assistant states a decision (with the reason
+//!   when the same sentence gives it; read in the sentence's own language by
+//!   [`crate::sdk::statements`], the extractive summarizer's statement detection), the files
+//!   its tool calls write ([`writes`]), and the errors of calls no later call of the same
+//!   input fixed. Each entry names the message it came from: `m12` is message 12 of the page
+//!   named above it, `this summary's page` the page of the summary it is in. Where nothing
+//!   is found, nothing is added.
+//! - **Carried, never rewritten** ([`Ledger::for_span`]): a summary that replaces earlier
+//!   summaries carries their ledgers first, each entry as it was written (their own group
+//!   is named by their page from then on), then adds what is new, without what a summary
+//!   before it already carries. An error a later call fixes leaves the ledger.
+//! - **Bounded** ([`Ledger::bounded`]): past its cap (a share of the budget,
+//!   [`LedgerConfig::max_share`]; shared by the summaries before it where they never fold,
+//!   [`LedgerConfig::cap_before`]) entries move out to the pages, where their messages are:
+//!   the oldest errors first, then files, then the oldest of the rest, never silently (the
+//!   note line counts them). Open errors keep the newest [`MAX_OPEN_ERRORS`].
+//! - **Not a prompt**: a strategy sends the model its prior summary's narrative only
+//!   ([`narrative`]); the ledger never reaches a request, so requests stay as they were.
+//!
+//! The statements of an assistant that speaks a language [`crate::sdk::statements`] has no
+//! decision words for are not guessed at: the note line counts them.
+
+mod extract;
+mod writes;
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::conversation::Message;
+use crate::error::PluginError;
+use crate::host::Host;
+
+pub use extract::{call_signature, extract, one_line, Extracted};
+pub use writes::{shell_writes, writes, Write};
+
+/// The line that opens the ledger section.
+pub const HEADER: &str =
+    "Ledger (verbatim from the summarized messages, oldest first; mN: message N of the page above):";
+/// The group of entries taken from this summary's own messages.
+pub const THIS_PAGE: &str = "this summary's page:";
+/// An entry's text is cut to this many characters (the rest is in the page).
+pub const MAX_ENTRY_CHARS: usize = 300;
+/// A failed call's input, in an error entry, is cut to this many characters (its error line
+/// to [`MAX_ENTRY_CHARS`]).
+pub const MAX_INPUT_CHARS: usize = 80;
+/// Open errors kept; older ones move out like any entry past the cap.
+pub const MAX_OPEN_ERRORS: usize = 5;
+
+/// The `[stage.config] ledger` table of the strategies that write one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(crate = "serde", deny_unknown_fields, default)]
+pub struct LedgerConfig {
+    /// Append the ledger to every summary (`false`: summaries are the model's words alone).
+    pub enabled: bool,
+    /// The ledger's cap in tokens, as a share of the budget's `max_tokens`. Past it the
+    /// oldest entries move out to the pages, and the summary says how many.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub max_share: f64,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        LedgerConfig {
+            enabled: true,
+            max_share: 0.25,
+        }
+    }
+}
+
+impl LedgerConfig {
+    /// Checks the share; the error names the field.
+    pub fn validate(&self) -> Result<(), PluginError> {
+        if !(0.0..=1.0).contains(&self.max_share) {
+            return Err(PluginError::invalid_config(format!(
+                "ledger.max_share: must be a share between 0 and 1, got {}",
+                self.max_share
+            )));
+        }
+        Ok(())
+    }
+
+    /// What a model is shown of an earlier summary's `text`: its narrative, since [`finish`]
+    /// carries the ledger (the whole text when the ledger is off).
+    pub fn shown<'a>(&self, text: &'a str) -> &'a str {
+        if self.enabled {
+            narrative(text)
+        } else {
+            text
+        }
+    }
+
+    /// The cap of the ledger of a summary placed at `messages[start]`: the share of a budget
+    /// of `max_tokens`, less what the ledgers of the summaries before it take, so that the
+    /// ledgers in a context stay within the share together.
+    pub fn cap_before(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        start: usize,
+        max_tokens: u64,
+    ) -> u64 {
+        self.cap_tokens(max_tokens)
+            .saturating_sub(tokens_in(&messages[..start], host))
+    }
+
+    /// The cap in tokens for a budget of `max_tokens`.
+    pub fn cap_tokens(&self, max_tokens: u64) -> u64 {
+        (max_tokens as f64 * self.max_share) as u64
+    }
+}
+
+/// A summary's text with its ledger, from [`finish`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// The narrative, then the ledger's section.
+    pub text: String,
+    /// The ledger as written (empty when the config turns it off).
+    pub ledger: Ledger,
+}
+
+/// The text of a summary that replaces `messages[span]` with `narrative`: the span's ledger
+/// ([`Ledger::for_span`]) after it, within `cap_tokens` (see [`LedgerConfig::cap_before`])
+/// and within nine tenths of what the narrative leaves of the span's tokens, so the summary
+/// stays smaller than what it replaces (the ledgers it carries are in the span already). The
+/// narrative alone when the config turns the ledger off.
+pub fn finish(
+    config: &LedgerConfig,
+    host: &Host,
+    messages: &[Message],
+    span: Range<usize>,
+    narrative: &str,
+    cap_tokens: u64,
+) -> Finished {
+    if !config.enabled {
+        return Finished {
+            text: narrative.to_string(),
+            ledger: Ledger::default(),
+        };
+    }
+    let count = |text: &str| host.count_tokens(text);
+    let room = host
+        .count_message_tokens(&messages[span.clone()])
+        .saturating_sub(count(narrative))
+        * 9
+        / 10;
+    let ledger = Ledger::for_span(messages, span).bounded(cap_tokens.min(room), &count);
+    Finished {
+        text: attach(narrative, &ledger),
+        ledger,
+    }
+}
+
+/// The tokens of the ledgers in the summaries among `messages`.
+pub fn tokens_in(messages: &[Message], host: &Host) -> u64 {
+    messages
+        .iter()
+        .filter(|m| m.is_summary())
+        .map(|m| {
+            let text = m.joined_text();
+            host.count_tokens(&text)
+                .saturating_sub(host.count_tokens(narrative(&text)))
+        })
+        .sum()
+}
+
+/// What an entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// What the user said: instructions, corrections, answers.
+    User,
+    /// A decision the assistant stated, with its reason when the sentence gives one.
+    Decision,
+    /// A file a tool call wrote: `path (how)`.
+    File,
+    /// A call that failed and was not fixed: `name(input) failed: line`.
+    Error,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::User => "user",
+            Kind::Decision => "decision",
+            Kind::File => "file",
+            Kind::Error => "error",
+        }
+    }
+
+    fn from_label(label: &str) -> Option<Kind> {
+        [Kind::User, Kind::Decision, Kind::File, Kind::Error]
+            .into_iter()
+            .find(|k| k.label() == label)
+    }
+}
+
+/// One fact, verbatim, and the message it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: Kind,
+    /// Its message's index in the page of its group.
+    pub message: usize,
+    pub text: String,
+}
+
+impl Entry {
+    /// `- m12 decision: …`
+    pub fn line(&self) -> String {
+        format!("- m{} {}: {}", self.message, self.kind.label(), self.text)
+    }
+
+    fn parse(line: &str) -> Option<Entry> {
+        let rest = line.strip_prefix("- m")?;
+        let (number, rest) = rest.split_once(' ')?;
+        let (label, text) = rest.split_once(": ")?;
+        Some(Entry {
+            kind: Kind::from_label(label)?,
+            message: number.parse().ok()?,
+            text: text.to_string(),
+        })
+    }
+
+    /// What makes two entries the same fact: a file by its path, an error by its call,
+    /// anything else by its text (case and spacing aside).
+    fn key(&self) -> (Kind, String) {
+        let key = match self.kind {
+            Kind::File => self.text.rsplit_once(" (").map_or(&*self.text, |(p, _)| p),
+            Kind::Error => self.signature(),
+            Kind::User | Kind::Decision => &self.text,
+        };
+        (self.kind, one_line(key, usize::MAX).to_lowercase())
+    }
+
+    /// An error's call (`name(input)`).
+    fn signature(&self) -> &str {
+        self.text
+            .rsplit_once(" failed: ")
+            .map_or(&*self.text, |(call, _)| call)
+    }
+}
+
+/// The entries taken from one page's messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// The page, or `None` for the page of the summary the ledger is in.
+    pub page: Option<String>,
+    pub entries: Vec<Entry>,
+}
+
+impl Group {
+    fn header(&self) -> String {
+        match &self.page {
+            Some(page) => format!("page {page}:"),
+            None => THIS_PAGE.to_string(),
+        }
+    }
+}
+
+/// A ledger: groups of entries, oldest first, and the counts its note line gives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    pub groups: Vec<Group>,
+    /// Entries moved out to the pages to stay within the cap.
+    pub moved: usize,
+    /// Errors listed once and fixed by a later call.
+    pub fixed: usize,
+    /// The assistant's statements in a language whose decisions are not read.
+    pub unread: usize,
+}
+
+const MOVED_NOTE: &str = "older entries moved out to this summary's page or the pages before it";
+const FIXED_NOTE: &str = "listed errors fixed later";
+const UNREAD_NOTE: &str =
+    "of the assistant's statements are in a language the ledger reads no decisions in";
+
+impl Ledger {
+    /// Whether it has nothing to say (no entry and nothing counted).
+    pub fn is_empty(&self) -> bool {
+        self.entries().next().is_none() && self.moved == 0 && self.fixed == 0 && self.unread == 0
+    }
+
+    /// Every entry, oldest first.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.groups.iter().flat_map(|g| g.entries.iter())
+    }
+
+    /// The ledger of a summary that replaces `messages[span]`: the ledgers of the summaries
+    /// in the span, carried as written (their own groups named by their pages), without the
+    /// errors the span's calls fixed; then what the span's other messages say ([`extract`]),
+    /// less what those or any summary before the span already carry.
+    pub fn for_span(messages: &[Message], span: Range<usize>) -> Ledger {
+        let mut known: HashSet<(Kind, String)> = HashSet::new();
+        for message in messages[..span.start].iter().filter(|m| m.is_summary()) {
+            if let (_, Some(earlier)) = split(&message.joined_text()) {
+                known.extend(earlier.entries().map(Entry::key));
+            }
+        }
+        let mut ledger = Ledger::default();
+        for message in messages[span.clone()].iter() {
+            let Some(info) = message.summary_info() else {
+                continue;
+            };
+            if let (_, Some(carried)) = split(&message.joined_text()) {
+                for mut group in carried.groups {
+                    group.page.get_or_insert_with(|| info.page_ref.to_string());
+                    group.entries.retain(|e| known.insert(e.key()));
+                    if !group.entries.is_empty() {
+                        ledger.groups.push(group);
+                    }
+                }
+                ledger.moved += carried.moved;
+                ledger.fixed += carried.fixed;
+                ledger.unread += carried.unread;
+            }
+        }
+        let found = extract(&messages[span]);
+        for group in &mut ledger.groups {
+            let before = group.entries.len();
+            group.entries.retain(|e| {
+                e.kind != Kind::Error || !found.succeeded.iter().any(|s| s == e.signature())
+            });
+            ledger.fixed += before - group.entries.len();
+        }
+        ledger.groups.retain(|g| !g.entries.is_empty());
+        let new: Vec<Entry> = found
+            .entries
+            .into_iter()
+            .filter(|e| known.insert(e.key()))
+            .collect();
+        if !new.is_empty() {
+            ledger.groups.push(Group {
+                page: None,
+                entries: new,
+            });
+        }
+        ledger.unread += found.unread;
+        ledger
+    }
+
+    /// Within `cap_tokens` (as `count` counts the rendering's lines): past
+    /// [`MAX_OPEN_ERRORS`] open errors the oldest move out, and past the cap entries move
+    /// out until the ledger takes three quarters of it (so the next few summaries need not
+    /// move any, and keep their ledgers' prefix): the oldest errors first, then the oldest
+    /// files, then the oldest of the rest. A re-run and the repository tell an error and a
+    /// file again; nothing tells again what the user said or what was decided. Moved entries
+    /// are counted.
+    pub fn bounded(mut self, cap_tokens: u64, count: &dyn Fn(&str) -> u64) -> Ledger {
+        let errors = self.entries().filter(|e| e.kind == Kind::Error).count();
+        self.move_out(Kind::Error, errors.saturating_sub(MAX_OPEN_ERRORS));
+        let fixed_cost = count(HEADER)
+            + self.groups.iter().map(|g| count(&g.header())).sum::<u64>()
+            + count(&self.note_with(self.moved + self.entries().count()));
+        let mut total = fixed_cost + self.entries().map(|e| count(&e.line())).sum::<u64>();
+        if total <= cap_tokens {
+            return self;
+        }
+        if fixed_cost > cap_tokens {
+            // Not even the header and the note fit (a span barely larger than its summary):
+            // no ledger. Everything it would list is in this summary's page.
+            return Ledger::default();
+        }
+        let carried_counts = (self.moved, self.fixed, self.unread) != (0, 0, 0);
+        let target = cap_tokens * 3 / 4;
+        for kinds in [
+            &[Kind::Error][..],
+            &[Kind::File],
+            &[Kind::User, Kind::Decision],
+        ] {
+            let mut n = 0;
+            for entry in self.entries().filter(|e| kinds.contains(&e.kind)) {
+                if total <= target {
+                    break;
+                }
+                total -= count(&entry.line());
+                n += 1;
+            }
+            self.move_out_of(kinds, n);
+        }
+        if self.groups.is_empty() && !carried_counts {
+            // Every entry moved out, and nothing earlier to count: its messages are in this
+            // summary's own page, and a note alone would only cost tokens.
+            return Ledger::default();
+        }
+        self
+    }
+
+    /// Moves the oldest `n` entries of `kind` out (counted in `moved`).
+    fn move_out(&mut self, kind: Kind, n: usize) {
+        self.move_out_of(&[kind], n);
+    }
+
+    /// Moves the oldest `n` entries whose kind is one of `kinds` out (counted in `moved`).
+    fn move_out_of(&mut self, kinds: &[Kind], n: usize) {
+        let mut left = n;
+        for group in &mut self.groups {
+            group.entries.retain(|e| {
+                let out = left > 0 && kinds.contains(&e.kind);
+                left -= usize::from(out);
+                !out
+            });
+        }
+        self.moved += n - left;
+        self.groups.retain(|g| !g.entries.is_empty());
+    }
+
+    /// The note line for `moved` entries moved out (and the other counts as they are).
+    fn note_with(&self, moved: usize) -> String {
+        let mut parts = Vec::new();
+        if moved > 0 {
+            parts.push(format!("{moved} {MOVED_NOTE}"));
+        }
+        if self.fixed > 0 {
+            parts.push(format!("{} {FIXED_NOTE}", self.fixed));
+        }
+        if self.unread > 0 {
+            parts.push(format!("{} {UNREAD_NOTE}", self.unread));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("({})", parts.join("; "))
+        }
+    }
+
+    /// The section: [`HEADER`], each group's header and entries, and the note line when it
+    /// has something to count. Empty for an empty ledger.
+    pub fn render(&self) -> String {
+        if self.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(HEADER);
+        for group in &self.groups {
+            out.push('\n');
+            out.push_str(&group.header());
+            for entry in &group.entries {
+                out.push('\n');
+                out.push_str(&entry.line());
+            }
+        }
+        let note = self.note_with(self.moved);
+        if !note.is_empty() {
+            out.push('\n');
+            out.push_str(&note);
+        }
+        out
+    }
+
+    /// Reads a section [`render`](Self::render) wrote (from its header on). Lines it cannot
+    /// read (a summary cut inside its ledger) are skipped.
+    pub fn parse(section: &str) -> Ledger {
+        let mut ledger = Ledger::default();
+        for line in section.lines().skip(1) {
+            let line = line.trim_end();
+            if line == THIS_PAGE {
+                ledger.groups.push(Group {
+                    page: None,
+                    entries: Vec::new(),
+                });
+            } else if let Some(page) = line.strip_prefix("page ").and_then(|p| p.strip_suffix(':'))
+            {
+                ledger.groups.push(Group {
+                    page: Some(page.to_string()),
+                    entries: Vec::new(),
+                });
+            } else if let Some(entry) = Entry::parse(line) {
+                if let Some(group) = ledger.groups.last_mut() {
+                    group.entries.push(entry);
+                }
+            } else if let Some(note) = line.strip_prefix('(').and_then(|l| l.strip_suffix(')')) {
+                for part in note.split("; ") {
+                    let Some((number, what)) = part.split_once(' ') else {
+                        continue;
+                    };
+                    let Ok(n) = number.parse::<usize>() else {
+                        continue;
+                    };
+                    match what {
+                        MOVED_NOTE => ledger.moved = n,
+                        FIXED_NOTE => ledger.fixed = n,
+                        UNREAD_NOTE => ledger.unread = n,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        ledger.groups.retain(|g| !g.entries.is_empty());
+        ledger
+    }
+}
+
+/// Where the ledger section of a summary's text starts, if it has one.
+fn section_start(text: &str) -> Option<usize> {
+    let at = text.rfind(HEADER)?;
+    (at == 0 || text[..at].ends_with('\n')).then_some(at)
+}
+
+/// A summary's text taken apart: the model's part (trimmed at its end) and its ledger.
+pub fn split(text: &str) -> (&str, Option<Ledger>) {
+    match section_start(text) {
+        Some(at) => (text[..at].trim_end(), Some(Ledger::parse(&text[at..]))),
+        None => (text, None),
+    }
+}
+
+/// A summary's text without its ledger: what a strategy shows the model of a prior summary.
+pub fn narrative(text: &str) -> &str {
+    match section_start(text) {
+        Some(at) => text[..at].trim_end(),
+        None => text,
+    }
+}
+
+/// The summary's text: the model's `narrative`, then the ledger's section after a blank line
+/// (nothing when the ledger is empty). A line of the narrative that would read as a ledger's
+/// header is lowercased first, so the section found later is this one.
+pub fn attach(narrative: &str, ledger: &Ledger) -> String {
+    let section = ledger.render();
+    let narrative = narrative.trim_end();
+    let narrative = if narrative.contains(HEADER) {
+        std::borrow::Cow::Owned(narrative.replace(HEADER, &HEADER.to_lowercase()))
+    } else {
+        std::borrow::Cow::Borrowed(narrative)
+    };
+    match (narrative.is_empty(), section.is_empty()) {
+        (_, true) => narrative.into_owned(),
+        (true, false) => section,
+        (false, false) => format!("{narrative}\n\n{section}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{ContentBlock, Role, SummaryStatus};
+    use crate::sdk::summary::summary_message;
+
+    fn words(text: &str) -> u64 {
+        text.split_whitespace().count() as u64
+    }
+
+    fn decision(n: usize) -> String {
+        format!("Decision D-{n:03}: we will keep the exporter on order {n}, because tests pin it.")
+    }
+
+    /// A session: a user instruction, then turns each stating a decision.
+    fn session(from: usize, to: usize) -> Vec<Message> {
+        let mut messages = vec![Message::text(Role::User, format!("Instruction {from}."))];
+        for n in from..to {
+            messages.push(Message::text(Role::Assistant, decision(n)));
+        }
+        messages
+    }
+
+    #[test]
+    fn renders_and_parses_back_the_same() {
+        let ledger = Ledger {
+            groups: vec![
+                Group {
+                    page: Some("pg_1".into()),
+                    entries: vec![Entry {
+                        kind: Kind::User,
+                        message: 3,
+                        text: "Use Decimal: never float.".into(),
+                    }],
+                },
+                Group {
+                    page: None,
+                    entries: vec![Entry {
+                        kind: Kind::File,
+                        message: 0,
+                        text: "src/a.py (sed -i)".into(),
+                    }],
+                },
+            ],
+            moved: 4,
+            fixed: 1,
+            unread: 2,
+        };
+        let text = attach("The agent fixed the totals.", &ledger);
+        assert!(text.starts_with("The agent fixed the totals.\n\nLedger (verbatim"));
+        assert!(text.contains("\npage pg_1:\n- m3 user: Use Decimal: never float.\n"));
+        assert!(text.ends_with(
+            "this summary's page:\n- m0 file: src/a.py (sed -i)\n(4 older entries moved out to \
+             this summary's page or the pages before it; 1 listed errors fixed later; 2 of the \
+             assistant's statements are in a language the ledger reads no decisions in)"
+        ));
+        let (narrative, parsed) = split(&text);
+        assert_eq!(narrative, "The agent fixed the totals.");
+        assert_eq!(parsed, Some(ledger));
+        // Nothing found, nothing added.
+        assert_eq!(attach("Just this.", &Ledger::default()), "Just this.");
+        assert_eq!(split("Just this."), ("Just this.", None));
+    }
+
+    #[test]
+    fn a_narrative_cannot_pass_for_a_ledger() {
+        let text = attach(
+            &format!("Copied:\n{HEADER}\n- m1 user: fake"),
+            &Ledger::default(),
+        );
+        assert_eq!(split(&text).1, None);
+    }
+
+    #[test]
+    fn folding_carries_entries_as_written_and_adds_only_what_is_new() {
+        // First summary: messages 0..4 of a conversation with a system prompt before them.
+        let mut messages = vec![Message::text(Role::System, "sys")];
+        messages.extend(session(1, 4));
+        let first = Ledger::for_span(&messages, 1..5);
+        let first_text = attach("Narrative one.", &first);
+        assert_eq!(
+            first.entries().map(Entry::line).collect::<Vec<_>>(),
+            [
+                "- m0 user: Instruction 1.".to_string(),
+                format!("- m1 decision: {}", decision(1)),
+                format!("- m2 decision: {}", decision(2)),
+                format!("- m3 decision: {}", decision(3)),
+            ]
+        );
+        // The summary in place (the host named its page), then more messages, one of them a
+        // repeat of a decision already carried.
+        let mut folded = vec![
+            messages[0].clone(),
+            summary_message(&first_text, "pg_a", "s", SummaryStatus::Final),
+        ];
+        folded.extend(session(4, 6));
+        folded.push(Message::text(Role::Assistant, decision(2)));
+        let second = Ledger::for_span(&folded, 1..folded.len());
+        let second_text = attach("Narrative two.", &second);
+        // The first summary's entries, as written, under its page; then the new ones.
+        let first_lines: Vec<String> = first.entries().map(Entry::line).collect();
+        assert!(second_text.contains(&format!("page pg_a:\n{}", first_lines.join("\n"))));
+        assert_eq!(
+            second.groups[1]
+                .entries
+                .iter()
+                .map(Entry::line)
+                .collect::<Vec<_>>(),
+            [
+                "- m1 user: Instruction 4.".to_string(),
+                format!("- m2 decision: {}", decision(4)),
+                format!("- m3 decision: {}", decision(5)),
+            ]
+        );
+        assert_eq!(narrative(&second_text), "Narrative two.");
+        // A summary kept before the span: what it carries is not listed again.
+        let mut kept = folded[..2].to_vec();
+        kept.extend(session(1, 3));
+        let after = Ledger::for_span(&kept, 2..kept.len());
+        assert!(after.is_empty(), "{after:?}");
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_move_out_and_are_counted() {
+        let messages = session(1, 41);
+        let ledger = Ledger::for_span(&messages, 0..messages.len());
+        assert_eq!(ledger.entries().count(), 41);
+        let all = words(&ledger.render());
+        let bounded = ledger.clone().bounded(all / 2, &words);
+        let kept = bounded.entries().count();
+        assert!(words(&bounded.render()) <= all / 2 * 3 / 4 + 1);
+        assert_eq!(bounded.moved, 41 - kept);
+        // The newest stay, and those that stay read as they did.
+        let last = bounded.entries().last().unwrap();
+        assert_eq!(last.text, decision(40));
+        let kept_lines: Vec<String> = bounded.entries().map(Entry::line).collect();
+        let all_lines: Vec<String> = ledger.entries().map(Entry::line).collect();
+        assert_eq!(kept_lines[..], all_lines[41 - kept..]);
+        assert!(bounded
+            .render()
+            .contains(&format!("({} older entries moved out", 41 - kept)));
+        // Within the cap, nothing moves.
+        assert_eq!(ledger.clone().bounded(all + 100, &words), ledger);
+    }
+
+    #[test]
+    fn past_the_cap_errors_and_files_move_out_before_words_and_decisions() {
+        let entry = |kind, message| Entry {
+            kind,
+            message,
+            text: format!("entry number {message} of its kind"),
+        };
+        let ledger = Ledger {
+            groups: vec![Group {
+                page: None,
+                entries: vec![
+                    entry(Kind::Decision, 0),
+                    entry(Kind::File, 1),
+                    entry(Kind::Error, 2),
+                    entry(Kind::User, 3),
+                    entry(Kind::File, 4),
+                ],
+            }],
+            ..Ledger::default()
+        };
+        // A line a token: the header, the group's, the note and five entries make 8; a cap of
+        // 7 moves entries out until 5 are left (two entries): the error, then both files.
+        let lines = |_: &str| 1;
+        let bounded = ledger.bounded(7, &lines);
+        let kinds: Vec<(Kind, usize)> = bounded.entries().map(|e| (e.kind, e.message)).collect();
+        assert_eq!(kinds, [(Kind::Decision, 0), (Kind::User, 3)]);
+        assert_eq!(bounded.moved, 3);
+    }
+
+    #[test]
+    fn errors_leave_when_a_later_call_fixes_them_and_only_the_newest_stay_open() {
+        let call = |id: &str, cmd: &str| {
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    id,
+                    "bash",
+                    crate::serde_json::json!({ "command": cmd }).to_string(),
+                )],
+            )
+        };
+        let failed = |id: &str| {
+            Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result(id, "Error: boom", true)],
+            )
+        };
+        let mut messages = Vec::new();
+        for i in 0..7 {
+            messages.push(call(&format!("c{i}"), &format!("run {i}")));
+            messages.push(failed(&format!("c{i}")));
+        }
+        let first = Ledger::for_span(&messages, 0..messages.len());
+        let bounded = first.bounded(10_000, &words);
+        assert_eq!(bounded.entries().count(), MAX_OPEN_ERRORS);
+        assert_eq!(bounded.moved, 2);
+        let text = attach("n", &bounded);
+        let mut later = vec![summary_message(&text, "pg_e", "s", SummaryStatus::Final)];
+        later.push(call("d6", "run 6"));
+        later.push(Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result("d6", "ok", false)],
+        ));
+        let second = Ledger::for_span(&later, 0..later.len());
+        assert_eq!(second.entries().count(), MAX_OPEN_ERRORS - 1);
+        assert_eq!((second.moved, second.fixed), (2, 1));
+    }
+
+    #[test]
+    fn config_defaults_and_checks() {
+        let c = LedgerConfig::default();
+        assert!(c.enabled);
+        assert_eq!(c.cap_tokens(8_000), 2_000);
+        assert!(LedgerConfig {
+            max_share: 1.5,
+            ..c
+        }
+        .validate()
+        .unwrap_err()
+        .message
+        .starts_with("ledger.max_share"));
+    }
+}

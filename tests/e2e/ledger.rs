@@ -1,0 +1,528 @@
+//! The ledger (`sdk::ledger`, docs/ledger.md) through the real plugins: on the planted-fact
+//! session with a summarizer that answers a fixed text, the facts survive by the ledger alone;
+//! a folded summary carries every entry as it was written; decisions are read in the
+//! assistant's language, and one it cannot read is counted, not guessed; anchored-structured
+//! asks its model for a bounded answer without the lists the ledger holds; batch-deferred's
+//! pending summary carries its page's ledger, and its final summary keeps it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tamp_e2e::{ensure_built, rt, scratch_dir, workspace_root, StageChain};
+use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
+use tamp_host::eval::{model_calls, EvalOptions, Mode, Plan, Run};
+use tamp_host::providers::ScriptedProvider;
+use tamp_host::store::SqliteStore;
+use tamp_host::wire;
+use tamp_plugin_api::sdk::ledger::{self, Kind};
+use tamp_plugin_api::{ContentBlock, Conversation, FfiOption, Message, Role};
+
+const PLANTED: &str = "examples/eval/planted.anthropic.json";
+const PLANTED_FACTS: &str = "examples/eval/planted.facts.json";
+/// The planted session's budget (its chain files').
+const BUDGET: u64 = 8_000;
+
+fn example(path: &str) -> PathBuf {
+    workspace_root().join(path)
+}
+
+/// `tamp eval --replay-only` of `chains` on the planted session.
+fn replay(chains: &[&str]) -> Vec<Run> {
+    ensure_built();
+    let plan = Plan::read(&EvalOptions {
+        chains: chains.iter().map(|c| example(c)).collect(),
+        facts: vec![example(PLANTED_FACTS)],
+        conversations: vec![example(PLANTED)],
+        replay_only: true,
+        ..EvalOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let runs = rt().block_on(plan.run(&|_| {})).unwrap();
+    assert!(runs.iter().all(|r| r.mode == Mode::Replay));
+    runs
+}
+
+/// How many facts of a kind (their ids' prefix) the run kept, of how many.
+fn kept(run: &Run, prefix: &str) -> (usize, usize) {
+    let facts: Value =
+        serde_json::from_str(&std::fs::read_to_string(example(PLANTED_FACTS)).unwrap()).unwrap();
+    let total = facts["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"].as_str().unwrap().starts_with(prefix))
+        .count();
+    let retention = run.retention.as_ref().unwrap();
+    let lost = retention
+        .lost
+        .iter()
+        .filter(|id| id.starts_with(prefix))
+        .count();
+    (total - lost, total)
+}
+
+#[test]
+fn with_a_summarizer_that_answers_a_fixed_text_the_ledger_alone_keeps_the_planted_facts() {
+    let runs = replay(&[
+        "examples/eval/planted/map-reduce-fixed.toml",
+        "examples/eval/planted/hybrid-fixed.toml",
+        "examples/eval/planted/anchored-fixed.toml",
+    ]);
+    for run in &runs {
+        let name = &run.chain;
+        assert_eq!(run.rolled_back, 0, "{name}");
+        assert!(run.llm_calls > 0, "{name}: the summarizer was asked");
+        assert!(run.tokens_after <= BUDGET, "{name}: {}", run.tokens_after);
+        // The fixed text names no decision: what is kept, the ledger kept.
+        let (decisions, of) = kept(run, "decision-");
+        assert!(
+            decisions * 10 >= of * 8,
+            "{name}: {decisions}/{of} decisions"
+        );
+        for kind in ["task", "constraint", "instruction-"] {
+            let (found, total) = kept(run, kind);
+            assert_eq!(found, total, "{name}: {kind}");
+        }
+    }
+}
+
+/// The planted session replayed request by request through a chain file, as `tamp eval`
+/// does; the text of the stage's summary after every compaction that wrote one.
+fn summaries_over_a_replay(chain_file: &Path, messages: usize) -> Vec<(String, String)> {
+    ensure_built();
+    let dir = scratch_dir("ledger-replay");
+    let chain = Chain::from_file(
+        chain_file,
+        FileOverrides {
+            store_path: Some(dir.join("store.sqlite3")),
+            ..FileOverrides::default()
+        },
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(example(PLANTED)).unwrap();
+    let (conversation, format) = wire::parse_str(&text, None).unwrap();
+    let all = &conversation.messages[..messages];
+    let options = CompactOptions {
+        format: Some(format),
+        thread_continuity: true,
+        ..CompactOptions::default()
+    };
+    let mut written = Vec::new();
+    for cut in model_calls(all) {
+        let mut posted = conversation.with_messages(all[..cut].to_vec());
+        posted.thread_id = FfiOption::RSome("ledger-replay".into());
+        let out = rt().block_on(chain.compact(posted, &options)).unwrap();
+        let acted = out
+            .report
+            .stages
+            .iter()
+            .any(|s| s.status == StageStatus::Acted && !s.pages.is_empty());
+        for m in out.conversation.messages.iter() {
+            let Some(info) = m.summary_info() else {
+                continue;
+            };
+            let page = info.page_ref.to_string();
+            if acted && !written.iter().any(|(p, _)| *p == page) {
+                written.push((page, m.joined_text()));
+            }
+        }
+    }
+    written
+}
+
+#[test]
+fn a_folded_summary_carries_every_entry_as_it_was_written() {
+    // anchored-structured folds its prior on every compaction; map-reduce-adaptive does with
+    // keep_summaries_share = 0.
+    let planted = example("examples/eval/planted");
+    let dir = scratch_dir("ledger-fold");
+    let chain = std::fs::read_to_string(planted.join("map-reduce-fixed.toml"))
+        .unwrap()
+        .replace(
+            "script = \"fixed-text.json\"",
+            &format!("script = {:?}", planted.join("fixed-text.json")),
+        )
+        .replace(
+            "content_type = \"conversation\"",
+            "content_type = \"conversation\"\nkeep_summaries_share = 0.0",
+        );
+    let folding = dir.join("map-reduce-folding.toml");
+    std::fs::write(&folding, chain).unwrap();
+    for file in [
+        example("examples/eval/planted/anchored-fixed.toml"),
+        folding,
+    ] {
+        assert_entries_are_carried_as_written(&summaries_over_a_replay(&file, 240));
+    }
+}
+
+fn assert_entries_are_carried_as_written(written: &[(String, String)]) {
+    assert!(written.len() >= 4, "{} summaries", written.len());
+    let mut folds = 0;
+    for pair in written.windows(2) {
+        let ((page, earlier), (_, later)) = (&pair[0], &pair[1]);
+        let (Some(earlier_ledger), (_, Some(later_ledger))) =
+            (ledger::split(earlier).1, ledger::split(later))
+        else {
+            continue;
+        };
+        // The later summary folded the earlier one when it names the earlier one's page.
+        let Some(group) = later_ledger
+            .groups
+            .iter()
+            .position(|g| g.page.as_deref() == Some(page))
+        else {
+            continue;
+        };
+        folds += 1;
+        let later_lines: Vec<String> = later_ledger.entries().map(|e| e.line()).collect();
+        let mut kept = 0;
+        for entry in earlier_ledger.groups.last().unwrap().entries.iter() {
+            let line = entry.line();
+            if later_lines.contains(&line) {
+                kept += 1;
+            } else {
+                // Only an entry moved out (counted) or a fixed error leaves the ledger.
+                assert!(
+                    later_ledger.moved > earlier_ledger.moved || entry.kind == Kind::Error,
+                    "{line} was rewritten or dropped:\n{later}"
+                );
+            }
+        }
+        assert!(kept > 0, "nothing carried into:\n{later}");
+        if later_ledger.moved == earlier_ledger.moved && later_ledger.fixed == earlier_ledger.fixed
+        {
+            // Nothing left: the later ledger begins with the earlier one, group by group, its
+            // own group now named by its page.
+            assert_eq!(group + 1, earlier_ledger.groups.len(), "{later}");
+            for (before, after) in earlier_ledger.groups.iter().zip(&later_ledger.groups) {
+                assert_eq!(before.entries, after.entries, "{later}");
+                assert_eq!(
+                    after.page.as_deref(),
+                    before.page.as_deref().or(Some(page.as_str()))
+                );
+            }
+        }
+    }
+    assert!(
+        folds >= 2,
+        "{folds} folds among {} summaries",
+        written.len()
+    );
+}
+
+/// A tool call reading a long file, and its output: what makes a span worth summarizing (a
+/// ledger has room in a summary only when the span is larger than it).
+fn long_read(id: &str) -> [Message; 2] {
+    let file = "def total(rows):\n    return sum(row.amount for row in rows)\n".repeat(60);
+    [
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                id,
+                "bash",
+                json!({"command": "cat src/reports/totals.py"}).to_string(),
+            )],
+        ),
+        Message::new(Role::User, vec![ContentBlock::tool_result(id, file, false)]),
+    ]
+}
+
+fn conversation(texts: &[(Role, &str)]) -> Conversation {
+    let mut messages = vec![
+        Message::text(Role::System, "You are a coding agent."),
+        Message::text(Role::User, "Fix the report totals."),
+    ];
+    messages.extend(long_read("read"));
+    messages.extend(texts.iter().map(|(role, text)| Message::text(*role, *text)));
+    messages.push(Message::text(Role::User, "Continue."));
+    messages.push(Message::text(Role::Assistant, "Continuing."));
+    Conversation::new(messages)
+}
+
+/// The text of the summary in a compacted conversation.
+fn summary_text(out: &tamp_host::chain::Compacted) -> String {
+    out.conversation
+        .messages
+        .iter()
+        .find(|m| m.is_summary())
+        .expect("a summary")
+        .joined_text()
+}
+
+/// The summary map-reduce-adaptive writes of `input`, its model answering a fixed text.
+fn map_reduce_summary(input: Conversation) -> String {
+    let chain = StageChain::new(
+        "tamp_map_reduce_adaptive",
+        json!({"none_below": 1, "brief_below": 2}),
+        Arc::new(ScriptedProvider::always("The agent worked on the report.")),
+    )
+    .keep_recent(2)
+    .without_cache()
+    .build();
+    let out = rt()
+        .block_on(chain.compact(input, &CompactOptions::default()))
+        .unwrap();
+    assert_eq!(out.report.stages[0].status, StageStatus::Acted, "{out:?}");
+    let summary = summary_text(&out);
+    assert!(
+        summary.starts_with("The agent worked on the report."),
+        "{summary}"
+    );
+    summary
+}
+
+/// The ledger of the map-reduce summary of `texts`.
+fn ledger_of(texts: &[(Role, &str)]) -> ledger::Ledger {
+    ledger::split(&map_reduce_summary(conversation(texts)))
+        .1
+        .unwrap_or_default()
+}
+
+#[test]
+fn decisions_are_read_in_the_assistant_s_language_and_the_unreadable_are_counted() {
+    let read = ledger_of(&[
+        (
+            Role::User,
+            "Utilise Decimal pour chaque montant, jamais float.",
+        ),
+        (
+            Role::Assistant,
+            "Nous avons décidé de garder l'ancien ordre des colonnes, parce que les \
+             exports en dépendent. Je regarde le fichier.",
+        ),
+        (
+            Role::Assistant,
+            "我们决定使用缓存读取器，因为数据会漂移。然后运行测试。",
+        ),
+        (
+            Role::Assistant,
+            "キャッシュを使うことに決めました。ファイルを読みます。",
+        ),
+        (
+            Role::Assistant,
+            "Önbelleği kullanmaya karar verdik çünkü veriler kayıyor.",
+        ),
+    ]);
+    let entries: Vec<(Kind, &str)> = read.entries().map(|e| (e.kind, e.text.as_str())).collect();
+    assert_eq!(
+        entries,
+        [
+            (
+                Kind::User,
+                "Utilise Decimal pour chaque montant, jamais float."
+            ),
+            (
+                Kind::Decision,
+                "Nous avons décidé de garder l'ancien ordre des colonnes, parce que les \
+                 exports en dépendent."
+            ),
+            (Kind::Decision, "我们决定使用缓存读取器，因为数据会漂移。"),
+            (Kind::Decision, "キャッシュを使うことに決めました。"),
+        ]
+    );
+    // The Turkish decision is not guessed at: it is counted, and in the page.
+    assert_eq!(read.unread, 1);
+    // Nothing to read: nothing added.
+    let none = ledger_of(&[
+        (Role::Assistant, "Let me look at the file."),
+        (Role::Assistant, "Now the tests."),
+    ]);
+    assert!(none.is_empty(), "{none:?}");
+}
+
+#[test]
+fn anchored_structured_asks_a_bounded_answer_without_the_lists_the_ledger_holds() {
+    let provider = Arc::new(ScriptedProvider::always("unused"));
+    let chain = StageChain::new("tamp_anchored_structured", json!({}), provider.clone())
+        .keep_recent(2)
+        .without_cache()
+        .build();
+    let long = "The exporter writes the report rows in account order. ".repeat(200);
+    let input = conversation(&[
+        (Role::User, long.as_str()),
+        (
+            Role::Assistant,
+            "Decision D-001: we will keep the exporter's column order, because consumers \
+             depend on it.",
+        ),
+    ]);
+    let out = rt()
+        .block_on(chain.compact(input, &CompactOptions::default()))
+        .unwrap();
+    let requests = provider.requests();
+    let structured = requests
+        .iter()
+        .find(|r| r.response_schema_json.is_some())
+        .expect("a structured call");
+    let schema: Value =
+        serde_json::from_str(structured.response_schema_json.as_ref().unwrap()).unwrap();
+    let properties = schema["properties"].as_object().unwrap();
+    assert!(!properties.contains_key("files_modified"), "{schema:#}");
+    assert!(!properties.contains_key("decisions_made"), "{schema:#}");
+    assert_eq!(schema["properties"]["next_steps"]["maxItems"], 10);
+    // About a tenth of the material, as prose is asked, and said in the prompt.
+    assert!(
+        (300..=1_500).contains(&structured.max_output_tokens),
+        "{}",
+        structured.max_output_tokens
+    );
+    assert!(
+        structured.prompt.contains("the whole answer about"),
+        "{}",
+        structured.prompt
+    );
+    assert!(!structured.prompt.contains("decisions_made"));
+    // The scripted answer is no JSON: the prose fallback, then the ledger after it.
+    let summary = summary_text(&out);
+    let (narrative, ledger) = ledger::split(&summary);
+    assert!(narrative.starts_with("# Anchored summary"), "{summary}");
+    let ledger = ledger.expect("a ledger");
+    assert!(ledger.entries().any(|e| e.kind == Kind::Decision
+        && e.text
+            .starts_with("Decision D-001: we will keep the exporter's column order")));
+}
+
+#[test]
+fn batch_deferred_carries_the_page_s_ledger_from_the_pending_summary_on() {
+    let dir = scratch_dir("ledger-batch");
+    let store = Arc::new(SqliteStore::open(&dir.join("store.sqlite3")).unwrap());
+    let chain = StageChain::new(
+        "tamp_batch_deferred",
+        json!({"compact_when": "always", "min_messages": 2}),
+        Arc::new(ScriptedProvider::always("never called")),
+    )
+    .keep_recent(2)
+    .store(store.clone())
+    .queue_in(store)
+    .build();
+    let input = conversation(&[
+        (
+            Role::User,
+            "Keep new helpers private, with a leading underscore.",
+        ),
+        (
+            Role::Assistant,
+            "Decision D-002: we will store amounts as integer cents, because the ledger \
+             rounds that way.",
+        ),
+        (
+            Role::Assistant,
+            "Looking at the rounding code now, step by step.",
+        ),
+    ]);
+    let out = rt()
+        .block_on(chain.compact(input, &CompactOptions::default()))
+        .unwrap();
+    let pending = summary_text(&out);
+    assert!(pending.starts_with("[Pending summary: "), "{pending}");
+    let ledger = ledger::split(&pending).1.expect("a ledger");
+    let kinds: Vec<Kind> = ledger.entries().map(|e| e.kind).collect();
+    assert_eq!(kinds, [Kind::User, Kind::Decision], "{pending}");
+}
+
+#[test]
+fn batch_deferred_pages_placed_at_once_share_the_ledger_cap() {
+    // Four pages of ten messages in one compaction, each message a decision among other
+    // sentences; a budget whose ledger cap (a quarter) is half what their ledgers would
+    // take, each within its share of its page.
+    let max_tokens = 2_400;
+    let dir = scratch_dir("ledger-batch-cap");
+    let store = Arc::new(SqliteStore::open(&dir.join("store.sqlite3")).unwrap());
+    let chain = StageChain::new(
+        "tamp_batch_deferred",
+        json!({"compact_when": "always", "min_messages": 2, "max_page_messages": 10}),
+        Arc::new(ScriptedProvider::always("never called")),
+    )
+    .max_tokens(max_tokens)
+    .keep_recent(2)
+    .store(store.clone())
+    .queue_in(store)
+    .build();
+    let narration = "I am reading the rest of the module to see how the totals flow. ".repeat(12);
+    let mut messages = vec![Message::text(Role::System, "You are a coding agent.")];
+    for n in 1..=40 {
+        messages.push(Message::text(
+            Role::Assistant,
+            format!(
+                "{narration}Decision D-{n:03}: we will keep the exporter's column order {n} in \
+                 the reporting code, because downstream consumers depend on it."
+            ),
+        ));
+    }
+    messages.push(Message::text(Role::User, "Continue."));
+    messages.push(Message::text(Role::Assistant, "Continuing."));
+    let out = rt()
+        .block_on(chain.compact(Conversation::new(messages), &CompactOptions::default()))
+        .unwrap();
+    let tokens =
+        tamp_host::tokens::TokenCounter::new(tamp_host::tokens::Encoding::O200kBase).unwrap();
+    let pending: Vec<String> = out
+        .conversation
+        .messages
+        .iter()
+        .filter(|m| m.is_summary())
+        .map(|m| m.joined_text())
+        .collect();
+    assert!(pending.len() >= 3, "{} pages", pending.len());
+    let ledgers: Vec<ledger::Ledger> = pending
+        .iter()
+        .filter_map(|text| ledger::split(text).1)
+        .collect();
+    let spent: u64 = ledgers.iter().map(|l| tokens.count_text(&l.render())).sum();
+    assert!(
+        spent <= max_tokens / 4,
+        "{spent} tokens of ledgers in {} pages",
+        ledgers.len()
+    );
+    // The first page's ledger lists its decisions; what moved out is counted.
+    assert!(!ledgers.is_empty(), "{pending:#?}");
+    assert!(ledgers[0].entries().any(|e| e.kind == Kind::Decision));
+}
+
+#[test]
+fn a_tool_call_that_writes_a_file_is_listed_and_one_that_failed_is_an_open_error() {
+    let call = |id: &str, command: &str| {
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                id,
+                "bash",
+                json!({ "command": command }).to_string(),
+            )],
+        )
+    };
+    let result = |id: &str, text: &str| {
+        Message::new(Role::User, vec![ContentBlock::tool_result(id, text, false)])
+    };
+    let mut messages = vec![
+        Message::text(Role::System, "You are a coding agent."),
+        Message::text(Role::User, "Fix the report totals."),
+    ];
+    messages.extend(long_read("read"));
+    messages.extend([
+        call("c1", "cd /repo && sed -i 's/round(/_round_half_even(/' src/reports/totals.py"),
+        result("c1", "<returncode>0</returncode>\n<output>\n</output>"),
+        call("c2", "python -m pytest tests/test_reports.py"),
+        result(
+            "c2",
+            "<returncode>1</returncode>\n<output>\nFAILED tests/test_reports.py::test_totals\n</output>",
+        ),
+    ]);
+    messages.push(Message::text(Role::User, "Continue."));
+    messages.push(Message::text(Role::Assistant, "Continuing."));
+    let summary = map_reduce_summary(Conversation::new(messages));
+    let ledger = ledger::split(&summary).1.expect("a ledger");
+    let lines: Vec<String> = ledger.entries().map(|e| e.line()).collect();
+    assert_eq!(
+        lines,
+        [
+            "- m2 file: src/reports/totals.py (sed -i)".to_string(),
+            "- m5 error: bash({\"command\":\"python -m pytest tests/test_reports.py\"}) failed: \
+             FAILED tests/test_reports.py::test_totals"
+                .to_string(),
+        ],
+        "{summary}"
+    );
+}
