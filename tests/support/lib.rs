@@ -8,6 +8,9 @@ use std::sync::OnceLock;
 
 use tamp_plugin_api::Conversation;
 
+/// A scripted upstream for the coding agents: checks requests as the real APIs do, answers a
+/// tool task.
+pub mod agent_upstream;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.
 pub mod local_server;
 /// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
