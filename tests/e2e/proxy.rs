@@ -744,3 +744,88 @@ async fn a_reload_while_streams_are_open_breaks_none_and_applies_to_new_requests
     }
     assert_eq!(first.count(), STREAMS);
 }
+
+/// Session `session`'s request after `turns` messages of a corpus conversation, as Claude
+/// Code sends it (`metadata.user_id` naming its session) or, with `named` false, without it.
+/// Sessions share the system prompt and first message (one agent, one folder, one task) and
+/// differ from the second user turn on, as two sessions' tool results do.
+fn session_request(conversation: &Value, turns: usize, session: &str, named: bool) -> Value {
+    let mut body = json!({
+        "model": "claude-test",
+        "max_tokens": 64,
+        "system": conversation["system"],
+        "messages": conversation["messages"].as_array().unwrap()[..turns],
+    });
+    for m in body["messages"].as_array_mut().unwrap().iter_mut().skip(1) {
+        if m["role"] == "user" {
+            if let Some(Value::Array(blocks)) = m.get_mut("content") {
+                blocks.push(json!({"type": "text", "text": format!("(in {session})")}));
+            }
+        }
+    }
+    if named {
+        let user_id = json!({"device_id": "d1", "account_uuid": "", "session_id": session});
+        body["metadata"] = json!({"user_id": user_id.to_string()});
+    }
+    body
+}
+
+/// The `x-tamp-thread` of each answer, session A's and B's requests interleaved.
+async fn interleaved_threads(proxy: &Server, sessions: [&str; 2], named: bool) -> Vec<[String; 2]> {
+    let conversation: Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let client = reqwest::Client::new();
+    let mut threads = Vec::new();
+    for turns in (13..=37).step_by(4) {
+        let mut pair = [String::new(), String::new()];
+        for (i, session) in sessions.iter().enumerate() {
+            let answer = client
+                .post(proxy.url("/v1/messages"))
+                .header("x-api-key", KEY)
+                .header("anthropic-version", "2023-06-01")
+                .json(&session_request(&conversation, turns, session, named))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 200);
+            pair[i] = answer.headers()["x-tamp-thread"]
+                .to_str()
+                .unwrap()
+                .to_string();
+        }
+        threads.push(pair);
+    }
+    threads
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_of_one_agent_at_once_keep_their_own_threads() {
+    let dir = ScratchDir::new("proxy-sessions");
+    let upstream = MockUpstream::start();
+    let proxy = start_proxy(&shipped_chain(&dir, &upstream, ""));
+
+    // Each session is its own thread, and continues it between the other's requests.
+    let threads = interleaved_threads(&proxy, ["sess-a", "sess-b"], true).await;
+    for [a, b] in &threads {
+        assert!(a.starts_with("session:sess-a"), "{threads:?}");
+        assert!(b.starts_with("session:sess-b"), "{threads:?}");
+    }
+    for (i, name) in ["sess-a", "sess-b"].iter().enumerate() {
+        let continued = threads
+            .iter()
+            .filter(|p| p[i].ends_with("; continued"))
+            .count();
+        assert!(
+            continued >= 3,
+            "{name} continued {continued} times: {threads:?}"
+        );
+    }
+
+    // Without the sessions, both are one thread named by their shared first messages: each
+    // request finds the other session's state, and neither ever continues.
+    let threads = interleaved_threads(&proxy, ["sess-c", "sess-d"], false).await;
+    assert!(
+        threads.iter().flatten().all(|t| t == "derived"),
+        "{threads:?}"
+    );
+}

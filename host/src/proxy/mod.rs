@@ -3,6 +3,7 @@
 //!
 //! - [`route`]: which upstream, which URL, which headers; which requests are compacted.
 //! - [`compact`]: a body through the chain, falling back to the original (never in the way).
+//! - [`session`]: the thread of an agent's session, from what the agent sends.
 //! - [`forward`]: the upstream clients and the answer's relay, chunk by chunk.
 //! - [`error`]: the proxy's own errors in each provider's error shape.
 //! - [`config`]: the chain file's `[proxy]` table; [`metrics`]: the relay's series.
@@ -27,6 +28,8 @@ pub mod metrics;
 pub mod route;
 #[cfg(feature = "serve")]
 mod server;
+#[cfg(feature = "serve")]
+pub mod session;
 
 #[cfg(feature = "serve")]
 pub use server::*;

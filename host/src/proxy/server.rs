@@ -27,13 +27,15 @@ use crate::serve::{self as serve_mod};
 use super::error::ProxyError;
 use super::forward::Upstreams;
 use super::metrics::ProxyMetrics;
-use super::{compact, forward, route};
+use super::{compact, forward, route, session};
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").
 pub const THREAD_HEADER: &str = "x-tamp-thread-id";
 /// The answer header that says what the chain did to the request.
 pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
+/// The answer header that names the thread the request was counted under.
+pub const THREAD_ANSWER_HEADER: &str = "x-tamp-thread";
 
 /// How `tamp proxy` runs: the CLI's flags, parsed (`tamp proxy --help` says what each does).
 #[derive(Debug, Clone)]
@@ -227,8 +229,8 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
     let mut extra = Vec::new();
     let body = match route.compact {
         Some(format) => match compacted_body(state, &active, &parts.headers, format, body).await {
-            Ok((body, header)) => {
-                extra.push((HeaderName::from_static(COMPACTION_HEADER), header));
+            Ok((body, headers)) => {
+                extra.extend(headers);
                 Some(reqwest::Body::from(body))
             }
             Err(e) => return e.into_response_for(route.provider),
@@ -264,16 +266,17 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
     }
 }
 
-/// The body to forward on a compacted route, and its `x-tamp-compaction` value; an error
-/// when the body cannot be read whole, or, in strict mode, when no compaction was had.
+/// The body to forward on a compacted route, and the answer headers that say what became of
+/// it (`x-tamp-compaction`, `x-tamp-thread`); an error when the body cannot be read whole,
+/// or, in strict mode, when no compaction was had.
 async fn compacted_body(
     state: &ProxyState,
     active: &Arc<ActiveChain>,
     headers: &axum::http::HeaderMap,
     format: crate::wire::WireFormat,
     body: Body,
-) -> Result<(axum::body::Bytes, HeaderValue), ProxyError> {
-    let thread = match headers.get(THREAD_HEADER).map(|v| v.to_str()) {
+) -> Result<(axum::body::Bytes, Vec<(HeaderName, HeaderValue)>), ProxyError> {
+    let given = match headers.get(THREAD_HEADER).map(|v| v.to_str()) {
         None => None,
         Some(Ok(id)) if !id.trim().is_empty() => Some(id.trim().to_string()),
         Some(_) => {
@@ -298,17 +301,23 @@ async fn compacted_body(
         &state.in_flight,
         format,
         bytes.clone(),
-        thread,
+        compact::ThreadHint {
+            given,
+            header_session: session::header_session(headers),
+        },
         active.proxy.compaction_timeout(),
     )
     .await;
     state
         .proxy_metrics
         .compaction_outcome(outcome.label(), started.elapsed());
-    let header = outcome.header();
+    let mut answer_headers = vec![(HeaderName::from_static(COMPACTION_HEADER), outcome.header())];
+    if let Some(thread) = outcome.thread_header() {
+        answer_headers.push((HeaderName::from_static(THREAD_ANSWER_HEADER), thread));
+    }
     match outcome {
-        compact::Outcome::Compacted { body, .. } => Ok((body, header)),
-        compact::Outcome::Unchanged { .. } => Ok((bytes, header)),
+        compact::Outcome::Compacted { body, .. } => Ok((body, answer_headers)),
+        compact::Outcome::Unchanged { .. } => Ok((bytes, answer_headers)),
         compact::Outcome::Skipped { reason, invalid } => {
             if active.proxy.strict {
                 let mut e = ProxyError::new(
@@ -320,7 +329,7 @@ async fn compacted_body(
                 return Err(e);
             }
             tracing::warn!("compaction skipped, the original body is forwarded: {reason}");
-            Ok((bytes, header))
+            Ok((bytes, answer_headers))
         }
     }
 }
