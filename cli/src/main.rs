@@ -376,6 +376,13 @@ fn render_report(report: &ChainReport) -> String {
         report.duration_ms,
         report.reason
     );
+    if !report.opaque.is_empty() {
+        let found: Vec<String> = report.opaque.iter().map(|o| o.describe()).collect();
+        out.push_str(&format!(
+            "  opaque: {} (kept verbatim in place, compacted around)\n",
+            found.join(", ")
+        ));
+    }
     for run in &report.stages {
         let status = match run.status {
             StageStatus::Acted => "acted",

@@ -71,7 +71,7 @@ pub async fn run_check(id: &str, options: &KitOptions) -> CheckOutput {
         "TAMP-CFG-01" => ctx.schema(),
         "TAMP-CFG-02" => ctx.invalid_configs(),
         "TAMP-INV-01" | "TAMP-INV-02" | "TAMP-INV-03" | "TAMP-INV-04" | "TAMP-INV-06"
-        | "TAMP-INV-10" => ctx.invariant(id).await,
+        | "TAMP-INV-10" | "TAMP-INV-11" | "TAMP-INV-12" | "TAMP-INV-13" => ctx.invariant(id).await,
         "TAMP-INV-05" => ctx.failure_atomic().await,
         "TAMP-INV-07" => ctx.deterministic().await,
         "TAMP-INV-08" => ctx.prefix_stable().await,

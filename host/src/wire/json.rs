@@ -307,6 +307,78 @@ impl<'a> Extra<'a> {
     }
 }
 
+/// The JSON text of an object from its fields: every value's text as it came, the keys
+/// escaped again, no whitespace between tokens (an opaque unit rebuilt from its first-pass
+/// fields, which is the same JSON value as the original, exotic values included).
+pub(crate) fn object_text<'v>(fields: impl Iterator<Item = (&'v str, Cow<'v, str>)>) -> String {
+    let mut text = String::from("{");
+    for (i, (key, value)) in fields.enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        push_json_string(&mut text, key);
+        text.push(':');
+        text.push_str(&value);
+    }
+    text.push('}');
+    text
+}
+
+/// The JSON text of a value parsed one level (see [`object_text`]); `None` for a number,
+/// whose text the first pass does not keep.
+pub(crate) fn level_text<'a>(level: &Level<'a>) -> Option<Cow<'a, str>> {
+    Some(match level {
+        Level::Object(fields) => Cow::Owned(object_text(
+            fields
+                .iter()
+                .map(|(k, v)| (k.as_ref(), Cow::Borrowed(v.get()))),
+        )),
+        Level::Array(items) => {
+            let mut text = String::from("[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                text.push_str(item.get());
+            }
+            text.push(']');
+            Cow::Owned(text)
+        }
+        Level::String(s) => {
+            let mut text = String::new();
+            push_json_string(&mut text, s);
+            Cow::Owned(text)
+        }
+        Level::Null => Cow::Borrowed("null"),
+        Level::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
+        Level::Number => return None,
+    })
+}
+
+/// The JSON text of a first-pass message (see [`object_text`]), or where it cannot be
+/// rebuilt: a `content` that is a number.
+pub(crate) fn msg_text(
+    fields: &[(Cow<'_, str>, MsgField<'_>)],
+    path: &Path<'_>,
+) -> Result<String, WireError> {
+    let mut values = Vec::with_capacity(fields.len());
+    for (key, value) in fields {
+        values.push((
+            key.as_ref(),
+            match value {
+                MsgField::Raw(raw) => Cow::Borrowed(raw.get()),
+                MsgField::Content(level) => level_text(level).ok_or_else(|| {
+                    path.key("content").error(
+                        "a number, which tamp cannot carry through exactly in a message it does \
+                         not know",
+                    )
+                })?,
+            },
+        ));
+    }
+    Ok(object_text(values.into_iter()))
+}
+
 /// The original key order of an object (a JSON array of its keys, to record under a marker)
 /// when the writer would change it. Writers put the `canonical` keys first, in that order,
 /// then the others in their original order.

@@ -48,6 +48,8 @@ pub mod summary_marker;
 #[cfg(test)]
 mod passthrough_tests;
 #[cfg(test)]
+mod pinned_tests;
+#[cfg(test)]
 mod tests;
 
 use json::{Doc, Level, Messages, Msg, MsgField, Path, Raw, TopField};
@@ -214,22 +216,20 @@ pub fn parse_value(
 
 /// Writes `conversation` as a request in `format`.
 ///
-/// Anthropic: leading system messages become `system`; consecutive tool messages become one
-/// `user` message; a later system message is written as a `user` message. OpenAI: tool
-/// results become `tool` messages placed before the rest of their message. Tool inputs and
+/// Anthropic: leading system messages become `system` (unless they stood in `messages`);
+/// consecutive tool messages become one `user` message; a later system message stays a
+/// `system` message in place. OpenAI: tool results become `tool` messages placed before the
+/// rest of their message. A message tamp did not know is written as it came. Tool inputs and
 /// opaque blocks that are not valid JSON are written as JSON strings. What the reader kept as
 /// text (unknown fields, opaque blocks, tool inputs) is written as that exact text.
 pub fn write(conversation: &Conversation, format: WireFormat) -> Written<'_> {
     let messages = &conversation.messages[..];
     let (system, messages) = match format {
         WireFormat::Anthropic => {
-            let lead = messages
-                .iter()
-                .take_while(|m| m.role == crate::plugin_api::Role::System)
-                .count();
+            let lead = lead_system(messages);
             (
                 anthropic::system_out(&messages[..lead]),
-                anthropic::messages_out(&messages[lead..], false),
+                anthropic::messages_out(&messages[lead..]),
             )
         }
         WireFormat::OpenAi => (None, openai::messages_out(messages)),
@@ -237,11 +237,26 @@ pub fn write(conversation: &Conversation, format: WireFormat) -> Written<'_> {
     Written(assemble_top(conversation, system, messages))
 }
 
+/// How many leading system messages a writer puts in the request's top-level field: those
+/// that did not stand in the message list ([`form::SYSTEM`]) and are no opaque unit.
+fn lead_system(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .take_while(|m| {
+            m.role == crate::plugin_api::Role::System
+                && raw_json(m).is_none()
+                && json::Extra::parse(m.extra_json.as_str())
+                    .marker(form::SYSTEM)
+                    .is_none()
+        })
+        .count()
+}
+
 /// `messages` as a JSON array of wire messages in `format` (for printing pages). Unlike
 /// [`write`], system messages stay in the array, with the role `system`.
 pub fn write_messages(messages: &[Message], format: WireFormat) -> Written<'_> {
     Written(Out::Array(match format {
-        WireFormat::Anthropic => anthropic::messages_out(messages, true),
+        WireFormat::Anthropic => anthropic::messages_out(messages),
         WireFormat::OpenAi => openai::messages_out(messages),
     }))
 }
@@ -570,7 +585,54 @@ fn value_kind(value: &Value) -> &'static str {
 // ---------------------------------------------------------------------------------------------
 // Shared by both formats
 
-/// Turns a message whose only content is a summary marker into a summary message.
+/// A wire message or item tamp does not know (a role, a Responses item type), as an opaque
+/// unit: a system message (pinned, `sdk::pinned`) holding the whole of it, `json`, as one
+/// opaque block, written back as it came (`tamp:item` `raw`). `opaque` names it for the report
+/// (`item:web_search_call`, `role:critic`); `boundary` marks a provider's compaction
+/// boundary.
+pub(crate) fn opaque_unit(json: String, opaque: Option<&str>, boundary: Option<&str>) -> Message {
+    let mut extra = json::ObjText::new();
+    extra.string(form::ITEM, "raw");
+    if let Some(entry) = opaque {
+        extra.raw(form::OPAQUE, &json::string_array(std::iter::once(entry)));
+    }
+    if let Some(what) = boundary {
+        extra.string(form::BOUNDARY, what);
+    }
+    Message {
+        role: crate::plugin_api::Role::System,
+        content: abi_stable::std_types::RVec::from(vec![ContentBlock::Opaque {
+            json: RString::from(json),
+        }]),
+        summary: ROption::RNone,
+        extra_json: extra.finish(),
+    }
+}
+
+/// The wire JSON of a message written as it came ([`opaque_unit`]), if it is one.
+pub(crate) fn raw_json(message: &Message) -> Option<&str> {
+    let [ContentBlock::Opaque { json }] = &message.content[..] else {
+        return None;
+    };
+    let raw = message.role == crate::plugin_api::Role::System
+        && message.extra_json.contains(form::ITEM)
+        && json::Extra::parse(message.extra_json.as_str())
+            .marker(form::ITEM)
+            .as_deref()
+            == Some("raw");
+    raw.then_some(json.as_str())
+}
+
+/// Records in `extra` what a message held that tamp does not know (`sdk::pinned::OPAQUE`).
+pub(crate) fn mark_opaque(extra: &mut json::ObjText, entries: &[String]) {
+    if !entries.is_empty() {
+        extra.raw(
+            form::OPAQUE,
+            &json::string_array(entries.iter().map(String::as_str)),
+        );
+    }
+}
+
 /// A parsed message: its blocks and recorded extras, read back as a summary if its text is a
 /// `<tamp-summary>` marker. Both wire readers end each message here.
 pub(crate) fn finish_message(

@@ -60,7 +60,11 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         "user" => (Role::User, false),
         "assistant" => (Role::Assistant, false),
         "tool" => (Role::Tool, false),
-        other => return Err(role_path.error(format!("unknown role \"{other}\""))),
+        other => {
+            let entry = format!("role:{other}");
+            let json = json::msg_text(&fields, path)?;
+            return Ok(super::opaque_unit(json, Some(&entry), None));
+        }
     };
     let canonical = if role == Role::Tool {
         TOOL_MESSAGE_KEYS
@@ -114,11 +118,13 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         Some(Level::String(s)) => (vec![ContentBlock::text(rstring(s))], Form::String),
         Some(Level::Null) => (Vec::new(), Form::Null),
         Some(Level::Array(items)) => {
+            let mut unknown = Vec::new();
             let blocks = items
                 .iter()
                 .enumerate()
-                .map(|(j, part)| parse_part(part, &content_path.index(j)))
+                .map(|(j, part)| parse_part(part, &content_path.index(j), &mut unknown))
                 .collect::<Result<Vec<_>, _>>()?;
+            super::mark_opaque(&mut extra, &unknown);
             (blocks, Form::Array)
         }
         Some(other) => {
@@ -149,8 +155,17 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
     Ok(finish_message(role, blocks, extra))
 }
 
-/// A content part: `text` (other fields kept in `extra_json`), anything else opaque.
-fn parse_part(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> {
+/// The content part types of Chat Completions that tamp carries as opaque blocks within their
+/// message; a part of any other type pins its message (`sdk::pinned`).
+const KNOWN_PARTS: &[&str] = &["text", "image_url", "input_audio", "file", "refusal"];
+
+/// A content part: `text` (other fields kept in `extra_json`), anything else opaque; the
+/// types tamp does not know are added to `unknown` (`block:<type>`).
+fn parse_part(
+    raw: Raw<'_>,
+    path: &Path<'_>,
+    unknown: &mut Vec<String>,
+) -> Result<ContentBlock, WireError> {
     let fields = match level(raw, path)? {
         Level::Object(fields) => fields,
         other => return Err(expected(path, "an object", &other)),
@@ -162,6 +177,9 @@ fn parse_part(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> 
     let interpreted: &[&str] = if ty == "text" { TEXT_KEYS } else { &["type"] };
     json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), interpreted, path)?;
     if ty != "text" {
+        if !KNOWN_PARTS.contains(&ty.as_ref()) {
+            unknown.push(format!("block:{ty}"));
+        }
         return Ok(ContentBlock::Opaque {
             json: RString::from(raw.get()),
         });
@@ -264,6 +282,10 @@ fn parse_call(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> 
 pub(super) fn messages_out(messages: &[Message]) -> Vec<Out<'_>> {
     let mut out = Vec::with_capacity(messages.len());
     for m in messages {
+        if let Some(json) = super::raw_json(m) {
+            out.push(Out::json_or_string(json));
+            continue;
+        }
         match written_blocks(m) {
             Cow::Borrowed(blocks) => write_message(m, blocks, &mut out),
             Cow::Owned(blocks) => {

@@ -5,7 +5,7 @@
 //!
 //! - **Anthropic**: leading system messages become `system`; a run of consecutive
 //!   [`Role::Tool`] messages becomes one `user` message; any other message is one message (a
-//!   later system message is written as `user`). Each `tool_use` (assistant messages only) is
+//!   later system message stays a `system` message, where no tool block may stand). Each `tool_use` (assistant messages only) is
 //!   answered by a `tool_result` in the immediately following user message, every `tool_result`
 //!   answers a `tool_use` of the immediately preceding assistant message, and `tool_result`
 //!   blocks come before any other block of their message.
@@ -164,7 +164,8 @@ fn anthropic_turns(messages: &[Message]) -> Turns {
         }
         let side = match messages[i].role {
             Role::Assistant => Side::Assistant,
-            _ => Side::User,
+            Role::System => Side::System,
+            Role::User | Role::Tool => Side::User,
         };
         turns.add_blocks(messages, i);
         turns.push(side, from);

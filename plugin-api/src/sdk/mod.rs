@@ -1,5 +1,6 @@
 //! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
-//! parts of a conversation, summary messages, clearings ([`clearing`]), prompt rendering,
+//! and pinned parts of a conversation ([`pinned`]: instructions, opaque units, compaction
+//! boundaries), summary messages, clearings ([`clearing`]), prompt rendering,
 //! summary lengths ([`length`]), and reuse of cached summaries ([`incremental`]).
 
 pub mod chunk;
@@ -9,6 +10,7 @@ pub mod groups;
 pub mod incremental;
 pub mod length;
 pub mod lists;
+pub mod pinned;
 pub mod prompt;
 pub mod protect;
 pub mod span;
