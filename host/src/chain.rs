@@ -29,8 +29,8 @@ use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
 use crate::store::cache::config_hash;
 use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
 use crate::threads::{
-    common_prefix, continuation, prefix_hashes, ThreadKey, ThreadReport, ThreadState, ThreadStore,
-    ThreadsConfig,
+    common_prefix, continuation, prefix_hashes, remarked, ThreadKey, ThreadReport, ThreadState,
+    ThreadStore, ThreadsConfig,
 };
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
@@ -761,7 +761,8 @@ impl Chain {
         let covered = previous.as_ref().map_or(0, |s| s.covered as usize);
         let input = match resumed {
             Some(output) => {
-                let mut messages = output.to_vec();
+                // The answer with the request's own marks (see `threads::remarked`).
+                let mut messages = remarked(output, &conversation.messages[..covered]);
                 // The request's new messages are moved, not copied: the rest of it is dropped.
                 let raw: Vec<Message> = conversation.messages.into();
                 messages.extend(raw.into_iter().skip(covered));

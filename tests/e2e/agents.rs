@@ -25,14 +25,17 @@ fn task(tool: &str) -> String {
 }
 
 /// The proxy's chain: the template strategy (old tool exchanges archived behind an extractive
-/// summary, no LLM) at a budget a dozen tool exchanges outgrow, its store in `dir`.
-fn chain(dir: &Path, upstream: &AgentUpstream, max_tokens: u64, proxy_extra: &str) -> PathBuf {
+/// summary, no LLM) with its high watermark at `high` tokens, its store in `dir`. An agent's
+/// first request is its system prompt and instructions (Claude Code's: 3,900 tokens) and each
+/// step adds 50-60: `high` a few steps above the first request makes most requests compacted.
+fn chain(dir: &Path, upstream: &AgentUpstream, high: u64, proxy_extra: &str) -> PathBuf {
     let text = format!(
-        "[budget]\nmax_tokens = {max_tokens}\nhigh_watermark = 0.75\nlow_watermark = 0.5\n\
+        "[budget]\nmax_tokens = {}\nhigh_watermark = 0.8\nlow_watermark = 0.7\n\
          keep_recent = 4\n\n[provider]\nkind = \"extractive\"\n\n[store]\npath = \"store.sqlite3\"\n\n\
          [proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n{proxy_extra}\n\n\
          [[stage]]\nname = \"archive-old-tool-calls\"\nplugin = \"{}\"\n\
          [stage.config]\nkeep_exchanges = 2\nsummarize = true\nsummary_tokens = 60\n",
+        high * 5 / 4,
         upstream.url(),
         upstream.openai_url(),
         plugin("tamp_custom_strategy").display()
@@ -174,7 +177,7 @@ fn claude_code_finishes_a_tool_task_through_the_proxy_with_its_history_compacted
     let store = dir.join("proxy");
     std::fs::create_dir_all(&store).unwrap();
     let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
-    let proxy = start_proxy(&chain(&store, &upstream, 12_000, ""));
+    let proxy = start_proxy(&chain(&store, &upstream, 4_100, ""));
     let (home, work) = agent_dirs(&dir, "claude");
 
     let out = run(claude(&proxy.base, &home, &work), "claude");
@@ -253,4 +256,45 @@ fn record_the_agents_sessions_into_the_fixtures() {
     );
     let fixture = session_fixture(tools::CODEX, &upstream.exchanges());
     std::fs::write(fixtures.join("codex.session.json"), fixture).unwrap();
+}
+
+#[test]
+fn two_claude_code_sessions_at_once_in_one_folder_keep_their_own_threads() {
+    let dir = ScratchDir::new("agents-claude-two");
+    let store = dir.join("proxy");
+    std::fs::create_dir_all(&store).unwrap();
+    let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
+    let proxy = start_proxy(&chain(&store, &upstream, 4_100, ""));
+    // One folder and one task: the same system prompt and first message for both.
+    let (home, work) = agent_dirs(&dir, "claude");
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| run(claude(&proxy.base, &home, &work), "claude (a)"));
+        let b = s.spawn(|| run(claude(&proxy.base, &home, &work), "claude (b)"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let exchanges = assert_finished("claude -p (a)", &a, &upstream, &proxy);
+    assert_finished("claude -p (b)", &b, &upstream, &proxy);
+    let mut sessions: Vec<String> = exchanges.iter().filter_map(Exchange::session).collect();
+    sessions.sort();
+    sessions.dedup();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    let log = proxy.log();
+    for session in &sessions {
+        let mine: Vec<&Exchange> = exchanges
+            .iter()
+            .filter(|e| e.session().as_ref() == Some(session))
+            .collect();
+        let n = mine.iter().filter(|e| e.compacted()).count();
+        assert!(
+            n >= 4,
+            "session {session}: {n} of {} requests compacted",
+            mine.len()
+        );
+        let continued = format!("thread session:{session}; continued");
+        assert!(
+            log.contains(&continued),
+            "no \"{continued}\" in the log:\n{}",
+            tail(&log, 80)
+        );
+    }
 }
