@@ -298,3 +298,117 @@ fn two_claude_code_sessions_at_once_in_one_folder_keep_their_own_threads() {
         );
     }
 }
+
+#[test]
+fn codex_finishes_a_tool_task_through_the_proxy_with_its_history_compacted() {
+    let dir = ScratchDir::new("agents-codex");
+    let store = dir.join("proxy");
+    std::fs::create_dir_all(&store).unwrap();
+    let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
+    let proxy = start_proxy(&chain(&store, &upstream, CODEX_HIGH, ""));
+    let (home, work) = agent_dirs(&dir, "codex");
+
+    let base = format!("{}/v1", proxy.base);
+    let out = run(codex(&base, &home, &work, "", ""), "codex exec");
+    let exchanges = assert_finished("codex exec", &out, &upstream, &proxy);
+    let turns = exchanges.len();
+    assert!(
+        turns > STEPS as usize,
+        "{turns} model calls for {STEPS} steps"
+    );
+    let n = compacted(&exchanges);
+    assert!(
+        n >= 4,
+        "only {n} of {turns} requests reached the upstream compacted"
+    );
+    let session = exchanges[0]
+        .session()
+        .expect("Codex sends its prompt_cache_key");
+    let continued = format!("thread session:{session}; continued");
+    assert!(
+        proxy.log().contains(&continued),
+        "no \"{continued}\" in the log"
+    );
+    proxy.assert_secret_kept_out(KEY, &store);
+}
+
+/// Codex's first request is its instructions, skills and environment (about 6,000 tokens);
+/// each step adds about 70.
+const CODEX_HIGH: u64 = 6_400;
+
+/// The page ids of the tamp summaries in a request.
+fn pages_in(exchange: &Exchange) -> Vec<String> {
+    let text = String::from_utf8_lossy(&exchange.raw).replace("\\\"", "\"");
+    text.match_indices("<tamp-summary page=\"")
+        .filter_map(|(at, marker)| {
+            let rest = &text[at + marker.len()..];
+            rest.split_once('"').map(|(page, _)| page.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
+    let dir = ScratchDir::new("agents-codex-own");
+    let store = dir.join("proxy");
+    std::fs::create_dir_all(&store).unwrap();
+    // An upstream like vLLM: no compaction_trigger, no compaction items.
+    let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Absent);
+    // A budget the task stays under: the only compaction is the one Codex asks for.
+    let proxy = start_proxy(&chain(
+        &store,
+        &upstream,
+        100_000,
+        "openai_compaction = \"tamp\"",
+    ));
+    let (home, work) = agent_dirs(&dir, "codex");
+
+    // A provider Codex takes for OpenAI (so it compacts server-side), with no WebSocket
+    // attempts, and a limit its history passes after a few steps (usage is bytes / 4).
+    let base = format!("{}/v1", proxy.base);
+    let command = codex(
+        &base,
+        &home,
+        &work,
+        "supports_websockets = false",
+        "model_auto_compact_token_limit = 8500",
+    );
+    let config = home.join(".codex/config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("name = \"tamp\"", "name = \"OpenAI\""),
+    )
+    .unwrap();
+    let out = run(command, "codex exec");
+    let exchanges = assert_finished("codex exec", &out, &upstream, &proxy);
+
+    // Codex compacted (tamp answered: the upstream would have refused the trigger), and every
+    // later request carries tamp's summary in place of its compaction item.
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("context compacted"), "{said}");
+    let n = compacted(&exchanges);
+    assert!(
+        n >= 4,
+        "only {n} of {} requests reached the upstream compacted",
+        exchanges.len()
+    );
+    let last = exchanges.last().unwrap();
+    let pages = pages_in(last);
+    assert!(!pages.is_empty(), "no summary in the last request");
+    // The pages hold what was taken out: the first steps' calls.
+    let archived = tamp_e2e::rt().block_on(async {
+        let mut archived = String::new();
+        for page in &pages {
+            let url = proxy.url(&format!("/tamp/v1/pages/{page}"));
+            archived += &reqwest::get(url).await.unwrap().text().await.unwrap();
+        }
+        archived
+    });
+    assert!(archived.contains("echo step 1"), "{archived}");
+    proxy.assert_secret_kept_out(KEY, &store);
+}

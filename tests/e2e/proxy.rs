@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tamp_e2e::mock_upstream::{MockUpstream, Received};
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
-use tamp_e2e::{corpus, plugin, tools, workspace_root};
+use tamp_e2e::{agent_session, corpus, plugin, tools, workspace_root};
 
 /// What every client sends as its key: it must reach the upstream and nothing else.
 const KEY: &str = "sk-proxy-e2e-0123456789abcdefSECRET";
@@ -320,6 +320,106 @@ async fn the_openai_sdk_sees_its_own_api_and_the_upstream_the_compacted_body() {
     for r in &completions[..2] {
         assert_eq!(r.header("x-client-marker"), Some("marker-o1"));
     }
+    assert_key_kept_out(&proxy, &dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdks_responses_api_sees_its_own_api_and_the_upstream_the_compacted_body() {
+    let dir = ScratchDir::new("proxy-responses-sdk");
+    let upstream = MockUpstream::start();
+    let proxy = start_proxy(&shipped_chain(&dir, &upstream, ""));
+    // The last request of a real Codex session: its instructions as developer messages,
+    // twelve reasoning items, calls and outputs.
+    let codex = agent_session("codex").pop().unwrap();
+    let original_items = codex["input"].as_array().unwrap().len();
+    let conversation = dir.join("conversation.json");
+    std::fs::write(&conversation, json!({"input": codex["input"]}).to_string()).unwrap();
+
+    let seen = run_sdk("responses", &proxy, &conversation, "r1");
+    let received = upstream.received();
+    let responses = on(&received, "/v1/responses");
+    assert_eq!(
+        responses.len(),
+        5,
+        "create, stream, stream helper, previous, 400"
+    );
+
+    let create = &seen["create"];
+    compacted_pages(&create["compaction"]);
+    assert_eq!(create["thread"], "session:sdk-session-r1");
+    let first = responses[0].json();
+    let sent = first["input"].as_array().unwrap().len();
+    assert!(
+        sent < original_items,
+        "{sent} of {original_items} items sent"
+    );
+    assert_eq!(create["text"], format!("Seen {sent} items. word1 word2"));
+    assert_eq!(
+        create["calls"],
+        json!([{"name": "get_weather", "arguments": "{\"query\": \"weather in Paris\"}"}])
+    );
+    assert_eq!(first["model"], "gpt-test");
+    assert_eq!(first["tools"][0]["name"], "get_weather");
+    assert_eq!(first["prompt_cache_key"], "sdk-session-r1");
+
+    let stream = &seen["stream"];
+    compacted_pages(&stream["compaction"]);
+    let mut expected = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    expected.extend(["response.output_text.delta"; 3]);
+    expected.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+    ]);
+    expected.extend(["response.function_call_arguments.delta"; 3]);
+    expected.extend([
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(stream["events"], json!(expected));
+    assert_eq!(stream["text"], format!("Seen {sent} items. word1 word2"));
+    assert_eq!(
+        seen["stream_helper"]["types"],
+        json!(["message", "function_call"])
+    );
+
+    // Forwarded to an upstream that has server-side compaction, as it was sent.
+    let compact = &seen["compact"];
+    assert_eq!(compact["object"], "response.compaction");
+    assert_eq!(
+        compact["types"].as_array().unwrap().last().unwrap(),
+        "compaction"
+    );
+    let forwarded = on(&received, "/v1/responses/compact");
+    assert_eq!(forwarded.len(), 1);
+    assert_eq!(forwarded[0].json()["input"], codex["input"]);
+
+    // Server-side state: nothing to compact, forwarded, and the header says why.
+    let previous = seen["previous"]["compaction"].as_str().unwrap();
+    assert!(
+        previous
+            .starts_with("skipped (the request continues server-side state (previous_response_id)"),
+        "{previous}"
+    );
+    assert_eq!(responses[3].json()["previous_response_id"], "resp_earlier");
+
+    let bad = &seen["bad_request"];
+    assert_eq!(bad["class"], "BadRequestError");
+    assert_eq!(bad["status"], 400);
+    for r in &received {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+    }
+    assert_eq!(responses[0].header("x-client-marker"), Some("marker-r1"));
     assert_key_kept_out(&proxy, &dir);
 }
 

@@ -134,6 +134,21 @@ pub fn corpus_conversation(format: &str, name: &str) -> Conversation {
         .0
 }
 
+/// The request bodies of a recorded agent session, in order (`tests/fixtures/agents/`:
+/// `"claude-code"` or `"codex"`).
+pub fn agent_session(agent: &str) -> Vec<serde_json::Value> {
+    let path = workspace_root().join(format!("tests/fixtures/agents/{agent}.session.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let session: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    session["requests"]
+        .as_array()
+        .expect("a session's requests")
+        .iter()
+        .map(|r| r["body"].clone())
+        .collect()
+}
+
 /// A fresh scratch directory under the system temp dir.
 pub fn scratch_dir(tag: &str) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
