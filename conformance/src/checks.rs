@@ -25,7 +25,7 @@ use tamp_host::invariants::Violation;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::WireFormat;
 
-const FORMATS: [WireFormat; 2] = [WireFormat::Anthropic, WireFormat::OpenAi];
+const FORMATS: [WireFormat; 3] = WireFormat::ALL;
 /// Shrinking stops after this many candidate runs.
 const MAX_SHRINK_RUNS: usize = 300;
 
