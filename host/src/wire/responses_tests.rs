@@ -288,6 +288,10 @@ fn bad_requests_are_refused_with_their_paths() {
             "input[0]: expected an object, found a number",
         ),
         (
+            json!({"input": [{"x": 1}]}),
+            "input[0]: item without \"type\"",
+        ),
+        (
             json!({"input": [{"type": "message", "content": "x"}]}),
             "input[0]: message without \"role\"",
         ),
