@@ -48,6 +48,8 @@ mod responses;
 pub mod summary_marker;
 
 #[cfg(test)]
+mod agents_tests;
+#[cfg(test)]
 mod passthrough_tests;
 #[cfg(test)]
 mod pinned_tests;
