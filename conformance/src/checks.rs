@@ -788,6 +788,11 @@ impl Ctx {
                         f.returned = Some(describe_messages(&o.conversation.messages, None));
                     }
                     out.findings.push(f);
+                    // One time limit spent is enough: each further case would spend another,
+                    // and the check's process has a limit of its own.
+                    if matches!(run.outcome, Err(RunFailure::Timeout(_))) {
+                        return out;
+                    }
                 } else {
                     for v in self.harness.violations(&run) {
                         out.findings.push(self.violation_finding(&v, &run, &label));
