@@ -106,8 +106,9 @@ struct CompactArgs {
     /// the template plugin.
     #[arg(short, long)]
     config: Option<PathBuf>,
-    /// The input's wire format; detected when absent.
-    #[arg(long, value_parser = ["anthropic", "openai"])]
+    /// The input's wire format: Anthropic Messages, OpenAI Chat Completions or the OpenAI
+    /// Responses API; detected when absent.
+    #[arg(long, value_parser = ["anthropic", "openai", "responses"])]
     format: Option<String>,
     /// Print the per-stage report to stderr.
     #[arg(long)]
@@ -183,7 +184,7 @@ enum PagesCommand {
         #[command(flatten)]
         store: StoreArgs,
         /// Output format: the page's source wire format by default.
-        #[arg(long, value_parser = ["anthropic", "openai", "internal"])]
+        #[arg(long, value_parser = ["anthropic", "openai", "responses", "internal"])]
         format: Option<String>,
     },
     /// List the newest pages.

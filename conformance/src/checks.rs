@@ -25,7 +25,7 @@ use tamp_host::invariants::Violation;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::WireFormat;
 
-const FORMATS: [WireFormat; 2] = [WireFormat::Anthropic, WireFormat::OpenAi];
+const FORMATS: [WireFormat; 3] = WireFormat::ALL;
 /// Shrinking stops after this many candidate runs.
 const MAX_SHRINK_RUNS: usize = 300;
 
@@ -788,6 +788,11 @@ impl Ctx {
                         f.returned = Some(describe_messages(&o.conversation.messages, None));
                     }
                     out.findings.push(f);
+                    // One time limit spent is enough: each further case would spend another,
+                    // and the check's process has a limit of its own.
+                    if matches!(run.outcome, Err(RunFailure::Timeout(_))) {
+                        return out;
+                    }
                 } else {
                     for v in self.harness.violations(&run) {
                         out.findings.push(self.violation_finding(&v, &run, &label));

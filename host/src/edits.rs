@@ -126,33 +126,8 @@ pub(crate) fn check(
             )
             .at_message(range.start));
         }
-        // A clearing changes one message, but not one of a pinned unit's either.
-        let touched = match edit {
-            Edit::Clear { .. } => units
-                .iter()
-                .find(|u| u.range.contains(&range.start))
-                .map_or(range.clone(), |u| u.range.clone()),
-            _ => range.clone(),
-        };
-        let pinned = (range.start >= head)
-            .then(|| {
-                touched
-                    .into_iter()
-                    .find_map(|i| pinning_rule(messages, i, boundary).map(|p| (i, p)))
-            })
-            .flatten();
-        if let Some((i, (rule, what))) = pinned {
-            return Err(violation(
-                rule,
-                format!(
-                    "edit {n} touches messages[{}..{}]: message {i} {what}",
-                    range.start, range.end
-                ),
-            )
-            .at_message(i));
-        }
-        if range.start < allowed.start || range.end > allowed.end {
-            return Err(violation(
+        let outside = || {
+            violation(
                 Rule::ProtectedUntouched,
                 format!(
                     "edit {n} touches messages[{}..{}], outside the compactable range {}..{} \
@@ -165,7 +140,34 @@ pub(crate) fn check(
                     messages.len() - allowed.end
                 ),
             )
-            .at_message(range.start));
+            .at_message(range.start)
+        };
+        if range.start < head || range.end > allowed.end {
+            return Err(outside());
+        }
+        // A clearing changes one message, but not one of a pinned unit's either.
+        let touched = match edit {
+            Edit::Clear { .. } => units
+                .iter()
+                .find(|u| u.range.contains(&range.start))
+                .map_or(range.clone(), |u| u.range.clone()),
+            _ => range.clone(),
+        };
+        let pinned = touched
+            .into_iter()
+            .find_map(|i| pinning_rule(messages, i, boundary).map(|p| (i, p)));
+        if let Some((i, (rule, what))) = pinned {
+            return Err(violation(
+                rule,
+                format!(
+                    "edit {n} touches messages[{}..{}]: message {i} {what}",
+                    range.start, range.end
+                ),
+            )
+            .at_message(i));
+        }
+        if range.start < allowed.start {
+            return Err(outside());
         }
         // A clearing changes one message in place and keeps its tool ids, so it cannot split
         // an exchange; a finalized summary is a unit of its own.

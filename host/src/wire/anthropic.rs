@@ -23,12 +23,12 @@ const TOOL_RESULT_KEYS: &[&str] = &["type", "tool_use_id", "content", "is_error"
 
 pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
     let Top {
-        messages: wire,
+        list,
         system,
         thread_id,
         metadata_json,
-        ..
     } = top;
+    let wire = list.into_messages();
     let mut messages = Vec::with_capacity(wire.len() + 1);
     let has_system = system.is_some();
     if let Some(system) = system {
@@ -105,7 +105,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>, leading: bool) -> Result<Message
         Msg::Other(kind) => return Err(expected_kind(path, "an object", kind)),
     };
     let Some(role) = Msg::raw(&fields, "role") else {
-        return Err(path.error("message without \"role\""));
+        return super::item_in_messages(&fields, path);
     };
     let role_path = path.key("role");
     let role = match string(role, &role_path)?.as_ref() {
@@ -113,11 +113,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>, leading: bool) -> Result<Message
         "assistant" => Role::Assistant,
         // Mid-conversation system messages (Claude Code sends one after the task).
         "system" => Role::System,
-        other => {
-            let entry = format!("role:{other}");
-            let json = json::msg_text(&fields, path)?;
-            return Ok(super::opaque_unit(json, Some(&entry), None));
-        }
+        other => return super::opaque_message(&fields, path, &format!("role:{other}")),
     };
     json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS, path)?;
     let order = json::key_order_marker(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS);
@@ -261,7 +257,7 @@ fn parse_block(
                 Some(raw) => Some(level(raw, &content_path)?),
                 None => None,
             };
-            let (parts, shape) = parse_result_content(content, path, "block")?;
+            let (parts, shape) = parse_result_content(content, path, &RESULT_CONTENT)?;
             let is_error = match field(&fields, "is_error") {
                 None => false,
                 Some(raw) => {
@@ -305,18 +301,37 @@ fn parse_block(
     }
 }
 
-/// Reads a tool result's `content` (Anthropic `tool_result.content`, OpenAI `tool` message
-/// `content`; `path` is its owner): a string, null, absent, or an array of parts. A part that
-/// is exactly `{"type": "text", "text": ...}` is text; any other part is kept opaque.
+/// Where a format keeps a tool result's content and how it names its text parts.
+pub(super) struct ResultContent {
+    /// The field: `content`, or Responses `output`.
+    pub(super) key: &'static str,
+    /// The type of a text part: `text`, or Responses `input_text`.
+    pub(super) text_type: &'static str,
+    /// What a part is called in errors.
+    pub(super) noun: &'static str,
+}
+
+/// Anthropic `tool_result.content`.
+pub(super) const RESULT_CONTENT: ResultContent = ResultContent {
+    key: "content",
+    text_type: "text",
+    noun: "block",
+};
+
+/// Reads a tool result's content (Anthropic `tool_result.content`, OpenAI `tool` message
+/// `content`, Responses `output`; `path` is its owner): a string, null, absent, or an array of
+/// parts. A part that is exactly `{"type": <text type>, "text": ...}` is text; any other part
+/// is kept opaque.
 pub(super) fn parse_result_content(
     content: Option<Level<'_>>,
     path: &Path<'_>,
-    noun: &str,
+    shape: &ResultContent,
 ) -> Result<(Vec<ToolResultPart>, Form), WireError> {
     let Some(content) = content else {
         return Ok((Vec::new(), Form::Absent));
     };
-    let content_path = path.key("content");
+    let (noun, text_type) = (shape.noun, shape.text_type);
+    let content_path = path.key(shape.key);
     match content {
         Level::String(s) => Ok((
             vec![ToolResultPart::Text { text: rstring(s) }],
@@ -336,8 +351,10 @@ pub(super) fn parse_result_content(
                 };
                 let ty = string(ty, &part_path.key("type"))?;
                 let text = match field(&fields, "text") {
-                    Some(text) if ty == "text" => Some(string(text, &part_path.key("text"))?),
-                    None if ty == "text" => return Err(part_path.error("text without \"text\"")),
+                    Some(text) if ty == text_type => Some(string(text, &part_path.key("text"))?),
+                    None if ty == text_type => {
+                        return Err(part_path.error(format!("{ty} without \"text\"")))
+                    }
                     _ => None,
                 };
                 let plain = fields.len() == 2 && fields[0].0 == "type";
@@ -502,7 +519,7 @@ fn block_out(block: &ContentBlock) -> Out<'_> {
                     Form::Array => true,
                 },
             );
-            if let Some(value) = result_content_out(content, shape) {
+            if let Some(value) = result_content_out(content, shape, "text") {
                 own.push(("content".into(), value));
             }
             if *is_error || extra.get(form::IS_ERROR).is_some() {
@@ -514,8 +531,13 @@ fn block_out(block: &ContentBlock) -> Out<'_> {
     }
 }
 
-/// A tool result's `content` in `shape` (`None`: no `content` field).
-pub(super) fn result_content_out(parts: &[ToolResultPart], shape: Form) -> Option<Out<'_>> {
+/// A tool result's content in `shape` (`None`: no content field), text parts of type
+/// `text_type`.
+pub(super) fn result_content_out<'a>(
+    parts: &'a [ToolResultPart],
+    shape: Form,
+    text_type: &'static str,
+) -> Option<Out<'a>> {
     match (shape, parts) {
         (Form::Absent, _) => None,
         (Form::Null, _) => Some(Out::Null),
@@ -526,7 +548,7 @@ pub(super) fn result_content_out(parts: &[ToolResultPart], shape: Form) -> Optio
                 .iter()
                 .map(|p| match p {
                     ToolResultPart::Text { text } => Out::Object(vec![
-                        ("type".into(), Out::str("text")),
+                        ("type".into(), Out::str(text_type)),
                         ("text".into(), Out::str(text.as_str())),
                     ]),
                     ToolResultPart::Opaque { json } => Out::json_or_string(json.as_str()),

@@ -9,7 +9,9 @@ use std::borrow::Cow;
 use std::fmt;
 
 use abi_stable::std_types::RString;
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::value::RawValue;
 
 use super::WireError;
@@ -527,13 +529,32 @@ impl<'de> Visitor<'de> for LevelVisitor {
 // ---------------------------------------------------------------------------------------------
 // The first pass over a request
 
-/// Parses a request in one pass down to its messages' fields: every field is kept raw except
-/// `messages` and each message's `content` (one level). Syntax errors carry their line and
-/// column.
-pub(crate) fn parse_doc(text: &str) -> Result<Doc<'_>, WireError> {
-    serde_json::from_str(text).map_err(|e| {
-        locate_error(text).unwrap_or_else(|| WireError::new("", format!("invalid JSON: {e}")))
-    })
+/// Which top-level field a request's conversation is in, and how far the first pass reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ListKey {
+    /// `messages` (Anthropic, Chat Completions): down to each message's fields, `content`
+    /// one level further.
+    Messages,
+    /// `input` (Responses): a string, or down to each item's fields.
+    Input,
+}
+
+/// Parses a request in one pass down to its conversation's fields: every field is kept raw
+/// except the list `key` names (see [`ListKey`]). Syntax errors carry their line and column.
+pub(crate) fn parse_doc(text: &str, key: ListKey) -> Result<Doc<'_>, WireError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    DocSeed(key)
+        .deserialize(&mut de)
+        .and_then(|doc| de.end().map(|()| doc))
+        .map_err(|e| {
+            locate_error(text).unwrap_or_else(|| WireError::new("", format!("invalid JSON: {e}")))
+        })
+}
+
+/// Reads a Responses `input` kept raw by a first pass over `messages` (format detection).
+pub(crate) fn parse_input(raw: Raw<'_>) -> Result<Input<'_>, WireError> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| Path::Root.key("input").error(format!("invalid JSON: {e}")))
 }
 
 /// Where in the request a value the first pass could not read sits: the first pass decodes
@@ -573,7 +594,15 @@ pub(crate) enum Doc<'a> {
 
 pub(crate) enum TopField<'a> {
     Messages(Messages<'a>),
+    Input(Input<'a>),
     Raw(Raw<'a>),
+}
+
+/// A Responses request's `input`: its items one level deep, or a string.
+pub(crate) enum Input<'a> {
+    Items(Vec<Level<'a>>),
+    Text(Cow<'a, str>),
+    Other(&'static str),
 }
 
 pub(crate) enum Messages<'a> {
@@ -643,9 +672,13 @@ macro_rules! other_kinds {
     };
 }
 
-impl<'de> Deserialize<'de> for Doc<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DocVisitor;
+struct DocSeed(ListKey);
+
+impl<'de> de::DeserializeSeed<'de> for DocSeed {
+    type Value = Doc<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct DocVisitor(ListKey);
         impl<'de> Visitor<'de> for DocVisitor {
             type Value = Doc<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -654,10 +687,10 @@ impl<'de> Deserialize<'de> for Doc<'de> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut fields = Vec::new();
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                    let v = if k == "messages" {
-                        TopField::Messages(map.next_value()?)
-                    } else {
-                        TopField::Raw(map.next_value()?)
+                    let v = match (self.0, k.as_ref()) {
+                        (ListKey::Messages, "messages") => TopField::Messages(map.next_value()?),
+                        (ListKey::Input, "input") => TopField::Input(map.next_value()?),
+                        _ => TopField::Raw(map.next_value()?),
                     };
                     fields.push((k, v));
                 }
@@ -665,7 +698,55 @@ impl<'de> Deserialize<'de> for Doc<'de> {
             }
             other_kinds!(Doc::Other, seq);
         }
-        deserializer.deserialize_any(DocVisitor)
+        deserializer.deserialize_any(DocVisitor(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Input<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InputVisitor;
+        impl<'de> Visitor<'de> for InputVisitor {
+            type Value = Input<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of items")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(64));
+                while let Some(item) = seq.next_element::<Level<'de>>()? {
+                    items.push(item);
+                }
+                Ok(Input::Items(items))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Input::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Input::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Input::Text(Cow::Owned(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Input::Other("an object"))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Input::Other("a boolean"))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Input::Other("a number"))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Input::Other("a number"))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Input::Other("a number"))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Input::Other("null"))
+            }
+        }
+        deserializer.deserialize_any(InputVisitor)
     }
 }
 
@@ -772,7 +853,7 @@ mod tests {
     #[test]
     fn the_first_pass_stops_at_message_fields() {
         let text = r#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "name": {"x": 1}}, 7]}"#;
-        let Doc::Object(fields) = parse_doc(text).unwrap() else {
+        let Doc::Object(fields) = parse_doc(text, ListKey::Messages).unwrap() else {
             panic!("not an object")
         };
         assert!(
@@ -789,10 +870,12 @@ mod tests {
         assert_eq!(Msg::raw(m, "name").unwrap().get(), r#"{"x": 1}"#);
         assert!(matches!(messages[1], Msg::Other("a number")));
         assert!(matches!(
-            parse_doc("[1, [2]]").unwrap(),
+            parse_doc("[1, [2]]", ListKey::Messages).unwrap(),
             Doc::Other("an array")
         ));
-        let Doc::Object(fields) = parse_doc(r#"{"messages": {"a": [1]}}"#).unwrap() else {
+        let Doc::Object(fields) =
+            parse_doc(r#"{"messages": {"a": [1]}}"#, ListKey::Messages).unwrap()
+        else {
             panic!("not an object")
         };
         assert!(matches!(
@@ -803,7 +886,9 @@ mod tests {
 
     #[test]
     fn syntax_errors_carry_line_and_column() {
-        let err = parse_doc("{\n \"a\": [1,\n}").err().unwrap();
+        let err = parse_doc("{\n \"a\": [1,\n}", ListKey::Messages)
+            .err()
+            .unwrap();
         assert_eq!(err.path, "");
         assert!(err.message.contains("line 3 column 1"), "{}", err.message);
     }

@@ -7,7 +7,7 @@ use abi_stable::std_types::{RString, RVec};
 
 use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 
-use super::anthropic::{parse_result_content, result_content_out};
+use super::anthropic::{parse_result_content, result_content_out, ResultContent};
 use super::form::{self, Form};
 use super::json::{
     self, expected, expected_kind, field, level, rstring, string, Extra, Level, Msg, MsgField,
@@ -16,6 +16,13 @@ use super::json::{
 use super::out::{finish_object, restore_key_order, Out};
 use super::pairing::{self, Locator};
 use super::{finish_message, written_blocks, Top, WireError, WireFormat};
+
+/// A `tool` message's `content`.
+const TOOL_CONTENT: ResultContent = ResultContent {
+    key: "content",
+    text_type: "text",
+    noun: "part",
+};
 
 /// The keys the writer puts first, in this order (see [`json::mark_key_order`]).
 const MESSAGE_KEYS: &[&str] = &["role", "content", "tool_calls"];
@@ -28,7 +35,8 @@ pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
     let root = Path::Root;
     let messages_path = root.key("messages");
     let messages = top
-        .messages
+        .list
+        .into_messages()
         .into_iter()
         .enumerate()
         .map(|(i, msg)| parse_message(msg, &messages_path.index(i)))
@@ -51,7 +59,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         Msg::Other(kind) => return Err(expected_kind(path, "an object", kind)),
     };
     let Some(role) = Msg::raw(&fields, "role") else {
-        return Err(path.error("message without \"role\""));
+        return super::item_in_messages(&fields, path);
     };
     let role_path = path.key("role");
     let (role, developer) = match string(role, &role_path)?.as_ref() {
@@ -60,11 +68,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         "user" => (Role::User, false),
         "assistant" => (Role::Assistant, false),
         "tool" => (Role::Tool, false),
-        other => {
-            let entry = format!("role:{other}");
-            let json = json::msg_text(&fields, path)?;
-            return Ok(super::opaque_unit(json, Some(&entry), None));
-        }
+        other => return super::opaque_message(&fields, path, &format!("role:{other}")),
     };
     let canonical = if role == Role::Tool {
         TOOL_MESSAGE_KEYS
@@ -98,7 +102,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
             return Err(path.error("tool message without \"tool_call_id\""));
         };
         let id = string(id, &path.key("tool_call_id"))?;
-        let (parts, shape) = parse_result_content(content, path, "part")?;
+        let (parts, shape) = parse_result_content(content, path, &TOOL_CONTENT)?;
         let mut result_extra = ObjText::new();
         if shape != form::openai_result_default(&parts) {
             result_extra.string(form::CONTENT, shape.name());
@@ -398,7 +402,7 @@ fn tool_message<'a>(block: &'a ContentBlock, own_extra: Option<Extra<'a>>) -> Ou
         ("role".into(), Out::str("tool")),
         ("tool_call_id".into(), Out::str(tool_use_id.as_str())),
     ];
-    if let Some(value) = result_content_out(content, shape) {
+    if let Some(value) = result_content_out(content, shape, "text") {
         own.push(("content".into(), value));
     }
     finish_object(own, &own_extra.unwrap_or_default())

@@ -119,6 +119,36 @@ fn unknown_roles_are_opaque_units_kept_verbatim_in_both_chat_formats() {
 }
 
 #[test]
+fn items_carried_into_a_messages_list_are_opaque_units() {
+    // A Responses item a conversion wrote into `messages` reads back as what it is.
+    let (c, _) = parse_str(
+        r#"{"input":[{"type":"web_search_call","id":"ws_1"},{"type":"compaction","encrypted_content":"e"}]}"#,
+        None,
+    )
+    .unwrap();
+    for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
+        let written = to_string(&c, format);
+        assert_eq!(
+            written,
+            r#"{"messages":[{"type":"web_search_call","id":"ws_1"},{"type":"compaction","encrypted_content":"e"}]}"#
+        );
+        let (back, _) = parse_str(&written, Some(format)).unwrap();
+        assert_eq!(
+            pinned::opaque(&back.messages[0])[0].entry(),
+            "item:web_search_call"
+        );
+        assert_eq!(to_string(&back, format), written);
+    }
+    let bad = r#"{"messages":[{"content":"no role, no type"}]}"#;
+    assert_eq!(
+        parse_str(bad, Some(WireFormat::Anthropic))
+            .unwrap_err()
+            .to_string(),
+        "messages[0]: message without \"role\""
+    );
+}
+
+#[test]
 fn unknown_blocks_pin_their_message_and_known_ones_do_not() {
     let anthropic = json!({"system": "s", "messages": [
         {"role": "user", "content": [{"type": "text", "text": "task"}]},
