@@ -45,6 +45,8 @@ mod openai;
 mod out;
 mod pairing;
 mod responses;
+/// A compaction item of tamp's proxy, read back as the items it stands for.
+pub use responses::{carries_own_compaction, OWN_COMPACTION};
 pub mod summary_marker;
 
 #[cfg(test)]

@@ -17,7 +17,9 @@
 //!   message, a kept call keeps it. Reasoning followed by neither is an assistant message of
 //!   its own;
 //! - a `compaction` item is an opaque unit marked as a compaction boundary; an item of any
-//!   other type, or a message of an unknown role, an opaque unit (`sdk::pinned`).
+//!   other type, or a message of an unknown role, an opaque unit (`sdk::pinned`). A
+//!   `compaction` item tamp's proxy wrote ([`OWN_COMPACTION`]) is read as the items it stands
+//!   for, where it stood;
 //!
 //! Writing walks the messages back into items in the same order, so reading then writing a
 //! request gives the same items; a message from another format (an assistant message with
@@ -265,7 +267,12 @@ fn read_items(
             }
             Kind::Compaction => {
                 flush(&mut pending, messages);
-                messages.push(super::opaque_unit(item.text(), None, Some("compaction")));
+                match own_compaction(item, &path)? {
+                    Some(inner) => read_own_compaction(&inner, &path, messages)?,
+                    None => {
+                        messages.push(super::opaque_unit(item.text(), None, Some("compaction")))
+                    }
+                }
                 i += 1;
             }
             Kind::Other => {
@@ -281,6 +288,55 @@ fn read_items(
     }
     flush(&mut pending, messages);
     Ok(())
+}
+
+/// How the `encrypted_content` of a `compaction` item that tamp's proxy wrote starts (in
+/// place of OpenAI's server-side compaction, for an upstream that lacks it: see
+/// `proxy::server_compaction`); the items the compaction stands for follow, as a JSON array.
+/// The reader reads those items where the compaction item stood, so no upstream sees it.
+pub const OWN_COMPACTION: &str = "tamp:v1:";
+
+/// Whether a Responses request's text may hold a compaction item of tamp's (a cheap test: a
+/// request with one must be written anew, never forwarded as it came).
+pub fn carries_own_compaction(text: &str) -> bool {
+    text.contains("\"tamp:v1:")
+}
+
+/// The items a compaction item of tamp's stands for (the JSON text after
+/// [`OWN_COMPACTION`]), or None for any other compaction item.
+fn own_compaction(item: &Item<'_>, path: &Path<'_>) -> Result<Option<String>, WireError> {
+    let Some(raw) = field(&item.fields, "encrypted_content") else {
+        return Ok(None);
+    };
+    // OpenAI's own contents are long: decoded only when the prefix is tamp's.
+    if !raw.get().starts_with(&format!("\"{OWN_COMPACTION}")) {
+        return Ok(None);
+    }
+    let content = string(raw, &path.key("encrypted_content"))?;
+    Ok(content.strip_prefix(OWN_COMPACTION).map(str::to_string))
+}
+
+/// Reads the items of a compaction item of tamp's (`inner`, a JSON array) into `messages`.
+fn read_own_compaction(
+    inner: &str,
+    path: &Path<'_>,
+    messages: &mut Vec<Message>,
+) -> Result<(), WireError> {
+    let inner_path = path.key("encrypted_content");
+    let raws: Vec<Raw<'_>> = serde_json::from_str(inner).map_err(|e| {
+        inner_path.error(format!(
+            "a compaction item of tamp's whose items are not a JSON array: {e}"
+        ))
+    })?;
+    let items = raws
+        .iter()
+        .enumerate()
+        .map(|(k, raw)| {
+            let item_path = inner_path.index(k);
+            classify(level(raw, &item_path)?, &item_path)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    read_items(&items, &inner_path, messages)
 }
 
 fn opaque_block(item: &Item<'_>) -> ContentBlock {

@@ -272,6 +272,56 @@ fn compaction_items_are_boundaries_and_unknown_items_opaque_units() {
 }
 
 #[test]
+fn a_compaction_item_of_tamps_reads_as_the_items_it_stands_for() {
+    // What `proxy::server_compaction` answers: a summary with its page, and a kept call.
+    let summary = summary_message(
+        "Ran the tests; one failed.",
+        "pg_1",
+        "test",
+        SummaryStatus::Final,
+    );
+    let stands_for = to_value(&Conversation::new(vec![summary]), R)["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .cloned()
+        .chain([
+            reasoning("rs_9"),
+            call("call_9", "ls"),
+            output("call_9", "src"),
+        ])
+        .collect::<Vec<_>>();
+    let content = format!("{OWN_COMPACTION}{}", Value::Array(stands_for.clone()));
+    let request = json!({"input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix it."}]},
+        {"type": "compaction", "id": "cmp_tamp_1", "encrypted_content": content},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}
+    ]});
+    let text = request.to_string();
+    assert!(carries_own_compaction(&text));
+    let (c, _) = parse_str(&text, Some(R)).unwrap();
+    let m = &c.messages;
+    assert_eq!(m.len(), 5, "{m:#?}");
+    assert!(m[1].is_summary() && m[1].summary_info().unwrap().page_ref == "pg_1");
+    assert!(!m.iter().any(pinned::is_boundary));
+    // Written back, the items stand where the compaction item stood: no upstream sees it.
+    let written = to_value(&c, R);
+    let input = written["input"].as_array().unwrap();
+    assert_eq!(input[1..5], stands_for[..]);
+    assert_eq!(input[5]["content"][0]["text"], "go on");
+    assert!(!written.to_string().contains("compaction"));
+
+    // Anyone else's compaction item stays a boundary; a broken one of tamp's is refused.
+    assert!(!carries_own_compaction(&codex_request().to_string()));
+    let broken = json!({"input": [{"type": "compaction", "id": "c", "encrypted_content": format!("{OWN_COMPACTION}[{{")}]});
+    assert!(
+        err(&broken).starts_with("input[0].encrypted_content: "),
+        "{}",
+        err(&broken)
+    );
+}
+
+#[test]
 fn bad_requests_are_refused_with_their_paths() {
     let cases = [
         (
