@@ -35,6 +35,10 @@ pub enum Outcome {
         reason: String,
         thread: Option<String>,
     },
+    /// The request has nothing to compact: its history is the upstream's (a Responses
+    /// request continuing `previous_response_id` or a `conversation`). The original bytes are
+    /// forwarded, in strict mode too.
+    NothingToCompact { reason: String },
     /// No compaction could be had: the original bytes are forwarded (or, in strict mode,
     /// 502). `invalid` when the body itself is at fault, so the same request fails again.
     Skipped { reason: String, invalid: bool },
@@ -58,7 +62,9 @@ impl Outcome {
                 ..
             } => format!("{tokens_before}->{tokens_after}; pages={}", pages.join(",")),
             Outcome::Unchanged { reason, .. } => format!("unchanged ({})", header_text(reason)),
-            Outcome::Skipped { reason, .. } => format!("skipped ({})", header_text(reason)),
+            Outcome::Skipped { reason, .. } | Outcome::NothingToCompact { reason } => {
+                format!("skipped ({})", header_text(reason))
+            }
         };
         HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("skipped"))
     }
@@ -70,7 +76,7 @@ impl Outcome {
     pub fn thread_header(&self) -> Option<HeaderValue> {
         let thread = match self {
             Outcome::Compacted { thread, .. } | Outcome::Unchanged { thread, .. } => thread,
-            Outcome::Skipped { .. } => &None,
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => &None,
         };
         HeaderValue::from_str(&header_text(thread.as_deref()?)).ok()
     }
@@ -80,7 +86,7 @@ impl Outcome {
         match self {
             Outcome::Compacted { .. } => "compacted",
             Outcome::Unchanged { .. } => "unchanged",
-            Outcome::Skipped { .. } => "skipped",
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => "skipped",
         }
     }
 }
@@ -194,6 +200,16 @@ async fn run(
         Err(e) if e.path.is_empty() => return invalid(format!("request body: {}", e.message)),
         Err(e) => return invalid(format!("request body: {e}")),
     };
+    if format == WireFormat::Responses {
+        if let Some(field) = server_side_state(conversation.metadata_json.as_str()) {
+            return Outcome::NothingToCompact {
+                reason: format!(
+                    "the request continues server-side state ({field}): its history is the \
+                     upstream's, not in the body"
+                ),
+            };
+        }
+    }
     // The header, then a `thread_id` of the body's own (read as such by the wire reader),
     // then the agent's session.
     let named = thread
@@ -232,6 +248,9 @@ async fn run(
     metrics.compaction(&compacted.report);
     let report = &compacted.report;
     let continued = report.thread.as_ref().is_some_and(|t| t.continued);
+    // A compaction item of tamp's was read as the items it stands for: the body must be
+    // written anew, for the upstream cannot read that item.
+    let expanded = format == WireFormat::Responses && wire::carries_own_compaction(text);
     let thread = report.thread.as_ref().map(|t| {
         let name = match (&named, t.key) {
             (Some(id), "given") => id.as_str(),
@@ -246,7 +265,7 @@ async fn run(
     if let Some(thread) = &thread {
         tracing::debug!("the request counts under thread {thread}");
     }
-    if !acted(report) && !continued {
+    if !acted(report) && !continued && !expanded {
         return Outcome::Unchanged {
             reason: unchanged_reason(report),
             thread,
@@ -273,6 +292,26 @@ async fn run(
     }
 }
 
+/// The Responses field through which a request leans on state the upstream keeps
+/// (`previous_response_id`, `conversation`), if it does.
+fn server_side_state(metadata_json: &str) -> Option<&'static str> {
+    #[derive(serde::Deserialize)]
+    struct Fields {
+        #[serde(default)]
+        previous_response_id: Option<serde::de::IgnoredAny>,
+        #[serde(default)]
+        conversation: Option<serde::de::IgnoredAny>,
+    }
+    let fields: Fields = serde_json::from_str(metadata_json).ok()?;
+    if fields.previous_response_id.is_some() {
+        Some("previous_response_id")
+    } else if fields.conversation.is_some() {
+        Some("conversation")
+    } else {
+        None
+    }
+}
+
 fn acted(report: &ChainReport) -> bool {
     report.stages.iter().any(|s| s.status == StageStatus::Acted)
 }
@@ -295,6 +334,23 @@ fn unchanged_reason(report: &ChainReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_side_state_is_a_non_null_previous_response_id_or_conversation() {
+        assert_eq!(
+            server_side_state(r#"{"model":"m","previous_response_id":"resp_1"}"#),
+            Some("previous_response_id")
+        );
+        assert_eq!(
+            server_side_state(r#"{"conversation":{"id":"conv_1"}}"#),
+            Some("conversation")
+        );
+        assert_eq!(
+            server_side_state(r#"{"previous_response_id":null,"conversation":null}"#),
+            None
+        );
+        assert_eq!(server_side_state(r#"{"model":"m"}"#), None);
+    }
 
     #[test]
     fn the_header_is_ascii_on_one_line() {
