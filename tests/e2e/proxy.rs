@@ -929,3 +929,124 @@ async fn two_sessions_of_one_agent_at_once_keep_their_own_threads() {
         "{threads:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tamp_answers_openais_server_side_compaction_for_an_upstream_that_lacks_it() {
+    let dir = ScratchDir::new("proxy-own-compaction");
+    let upstream = MockUpstream::start();
+    let proxy = start_proxy(&shipped_chain(
+        &dir,
+        &upstream,
+        "openai_compaction = \"tamp\"",
+    ));
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: &Value| {
+        client
+            .post(proxy.url(path))
+            .header("authorization", format!("Bearer {KEY}"))
+            .json(body)
+    };
+    let codex = agent_session("codex").pop().unwrap();
+    let input = codex["input"].as_array().unwrap().clone();
+    let users: Vec<Value> = input
+        .iter()
+        .filter(|i| i["type"] == "message" && i["role"] == "user")
+        .cloned()
+        .collect();
+
+    // responses.compact: the user messages, then tamp's compaction item.
+    let answer = post(
+        "/v1/responses/compact",
+        &json!({"model": "gpt-test", "input": input}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    let pages = compacted_pages(&json!(answer.headers()["x-tamp-compaction"]
+        .to_str()
+        .unwrap()));
+    assert!(!pages.is_empty());
+    let compacted: Value = answer.json().await.unwrap();
+    assert_eq!(compacted["object"], "response.compaction");
+    let output = compacted["output"].as_array().unwrap();
+    assert_eq!(output[..output.len() - 1], users[..]);
+    let item = output.last().unwrap().clone();
+    assert_eq!(item["type"], "compaction");
+    assert!(item["encrypted_content"]
+        .as_str()
+        .unwrap()
+        .starts_with("tamp:v1:"));
+    assert!(on(&upstream.received(), "/v1/responses/compact").is_empty());
+    // The pages hold what was taken out.
+    let page = client
+        .get(proxy.url(&format!("/tamp/v1/pages/{}", pages[0])))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("echo step 1"), "{page}");
+
+    // The next turn, as Codex sends it: instructions, user messages, the compaction item, a
+    // new call. The upstream gets tamp's summaries in the item's place.
+    let mut next: Vec<Value> = input
+        .iter()
+        .filter(|i| i["role"] == "developer")
+        .cloned()
+        .collect();
+    next.extend(users.iter().cloned());
+    next.push(item);
+    next.push(json!({"type": "function_call", "call_id": "call_next", "name": "exec_command", "arguments": "{\"cmd\": \"echo step 13\"}"}));
+    next.push(json!({"type": "function_call_output", "call_id": "call_next", "output": "step 13"}));
+    let answer = post(
+        "/v1/responses",
+        &json!({"model": "gpt-test", "input": next}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    let received = on(&upstream.received(), "/v1/responses");
+    let forwarded = received.last().unwrap().json();
+    let items = forwarded["input"].as_array().unwrap();
+    assert!(
+        items.iter().all(|i| i["type"] != "compaction"),
+        "{forwarded}"
+    );
+    let text = forwarded.to_string();
+    assert!(
+        text.contains(&format!("<tamp-summary page=\\\"{}", pages[0])),
+        "{text}"
+    );
+    assert!(text.contains("echo step 13"));
+
+    // Codex 0.169's way: a compaction_trigger, answered with a stream holding the item.
+    let mut triggered = input.clone();
+    triggered.push(json!({"type": "compaction_trigger"}));
+    let answer = post(
+        "/v1/responses",
+        &json!({"model": "gpt-test", "stream": true, "input": triggered}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = answer.text().await.unwrap();
+    let completed = events
+        .split("\n\n")
+        .find_map(|e| e.strip_prefix("event: response.completed\ndata: "))
+        .expect("a response.completed event");
+    let completed: Value = serde_json::from_str(completed).unwrap();
+    assert_eq!(completed["response"]["output"][0]["type"], "compaction");
+    assert_eq!(
+        on(&upstream.received(), "/v1/responses").len(),
+        received.len()
+    );
+    assert_key_kept_out(&proxy, &dir);
+}
