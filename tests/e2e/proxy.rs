@@ -583,11 +583,12 @@ async fn errors_other_paths_and_tamps_own_routes() {
         .await
         .unwrap();
     assert_eq!(models["object"], "list");
-    let responses_body = corpus("openai", "taubench_gpt4o_airline_task2_trial2");
+    // A conversation-shaped body on a path that is not a conversation's: as it was sent.
+    let other_body = corpus("openai", "taubench_gpt4o_airline_task2_trial2");
     let answer = client
-        .post(proxy.url("/v1/responses"))
+        .post(proxy.url("/v1/embeddings"))
         .bearer_auth(KEY)
-        .body(responses_body.clone())
+        .body(other_body.clone())
         .send()
         .await
         .unwrap();
@@ -604,8 +605,8 @@ async fn errors_other_paths_and_tamps_own_routes() {
     let received = upstream.received();
     assert_eq!(on(&received, "/v1/models?limit=5").len(), 1);
     assert_eq!(
-        on(&received, "/v1/responses")[0].body,
-        responses_body.as_bytes()
+        on(&received, "/v1/embeddings")[0].body,
+        other_body.as_bytes()
     );
     assert_eq!(
         on(&received, "/v1/messages/batches")[0].body,
