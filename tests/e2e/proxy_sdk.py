@@ -219,18 +219,8 @@ def openai_scenarios(base_url, conversation, run_id):
     return out
 
 
-RESPONSES_TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}},
-            "required": ["query"],
-        },
-    }
-]
+# The Responses API takes the same function tools, not nested under "function".
+RESPONSES_TOOLS = [{"type": "function", **tool["function"]} for tool in OPENAI_TOOLS]
 
 
 def responses_scenarios(base_url, conversation, run_id):

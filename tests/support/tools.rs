@@ -193,23 +193,12 @@ fn npm_agent(name: &str, package: &str, find: fn(&Path) -> Option<PathBuf>) -> P
             dir.display()
         );
         let _ = std::fs::remove_dir_all(&modules);
-        run(
-            Command::new("npm")
-                .args([
-                    "install",
-                    "--no-audit",
-                    "--no-fund",
-                    "--ignore-scripts",
-                    "--no-save",
-                    "--prefix",
-                ])
-                .arg(&dir)
-                .arg(package),
-            &format!(
+        npm_install(&dir, package).map_err(|e| {
+            format!(
                 "the agent tests need Node.js and npm to install {package} (e.g. `apt-get \
-                 install nodejs npm`); npm install"
-            ),
-        )?;
+                 install nodejs npm`): {e}"
+            )
+        })?;
         let bin = find(&modules).ok_or_else(|| {
             format!(
                 "npm installed {package} into {} but no native binary for this platform is \
@@ -225,6 +214,33 @@ fn npm_agent(name: &str, package: &str, find: fn(&Path) -> Option<PathBuf>) -> P
         .as_deref()
         .and_then(recorded)
         .unwrap_or_else(|| panic!("{} does not name an installed {package}", ready.display()))
+}
+
+/// `npm install` of `package` into `dir` (its `node_modules`), with no package scripts run,
+/// nothing saved and no audit: the error says what failed.
+pub fn npm_install(dir: &Path, package: &str) -> Result<(), String> {
+    let status = Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--no-save",
+            "--prefix",
+        ])
+        .arg(dir)
+        .arg(package)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("running npm failed: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "npm install --prefix {} {package} failed ({status})",
+            dir.display()
+        ))
+    }
 }
 
 fn run(command: &mut Command, what: &str) -> Result<(), String> {
