@@ -4,7 +4,7 @@ use std::process::{Command, Output};
 
 use tamp_e2e::{plugin, scratch_dir, tamp_bin, workspace_root, write_chain};
 
-fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
+pub(crate) fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
     Command::new(tamp_bin())
         .args(args)
         .current_dir(dir)
@@ -12,7 +12,7 @@ fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
         .expect("run tamp")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 

@@ -3,22 +3,11 @@
 //! compacted around it, the item comes back byte for byte, and the report names it.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus, scratch_dir, tamp_bin, workspace_root};
+use tamp_e2e::{corpus, scratch_dir, workspace_root};
 
-fn tamp(args: &[&str], dir: &Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use crate::cli::{tamp, text};
 
 /// `tamp compact` of `input` (a file in `dir`) in `format` through the sample chain, with
 /// the text report on stderr and the JSON report in `report.json`.

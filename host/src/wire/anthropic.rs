@@ -199,14 +199,7 @@ fn parse_block(
     path: &Path<'_>,
     found: &mut Found,
 ) -> Result<ContentBlock, WireError> {
-    let fields = match level(raw, path)? {
-        Level::Object(fields) => fields,
-        other => return Err(expected(path, "an object", &other)),
-    };
-    let Some(ty) = field(&fields, "type") else {
-        return Err(path.error("block without \"type\""));
-    };
-    let ty = string(ty, &path.key("type"))?;
+    let (fields, ty) = json::typed_object(raw, path, "block")?;
     // The keys read from a block of this type; an opaque block is passed through whole.
     let interpreted = match ty.as_ref() {
         "text" => TEXT_KEYS,
@@ -342,14 +335,7 @@ pub(super) fn parse_result_content(
             let mut parts = Vec::with_capacity(items.len());
             for (k, item) in items.iter().enumerate() {
                 let part_path = content_path.index(k);
-                let fields = match level(item, &part_path)? {
-                    Level::Object(fields) => fields,
-                    other => return Err(expected(&part_path, "an object", &other)),
-                };
-                let Some(ty) = field(&fields, "type") else {
-                    return Err(part_path.error(format!("{noun} without \"type\"")));
-                };
-                let ty = string(ty, &part_path.key("type"))?;
+                let (fields, ty) = json::typed_object(item, &part_path, noun)?;
                 let text = match field(&fields, "text") {
                     Some(text) if ty == text_type => Some(string(text, &part_path.key("text"))?),
                     None if ty == text_type => {

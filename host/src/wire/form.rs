@@ -139,6 +139,20 @@ pub(crate) fn openai_result_default(parts: &[ToolResultPart]) -> Form {
     }
 }
 
+/// The shape to write an OpenAI `tool` message's content or a Responses `output` in: the
+/// reader's marker (in the result block's `extra`) when it fits, else the default.
+pub(crate) fn openai_result_shape(parts: &[ToolResultPart], markers: &Extra<'_>) -> Form {
+    choose(
+        Form::from_marker(markers),
+        openai_result_default(parts),
+        |shape| match shape {
+            Form::String => parts.len() <= 1 && !matches!(parts, [ToolResultPart::Opaque { .. }]),
+            Form::Null | Form::Absent => parts.is_empty(),
+            Form::Array => true,
+        },
+    )
+}
+
 /// The shape to write: the marker's when it fits the content, else `default`.
 pub(crate) fn choose(marker: Option<Form>, default: Form, fits: impl Fn(Form) -> bool) -> Form {
     match marker {

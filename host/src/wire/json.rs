@@ -19,10 +19,13 @@ use super::WireError;
 /// A raw JSON value borrowed from the input text.
 pub(crate) type Raw<'a> = &'a RawValue;
 
+/// An object's fields read one level, in order: each key (unescaped) and its raw value.
+pub(crate) type Fields<'a> = Vec<(Cow<'a, str>, Raw<'a>)>;
+
 /// One level of a JSON value.
 #[derive(Debug)]
 pub(crate) enum Level<'a> {
-    Object(Vec<(Cow<'a, str>, Raw<'a>)>),
+    Object(Fields<'a>),
     Array(Vec<Raw<'a>>),
     String(Cow<'a, str>),
     Null,
@@ -145,6 +148,24 @@ pub(crate) fn known_keys_once<'k>(
     Ok(())
 }
 
+/// An object with a string `type` (a content block, a part, an item), read one level: its
+/// fields and its type. `noun` names it in errors (`block without "type"`).
+pub(crate) fn typed_object<'a>(
+    raw: Raw<'a>,
+    path: &Path<'_>,
+    noun: &str,
+) -> Result<(Fields<'a>, Cow<'a, str>), WireError> {
+    let fields = match level(raw, path)? {
+        Level::Object(fields) => fields,
+        other => return Err(expected(path, "an object", &other)),
+    };
+    let Some(ty) = field(&fields, "type") else {
+        return Err(path.error(format!("{noun} without \"type\"")));
+    };
+    let ty = string(ty, &path.key("type"))?;
+    Ok((fields, ty))
+}
+
 /// The first raw value under `key` in `fields`.
 pub(crate) fn field<'a>(fields: &[(Cow<'a, str>, Raw<'a>)], key: &str) -> Option<Raw<'a>> {
     fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
@@ -262,7 +283,7 @@ pub(crate) fn strip_whitespace(text: &str) -> Cow<'_, str> {
 /// text (a plugin's) has no fields.
 #[derive(Debug, Default)]
 pub(crate) struct Extra<'a> {
-    fields: Vec<(Cow<'a, str>, Raw<'a>)>,
+    fields: Fields<'a>,
 }
 
 impl<'a> Extra<'a> {

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use abi_stable::std_types::{RString, RVec};
 
-use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
+use crate::plugin_api::{ContentBlock, Conversation, Message, Role};
 
 use super::anthropic::{parse_result_content, result_content_out, ResultContent};
 use super::form::{self, Form};
@@ -170,14 +170,7 @@ fn parse_part(
     path: &Path<'_>,
     unknown: &mut Vec<String>,
 ) -> Result<ContentBlock, WireError> {
-    let fields = match level(raw, path)? {
-        Level::Object(fields) => fields,
-        other => return Err(expected(path, "an object", &other)),
-    };
-    let Some(ty) = field(&fields, "type") else {
-        return Err(path.error("part without \"type\""));
-    };
-    let ty = string(ty, &path.key("type"))?;
+    let (fields, ty) = json::typed_object(raw, path, "part")?;
     let interpreted: &[&str] = if ty == "text" { TEXT_KEYS } else { &["type"] };
     json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), interpreted, path)?;
     if ty != "text" {
@@ -386,18 +379,7 @@ fn tool_message<'a>(block: &'a ContentBlock, own_extra: Option<Extra<'a>>) -> Ou
     else {
         return Out::Null;
     };
-    let markers = Extra::parse(extra_json.as_str());
-    let shape = form::choose(
-        Form::from_marker(&markers),
-        form::openai_result_default(content),
-        |shape| match shape {
-            Form::String => {
-                content.len() <= 1 && !matches!(&content[..], [ToolResultPart::Opaque { .. }])
-            }
-            Form::Null | Form::Absent => content.is_empty(),
-            Form::Array => true,
-        },
-    );
+    let shape = form::openai_result_shape(content, &Extra::parse(extra_json.as_str()));
     let mut own = vec![
         ("role".into(), Out::str("tool")),
         ("tool_call_id".into(), Out::str(tool_use_id.as_str())),

@@ -29,7 +29,7 @@ use std::borrow::Cow;
 
 use abi_stable::std_types::{RString, RVec};
 
-use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
+use crate::plugin_api::{ContentBlock, Conversation, Message, Role};
 
 use super::anthropic::{parse_result_content, result_content_out, ResultContent};
 use super::form::{self, Form};
@@ -432,14 +432,7 @@ fn parse_part(
     path: &Path<'_>,
     unknown: &mut Vec<String>,
 ) -> Result<ContentBlock, WireError> {
-    let fields = match level(raw, path)? {
-        Level::Object(fields) => fields,
-        other => return Err(expected(path, "an object", &other)),
-    };
-    let Some(ty) = field(&fields, "type") else {
-        return Err(path.error("part without \"type\""));
-    };
-    let ty = string(ty, &path.key("type"))?;
+    let (fields, ty) = json::typed_object(raw, path, "part")?;
     let is_text = ty == "input_text" || ty == "output_text";
     let interpreted: &[&str] = if is_text { TEXT_KEYS } else { &["type"] };
     json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), interpreted, path)?;
@@ -811,18 +804,7 @@ fn output_item<'a>(block: &'a ContentBlock, own_extra: Option<Extra<'a>>, custom
     else {
         return Out::Null;
     };
-    let markers = Extra::parse(extra_json.as_str());
-    let shape = form::choose(
-        Form::from_marker(&markers),
-        form::openai_result_default(content),
-        |shape| match shape {
-            Form::String => {
-                content.len() <= 1 && !matches!(&content[..], [ToolResultPart::Opaque { .. }])
-            }
-            Form::Null | Form::Absent => content.is_empty(),
-            Form::Array => true,
-        },
-    );
+    let shape = form::openai_result_shape(content, &Extra::parse(extra_json.as_str()));
     let ty = if custom {
         "custom_tool_call_output"
     } else {
