@@ -18,6 +18,7 @@
 //! `serve` ([`serve`]: `tamp serve`, the HTTP API with hot reload; [`proxy`]: `tamp proxy`,
 //! the providers' own APIs with every request compacted).
 
+pub mod bounded;
 pub mod chain;
 pub mod config;
 #[cfg(feature = "deferred")]

@@ -4,7 +4,7 @@ use std::process::{Command, Output};
 
 use tamp_e2e::{plugin, scratch_dir, tamp_bin, workspace_root, write_chain};
 
-pub(crate) fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
+fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
     Command::new(tamp_bin())
         .args(args)
         .current_dir(dir)
@@ -12,7 +12,7 @@ pub(crate) fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
         .expect("run tamp")
 }
 
-pub(crate) fn text(bytes: &[u8]) -> String {
+fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 

@@ -5,9 +5,7 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
-use tamp_e2e::{corpus, scratch_dir, workspace_root};
-
-use crate::cli::{tamp, text};
+use tamp_e2e::{corpus, run_tamp as tamp, scratch_dir, text, workspace_root};
 
 /// `tamp compact` of `input` (a file in `dir`) in `format` through the sample chain, with
 /// the text report on stderr and the JSON report in `report.json`.
