@@ -171,7 +171,7 @@ fn mark_shape(extra: &mut ObjText, blocks: &[ContentBlock], shape: Form) {
 /// The block types of the Messages API (requests, beta features included) that tamp carries
 /// as opaque blocks within their message. Any other type is one tamp does not know: the
 /// message holding it is pinned (`sdk::pinned`).
-const KNOWN_BLOCKS: &[&str] = &[
+pub(super) const KNOWN_BLOCKS: &[&str] = &[
     "text",
     "tool_use",
     "tool_result",

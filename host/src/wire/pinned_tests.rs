@@ -174,6 +174,130 @@ fn unknown_blocks_pin_their_message_and_known_ones_do_not() {
     assert!(!pinned::is_pinned(&c.messages[2]));
 }
 
+/// The type of every content block or part in `value`'s messages (or `input` items).
+fn part_types(value: &Value, list: &str) -> Vec<String> {
+    value[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .map(|b| b["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A block or part type the reader knows but does not interpret (an image, thinking, a server
+/// tool's call and result...) stays inside its message as an opaque block without pinning it:
+/// only what tamp does not know is kept out of a strategy's reach. Every type a reader lists
+/// as known has a sample here, so a type added to a list without one fails this test.
+#[test]
+fn known_blocks_it_does_not_interpret_leave_their_message_compactable() {
+    let anthropic = json!({"system": "s", "messages": [
+        {"role": "user", "content": "Look these up."},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "tamp"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+                {"type": "web_search_result", "url": "https://example.com", "title": "t", "encrypted_content": "e"}]},
+            {"type": "server_tool_use", "id": "srvtoolu_2", "name": "web_fetch", "input": {"url": "https://example.com"}},
+            {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_2", "content": {"type": "web_fetch_result", "url": "https://example.com",
+                "content": {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "page"}}}},
+            {"type": "server_tool_use", "id": "srvtoolu_3", "name": "advisor", "input": {}},
+            {"type": "advisor_tool_result", "tool_use_id": "srvtoolu_3", "content": {"type": "advisor_result", "text": "advice"}},
+            {"type": "server_tool_use", "id": "srvtoolu_4", "name": "code_execution", "input": {"code": "1+1"}},
+            {"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_4", "content": {"type": "code_execution_result", "stdout": "2", "stderr": "", "return_code": 0, "content": []}},
+            {"type": "server_tool_use", "id": "srvtoolu_5", "name": "bash_code_execution", "input": {"command": "ls"}},
+            {"type": "bash_code_execution_tool_result", "tool_use_id": "srvtoolu_5", "content": {"type": "bash_code_execution_result", "stdout": "a", "stderr": "", "return_code": 0, "content": []}},
+            {"type": "server_tool_use", "id": "srvtoolu_6", "name": "text_editor_code_execution", "input": {"command": "view", "path": "a"}},
+            {"type": "text_editor_code_execution_tool_result", "tool_use_id": "srvtoolu_6", "content": {"type": "text_editor_code_execution_view_result", "content": "x", "file_type": "text"}},
+            {"type": "server_tool_use", "id": "srvtoolu_7", "name": "tool_search_tool_regex", "input": {"query": "db"}},
+            {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_7", "content": {"type": "tool_search_tool_search_result", "tool_references": []}},
+            {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "query", "server_name": "db", "input": {}},
+            {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": [{"type": "text", "text": "rows"}], "is_error": false},
+            {"type": "text", "text": "Found them."}]},
+        {"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}},
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes"}},
+            {"type": "search_result", "source": "https://example.com", "title": "t", "content": [{"type": "text", "text": "r"}]},
+            {"type": "container_upload", "file_id": "file_1"},
+            {"type": "text", "text": "And these?"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Thanks."}
+    ]});
+    let chat = json!({"messages": [
+        {"role": "user", "content": "Look at these."},
+        {"role": "user", "content": [
+            {"type": "text", "text": "a"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+            {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}},
+            {"type": "file", "file": {"file_id": "file_1"}}]},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+        {"role": "user", "content": "Then this."},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Thanks."}
+    ]});
+    let responses = json!({"input": [
+        {"role": "user", "content": "Look at these."},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "a"},
+            {"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "auto"},
+            {"type": "input_file", "file_id": "file_1"},
+            {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "b", "annotations": []},
+            {"type": "refusal", "refusal": "no"},
+            {"type": "reasoning_text", "text": "r"},
+            {"type": "summary_text", "text": "s"}]},
+        {"role": "user", "content": "Then this."},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Thanks."}
+    ]});
+    // Compactable: all but the system prompt, the task and the last two messages.
+    for (request, format, list, known, compactable) in [
+        (
+            &anthropic,
+            WireFormat::Anthropic,
+            "messages",
+            anthropic::KNOWN_BLOCKS,
+            2..6,
+        ),
+        (
+            &chat,
+            WireFormat::OpenAi,
+            "messages",
+            openai::KNOWN_PARTS,
+            1..4,
+        ),
+        (
+            &responses,
+            WireFormat::Responses,
+            "input",
+            responses::KNOWN_PARTS,
+            1..4,
+        ),
+    ] {
+        let sampled = part_types(request, list);
+        for ty in known.iter().filter(|ty| **ty != "compaction") {
+            assert!(
+                sampled.iter().any(|s| s == ty),
+                "{format}: no sample of {ty}"
+            );
+        }
+        let c = round_trip(request, format);
+        for (k, message) in c.messages.iter().enumerate() {
+            assert!(pinned::opaque(message).is_empty(), "{format}: message {k}");
+            assert!(
+                message.role == Role::System || !pinned::is_pinned(message),
+                "{format}: message {k} is pinned"
+            );
+        }
+        assert_eq!(compactable_range(&c.messages, 2), compactable, "{format}");
+    }
+}
+
 #[test]
 fn an_anthropic_compaction_block_is_a_boundary() {
     let request = json!({"system": "s", "messages": [

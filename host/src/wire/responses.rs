@@ -56,7 +56,7 @@ const OUTPUT: ResultContent = ResultContent {
 
 /// The content part types tamp carries as opaque blocks within their message; a part of any
 /// other type pins its message (`sdk::pinned`).
-const KNOWN_PARTS: &[&str] = &[
+pub(super) const KNOWN_PARTS: &[&str] = &[
     "input_text",
     "output_text",
     "input_image",
