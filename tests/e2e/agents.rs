@@ -43,8 +43,31 @@ fn chain(dir: &Path, upstream: &AgentUpstream, high: u64, proxy_extra: &str) -> 
     tamp_e2e::write_chain(dir, &text)
 }
 
-fn start_proxy(config: &Path) -> Server {
-    Server::start_command("proxy", config, &[], &[("TAMP_LOG", "debug")])
+/// `tamp proxy` (debug log) in front of a scripted upstream, in a scratch directory; the
+/// proxy's chain as [`chain`] makes it, its store in `store`. Dropped in field order: the
+/// proxy stops before its directory goes.
+struct Setup {
+    proxy: Server,
+    upstream: AgentUpstream,
+    store: PathBuf,
+    dir: ScratchDir,
+}
+
+impl Setup {
+    fn start(name: &str, compaction: ServerCompaction, high: u64, proxy_extra: &str) -> Setup {
+        let dir = ScratchDir::new(name);
+        let store = dir.join("proxy");
+        std::fs::create_dir_all(&store).unwrap();
+        let upstream = AgentUpstream::start(KEY, STEPS, compaction);
+        let config = chain(&store, &upstream, high, proxy_extra);
+        let proxy = Server::start_command("proxy", &config, &[], &[("TAMP_LOG", "debug")]);
+        Setup {
+            proxy,
+            upstream,
+            store,
+            dir,
+        }
+    }
 }
 
 /// A scratch directory for an agent: its home and the folder it works in.
@@ -167,34 +190,38 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn compacted(exchanges: &[Exchange]) -> usize {
-    exchanges.iter().filter(|e| e.compacted()).count()
+/// Asserts at least 4 of `exchanges` reached the upstream compacted (issue 31's bar).
+fn assert_compacted(what: &str, exchanges: &[&Exchange]) {
+    let n = exchanges.iter().filter(|e| e.compacted()).count();
+    assert!(
+        n >= 4,
+        "{what}: only {n} of {} requests reached the upstream compacted",
+        exchanges.len()
+    );
 }
 
 #[test]
 fn claude_code_finishes_a_tool_task_through_the_proxy_with_its_history_compacted() {
-    let dir = ScratchDir::new("agents-claude");
-    let store = dir.join("proxy");
-    std::fs::create_dir_all(&store).unwrap();
-    let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
-    let proxy = start_proxy(&chain(&store, &upstream, 4_100, ""));
+    let Setup {
+        proxy,
+        upstream,
+        store,
+        dir,
+    } = Setup::start("agents-claude", ServerCompaction::Present, 4_100, "");
     let (home, work) = agent_dirs(&dir, "claude");
 
     let out = run(claude(&proxy.base, &home, &work), "claude");
     let exchanges = assert_finished("claude -p", &out, &upstream, &proxy);
-    let turns = exchanges
+    let turns: Vec<&Exchange> = exchanges
         .iter()
         .filter(|e| e.target.starts_with("/v1/messages"))
-        .count();
+        .collect();
     assert!(
-        turns > STEPS as usize,
-        "{turns} model calls for {STEPS} steps"
+        turns.len() > STEPS as usize,
+        "{} model calls for {STEPS} steps",
+        turns.len()
     );
-    let n = compacted(&exchanges);
-    assert!(
-        n >= 4,
-        "only {n} of {turns} requests reached the upstream compacted"
-    );
+    assert_compacted("claude -p", &turns);
     proxy.assert_secret_kept_out(KEY, &store);
 }
 
@@ -260,11 +287,12 @@ fn record_the_agents_sessions_into_the_fixtures() {
 
 #[test]
 fn two_claude_code_sessions_at_once_in_one_folder_keep_their_own_threads() {
-    let dir = ScratchDir::new("agents-claude-two");
-    let store = dir.join("proxy");
-    std::fs::create_dir_all(&store).unwrap();
-    let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
-    let proxy = start_proxy(&chain(&store, &upstream, 4_100, ""));
+    let Setup {
+        proxy,
+        upstream,
+        dir,
+        ..
+    } = Setup::start("agents-claude-two", ServerCompaction::Present, 4_100, "");
     // One folder and one task: the same system prompt and first message for both.
     let (home, work) = agent_dirs(&dir, "claude");
     let (a, b) = std::thread::scope(|s| {
@@ -284,12 +312,7 @@ fn two_claude_code_sessions_at_once_in_one_folder_keep_their_own_threads() {
             .iter()
             .filter(|e| e.session().as_ref() == Some(session))
             .collect();
-        let n = mine.iter().filter(|e| e.compacted()).count();
-        assert!(
-            n >= 4,
-            "session {session}: {n} of {} requests compacted",
-            mine.len()
-        );
+        assert_compacted(&format!("session {session}"), &mine);
         let continued = format!("thread session:{session}; continued");
         assert!(
             log.contains(&continued),
@@ -301,11 +324,12 @@ fn two_claude_code_sessions_at_once_in_one_folder_keep_their_own_threads() {
 
 #[test]
 fn codex_finishes_a_tool_task_through_the_proxy_with_its_history_compacted() {
-    let dir = ScratchDir::new("agents-codex");
-    let store = dir.join("proxy");
-    std::fs::create_dir_all(&store).unwrap();
-    let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
-    let proxy = start_proxy(&chain(&store, &upstream, CODEX_HIGH, ""));
+    let Setup {
+        proxy,
+        upstream,
+        store,
+        dir,
+    } = Setup::start("agents-codex", ServerCompaction::Present, CODEX_HIGH, "");
     let (home, work) = agent_dirs(&dir, "codex");
 
     let base = format!("{}/v1", proxy.base);
@@ -316,11 +340,7 @@ fn codex_finishes_a_tool_task_through_the_proxy_with_its_history_compacted() {
         turns > STEPS as usize,
         "{turns} model calls for {STEPS} steps"
     );
-    let n = compacted(&exchanges);
-    assert!(
-        n >= 4,
-        "only {n} of {turns} requests reached the upstream compacted"
-    );
+    assert_compacted("codex exec", &exchanges.iter().collect::<Vec<_>>());
     let session = exchanges[0]
         .session()
         .expect("Codex sends its prompt_cache_key");
@@ -349,18 +369,19 @@ fn pages_in(exchange: &Exchange) -> Vec<String> {
 
 #[test]
 fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
-    let dir = ScratchDir::new("agents-codex-own");
-    let store = dir.join("proxy");
-    std::fs::create_dir_all(&store).unwrap();
-    // An upstream like vLLM: no compaction_trigger, no compaction items.
-    let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Absent);
-    // A budget the task stays under: the only compaction is the one Codex asks for.
-    let proxy = start_proxy(&chain(
-        &store,
-        &upstream,
+    // An upstream like vLLM: no compaction_trigger, no compaction items; a budget the task
+    // stays under: the only compaction is the one Codex asks for.
+    let Setup {
+        proxy,
+        upstream,
+        store,
+        dir,
+    } = Setup::start(
+        "agents-codex-own",
+        ServerCompaction::Absent,
         100_000,
         "openai_compaction = \"tamp\"",
-    ));
+    );
     let (home, work) = agent_dirs(&dir, "codex");
 
     // A provider Codex takes for OpenAI (so it compacts server-side), with no WebSocket
@@ -391,12 +412,7 @@ fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(said.contains("context compacted"), "{said}");
-    let n = compacted(&exchanges);
-    assert!(
-        n >= 4,
-        "only {n} of {} requests reached the upstream compacted",
-        exchanges.len()
-    );
+    assert_compacted("codex exec", &exchanges.iter().collect::<Vec<_>>());
     let last = exchanges.last().unwrap();
     let pages = pages_in(last);
     assert!(!pages.is_empty(), "no summary in the last request");

@@ -204,11 +204,12 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    /// A header map of `pairs`, in order (a name given twice has both values).
+    pub(in crate::proxy) fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
             map.append(*k, HeaderValue::from_static(v));

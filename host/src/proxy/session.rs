@@ -96,15 +96,7 @@ fn usable(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (k, v) in pairs {
-            map.append(*k, HeaderValue::from_static(v));
-        }
-        map
-    }
+    use crate::proxy::route::tests::headers;
 
     #[test]
     fn claude_codes_user_id_names_its_session_in_both_forms() {
