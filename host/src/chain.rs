@@ -21,12 +21,12 @@ use tamp_plugin_api::{
 use tokio::sync::Semaphore;
 
 use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, PriceConfig, Trigger};
+use crate::digest::config_hash;
 use crate::edits;
 use crate::invariants::{check_no_growth, infer_format, Violation};
 use crate::loader::{load_trusted, resolve_plugin, LoadError, LoadedPlugin, PluginTrust};
 use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
-use crate::store::cache::config_hash;
 use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
 use crate::threads::{
     common_prefix, continuation, prefix_hashes, remarked, ThreadKey, ThreadReport, ThreadState,

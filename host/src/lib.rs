@@ -10,7 +10,8 @@
 //!   [`invariants`] and [`rules`]: the rules every stage keeps.
 //! - [`threads`]: thread continuity, so a growing thread pays for what is new.
 //! - [`services`]: the host services a plugin calls back.
-//! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter.
+//! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
+//!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
 //! - [`eval`]: `tamp eval`, chains compared side by side.
 //!
 //! Features (all on by default): `http-providers` (the Anthropic and OpenAI clients),
@@ -23,12 +24,16 @@ pub mod chain;
 pub mod config;
 #[cfg(feature = "deferred")]
 pub mod deferred;
+pub mod digest;
 pub mod edits;
 pub mod error_text;
 pub mod eval;
 pub mod invariants;
 pub mod loader;
 pub mod logging;
+/// The check that host modules import one another without circles (a test).
+#[cfg(test)]
+mod module_graph;
 pub mod providers;
 pub mod proxy;
 pub mod rules;

@@ -23,8 +23,8 @@ use tamp_plugin_api::{
 };
 use tokio::sync::Semaphore;
 
+use crate::digest::CacheKey;
 use crate::providers::{Provider, ProviderError};
-use crate::store::cache::CacheKey;
 use crate::store::{
     CacheScope, DeferredQueue, NewDeferred, NewPage, PageStore, QueueState, StoreError,
     SummaryCache, Written,
@@ -101,7 +101,7 @@ pub struct StageIdentity {
     pub stage: String,
     /// The plugin's name: the strategy cache entries belong to.
     pub strategy: String,
-    /// The hash of the stage's config (`store::cache::config_hash`).
+    /// The hash of the stage's config (`digest::config_hash`).
     pub config_hash: String,
 }
 

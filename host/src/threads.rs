@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tamp_plugin_api::{ContentBlock, Message, Role};
 
-use crate::store::cache::message_digest;
+use crate::digest::message_digest;
 use crate::store::ThreadLimits;
 
 pub use crate::store::{ThreadState, ThreadStore};

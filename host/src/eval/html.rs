@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::{Mode, Run};
+use super::{cells, Mode, Run};
 
 /// One color per chain, in the order chains were given.
 const PALETTE: [&str; 6] = [
@@ -106,12 +106,12 @@ fn table(out: &mut String, runs: &[Run]) {
             r.tokens_after,
             r.llm_calls,
             r.tokens_sent,
-            r.cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
-            r.prefix_reuse.map_or("-".into(), |p| format!("{p:.3}")),
+            cells::cost(r),
+            cells::prefix_reuse(r),
             r.ms_per_compaction,
             retention.map_or("-".into(), |x| format!("{}/{}", x.found, x.total)),
             retention.map_or(String::new(), |x| escape(&x.lost.join(", "))),
-            super::output::probe_cell(r),
+            cells::probe(r),
         );
     }
     out.push_str("</table>\n");

@@ -15,6 +15,7 @@
 //! measured on the final context: the one-shot output, the replay's last answer
 //! ([`facts`]).
 
+pub mod cells;
 pub mod facts;
 pub mod html;
 pub mod output;

@@ -1,6 +1,6 @@
 //! `tamp eval`'s output: a text table, JSON, or CSV.
 
-use super::Run;
+use super::{cells, Run};
 
 /// The output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,27 +50,6 @@ pub fn render(runs: &[Run], format: Format) -> String {
     }
 }
 
-fn retention_cell(run: &Run) -> String {
-    run.retention.as_ref().map_or("-".into(), |r| {
-        format!("{}/{} ({:.0}%)", r.found, r.total, 100.0 * r.share())
-    })
-}
-
-/// `same/answerable (share)` of a run's `--probe`.
-pub fn probe_cell(run: &Run) -> String {
-    run.probe.as_ref().map_or("-".into(), |p| {
-        format!("{}/{} ({:.0}%)", p.same, p.answerable, 100.0 * p.share())
-    })
-}
-
-fn cost_cell(run: &Run) -> String {
-    run.cost_usd.map_or("-".into(), |c| format!("${c:.4}"))
-}
-
-fn reuse_cell(run: &Run) -> String {
-    run.prefix_reuse.map_or("-".into(), |r| format!("{r:.3}"))
-}
-
 const HEADER: [&str; 13] = [
     "conversation",
     "chain",
@@ -97,10 +76,10 @@ fn cells(run: &Run) -> [String; 13] {
         run.tokens_after.to_string(),
         run.llm_calls.to_string(),
         run.tokens_sent.to_string(),
-        cost_cell(run),
-        reuse_cell(run),
+        cells::cost(run),
+        cells::prefix_reuse(run),
         format!("{:.1}", run.ms_per_compaction),
-        retention_cell(run),
+        cells::retention(run),
         run.rolled_back.to_string(),
     ]
 }
@@ -113,7 +92,7 @@ fn text(runs: &[Run]) -> String {
     if probed {
         header.insert(12, "probe");
         for (row, run) in rows.iter_mut().zip(runs) {
-            row.insert(12, probe_cell(run));
+            row.insert(12, cells::probe(run));
         }
     }
     let widths: Vec<usize> = (0..header.len())

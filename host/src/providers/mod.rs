@@ -30,41 +30,6 @@ use tamp_plugin_api::{LlmRequest, LlmResponse};
 
 use crate::config::{FieldError, ProviderConfig, ProviderKind};
 
-/// Feeds `hasher` every field of `request` that can change its answer, each length-prefixed or
-/// tagged so that no two requests feed the same bytes. The label is for logs only. One
-/// encoding for every key of an answer: the summary cache's and a recording's.
-pub fn hash_answer_inputs(hasher: &mut sha2::Sha256, request: &LlmRequest) {
-    use sha2::Digest;
-    let LlmRequest {
-        system,
-        prompt,
-        max_output_tokens,
-        temperature,
-        response_schema_json,
-        label: _,
-    } = request;
-    for part in [system.as_str(), prompt.as_str()] {
-        hasher.update((part.len() as u64).to_le_bytes());
-        hasher.update(part.as_bytes());
-    }
-    hasher.update(max_output_tokens.to_le_bytes());
-    match temperature.into_option() {
-        Some(t) => {
-            hasher.update(b"t");
-            hasher.update(t.to_le_bytes());
-        }
-        None => hasher.update(b"-"),
-    }
-    match response_schema_json.as_ref().into_option() {
-        Some(schema) => {
-            hasher.update(b"s");
-            hasher.update((schema.len() as u64).to_le_bytes());
-            hasher.update(schema.as_bytes());
-        }
-        None => hasher.update(b"-"),
-    }
-}
-
 #[cfg(feature = "http-providers")]
 pub mod anthropic;
 #[cfg(feature = "http-providers")]

@@ -44,13 +44,14 @@ use sha2::{Digest, Sha256};
 use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 
 use super::{Provider, ProviderError, ProviderErrorKind};
+use crate::digest::hash_answer_inputs;
 
 /// The key of a request in a recording: SHA-256 hex over everything that changes the answer
 /// (see the module docs for the exact list).
 pub fn request_key(request: &LlmRequest) -> String {
     let mut h = Sha256::new();
     h.update(b"tamp-recorded-answer-v1");
-    super::hash_answer_inputs(&mut h, request);
+    hash_answer_inputs(&mut h, request);
     hex::encode(h.finalize())
 }
 

@@ -18,9 +18,7 @@ use sha2::{Digest, Sha256};
 use tamp_plugin_api::{LlmRequest, LlmResponse, Message};
 
 use super::StoreError;
-
-/// A cache key: a SHA-256 digest.
-pub type CacheKey = [u8; 32];
+use crate::digest::{hash_answer_inputs, message_digest, CacheKey};
 
 /// Where cache entries apply: one thread (or none), one strategy, one stage config.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +27,7 @@ pub struct CacheScope {
 }
 
 impl CacheScope {
-    /// `config_hash` is [`config_hash`] of the stage's config.
+    /// `config_hash` is [`crate::digest::config_hash`] of the stage's config.
     pub fn new(thread_id: Option<&str>, strategy: &str, config_hash: &str) -> Self {
         let mut h = Sha256::new();
         // Length-prefixed parts, so no two different scopes hash the same bytes.
@@ -50,7 +48,7 @@ impl CacheScope {
         h.update(self.digest);
         h.update((provider.len() as u64).to_le_bytes());
         h.update(provider.as_bytes());
-        crate::providers::hash_answer_inputs(&mut h, request);
+        hash_answer_inputs(&mut h, request);
         h.finalize().into()
     }
 
@@ -70,25 +68,6 @@ impl CacheScope {
         }
         keys
     }
-}
-
-/// A message's content hash (role, content and summary marker; the same message hashes the
-/// same in every conversation).
-pub fn message_digest(message: &Message) -> CacheKey {
-    // Serializing plain data to a Vec cannot fail: every map key is a string.
-    let json = serde_json::to_vec(message).expect("messages serialize to JSON");
-    Sha256::digest(json).into()
-}
-
-/// The hash of a stage config, independent of key order: part of every [`CacheScope`], so a
-/// retuned stage never reuses answers made under another config.
-pub fn config_hash(config: &serde_json::Value) -> String {
-    // Compact JSON with every object's keys sorted (serde_json keeps insertion order here,
-    // with `preserve_order`).
-    let mut sorted = config.clone();
-    sorted.sort_all_objects();
-    let text = serde_json::to_string(&sorted).expect("a JSON value serializes");
-    hex::encode(&Sha256::digest(text.as_bytes())[..16])
 }
 
 /// A store of cached answers and range summaries.
@@ -180,14 +159,22 @@ mod tests {
         assert_ne!(key, scope.request_key("p", &moved));
     }
 
+    /// Pinned: a changed key would miss every answer and range cached before it.
     #[test]
-    fn config_hash_ignores_key_order() {
-        let a = serde_json::json!({"x": 1, "y": {"b": [1, 2], "a": "s"}});
-        let b = serde_json::json!({"y": {"a": "s", "b": [1, 2]}, "x": 1});
-        assert_eq!(config_hash(&a), config_hash(&b));
-        assert_ne!(config_hash(&a), config_hash(&serde_json::json!({"x": 2})));
-        // Pinned: a changed hash would miss every summary cached before it.
-        let nested = serde_json::json!({"z": [{"b": 1, "a": null}], "k\"ey": "v\u{e9}", "a": 1.5});
-        assert_eq!(config_hash(&nested), "59c6b633da18d30cac0153434ed64ecb");
+    fn keys_are_pinned() {
+        let scope = CacheScope::new(Some("t"), "s", "c");
+        let request = LlmRequest::new("sys", "prompt", 100);
+        assert_eq!(
+            hex::encode(scope.request_key("p", &request)),
+            "5cef6e96408fcd08887b397341e12d3c0ab86fdbc761b5fec47ab5dff9edd01c"
+        );
+        let messages = [
+            Message::text(Role::User, "a"),
+            Message::text(Role::Assistant, "b"),
+        ];
+        assert_eq!(
+            hex::encode(scope.range_keys(&messages)[1]),
+            "6c379c717192257ec89aa3d48b14495f127556a93bfd45f65869671e24aabcff"
+        );
     }
 }

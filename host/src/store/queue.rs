@@ -1,7 +1,8 @@
 //! The deferred-work queue: summary requests a strategy asked the host to finish later,
 //! through a batch API (see `crate::deferred`). This module is the backend-neutral part: the
-//! [`DeferredQueue`] trait, its types and the SQL both stores share; the stores implement it
-//! in `store::sqlite::queue` and `store::postgres::queue`.
+//! [`DeferredQueue`] trait, its types and the SQL both stores share (their row mapping is in
+//! `store::rows`); the stores implement it in `store::sqlite::queue` and
+//! `store::postgres::queue`.
 //!
 //! Each item moves `queued → submitted(batch) → done(text, usage) | failed(reason)`, and may
 //! go back from `submitted` to `queued` (an errored result retried, a canceled or expired one
@@ -313,9 +314,3 @@ pub trait DeferredQueue: Send + Sync {
 
 /// What every transition sets: the item's lease ends with it.
 pub(super) const UNLEASE: &str = "lease_owner = NULL, lease_until_ms = NULL";
-
-/// The columns of a [`QueueItem`], in the order both stores read them.
-pub(super) const ITEM_COLUMNS: &str = "id, page_id, strategy, thread_id, request_json, state, \
-    batch_id, attempts, requeues, text, reason, billing, input_tokens, output_tokens, \
-    cache_read_tokens, cache_write_tokens, created_ms, updated_ms, submitted_ms, lease_owner, \
-    lease_until_ms";

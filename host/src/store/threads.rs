@@ -67,13 +67,3 @@ pub(crate) const MIGRATION_POSTGRES: &str = "CREATE TABLE threads (
         updated_at  BIGINT NOT NULL
     );
     CREATE INDEX threads_by_updated_at ON threads (updated_at);";
-
-/// A stored state this build cannot read is no state: the request is compacted from its raw
-/// history, as if the thread were new.
-pub(crate) fn decode(json: &str) -> Option<ThreadState> {
-    serde_json::from_str(json).ok()
-}
-
-pub(crate) fn encode(state: &ThreadState) -> String {
-    serde_json::to_string(state).expect("thread states serialize to JSON")
-}

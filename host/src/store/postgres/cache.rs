@@ -5,7 +5,9 @@ use futures::FutureExt;
 use tamp_plugin_api::LlmResponse;
 
 use super::{Failure, PostgresStore, NOW_SECS};
-use crate::store::cache::{CacheKey, SummaryCache};
+use crate::digest::CacheKey;
+use crate::store::cache::SummaryCache;
+use crate::store::rows::{self, RANGE_COLUMNS};
 use crate::store::StoreError;
 
 impl SummaryCache for PostgresStore {
@@ -19,9 +21,7 @@ impl SummaryCache for PostgresStore {
                 let Some(row) = client.query_opt(&stmt, &[&&key[..]]).await? else {
                     return Ok(None);
                 };
-                let json: String = row.try_get(0)?;
-                // An entry this build cannot read is a miss, not an error: the call is made.
-                Ok(serde_json::from_str(&json).ok())
+                Ok(rows::read_answer(&row)?)
             },
         )
         .boxed()
@@ -35,7 +35,7 @@ impl SummaryCache for PostgresStore {
         self.run(
             "write the summary cache".to_owned(),
             move |client| async move {
-                let json = serde_json::to_string(&answer)
+                let json = rows::encode_answer(&answer)
                     .map_err(|e| Failure::Other(format!("encode a cached answer: {e}")))?;
                 // The first answer stands, whichever host wrote it.
                 let stmt = client
@@ -64,16 +64,15 @@ impl SummaryCache for PostgresStore {
                 // One round trip for any number of keys: they travel as one bytea[].
                 let keys: Vec<&[u8]> = range_keys.iter().map(|k| &k[..]).collect();
                 let stmt = client
-                    .prepare_cached(
-                        "SELECT message_count, summary FROM range_summaries
-                         WHERE key = ANY($1) ORDER BY message_count DESC LIMIT 1",
-                    )
+                    .prepare_cached(&format!(
+                        "SELECT {RANGE_COLUMNS} FROM range_summaries
+                         WHERE key = ANY($1) ORDER BY message_count DESC LIMIT 1"
+                    ))
                     .await?;
                 let Some(row) = client.query_opt(&stmt, &[&keys]).await? else {
                     return Ok(None);
                 };
-                let count: i64 = row.try_get(0)?;
-                Ok(Some((usize::try_from(count).unwrap_or(0), row.try_get(1)?)))
+                Ok(Some(rows::read_range(&row)?))
             },
         )
         .boxed()
@@ -98,7 +97,7 @@ impl SummaryCache for PostgresStore {
                     ))
                     .await?;
                 client
-                    .execute(&stmt, &[&&key[..], &(len as i64), &summary])
+                    .execute(&stmt, &[&&key[..], &rows::range_len(len), &summary])
                     .await?;
                 Ok(())
             },

@@ -38,8 +38,10 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use tokio_postgres::config::Host;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
+use super::rows::{self, Columns, RowError, Value, SEALED_COLUMNS};
 use super::StoreError;
 
 /// How long opening a connection may take before the operation fails.
@@ -358,6 +360,56 @@ impl From<tokio_postgres::Error> for Failure {
     }
 }
 
+impl From<RowError> for Failure {
+    fn from(e: RowError) -> Self {
+        Failure::Other(e.0)
+    }
+}
+
+impl Columns for tokio_postgres::Row {
+    fn text(&self, column: &str) -> Result<String, RowError> {
+        self.try_get(column).map_err(row_error)
+    }
+
+    fn optional_text(&self, column: &str) -> Result<Option<String>, RowError> {
+        self.try_get(column).map_err(row_error)
+    }
+
+    fn int(&self, column: &str) -> Result<i64, RowError> {
+        self.try_get(column).map_err(row_error)
+    }
+
+    fn optional_int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        self.try_get(column).map_err(row_error)
+    }
+}
+
+/// Every row of `answer`, read by `read` (see [`rows`]).
+pub(super) fn read_all<T>(
+    answer: &[tokio_postgres::Row],
+    mut read: impl FnMut(&dyn Columns) -> Result<T, RowError>,
+) -> Result<Vec<T>, RowError> {
+    answer.iter().map(|row| read(row)).collect()
+}
+
+fn row_error(e: tokio_postgres::Error) -> RowError {
+    RowError(error_chain(&e))
+}
+
+/// `values` as tokio-postgres binds them.
+pub(super) fn bind<'a>(values: &'a [Value<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
+    values
+        .iter()
+        .map(|value| -> &(dyn ToSql + Sync) {
+            match value {
+                Value::Text(text) => text,
+                Value::OptionalText(text) => text,
+                Value::Int(n) => n,
+            }
+        })
+        .collect()
+}
+
 impl Failure {
     fn into_store_error(
         self,
@@ -489,45 +541,32 @@ async fn migrate(mut client: deadpool_postgres::Object) -> Result<(), Failure> {
         .await?;
     }
     if found < crate::store::seal::SEALED_SINCE {
-        seal_existing_pages(&tx).await.map_err(|e| {
-            Failure::Other(format!(
-                "seal the pages already stored: {}",
-                error_chain(&e)
-            ))
-        })?;
+        seal_existing_pages(&tx)
+            .await
+            .map_err(|e| Failure::Other(format!("seal the pages already stored: {e}")))?;
     }
     tx.commit().await?;
     Ok(())
 }
 
 /// Seals every page without a seal (those written before schema version 6), as they are.
-async fn seal_existing_pages(
-    tx: &deadpool_postgres::Transaction<'_>,
-) -> Result<(), tokio_postgres::Error> {
-    let rows = tx
+async fn seal_existing_pages(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), RowError> {
+    let unsealed = tx
         .query(
-            "SELECT id, thread_id, strategy, source_format, metadata_json, message_count
-             FROM pages WHERE seal IS NULL",
+            &format!("SELECT {SEALED_COLUMNS} FROM pages WHERE seal IS NULL"),
             &[],
         )
-        .await?;
+        .await
+        .map_err(row_error)?;
     let update = tx
         .prepare("UPDATE pages SET seal = $1 WHERE id = $2")
-        .await?;
-    for r in &rows {
-        let (id, thread_id, strategy): (String, Option<String>, String) =
-            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-        let (source_format, metadata_json, message_count): (Option<String>, String, i64) =
-            (r.try_get(3)?, r.try_get(4)?, r.try_get(5)?);
-        let row = crate::store::seal::PageRow {
-            id: &id,
-            thread_id: thread_id.as_deref(),
-            strategy: &strategy,
-            source_format: source_format.as_deref(),
-            metadata_json: &metadata_json,
-            message_count,
-        };
-        tx.execute(&update, &[&row.seal(), &id]).await?;
+        .await
+        .map_err(row_error)?;
+    for row in &unsealed {
+        let (id, seal) = rows::seal_of(row)?;
+        tx.execute(&update, &[&seal, &id])
+            .await
+            .map_err(row_error)?;
     }
     Ok(())
 }

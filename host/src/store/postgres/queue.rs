@@ -14,64 +14,22 @@
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tamp_plugin_api::{LlmRequest, Usage};
 use tokio_postgres::Row;
 
-use super::{Failure, PostgresStore, NOW_MS};
+use super::{bind, read_all, Failure, PostgresStore, NOW_MS};
 use crate::store::queue::{
-    Billing, DeferredQueue, Expect, Lease, NewDeferred, OpenBatch, QueueEvent, QueueItem,
-    QueueState, QueueStatus, RequeueKind, Transition, CUSTOM_ID_PREFIX, ITEM_COLUMNS, UNLEASE,
+    DeferredQueue, Expect, Lease, NewDeferred, OpenBatch, QueueEvent, QueueItem, QueueState,
+    QueueStatus, RequeueKind, Transition, UNLEASE,
 };
+use crate::store::rows::{self, DONE_COLUMNS, EVENT_COLUMNS, ITEM_COLUMNS, NEW_ITEM_COLUMNS};
 use crate::store::StoreError;
 
 /// The key of the advisory lock under which open batches are claimed ("tamp" + "bat").
 const BATCH_CLAIM_LOCK: i64 = 0x7461_6d70_0062_6174;
 
-fn to_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
-}
-
-fn read_item(row: &Row) -> Result<QueueItem, Failure> {
-    let request_json: String = row.try_get(4)?;
-    let state: String = row.try_get(5)?;
-    let id: i64 = row.try_get(0)?;
-    let corrupt =
-        |what: String| Failure::Other(format!("deferred item {id} is unreadable: {what}"));
-    let request: LlmRequest = serde_json::from_str(&request_json)
-        .map_err(|e| corrupt(format!("the stored request does not parse: {e}")))?;
-    let state =
-        QueueState::parse(&state).ok_or_else(|| corrupt(format!("unknown state \"{state}\"")))?;
-    let billing: Option<String> = row.try_get(11)?;
-    let n = |i: usize| -> Result<u64, Failure> { Ok(to_u64(row.try_get::<_, i64>(i)?)) };
-    Ok(QueueItem {
-        id,
-        page_id: row.try_get(1)?,
-        strategy: row.try_get(2)?,
-        thread_id: row.try_get(3)?,
-        request,
-        state,
-        batch_id: row.try_get(6)?,
-        attempts: n(7)? as u32,
-        requeues: n(8)? as u32,
-        text: row.try_get(9)?,
-        reason: row.try_get(10)?,
-        billing: billing.as_deref().and_then(Billing::parse),
-        usage: Usage {
-            input_tokens: n(12)?,
-            output_tokens: n(13)?,
-            cache_read_tokens: n(14)?,
-            cache_write_tokens: n(15)?,
-        },
-        created_ms: n(16)?,
-        updated_ms: n(17)?,
-        submitted_ms: row.try_get::<_, Option<i64>>(18)?.map(to_u64),
-        lease_owner: row.try_get(19)?,
-        lease_until_ms: row.try_get::<_, Option<i64>>(20)?.map(to_u64),
-    })
-}
-
-fn read_items(rows: &[Row]) -> Result<Vec<QueueItem>, Failure> {
-    let mut items = rows.iter().map(read_item).collect::<Result<Vec<_>, _>>()?;
+/// The items of `answer`, in id order (`RETURNING` gives them in any order).
+fn read_items(answer: &[Row]) -> Result<Vec<QueueItem>, Failure> {
+    let mut items = read_all(answer, rows::read_item)?;
     items.sort_by_key(|item| item.id);
     Ok(items)
 }
@@ -85,26 +43,18 @@ fn item_columns_of(alias: &str) -> String {
         .join(", ")
 }
 
-fn read_batches(rows: &[Row]) -> Result<Vec<OpenBatch>, Failure> {
-    rows.iter()
-        .map(|r| {
-            Ok(OpenBatch {
-                batch_id: r.try_get::<_, Option<String>>(0)?.unwrap_or_default(),
-                items: to_u64(r.try_get(1)?),
-                submitted_ms: to_u64(r.try_get::<_, Option<i64>>(2)?.unwrap_or(0)),
-            })
-        })
-        .collect()
+fn read_batches(answer: &[Row]) -> Result<Vec<OpenBatch>, Failure> {
+    Ok(read_all(answer, rows::read_open_batch)?)
 }
 
 /// Queues one item (or finds it) and records its event, in one statement. Returns no row
-/// only when another host inserted the same item after this statement's snapshot.
+/// only when another host inserted the same item after this statement's snapshot. Binds
+/// [`rows::new_item_values`], whose first two are the page id and the strategy.
 fn enqueue_sql() -> String {
     format!(
         "WITH ins AS (
-            INSERT INTO deferred_items (page_id, strategy, thread_id, request_json, state,
-                created_ms, updated_ms)
-            VALUES ($1, $2, $3, $4, 'queued', {NOW_MS}, {NOW_MS})
+            INSERT INTO deferred_items ({NEW_ITEM_COLUMNS}, state, created_ms, updated_ms)
+            VALUES ({}, 'queued', {NOW_MS}, {NOW_MS})
             ON CONFLICT (page_id, strategy) DO NOTHING
             RETURNING id, created_ms
         ), ev AS (
@@ -113,7 +63,8 @@ fn enqueue_sql() -> String {
         )
         SELECT id FROM ins
         UNION ALL
-        SELECT id FROM deferred_items WHERE page_id = $1 AND strategy = $2"
+        SELECT id FROM deferred_items WHERE page_id = $1 AND strategy = $2",
+        rows::placeholders('$', 1, NEW_ITEM_COLUMNS.split(',').count())
     )
 }
 
@@ -147,12 +98,8 @@ async fn enqueue_once(
     let (tx_ref, stmt_ref) = (&tx, &stmt);
     let answers =
         futures::future::try_join_all(items.iter().zip(encoded).map(|(item, json)| async move {
-            tx_ref
-                .query(
-                    stmt_ref,
-                    &[&item.page_id, &item.strategy, &item.thread_id, json],
-                )
-                .await
+            let values = rows::new_item_values(item, json);
+            tx_ref.query(stmt_ref, &bind(&values)).await
         }))
         .await?;
     let mut ids = Vec::with_capacity(items.len());
@@ -182,7 +129,7 @@ impl DeferredQueue for PostgresStore {
             move |mut client| async move {
                 let encoded = items
                     .iter()
-                    .map(|item| serde_json::to_string(&item.request))
+                    .map(|item| rows::encode_request(&item.request))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| Failure::Other(format!("encode a request: {e}")))?;
                 // Two hosts queueing overlapping items in different orders can deadlock on
@@ -296,10 +243,10 @@ impl DeferredQueue for PostgresStore {
                 // $5 its detail; the transition's own values from $6.
                 let (set, state, detail) = match &to {
                     Transition::Done { billing, .. } => (
-                        "state = 'done', text = $6, billing = $7, input_tokens = $8,
-                         output_tokens = $9, cache_read_tokens = $10, cache_write_tokens = $11,
-                         reason = NULL"
-                            .to_owned(),
+                        format!(
+                            "state = 'done', {}, reason = NULL",
+                            rows::assignments(DONE_COLUMNS, '$', 6)
+                        ),
                         QueueState::Done,
                         format!("done ({})", billing.as_str()),
                     ),
@@ -349,18 +296,9 @@ impl DeferredQueue for PostgresStore {
                         usage,
                         billing,
                     } => {
-                        let billing = billing.as_str();
-                        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-                        let tokens = [
-                            n(usage.input_tokens),
-                            n(usage.output_tokens),
-                            n(usage.cache_read_tokens),
-                            n(usage.cache_write_tokens),
-                        ];
+                        let done = rows::done_values(text, usage, *billing);
                         let mut params = common.to_vec();
-                        params.extend_from_slice(&[
-                            text, &billing, &tokens[0], &tokens[1], &tokens[2], &tokens[3],
-                        ]);
+                        params.extend(bind(&done));
                         client.query_one(&stmt, &params).await?.try_get(0)?
                     }
                     Transition::Requeue { reason, .. } | Transition::Failed { reason } => {
@@ -389,20 +327,13 @@ impl DeferredQueue for PostgresStore {
                 let mut status = QueueStatus::default();
                 for row in tx
                     .query(
-                        "SELECT state, count(*)::bigint FROM deferred_items GROUP BY state",
+                        "SELECT state, count(*)::bigint AS items FROM deferred_items
+                         GROUP BY state",
                         &[],
                     )
                     .await?
                 {
-                    let state: String = row.try_get(0)?;
-                    let n = to_u64(row.try_get(1)?);
-                    match QueueState::parse(&state) {
-                        Some(QueueState::Queued) => status.queued = n,
-                        Some(QueueState::Submitted) => status.submitted = n,
-                        Some(QueueState::Done) => status.done = n,
-                        Some(QueueState::Failed) => status.failed = n,
-                        None => {}
-                    }
+                    rows::count_state(&mut status, &row)?;
                 }
                 if let Some(row) = tx
                     .query_opt(
@@ -412,47 +343,30 @@ impl DeferredQueue for PostgresStore {
                     )
                     .await?
                 {
-                    let state: String = row.try_get(2)?;
-                    status.oldest_unfinished = QueueState::parse(&state).map(|state| {
-                        (
-                            format!("{CUSTOM_ID_PREFIX}{}", row.get::<_, i64>(0)),
-                            to_u64(row.get(1)),
-                            state,
-                        )
-                    });
+                    status.oldest_unfinished = rows::read_oldest(&row)?;
                 }
                 status.open_batches = read_batches(
                     &tx.query(
-                        "SELECT batch_id, count(*)::bigint, min(submitted_ms) FROM deferred_items
+                        "SELECT batch_id, count(*)::bigint AS items,
+                         min(submitted_ms) AS submitted_ms FROM deferred_items
                          WHERE state = 'submitted' GROUP BY batch_id
-                         ORDER BY min(submitted_ms), batch_id",
+                         ORDER BY submitted_ms, batch_id",
                         &[],
                     )
                     .await?,
                 )?;
                 for row in tx
                     .query(
-                        "SELECT billing, sum(input_tokens)::bigint, sum(output_tokens)::bigint,
-                         sum(cache_read_tokens)::bigint, sum(cache_write_tokens)::bigint
+                        "SELECT billing, sum(input_tokens)::bigint AS input_tokens,
+                         sum(output_tokens)::bigint AS output_tokens,
+                         sum(cache_read_tokens)::bigint AS cache_read_tokens,
+                         sum(cache_write_tokens)::bigint AS cache_write_tokens
                          FROM deferred_items WHERE state = 'done' GROUP BY billing",
                         &[],
                     )
                     .await?
                 {
-                    let n = |i: usize| -> Result<u64, Failure> {
-                        Ok(to_u64(row.try_get::<_, Option<i64>>(i)?.unwrap_or(0)))
-                    };
-                    let usage = Usage {
-                        input_tokens: n(1)?,
-                        output_tokens: n(2)?,
-                        cache_read_tokens: n(3)?,
-                        cache_write_tokens: n(4)?,
-                    };
-                    match row.try_get::<_, Option<String>>(0)?.as_deref() {
-                        Some("batch") => status.batch_usage = usage,
-                        Some("sync") => status.sync_usage = usage,
-                        _ => {}
-                    }
+                    rows::add_billed_usage(&mut status, &row)?;
                 }
                 tx.commit().await?;
                 Ok(status)
@@ -466,25 +380,13 @@ impl DeferredQueue for PostgresStore {
             "read the deferred queue".to_owned(),
             move |client| async move {
                 let stmt = client
-                    .prepare_cached(
-                        "SELECT at_ms, state, batch_id, detail FROM deferred_events
-                         WHERE item_id = $1 ORDER BY seq",
-                    )
+                    .prepare_cached(&format!(
+                        "SELECT {EVENT_COLUMNS} FROM deferred_events
+                         WHERE item_id = $1 ORDER BY seq"
+                    ))
                     .await?;
-                client
-                    .query(&stmt, &[&id])
-                    .await?
-                    .iter()
-                    .map(|r| {
-                        let state: String = r.try_get(1)?;
-                        Ok(QueueEvent {
-                            at_ms: to_u64(r.try_get(0)?),
-                            state: QueueState::parse(&state).unwrap_or(QueueState::Failed),
-                            batch_id: r.try_get(2)?,
-                            detail: r.try_get(3)?,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, Failure>>()
+                let events = client.query(&stmt, &[&id]).await?;
+                Ok(read_all(&events, rows::read_event)?)
             },
         )
         .boxed()
@@ -579,8 +481,8 @@ impl DeferredQueue for PostgresStore {
                         WHERE state = 'submitted' AND batch_id IN (SELECT batch_id FROM open)
                         RETURNING batch_id, submitted_ms
                     )
-                    SELECT batch_id, count(*)::bigint, min(submitted_ms) FROM up
-                    GROUP BY batch_id ORDER BY min(submitted_ms), batch_id"
+                    SELECT batch_id, count(*)::bigint AS items, min(submitted_ms) AS submitted_ms
+                    FROM up GROUP BY batch_id ORDER BY submitted_ms, batch_id"
                 );
                 let stmt = tx.prepare_cached(&sql).await?;
                 let batches = read_batches(

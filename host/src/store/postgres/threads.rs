@@ -4,7 +4,8 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::{PostgresStore, NOW_SECS};
-use crate::store::threads::{decode, encode, ThreadLimits, ThreadState, ThreadStore};
+use crate::store::rows;
+use crate::store::threads::{ThreadLimits, ThreadState, ThreadStore};
 use crate::store::StoreError;
 
 impl ThreadStore for PostgresStore {
@@ -26,8 +27,7 @@ impl ThreadStore for PostgresStore {
                 let Some(row) = client.query_opt(&stmt, &[&key, &ttl]).await? else {
                     return Ok(None);
                 };
-                let json: String = row.try_get(0)?;
-                Ok(decode(&json))
+                Ok(rows::read_thread_state(&row)?)
             },
         )
         .boxed()
@@ -40,7 +40,7 @@ impl ThreadStore for PostgresStore {
         limits: ThreadLimits,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let key = key.to_owned();
-        let json = encode(state);
+        let json = rows::encode_thread_state(state);
         let ttl = i64::try_from(limits.ttl_secs).unwrap_or(i64::MAX);
         let max = i64::try_from(limits.max_threads.max(1)).unwrap_or(i64::MAX);
         self.run(

@@ -304,21 +304,13 @@ fn url_params(url: &str) -> Option<Vec<Param>> {
     Some(params)
 }
 
+/// `text` percent-decoded as tokio-postgres decodes the rest of the URL (with the same crate:
+/// a `%` not followed by two hex digits stays as it is); `None` when the bytes are not UTF-8.
 fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .ok()
+        .map(|decoded| decoded.into_owned())
 }
 
 /// The `key = value` pairs of a libpq key-value connection string (values bare or in single
@@ -759,6 +751,22 @@ mod tests {
         assert_eq!(plain_name("IpAddress(10.0.0.5)"), "10.0.0.5");
         assert_eq!(plain_name("IpAddress(::1)"), "::1");
         assert_eq!(plain_name("something else"), "something else");
+    }
+
+    #[test]
+    fn values_are_percent_decoded_as_the_client_decodes_them() {
+        let (_, tls) = split("postgres://db/x?sslrootcert=%2Fca%20dir%2F100%zz.pem");
+        assert_eq!(
+            tls.roots,
+            Some(Roots::File {
+                path: "/ca dir/100%zz.pem".into(),
+                named_by: "sslrootcert"
+            })
+        );
+        // Not UTF-8: the string is left for the client to refuse.
+        let (rest, tls) = split("postgres://db/x?sslrootcert=%FF");
+        assert_eq!(rest, "postgres://db/x?sslrootcert=%FF");
+        assert_eq!(tls.roots, None);
     }
 
     #[test]

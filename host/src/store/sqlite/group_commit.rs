@@ -15,14 +15,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection, TransactionBehavior};
-use tamp_plugin_api::{FfiOption, Message, Page};
+use rusqlite::{Connection, TransactionBehavior};
+use tamp_plugin_api::{FfiOption, Page};
 use tokio::sync::oneshot;
 
 use super::queue;
 use super::{lock, now_secs, to_i64, Inner, SqliteStore};
 use crate::store::queue::NewDeferred;
-use crate::store::{canonical_json, page_id_of_json, NewPage, StoreError, StoredPage};
+use crate::store::rows::{
+    self, encode_messages, NewPageRow, Value, ENCODE_INLINE_MAX, PAGE_INSERT_COLUMNS,
+    PAGE_INSERT_VALUES,
+};
+use crate::store::{NewPage, StoreError, StoredPage};
 
 /// How long a flusher waits for puts that are still encoding their page before it commits
 /// without them. A compaction archives its pages concurrently: waiting the millisecond or two
@@ -116,14 +120,14 @@ impl SqliteStore {
         // Serializing and hashing is CPU work done by the caller, so concurrent puts spread
         // it over the runtime's threads; the flusher only runs SQL.
         let encoding = Encoding::start(&self.inner.writes);
-        let (page, encoded) = if page.messages.len() > 64 {
+        let (page, encoded) = if page.messages.len() > ENCODE_INLINE_MAX {
             self.run("encode a page".to_owned(), move |_| {
-                let encoded = encode(&page.messages);
+                let encoded = encode_messages(&page.messages);
                 Ok((page, encoded))
             })
             .await?
         } else {
-            let encoded = encode(&page.messages);
+            let encoded = encode_messages(&page.messages);
             (page, encoded)
         };
         let id = encoded.0.clone();
@@ -183,17 +187,6 @@ impl SqliteStore {
             "the writer stopped before answering",
         )
     }
-}
-
-/// A page's id and canonical JSON.
-fn encode(messages: &[Message]) -> (String, String) {
-    let json = canonical_json(messages);
-    let id = page_id_of_json(&json);
-    // serde_json writes UTF-8.
-    (
-        id,
-        String::from_utf8(json).expect("serde_json output is UTF-8"),
-    )
 }
 
 /// A page still waiting in the queue, as a reader holding the connection would load it: the
@@ -288,29 +281,21 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut answers = Vec::with_capacity(batch.len());
         {
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
-                 messages_json, metadata_json, message_count, created_at, seal)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
+            let mut insert = tx.prepare_cached(&format!(
+                "INSERT OR IGNORE INTO pages ({PAGE_INSERT_COLUMNS}, created_at)
+                 VALUES ({}, ?{})",
+                rows::placeholders('?', 1, PAGE_INSERT_VALUES),
+                PAGE_INSERT_VALUES + 1
+            ))?;
             for write in &batch {
                 answers.push(match write {
                     Write::Page(put) => {
                         let (id, json) = &put.encoded;
-                        let page = &put.page;
-                        let row = crate::store::seal::PageRow::of_new(id, page);
+                        let row = NewPageRow::new(id, json, &put.page);
+                        let created_at = Value::Int(to_i64(now_secs()));
+                        let values = row.values().into_iter().chain([created_at]);
                         let written = insert
-                            .execute(params![
-                                id,
-                                page.thread_id,
-                                page.strategy,
-                                page.source_format,
-                                json,
-                                page.metadata_json,
-                                row.message_count,
-                                to_i64(now_secs()),
-                                row.seal(),
-                            ])
+                            .execute(rusqlite::params_from_iter(values))
                             .map(drop)
                             .map_err(|e| {
                                 StoreError::backend(&inner.location, format!("write page {id}"), e)
@@ -357,7 +342,7 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
 mod tests {
     use std::sync::Arc;
 
-    use tamp_plugin_api::Role;
+    use tamp_plugin_api::{Message, Role};
 
     use super::*;
     use crate::store::queue::DeferredQueue;
@@ -378,7 +363,7 @@ mod tests {
 
     fn pending_put(text: &str) -> Write {
         let page = new_page(text, 1);
-        let encoded = encode(&page.messages);
+        let encoded = encode_messages(&page.messages);
         // The answer is not awaited here.
         let (reply, _) = oneshot::channel();
         Write::Page(PendingPut {

@@ -5,14 +5,18 @@
 //! the store's group commit ([`insert_items`]), so they share a commit with the pages staged
 //! before them.
 
-use futures::future::BoxFuture;
-use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
-use tamp_plugin_api::{LlmRequest, Usage};
+use std::fmt::Display;
 
-use super::{to_i64, Inner, SqliteStore};
+use futures::future::BoxFuture;
+use rusqlite::{params, params_from_iter, OptionalExtension, Transaction, TransactionBehavior};
+
+use super::{select, select_first, to_i64, Inner, SqliteStore};
 use crate::store::queue::{
-    Billing, DeferredQueue, Expect, Lease, NewDeferred, OpenBatch, QueueEvent, QueueItem,
-    QueueState, QueueStatus, RequeueKind, Transition, CUSTOM_ID_PREFIX, ITEM_COLUMNS, UNLEASE,
+    DeferredQueue, Expect, Lease, NewDeferred, OpenBatch, QueueEvent, QueueItem, QueueState,
+    QueueStatus, RequeueKind, Transition, UNLEASE,
+};
+use crate::store::rows::{
+    self, Value, DONE_COLUMNS, EVENT_COLUMNS, ITEM_COLUMNS, NEW_ITEM_COLUMNS,
 };
 use crate::store::StoreError;
 
@@ -63,47 +67,6 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn read_item(row: &rusqlite::Row<'_>) -> rusqlite::Result<QueueItem> {
-    let request_json: String = row.get(4)?;
-    let state: String = row.get(5)?;
-    let bad = |column: usize, what: String| {
-        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, what.into())
-    };
-    let request: LlmRequest = serde_json::from_str(&request_json)
-        .map_err(|e| bad(4, format!("the stored request does not parse: {e}")))?;
-    let state =
-        QueueState::parse(&state).ok_or_else(|| bad(5, format!("unknown state \"{state}\"")))?;
-    let billing: Option<String> = row.get(11)?;
-    let n = |i: usize| -> rusqlite::Result<u64> {
-        Ok(u64::try_from(row.get::<_, i64>(i)?).unwrap_or(0))
-    };
-    Ok(QueueItem {
-        id: row.get(0)?,
-        page_id: row.get(1)?,
-        strategy: row.get(2)?,
-        thread_id: row.get(3)?,
-        request,
-        state,
-        batch_id: row.get(6)?,
-        attempts: n(7)? as u32,
-        requeues: n(8)? as u32,
-        text: row.get(9)?,
-        reason: row.get(10)?,
-        billing: billing.as_deref().and_then(Billing::parse),
-        usage: Usage {
-            input_tokens: n(12)?,
-            output_tokens: n(13)?,
-            cache_read_tokens: n(14)?,
-            cache_write_tokens: n(15)?,
-        },
-        created_ms: n(16)?,
-        updated_ms: n(17)?,
-        submitted_ms: row.get::<_, Option<i64>>(18)?.map(|v| v.max(0) as u64),
-        lease_owner: row.get(19)?,
-        lease_until_ms: row.get::<_, Option<i64>>(20)?.map(|v| v.max(0) as u64),
-    })
-}
-
 fn record_event(
     tx: &Transaction<'_>,
     id: i64,
@@ -138,17 +101,16 @@ pub(super) fn insert_items(
             ids.push(id);
             continue;
         }
-        tx.prepare_cached(
-            "INSERT INTO deferred_items (page_id, strategy, thread_id, request_json,
-             state, created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, 'queued', ?5, ?5)",
-        )?
-        .execute(params![
-            item.page_id,
-            item.strategy,
-            item.thread_id,
-            request_json,
-            to_i64(at)
-        ])?;
+        let values = rows::new_item_values(item, request_json);
+        tx.prepare_cached(&format!(
+            "INSERT INTO deferred_items ({NEW_ITEM_COLUMNS}, state, created_ms, updated_ms)
+             VALUES ({}, 'queued', ?{at}, ?{at})",
+            rows::placeholders('?', 1, values.len()),
+            at = values.len() + 1
+        ))?
+        .execute(params_from_iter(
+            values.into_iter().chain([Value::Int(to_i64(at))]),
+        ))?;
         let id = tx.last_insert_rowid();
         record_event(tx, id, at, QueueState::Queued, None, "queued")?;
         ids.push(id);
@@ -156,7 +118,7 @@ pub(super) fn insert_items(
     Ok(ids)
 }
 
-fn fail<'a>(inner: &'a Inner, operation: &str) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
+fn fail<'a, E: Display>(inner: &'a Inner, operation: &str) -> impl Fn(E) -> StoreError + 'a {
     let operation = operation.to_owned();
     move |e| StoreError::backend(&inner.location, operation.clone(), e)
 }
@@ -167,14 +129,8 @@ fn select_items(
     filter: &str,
     params: impl rusqlite::Params,
 ) -> Result<Vec<QueueItem>, StoreError> {
-    let conn = inner.conn();
     let sql = format!("SELECT {ITEM_COLUMNS} FROM deferred_items {filter}");
-    let mut stmt = conn.prepare_cached(&sql).map_err(fail(inner, operation))?;
-    let rows = stmt
-        .query_map(params, read_item)
-        .map_err(fail(inner, operation))?;
-    rows.collect::<Result<Vec<_>, _>>()
-        .map_err(fail(inner, operation))
+    select(&inner.conn(), &sql, params, rows::read_item).map_err(fail(inner, operation))
 }
 
 impl DeferredQueue for SqliteStore {
@@ -185,7 +141,7 @@ impl DeferredQueue for SqliteStore {
         Box::pin(async move {
             let encoded = items
                 .iter()
-                .map(|item| serde_json::to_string(&item.request))
+                .map(|item| rows::encode_request(&item.request))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| StoreError::backend(self.location(), "queue deferred requests", e))?;
             self.queue_deferred(items, encoded).await
@@ -202,14 +158,12 @@ impl DeferredQueue for SqliteStore {
                 let op = "read the deferred queue";
                 let conn = inner.conn();
                 let sql = format!(
-                "SELECT {ITEM_COLUMNS} FROM deferred_items WHERE page_id = ?1 AND strategy = ?2"
-            );
-                let mut stmt = conn.prepare_cached(&sql).map_err(fail(inner, op))?;
+                    "SELECT {ITEM_COLUMNS} FROM deferred_items WHERE page_id = ?1 AND strategy = ?2"
+                );
                 page_ids
                     .iter()
                     .map(|page| {
-                        stmt.query_row(params![page, strategy], read_item)
-                            .optional()
+                        select_first(&conn, &sql, params![page, strategy], rows::read_item)
                             .map_err(fail(inner, op))
                     })
                     .collect()
@@ -303,29 +257,26 @@ impl DeferredQueue for SqliteStore {
                         text,
                         usage,
                         billing,
-                    } => (
-                        tx.execute(
-                            &format!(
-                                "UPDATE deferred_items SET state = 'done', text = ?4, billing = ?5,
-                             input_tokens = ?6, output_tokens = ?7, cache_read_tokens = ?8,
-                             cache_write_tokens = ?9, reason = NULL, updated_ms = ?10, {UNLEASE} {guard}"
-                            ),
-                            params![
-                                from.0,
-                                from.1,
-                                from.2,
-                                text,
-                                billing.as_str(),
-                                to_i64(usage.input_tokens),
-                                to_i64(usage.output_tokens),
-                                to_i64(usage.cache_read_tokens),
-                                to_i64(usage.cache_write_tokens),
-                                at
-                            ],
-                        ),
-                        QueueState::Done,
-                        format!("done ({})", billing.as_str()),
-                    ),
+                    } => {
+                        let done = rows::done_values(text, usage, *billing);
+                        let guarded = [
+                            Value::Int(from.0),
+                            Value::Text(from.1),
+                            Value::OptionalText(from.2.as_deref()),
+                        ];
+                        let sql = format!(
+                            "UPDATE deferred_items SET state = 'done', {}, reason = NULL,
+                             updated_ms = ?{}, {UNLEASE} {guard}",
+                            rows::assignments(DONE_COLUMNS, '?', guarded.len() + 1),
+                            guarded.len() + done.len() + 1
+                        );
+                        let values = guarded.into_iter().chain(done).chain([Value::Int(at)]);
+                        (
+                            tx.execute(&sql, params_from_iter(values)),
+                            QueueState::Done,
+                            format!("done ({})", billing.as_str()),
+                        )
+                    }
                     Transition::Requeue { reason, kind } => {
                         let counter = match kind {
                             RequeueKind::Attempt => "attempts",
@@ -374,95 +325,44 @@ impl DeferredQueue for SqliteStore {
     fn status(&self) -> BoxFuture<'_, Result<QueueStatus, StoreError>> {
         Box::pin(
             self.run("read the deferred queue".to_owned(), move |inner| {
-                let op = "read the deferred queue";
                 let conn = inner.conn();
                 let mut status = QueueStatus::default();
-                let mut counts = conn
-                    .prepare_cached("SELECT state, count(*) FROM deferred_items GROUP BY state")
-                    .map_err(fail(inner, op))?;
-                let rows = counts
-                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-                    .map_err(fail(inner, op))?;
-                for row in rows {
-                    let (state, n) = row.map_err(fail(inner, op))?;
-                    let n = n.max(0) as u64;
-                    match QueueState::parse(&state) {
-                        Some(QueueState::Queued) => status.queued = n,
-                        Some(QueueState::Submitted) => status.submitted = n,
-                        Some(QueueState::Done) => status.done = n,
-                        Some(QueueState::Failed) => status.failed = n,
-                        None => {}
-                    }
-                }
-                status.oldest_unfinished = conn
-                    .query_row(
-                        "SELECT id, created_ms, state FROM deferred_items
-                     WHERE state IN ('queued', 'submitted') ORDER BY id LIMIT 1",
+                let read = |status: &mut QueueStatus| -> Result<(), rows::RowError> {
+                    select(
+                        &conn,
+                        "SELECT state, count(*) AS items FROM deferred_items GROUP BY state",
                         [],
-                        |r| {
-                            Ok((
-                                r.get::<_, i64>(0)?,
-                                r.get::<_, i64>(1)?,
-                                r.get::<_, String>(2)?,
-                            ))
-                        },
-                    )
-                    .optional()
-                    .map_err(fail(inner, op))?
-                    .and_then(|(id, at, state)| {
-                        Some((
-                            format!("{CUSTOM_ID_PREFIX}{id}"),
-                            at.max(0) as u64,
-                            QueueState::parse(&state)?,
-                        ))
-                    });
-                let mut batches = conn
-                    .prepare_cached(
-                        "SELECT batch_id, count(*), min(submitted_ms) FROM deferred_items
-                     WHERE state = 'submitted' GROUP BY batch_id ORDER BY min(submitted_ms), batch_id",
-                    )
-                    .map_err(fail(inner, op))?;
-                status.open_batches = batches
-                    .query_map([], |r| {
-                        Ok(OpenBatch {
-                            batch_id: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                            items: r.get::<_, i64>(1)?.max(0) as u64,
-                            submitted_ms: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
-                        })
-                    })
-                    .map_err(fail(inner, op))?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(fail(inner, op))?;
-                let mut usage = conn
-                    .prepare_cached(
-                        "SELECT billing, sum(input_tokens), sum(output_tokens),
-                     sum(cache_read_tokens), sum(cache_write_tokens)
-                     FROM deferred_items WHERE state = 'done' GROUP BY billing",
-                    )
-                    .map_err(fail(inner, op))?;
-                let rows = usage
-                    .query_map([], |r| {
-                        let n = |i: usize| -> rusqlite::Result<u64> {
-                            Ok(r.get::<_, Option<i64>>(i)?.unwrap_or(0).max(0) as u64)
-                        };
-                        Ok((
-                            r.get::<_, Option<String>>(0)?,
-                            Usage {
-                                input_tokens: n(1)?,
-                                output_tokens: n(2)?,
-                                cache_read_tokens: n(3)?,
-                                cache_write_tokens: n(4)?,
-                            },
-                        ))
-                    })
-                    .map_err(fail(inner, op))?;
-                for row in rows {
-                    match row.map_err(fail(inner, op))? {
-                        (Some(b), u) if b == "batch" => status.batch_usage = u,
-                        (Some(b), u) if b == "sync" => status.sync_usage = u,
-                        _ => {}
-                    }
-                }
+                        |row| rows::count_state(status, row),
+                    )?;
+                    status.oldest_unfinished = select_first(
+                        &conn,
+                        "SELECT id, created_ms, state FROM deferred_items
+                         WHERE state IN ('queued', 'submitted') ORDER BY id LIMIT 1",
+                        [],
+                        rows::read_oldest,
+                    )?
+                    .flatten();
+                    status.open_batches = select(
+                        &conn,
+                        "SELECT batch_id, count(*) AS items, min(submitted_ms) AS submitted_ms
+                         FROM deferred_items WHERE state = 'submitted' GROUP BY batch_id
+                         ORDER BY submitted_ms, batch_id",
+                        [],
+                        rows::read_open_batch,
+                    )?;
+                    select(
+                        &conn,
+                        "SELECT billing, sum(input_tokens) AS input_tokens,
+                         sum(output_tokens) AS output_tokens,
+                         sum(cache_read_tokens) AS cache_read_tokens,
+                         sum(cache_write_tokens) AS cache_write_tokens
+                         FROM deferred_items WHERE state = 'done' GROUP BY billing",
+                        [],
+                        |row| rows::add_billed_usage(status, row),
+                    )?;
+                    Ok(())
+                };
+                read(&mut status).map_err(fail(inner, "read the deferred queue"))?;
                 Ok(status)
             }),
         )
@@ -471,26 +371,16 @@ impl DeferredQueue for SqliteStore {
     fn events(&self, id: i64) -> BoxFuture<'_, Result<Vec<QueueEvent>, StoreError>> {
         Box::pin(
             self.run("read the deferred queue".to_owned(), move |inner| {
-                let op = "read the deferred queue";
-                let conn = inner.conn();
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT at_ms, state, batch_id, detail FROM deferred_events
-                     WHERE item_id = ?1 ORDER BY rowid",
-                    )
-                    .map_err(fail(inner, op))?;
-                let rows = stmt
-                    .query_map([id], |r| {
-                        let state: String = r.get(1)?;
-                        Ok(QueueEvent {
-                            at_ms: r.get::<_, i64>(0)?.max(0) as u64,
-                            state: QueueState::parse(&state).unwrap_or(QueueState::Failed),
-                            batch_id: r.get(2)?,
-                            detail: r.get(3)?,
-                        })
-                    })
-                    .map_err(fail(inner, op))?;
-                rows.collect::<Result<Vec<_>, _>>().map_err(fail(inner, op))
+                select(
+                    &inner.conn(),
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM deferred_events WHERE item_id = ?1
+                         ORDER BY rowid"
+                    ),
+                    [id],
+                    rows::read_event,
+                )
+                .map_err(fail(inner, "read the deferred queue"))
             }),
         )
     }
@@ -514,16 +404,13 @@ impl DeferredQueue for SqliteStore {
                      RETURNING {ITEM_COLUMNS}"
                 );
                 let conn = inner.writer(op)?;
-                let mut stmt = conn.prepare_cached(&sql).map_err(fail(inner, op))?;
-                let rows = stmt
-                    .query_map(
-                        params![lease.owner, now, lease.duration_ms(), to_i64(limit as u64)],
-                        read_item,
-                    )
-                    .map_err(fail(inner, op))?;
-                let mut items = rows
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(fail(inner, op))?;
+                let mut items = select(
+                    &conn,
+                    &sql,
+                    params![lease.owner, now, lease.duration_ms(), to_i64(limit as u64)],
+                    rows::read_item,
+                )
+                .map_err(fail(inner, op))?;
                 items.sort_by_key(|item| item.id);
                 Ok(items)
             }),
@@ -590,22 +477,13 @@ impl DeferredQueue for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(fail(inner, op))?;
             let now = to_i64(now_ms());
-            let batches = {
-                let mut stmt = tx
-                    .prepare_cached(CLAIMABLE_BATCHES_SQLITE)
-                    .map_err(fail(inner, op))?;
-                let rows = stmt
-                    .query_map(params![lease.owner, now], |r| {
-                        Ok(OpenBatch {
-                            batch_id: r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                            items: r.get::<_, i64>(1)?.max(0) as u64,
-                            submitted_ms: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
-                        })
-                    })
-                    .map_err(fail(inner, op))?;
-                rows.collect::<Result<Vec<_>, _>>()
-                    .map_err(fail(inner, op))?
-            };
+            let batches = select(
+                &tx,
+                CLAIMABLE_BATCHES_SQLITE,
+                params![lease.owner, now],
+                rows::read_open_batch,
+            )
+            .map_err(fail(inner, op))?;
             for batch in &batches {
                 tx.prepare_cached(
                     "UPDATE deferred_items SET lease_owner = ?2, lease_until_ms = ?3 + ?4
@@ -641,16 +519,19 @@ impl DeferredQueue for SqliteStore {
 
 /// The open batches `?1` may claim at time `?2`: those none of whose submitted items another
 /// owner holds under a live lease, oldest first.
-const CLAIMABLE_BATCHES_SQLITE: &str = "SELECT batch_id, count(*), min(submitted_ms)
+const CLAIMABLE_BATCHES_SQLITE: &str = "SELECT batch_id, count(*) AS items,
+    min(submitted_ms) AS submitted_ms
     FROM deferred_items WHERE state = 'submitted' GROUP BY batch_id
     HAVING sum(CASE WHEN lease_owner IS NOT NULL AND lease_owner <> ?1 AND lease_until_ms > ?2
                     THEN 1 ELSE 0 END) = 0
-    ORDER BY min(submitted_ms), batch_id";
+    ORDER BY submitted_ms, batch_id";
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use tamp_plugin_api::{LlmRequest, Usage};
+
     use super::*;
-    use crate::store::queue::item_id_of;
+    use crate::store::queue::{item_id_of, Billing};
 
     pub(crate) fn new_item(page: &str) -> NewDeferred {
         NewDeferred {

@@ -2,10 +2,11 @@
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 
-use super::{now_secs, to_i64, SqliteStore};
-use crate::store::threads::{decode, encode, ThreadLimits, ThreadState, ThreadStore};
+use super::{now_secs, select_first, to_i64, SqliteStore};
+use crate::store::rows;
+use crate::store::threads::{ThreadLimits, ThreadState, ThreadStore};
 use crate::store::StoreError;
 
 impl ThreadStore for SqliteStore {
@@ -17,16 +18,14 @@ impl ThreadStore for SqliteStore {
         let key = key.to_owned();
         self.run("read a thread state".to_owned(), move |inner| {
             let oldest = to_i64(now_secs().saturating_sub(ttl_secs));
-            let json: Option<String> = inner
-                .conn()
-                .query_row(
-                    "SELECT state_json FROM threads WHERE key = ?1 AND updated_at >= ?2",
-                    params![key, oldest],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(|e| StoreError::backend(&inner.location, "read a thread state", e))?;
-            Ok(json.as_deref().and_then(decode))
+            let state = select_first(
+                &inner.conn(),
+                "SELECT state_json FROM threads WHERE key = ?1 AND updated_at >= ?2",
+                params![key, oldest],
+                rows::read_thread_state,
+            )
+            .map_err(|e| StoreError::backend(&inner.location, "read a thread state", e))?;
+            Ok(state.flatten())
         })
         .boxed()
     }
@@ -38,7 +37,7 @@ impl ThreadStore for SqliteStore {
         limits: ThreadLimits,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let key = key.to_owned();
-        let json = encode(state);
+        let json = rows::encode_thread_state(state);
         self.run("write a thread state".to_owned(), move |inner| {
             let fail = |e| StoreError::backend(&inner.location, "write a thread state", e);
             let now = now_secs();
