@@ -17,6 +17,9 @@ use crate::serve::api::InFlight;
 use crate::serve::metrics::Metrics;
 use crate::wire::{self, WireFormat};
 
+/// The answer header that says what the chain did to the request.
+pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
+
 /// What the chain made of a body.
 #[derive(Debug)]
 pub enum Outcome {

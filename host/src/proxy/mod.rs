@@ -36,4 +36,5 @@ pub mod server_compaction;
 pub mod session;
 
 #[cfg(feature = "serve")]
+pub use compact::COMPACTION_HEADER;
 pub use server::*;

@@ -25,18 +25,17 @@ use crate::serve::metrics::{self, Metrics};
 use crate::serve::reload::{self, ChainSlot};
 use crate::serve::{self as serve_mod};
 
+use super::compact::{self, COMPACTION_HEADER};
 use super::config::CompactionBy;
 use super::error::ProxyError;
 use super::forward::Upstreams;
 use super::metrics::ProxyMetrics;
 use super::server_compaction::{self, Asked};
-use super::{compact, forward, route, session};
+use super::{forward, route, session};
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").
 pub const THREAD_HEADER: &str = "x-tamp-thread-id";
-/// The answer header that says what the chain did to the request.
-pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
 /// The answer header that names the thread the request was counted under.
 pub const THREAD_ANSWER_HEADER: &str = "x-tamp-thread";
 

@@ -193,9 +193,10 @@ pub async fn answer(
         }
     };
     if let Ok(value) = HeaderValue::from_str(&header_text) {
-        response
-            .headers_mut()
-            .insert(HeaderName::from_static(super::COMPACTION_HEADER), value);
+        response.headers_mut().insert(
+            HeaderName::from_static(super::compact::COMPACTION_HEADER),
+            value,
+        );
     }
     Ok(response)
 }

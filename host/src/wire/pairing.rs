@@ -38,9 +38,13 @@ enum Paths {
     /// `messages[i - 1]`.
     AnthropicWire(bool),
     /// A Responses request whose `instructions` (when `true`) became message 0; the others
-    /// are named by the `input` item they were read from.
-    ResponsesWire(bool),
+    /// are named by the `input` item they were read from, which `item_index` finds.
+    ResponsesWire(bool, ItemIndex),
 }
+
+/// The index of the Responses `input` item that block `block` of message `message` went
+/// into. Given by the Responses reader, so that this module needs nothing of it.
+pub(crate) type ItemIndex = fn(messages: &[Message], message: usize, block: usize) -> usize;
 
 impl Locator {
     /// Paths by position in the message list.
@@ -60,11 +64,11 @@ impl Locator {
     }
 
     /// Paths in a Responses request's `input` (its `instructions` message 0 when
-    /// `has_instructions`).
-    pub(crate) fn responses_wire(has_instructions: bool) -> Self {
+    /// `has_instructions`), items found by `item_index`.
+    pub(crate) fn responses_wire(has_instructions: bool, item_index: ItemIndex) -> Self {
         Locator {
             format: WireFormat::Responses,
-            paths: Paths::ResponsesWire(has_instructions),
+            paths: Paths::ResponsesWire(has_instructions, item_index),
         }
     }
 
@@ -79,12 +83,12 @@ impl Locator {
     fn block(&self, messages: &[Message], i: usize, j: usize) -> String {
         match self.paths {
             Paths::AnthropicWire(true) if i == 0 => return format!("system[{j}]"),
-            Paths::ResponsesWire(instructions) => {
+            Paths::ResponsesWire(instructions, item_index) => {
                 let skip = usize::from(instructions);
                 if i < skip {
                     return "instructions".to_string();
                 }
-                let k = super::responses::item_index(&messages[skip..], i - skip, j);
+                let k = item_index(&messages[skip..], i - skip, j);
                 return format!("input[{k}]");
             }
             _ => {}

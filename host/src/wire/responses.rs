@@ -197,7 +197,7 @@ pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
     pairing::check(
         &messages,
         WireFormat::Responses,
-        Locator::responses_wire(has_instructions),
+        Locator::responses_wire(has_instructions, item_index),
     )?;
     Ok(Conversation {
         thread_id,
@@ -822,7 +822,7 @@ fn output_item<'a>(block: &'a ContentBlock, own_extra: Option<Extra<'a>>, custom
 
 /// The `input` index of the item block `block` of message `message` went into, `messages`
 /// being a request's messages after its `instructions` (for error paths).
-pub(super) fn item_index(messages: &[Message], message: usize, block: usize) -> usize {
+fn item_index(messages: &[Message], message: usize, block: usize) -> usize {
     let mut out = Vec::new();
     for m in &messages[..message] {
         write_message(m, &mut out, None);
