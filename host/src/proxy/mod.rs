@@ -37,4 +37,5 @@ pub mod session;
 
 #[cfg(feature = "serve")]
 pub use compact::COMPACTION_HEADER;
+#[cfg(feature = "serve")]
 pub use server::*;
