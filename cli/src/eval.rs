@@ -30,7 +30,8 @@ pub struct EvalArgs {
     /// `conversation` names the conversation it belongs to; without one it applies to all.
     #[arg(long = "facts", value_name = "FILE")]
     pub facts: Vec<PathBuf>,
-    /// Conversations in either wire format (Anthropic Messages or OpenAI Chat Completions).
+    /// Conversations in any wire format (Anthropic Messages, OpenAI Chat Completions or the
+    /// OpenAI Responses API).
     #[arg(value_name = "CONVERSATION", required = true)]
     pub conversations: Vec<PathBuf>,
     /// Output: a text table, JSON (with every replay's context size request by request), CSV

@@ -106,8 +106,9 @@ struct CompactArgs {
     /// the template plugin.
     #[arg(short, long)]
     config: Option<PathBuf>,
-    /// The input's wire format; detected when absent.
-    #[arg(long, value_parser = ["anthropic", "openai"])]
+    /// The input's wire format: Anthropic Messages, OpenAI Chat Completions or the OpenAI
+    /// Responses API; detected when absent.
+    #[arg(long, value_parser = ["anthropic", "openai", "responses"])]
     format: Option<String>,
     /// Print the per-stage report to stderr.
     #[arg(long)]
@@ -183,7 +184,7 @@ enum PagesCommand {
         #[command(flatten)]
         store: StoreArgs,
         /// Output format: the page's source wire format by default.
-        #[arg(long, value_parser = ["anthropic", "openai", "internal"])]
+        #[arg(long, value_parser = ["anthropic", "openai", "responses", "internal"])]
         format: Option<String>,
     },
     /// List the newest pages.
@@ -376,6 +377,13 @@ fn render_report(report: &ChainReport) -> String {
         report.duration_ms,
         report.reason
     );
+    if !report.opaque.is_empty() {
+        let found: Vec<String> = report.opaque.iter().map(|o| o.describe()).collect();
+        out.push_str(&format!(
+            "  opaque: {} (kept verbatim in place, compacted around)\n",
+            found.join(", ")
+        ));
+    }
     for run in &report.stages {
         let status = match run.status {
             StageStatus::Acted => "acted",

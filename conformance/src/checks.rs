@@ -25,7 +25,7 @@ use tamp_host::invariants::Violation;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::WireFormat;
 
-const FORMATS: [WireFormat; 2] = [WireFormat::Anthropic, WireFormat::OpenAi];
+const FORMATS: [WireFormat; 3] = WireFormat::ALL;
 /// Shrinking stops after this many candidate runs.
 const MAX_SHRINK_RUNS: usize = 300;
 
@@ -71,7 +71,7 @@ pub async fn run_check(id: &str, options: &KitOptions) -> CheckOutput {
         "TAMP-CFG-01" => ctx.schema(),
         "TAMP-CFG-02" => ctx.invalid_configs(),
         "TAMP-INV-01" | "TAMP-INV-02" | "TAMP-INV-03" | "TAMP-INV-04" | "TAMP-INV-06"
-        | "TAMP-INV-10" => ctx.invariant(id).await,
+        | "TAMP-INV-10" | "TAMP-INV-11" | "TAMP-INV-12" | "TAMP-INV-13" => ctx.invariant(id).await,
         "TAMP-INV-05" => ctx.failure_atomic().await,
         "TAMP-INV-07" => ctx.deterministic().await,
         "TAMP-INV-08" => ctx.prefix_stable().await,
@@ -788,6 +788,11 @@ impl Ctx {
                         f.returned = Some(describe_messages(&o.conversation.messages, None));
                     }
                     out.findings.push(f);
+                    // One time limit spent is enough: each further case would spend another,
+                    // and the check's process has a limit of its own.
+                    if matches!(run.outcome, Err(RunFailure::Timeout(_))) {
+                        return out;
+                    }
                 } else {
                     for v in self.harness.violations(&run) {
                         out.findings.push(self.violation_finding(&v, &run, &label));

@@ -1,9 +1,14 @@
 //! Seeded, reproducible conversations for the property checks, and the shrinker that makes a
 //! failing one as small as it can while it still fails.
 //!
-//! A case is generated in the shape of its wire format (OpenAI tool results are `tool`
-//! messages, Anthropic ones `user` blocks), written to that format's JSON and read back, so
-//! the plugin sees exactly what a real caller's request would give it.
+//! A case is generated in the shape of its wire format (OpenAI and Responses tool results are
+//! `tool` messages, Anthropic ones `user` blocks; Responses calls come with reasoning items),
+//! written to that format's JSON and read back, so the plugin sees exactly what a real
+//! caller's request would give it. Every case of at least four units also holds what a
+//! strategy must leave where it stands (`sdk::pinned`): a mid-conversation system message, an
+//! opaque unit (a role, item or block type no reader knows) and, where the format has one, a
+//! provider's compaction boundary early in the conversation. Those are made by the wire
+//! readers from the JSON a client would send, so the kit depends on no reader's internals.
 
 use tamp_plugin_api::sdk::clearing::Clearing;
 use tamp_plugin_api::sdk::{summary_message, units};
@@ -55,6 +60,7 @@ pub fn case_seed(seed: u64, format: WireFormat, index: usize) -> u64 {
     let salt = match format {
         WireFormat::Anthropic => 0xA17,
         WireFormat::OpenAi => 0x0A1,
+        WireFormat::Responses => 0xB0B,
     };
     Rng::new(seed ^ (salt << 40) ^ index as u64).next_u64()
 }
@@ -173,8 +179,13 @@ pub fn generate(seed: u64, format: WireFormat, shape: Shape) -> Case {
     } else {
         g.rng.between(shape.min_units, shape.max_units)
     };
+    let mut starts = Vec::with_capacity(units);
     for i in 0..units {
+        starts.push(messages.len());
         g.unit(&mut messages, i == 0);
+    }
+    if units >= 4 {
+        g.pinned(&mut messages, &starts);
     }
     let keep_recent = g.rng.between(1, 4) as u32;
     let case = Case {
@@ -313,13 +324,16 @@ impl Gen {
             ids.push(id);
         }
         let mut call = Message::new(Role::Assistant, blocks);
+        // Responses: reasoning items (encrypted) before the calls, grouped with them.
+        if self.format == WireFormat::Responses && self.rng.chance(50) {
+            call = self.with_reasoning(&call);
+        }
         // Some exchanges were cleared by an earlier stage: their outputs (and now and then the
         // call's inputs) are placeholders naming pages in the store.
         let cleared_earlier = self.rng.chance(15);
         if cleared_earlier && self.rng.chance(30) {
             call = self.cleared(call);
         }
-        out.push(call);
         let results: Vec<ContentBlock> = ids
             .iter()
             .map(|id| ContentBlock::ToolResult {
@@ -332,9 +346,10 @@ impl Gen {
                 extra_json: Default::default(),
             })
             .collect();
+        out.push(call);
         let messages = match self.format {
             WireFormat::Anthropic => vec![Message::new(Role::User, results)],
-            WireFormat::OpenAi => results
+            WireFormat::OpenAi | WireFormat::Responses => results
                 .into_iter()
                 .map(|r| Message::new(Role::Tool, vec![r]))
                 .collect(),
@@ -343,6 +358,106 @@ impl Gen {
             let m = if cleared_earlier { self.cleared(m) } else { m };
             out.push(m);
         }
+    }
+
+    /// `call` (an assistant message of tool calls) as a Responses client sends it after a
+    /// reasoning model's turn: a `reasoning` item with encrypted content before the calls,
+    /// read by the Responses reader (which keeps it with the calls).
+    fn with_reasoning(&mut self, call: &Message) -> Message {
+        let mut items = vec![serde_json::json!({
+            "type": "reasoning",
+            "id": format!("rs_{:06}", self.next_call),
+            "summary": [],
+            "encrypted_content": format!("gAAAAB{}", self.rng.next_u64()),
+        })];
+        for block in call.content.iter() {
+            if let ContentBlock::ToolUse {
+                id,
+                name,
+                input_json,
+                ..
+            } = block
+            {
+                items.push(serde_json::json!({
+                    "type": "function_call",
+                    "call_id": id.as_str(),
+                    "name": name.as_str(),
+                    "arguments": input_json.as_str(),
+                }));
+            }
+        }
+        read(self.format, items)
+            .pop()
+            .unwrap_or_else(|| call.clone())
+    }
+
+    /// Inserts what no strategy may touch into `messages`, whose units start at `starts`: a
+    /// mid-conversation system message after a user turn, an opaque unit, and a compaction
+    /// boundary after the first unit where the format has one.
+    fn pinned(&mut self, messages: &mut Vec<Message>, starts: &[usize]) {
+        let after_user: Vec<usize> = starts[1..]
+            .iter()
+            .copied()
+            .filter(|&at| messages[at - 1].role == Role::User)
+            .collect();
+        let mut inserts: Vec<(usize, Vec<Message>)> = Vec::new();
+        let system_at = match after_user.len() {
+            0 => messages.len(),
+            n => after_user[self.rng.below(n)],
+        };
+        let instructions = format!("Reminder: {}", self.sentence());
+        inserts.push((system_at, vec![Message::text(Role::System, instructions)]));
+        let opaque_at = starts[self.rng.between(1, starts.len() - 1)];
+        let opaque = self.opaque_unit();
+        inserts.push((opaque_at, opaque));
+        if let Some(boundary) = self.boundary() {
+            inserts.push((starts[1], boundary));
+        }
+        // From the end, so the earlier positions stay right.
+        inserts.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        for (at, new) in inserts {
+            messages.splice(at..at, new);
+        }
+    }
+
+    /// A message or item no reader knows, as a client of the format would send it.
+    fn opaque_unit(&mut self) -> Vec<Message> {
+        let text = self.sentence();
+        let item = match (self.format, self.rng.below(2)) {
+            (WireFormat::Responses, 0) => serde_json::json!({
+                "type": "web_search_call",
+                "id": format!("ws_{}", self.rng.next_u64()),
+                "status": "completed",
+                "action": {"type": "search", "query": text},
+            }),
+            (_, 0) => serde_json::json!({"role": "critic", "content": text}),
+            (WireFormat::Anthropic, _) => serde_json::json!({"role": "user", "content": [
+                {"type": "text", "text": text}, {"type": "hologram", "frames": [1, 2, 3]}]}),
+            (WireFormat::OpenAi, _) => serde_json::json!({"role": "user", "content": [
+                {"type": "text", "text": text}, {"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}}]}),
+            (WireFormat::Responses, _) => {
+                serde_json::json!({"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": text}, {"type": "input_video", "video_url": "https://example.com/v.mp4"}]})
+            }
+        };
+        read(self.format, vec![item])
+    }
+
+    /// A provider's compaction boundary (none in Chat Completions).
+    fn boundary(&mut self) -> Option<Vec<Message>> {
+        let summary = self.paragraph(1, 2);
+        let item = match self.format {
+            WireFormat::Anthropic => serde_json::json!({"role": "assistant", "content": [
+                {"type": "compaction", "content": summary, "encrypted_content": format!("enc{}", self.rng.next_u64())},
+                {"type": "text", "text": "Continuing from the summary."}]}),
+            WireFormat::Responses => serde_json::json!({
+                "type": "compaction",
+                "id": format!("cmp_{}", self.rng.next_u64()),
+                "encrypted_content": format!("enc{}", self.rng.next_u64()),
+            }),
+            WireFormat::OpenAi => return None,
+        };
+        Some(read(self.format, vec![item]))
     }
 
     /// `message` with every tool result and tool input in it cleared, its original put among
@@ -375,8 +490,21 @@ impl Gen {
     }
 }
 
-/// A user message of `bytes` bytes of ASCII prose, inserted as the first message after the
-/// system prompt (well inside the compactable range).
+/// The messages the reader of `format` makes of a request holding `list` (its `messages`, or
+/// its Responses `input`).
+fn read(format: WireFormat, list: Vec<serde_json::Value>) -> Vec<Message> {
+    let mut request = serde_json::Map::new();
+    request.insert(
+        format.list_key().to_string(),
+        serde_json::Value::Array(list),
+    );
+    let (conversation, _) = wire::parse_value(serde_json::Value::Object(request), Some(format))
+        .expect("the generator's own requests are valid");
+    conversation.messages.into_vec()
+}
+
+/// A user message of `bytes` bytes of ASCII prose, inserted as the first message of the
+/// compactable range (well inside it).
 pub fn with_huge_message(case: &Case, bytes: usize) -> Case {
     let mut rng = Rng::new(case.seed);
     let mut text = String::with_capacity(bytes + 16);
@@ -385,8 +513,10 @@ pub fn with_huge_message(case: &Case, bytes: usize) -> Case {
         text.push(if rng.chance(8) { '\n' } else { ' ' });
     }
     text.truncate(bytes);
-    // After the system prompt and the task, where a stage may summarize it.
-    let at = tamp_plugin_api::sdk::protected_head(&case.messages);
+    // After the system prompt, the task and any compaction boundary, where a stage may
+    // summarize it.
+    let at =
+        tamp_plugin_api::sdk::compactable_range(&case.messages, case.keep_recent as usize).start;
     let mut messages = case.messages.clone();
     messages.insert(at, Message::text(Role::User, text));
     case.with_messages(messages)
@@ -466,7 +596,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_case_and_cases_are_valid() {
-        for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
+        for format in WireFormat::ALL {
             for i in 0..20 {
                 let seed = case_seed(7, format, i);
                 let a = generate(seed, format, Shape::default());
@@ -484,6 +614,40 @@ mod tests {
         let a = generate(1, WireFormat::Anthropic, Shape::default());
         let b = generate(2, WireFormat::Anthropic, Shape::default());
         assert_ne!(a.messages, b.messages);
+    }
+
+    #[test]
+    fn cases_hold_pinned_messages_and_boundaries_where_the_format_has_them() {
+        use tamp_plugin_api::sdk::pinned;
+        for format in WireFormat::ALL {
+            let mut reasoning = false;
+            for i in 0..12 {
+                let case = generate(case_seed(1, format, i), format, Shape::default());
+                let m = &case.messages;
+                let lead = m.iter().take_while(|m| m.role == Role::System).count();
+                assert!(
+                    m[lead..]
+                        .iter()
+                        .any(|m| m.role == Role::System && pinned::opaque(m).is_empty()),
+                    "{format} {i}: a mid-conversation system message"
+                );
+                assert!(
+                    m.iter().any(|m| !pinned::opaque(m).is_empty()),
+                    "{format} {i}: an opaque unit"
+                );
+                assert_eq!(
+                    m.iter().any(pinned::is_boundary),
+                    format != WireFormat::OpenAi,
+                    "{format} {i}: a compaction boundary"
+                );
+                reasoning |= m.iter().any(|m| {
+                    m.content
+                        .iter()
+                        .any(|b| matches!(b, ContentBlock::Opaque { json } if json.contains("\"reasoning\"")))
+                });
+            }
+            assert_eq!(reasoning, format == WireFormat::Responses, "{format}");
+        }
     }
 
     #[test]

@@ -29,8 +29,8 @@ use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
 use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
 use crate::threads::{
-    common_prefix, continuation, prefix_hashes, ThreadKey, ThreadReport, ThreadState, ThreadStore,
-    ThreadsConfig,
+    common_prefix, continuation, prefix_hashes, remarked, ThreadKey, ThreadReport, ThreadState,
+    ThreadStore, ThreadsConfig,
 };
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
@@ -136,6 +136,49 @@ pub struct ChainReport {
     /// then near (hysteresis lost).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub low_watermark_missed: Option<String>,
+    /// What the conversation held that tamp does not know (roles, block or item types): kept
+    /// verbatim where it stood, given to no strategy (`sdk::pinned`), compacted around.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub opaque: Vec<OpaqueCount>,
+}
+
+/// How many of one kind of thing tamp did not know a conversation held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpaqueCount {
+    /// `item` (a Responses item type), `role` (a message role) or `block` (a content block
+    /// or part type, in a message that is otherwise read).
+    pub kind: &'static str,
+    /// The type or role, as sent.
+    pub name: String,
+    pub count: u32,
+}
+
+impl OpaqueCount {
+    /// Counts what `messages` held that tamp did not know, by kind and name, sorted.
+    pub fn of(messages: &[Message]) -> Vec<OpaqueCount> {
+        let mut counts: std::collections::BTreeMap<sdk::pinned::Opaque, u32> = Default::default();
+        for found in messages.iter().flat_map(sdk::pinned::opaque) {
+            *counts.entry(found).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .map(|(o, count)| OpaqueCount {
+                kind: o.kind.as_str(),
+                name: o.name,
+                count,
+            })
+            .collect()
+    }
+
+    /// `1 item of type "web_search_call"`, `2 messages of role "critic"`.
+    pub fn describe(&self) -> String {
+        let n = self.count;
+        let s = if n == 1 { "" } else { "s" };
+        match self.kind {
+            "role" => format!("{n} message{s} of role \"{}\"", self.name),
+            kind => format!("{n} {kind}{s} of type \"{}\"", self.name),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -726,7 +769,8 @@ impl Chain {
         let covered = previous.as_ref().map_or(0, |s| s.covered as usize);
         let input = match resumed {
             Some(output) => {
-                let mut messages = output.to_vec();
+                // The answer with the request's own marks (see `threads::remarked`).
+                let mut messages = remarked(output, &conversation.messages[..covered]);
                 // The request's new messages are moved, not copied: the rest of it is dropped.
                 let raw: Vec<Message> = conversation.messages.into();
                 messages.extend(raw.into_iter().skip(covered));
@@ -896,6 +940,7 @@ impl Chain {
             duration_ms: started.elapsed().as_secs_f64() * 1e3,
             thread: None,
             low_watermark_missed,
+            opaque: OpaqueCount::of(&current.messages),
         };
         Ok(Compacted {
             conversation: current,

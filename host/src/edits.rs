@@ -7,7 +7,9 @@
 //!
 //! - every span lies inside the compactable range (after the system prompt and the task,
 //!   before the protected tail: TAMP-INV-03) and on unit boundaries, so a tool exchange is
-//!   never split (TAMP-INV-02);
+//!   never split (TAMP-INV-02); it holds no pinned message (a system message: TAMP-INV-11;
+//!   an opaque unit: TAMP-INV-12) and nothing before the last compaction boundary
+//!   (TAMP-INV-13);
 //! - spans are disjoint, so kept messages keep their order and only summaries are new
 //!   (TAMP-INV-04);
 //! - a `Summarize` span is archived by the host itself, and a `Replace` names a page that
@@ -23,7 +25,7 @@
 use tamp_plugin_api::sdk::{self, summary_message};
 use tamp_plugin_api::{Conversation, Edit, EditFfi, FfiVec, Message, PageDraft, SummaryStatus};
 
-use crate::invariants::{check_clearing, Rule, Violation};
+use crate::invariants::{check_clearing, pinning_rule, Rule, Violation};
 use crate::store::page_id;
 use crate::tokens::TokenCounter;
 
@@ -93,6 +95,8 @@ pub(crate) fn check(
 ) -> Result<Vec<Checked>, Violation> {
     let units = sdk::units(messages);
     let allowed = sdk::compactable_range_of(messages, &units, keep_recent);
+    let head = sdk::protected_head(messages);
+    let boundary = sdk::pinned::boundary_end(messages, &units);
     // A span must start and end on a unit boundary; units are in order, so a search finds it.
     let starts_a_unit = |i: usize| units.binary_search_by_key(&i, |u| u.range.start).is_ok();
     let ends_a_unit = |i: usize| units.binary_search_by_key(&i, |u| u.range.end).is_ok();
@@ -122,8 +126,8 @@ pub(crate) fn check(
             )
             .at_message(range.start));
         }
-        if range.start < allowed.start || range.end > allowed.end {
-            return Err(violation(
+        let outside = || {
+            violation(
                 Rule::ProtectedUntouched,
                 format!(
                     "edit {n} touches messages[{}..{}], outside the compactable range {}..{} \
@@ -136,7 +140,34 @@ pub(crate) fn check(
                     messages.len() - allowed.end
                 ),
             )
-            .at_message(range.start));
+            .at_message(range.start)
+        };
+        if range.start < head || range.end > allowed.end {
+            return Err(outside());
+        }
+        // A clearing changes one message, but not one of a pinned unit's either.
+        let touched = match edit {
+            Edit::Clear { .. } => units
+                .iter()
+                .find(|u| u.range.contains(&range.start))
+                .map_or(range.clone(), |u| u.range.clone()),
+            _ => range.clone(),
+        };
+        let pinned = touched
+            .into_iter()
+            .find_map(|i| pinning_rule(messages, i, boundary).map(|p| (i, p)));
+        if let Some((i, (rule, what))) = pinned {
+            return Err(violation(
+                rule,
+                format!(
+                    "edit {n} touches messages[{}..{}]: message {i} {what}",
+                    range.start, range.end
+                ),
+            )
+            .at_message(i));
+        }
+        if range.start < allowed.start {
+            return Err(outside());
         }
         // A clearing changes one message in place and keeps its tool ids, so it cannot split
         // an exchange; a finalized summary is a unit of its own.
@@ -564,6 +595,35 @@ mod tests {
         Conversation::new(m)
     }
 
+    /// [`conversation`] with pinned messages in it: a mid-conversation system message after
+    /// turn 0, a message of a role tamp does not know after turn 3 and, with `boundary`, a
+    /// compaction boundary on turn 1.
+    fn pinned_conversation(turns: usize, boundary: bool) -> Conversation {
+        let mut c = conversation(turns);
+        let mut m: Vec<Message> = c.messages.to_vec();
+        let mut opaque = Message::new(
+            Role::System,
+            vec![ContentBlock::Opaque {
+                json: r#"{"role":"critic","content":"x"}"#.into(),
+            }],
+        );
+        opaque.extra_json = r#"{"tamp:item":"raw","tamp:opaque":["role:critic"]}"#.into();
+        if m.len() > 7 {
+            m.insert(7, opaque);
+        }
+        if boundary && m.len() > 4 {
+            m[3].extra_json = r#"{"tamp:boundary":"compaction"}"#.into();
+        }
+        if m.len() > 3 {
+            m.insert(
+                3,
+                Message::text(Role::System, "mid-conversation instructions"),
+            );
+        }
+        c.messages = m.into();
+        c
+    }
+
     fn ffi(edits: Vec<Edit>) -> FfiVec<EditFfi> {
         edits.into_iter().map(Edit::into_ffi).collect()
     }
@@ -625,6 +685,33 @@ mod tests {
             Rule::OrderKept,
             "past the end"
         );
+    }
+
+    #[test]
+    fn pinned_messages_and_what_precedes_a_boundary_are_refused_by_their_rules() {
+        // sys, task, t0, MID, t1, call c2, result c2, t3, OPAQUE, t4, call c5, result c5, latest
+        let c = pinned_conversation(6, false);
+        let v = refused(&c, vec![Edit::summarize(2..5, "s")], 1);
+        assert_eq!(v.rule, Rule::InstructionsKept, "{v}");
+        assert_eq!(v.message_index, Some(3));
+        let v = refused(&c, vec![Edit::summarize(7..10, "s")], 1);
+        assert_eq!(v.rule, Rule::OpaqueKept, "{v}");
+        assert!(v.detail.contains("role \"critic\""), "{v}");
+        assert_eq!(
+            refused(&c, vec![Edit::summarize(1..3, "s")], 1).rule,
+            Rule::ProtectedUntouched,
+            "the task stays INV-03"
+        );
+        let (out, _) = preview(&c, ffi(vec![Edit::summarize(4..8, "s")]), 1, ME).unwrap();
+        assert_eq!(out.messages[3], c.messages[3]);
+        assert_eq!(out.messages[5], c.messages[8]);
+        // sys, task, t0, MID, t1 (boundary), call c2, result c2, ...
+        let c = pinned_conversation(6, true);
+        let v = refused(&c, vec![Edit::summarize(2..3, "s")], 1);
+        assert_eq!(v.rule, Rule::BoundaryKept, "{v}");
+        let v = refused(&c, vec![Edit::summarize(4..5, "s")], 1);
+        assert_eq!(v.rule, Rule::BoundaryKept, "{v}");
+        preview(&c, ffi(vec![Edit::summarize(5..7, "s")]), 1, ME).expect("after the boundary");
     }
 
     #[test]
@@ -826,11 +913,15 @@ mod tests {
         #[test]
         fn no_edits_lose_a_message_or_split_an_exchange(
             turns in 1usize..14,
+            pins in 0usize..3,
             keep_recent in 0usize..4,
             spans in prop::collection::vec((0usize..40, 0usize..6, any::<bool>()), 0..4),
             clears in prop::collection::vec(0usize..40, 0..3),
         ) {
-            let c = conversation(turns);
+            let c = match pins {
+                0 => conversation(turns),
+                n => pinned_conversation(turns, n == 2),
+            };
             let clearings = clears
                 .iter()
                 .filter(|&&i| {

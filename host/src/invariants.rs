@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use xxhash_rust::xxh3::Xxh3Builder;
 
 use tamp_plugin_api::sdk::clearing::{cleared_page, parse_input_placeholder};
-use tamp_plugin_api::sdk::{compactable_range, protected_head};
+use tamp_plugin_api::sdk::{compactable_range, pinned, protected_head, units};
 use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
 
 use crate::wire::{check_tool_pairing, WireFormat};
@@ -31,6 +31,15 @@ pub enum Rule {
     /// TAMP-INV-10: a clearing changes only tool-result content and tool inputs, each to a
     /// placeholder naming the page of the original.
     ClearingKeepsStructure,
+    /// TAMP-INV-11: a system message, wherever it stands, is never summarized, replaced or
+    /// cleared (`sdk::pinned`).
+    InstructionsKept,
+    /// TAMP-INV-12: an opaque unit (what the wire reader did not know) is never summarized,
+    /// replaced or cleared.
+    OpaqueKept,
+    /// TAMP-INV-13: nothing up to the end of the unit holding the last compaction boundary is
+    /// summarized, replaced or cleared.
+    BoundaryKept,
 }
 
 impl Rule {
@@ -43,6 +52,9 @@ impl Rule {
             Rule::OrderKept => "TAMP-INV-04",
             Rule::NoGrowth => "TAMP-INV-06",
             Rule::ClearingKeepsStructure => "TAMP-INV-10",
+            Rule::InstructionsKept => "TAMP-INV-11",
+            Rule::OpaqueKept => "TAMP-INV-12",
+            Rule::BoundaryKept => "TAMP-INV-13",
         }
     }
 
@@ -127,6 +139,7 @@ pub fn check_stage_output(
 ) -> Result<(), Violation> {
     check_protected(input, output, keep_recent)?;
     let walk = check_order(input, output)?;
+    check_pinned(input, &walk)?;
     check_nothing_lost(input, output, &walk, pages)?;
     check_pairing(output, format)
 }
@@ -164,6 +177,9 @@ pub fn stage_violations(
             }
         }
     };
+    if let Err(v) = check_pinned(input, &walk) {
+        found.push(v);
+    }
     if let Err(v) = check_nothing_lost(input, output, &walk, pages) {
         found.push(v);
     }
@@ -233,6 +249,85 @@ pub fn check_protected(
             ),
         )
         .at_message(tail_start + first_changed));
+    }
+    Ok(())
+}
+
+/// Which pinning rule a stage breaks by removing, replacing or clearing input message `index`
+/// of `messages`, if any, and why (`sdk::pinned`): TAMP-INV-13 when it lies before
+/// `boundary` (the end of the unit holding the last compaction boundary,
+/// `pinned::boundary_end`), else TAMP-INV-12 for an opaque unit, TAMP-INV-11 for a system
+/// message. The protected head (TAMP-INV-03) is the caller's to check first.
+pub fn pinning_rule(messages: &[Message], index: usize, boundary: usize) -> Option<(Rule, String)> {
+    let message = &messages[index];
+    if index < boundary {
+        return Some((
+            Rule::BoundaryKept,
+            format!(
+                "comes before the provider's compaction boundary (the conversation's compactable \
+                 part begins at message {boundary})"
+            ),
+        ));
+    }
+    let opaque = pinned::opaque(message);
+    if let Some(first) = opaque.first() {
+        return Some((
+            Rule::OpaqueKept,
+            format!(
+                "is an opaque unit ({} \"{}\" that tamp does not know, kept verbatim)",
+                match first.kind {
+                    pinned::OpaqueKind::Item => "an item of type",
+                    pinned::OpaqueKind::Role => "a message of role",
+                    pinned::OpaqueKind::Block => "a block of type",
+                },
+                first.name
+            ),
+        ));
+    }
+    (message.role == Role::System).then(|| {
+        (
+            Rule::InstructionsKept,
+            "is a system message (instructions, kept in place wherever they stand)".to_string(),
+        )
+    })
+}
+
+/// TAMP-INV-11, -12 and -13: no input message the stage removed or cleared was pinned or
+/// before the last compaction boundary.
+pub fn check_pinned(input: &[Message], walk: &Walk) -> Result<(), Violation> {
+    let touched = walk
+        .removed
+        .iter()
+        .map(|&i| (i, "removed"))
+        .chain(walk.cleared.iter().map(|(i, _)| (*i, "cleared")));
+    let mut units_and_boundary = None;
+    for (i, how) in touched {
+        let (units, boundary) = units_and_boundary.get_or_insert_with(|| {
+            let units = units(input);
+            let boundary = pinned::boundary_end(input, &units);
+            (units, boundary)
+        });
+        // A message cleared in place is judged with its unit: clearing the result of a call
+        // tamp did not fully read changes a pinned exchange.
+        let judged = match how {
+            "cleared" => units
+                .iter()
+                .find(|u| u.range.contains(&i))
+                .map_or(i..i + 1, |u| u.range.clone()),
+            _ => i..i + 1,
+        };
+        for j in judged {
+            if let Some((rule, what)) = pinning_rule(input, j, *boundary) {
+                let detail = if j == i {
+                    format!("input message {i} {what}, but was {how}")
+                } else {
+                    format!(
+                        "input message {i} was {how}, but its unit holds message {j}, which {what}"
+                    )
+                };
+                return Err(Violation::new(rule, detail).at_message(i));
+            }
+        }
     }
     Ok(())
 }
@@ -623,6 +718,43 @@ mod tests {
         output.extend_from_slice(&input[4..]);
         let p = pages(&[("pg_1", &input[1..4])]);
         check_stage_output(&input, &output, 2, WireFormat::Anthropic, &p).unwrap();
+    }
+
+    #[test]
+    fn pinned_messages_and_the_boundary_are_reported_by_their_own_rules() {
+        let summarized = |input: &[Message], span: std::ops::Range<usize>| {
+            let mut output = input[..span.start].to_vec();
+            output.push(summary_message("s", "pg_1", "t", SummaryStatus::Final));
+            output.extend_from_slice(&input[span.end..]);
+            let p = pages(&[("pg_1", &input[span])]);
+            check_stage_output(input, &output, 1, WireFormat::Anthropic, &p)
+        };
+        let mut input = msgs(8);
+        input[3] = Message::text(Role::System, "mid-conversation instructions");
+        let v = summarized(&input, 2..5).unwrap_err();
+        assert_eq!(
+            (v.rule, v.message_index),
+            (Rule::InstructionsKept, Some(3)),
+            "{v}"
+        );
+        summarized(&input, 4..6).expect("after it");
+        input[3] = Message::text(Role::User, "sent with a block tamp does not know");
+        input[3].extra_json = r#"{"tamp:opaque":["block:fancy"]}"#.into();
+        let v = summarized(&input, 3..4).unwrap_err();
+        assert_eq!(v.rule, Rule::OpaqueKept, "{v}");
+        input[3].extra_json = r#"{"tamp:boundary":"compaction"}"#.into();
+        let v = summarized(&input, 1..3).unwrap_err();
+        assert_eq!(v.rule, Rule::BoundaryKept, "{v}");
+        let all = stage_violations(
+            &input,
+            &input[4..],
+            1,
+            WireFormat::Anthropic,
+            &HashMap::new(),
+            None,
+        );
+        assert!(all.iter().any(|v| v.rule == Rule::BoundaryKept), "{all:?}");
+        summarized(&input, 4..6).expect("after the boundary");
     }
 
     #[test]

@@ -75,6 +75,15 @@ pub const RULES: &[RuleSpec] = &[
         "LLM output bounded before it enters the conversation",
     ),
     must("TAMP-INV-10", "clearing keeps the structure"),
+    must(
+        "TAMP-INV-11",
+        "instructions kept in place (system messages wherever they stand)",
+    ),
+    must("TAMP-INV-12", "opaque units kept verbatim in place"),
+    must(
+        "TAMP-INV-13",
+        "nothing before a provider's compaction boundary compacted",
+    ),
     must("TAMP-ERR-01", "errors are returned, never panics"),
     must("TAMP-EDGE-01", "empty conversation"),
     must("TAMP-EDGE-02", "a 5 MB message"),
@@ -105,6 +114,9 @@ mod tests {
             Rule::OrderKept,
             Rule::NoGrowth,
             Rule::ClearingKeepsStructure,
+            Rule::InstructionsKept,
+            Rule::OpaqueKept,
+            Rule::BoundaryKept,
         ] {
             assert!(!r.title().is_empty(), "{}", r.code());
             assert!(rule(r.code()).is_some(), "{}", r.code());

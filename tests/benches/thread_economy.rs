@@ -22,6 +22,11 @@
 //! reuse (requests that compacted against the others) and a check that both clients got the
 //! same answers, request by request.
 //!
+//! The same session and rows then run once more in each OpenAI format, Chat Completions and
+//! the Responses API (each request's messages written in that format and read back, so the
+//! chain gets what that client sends), with the fixed-length fake LLM, their figures side by
+//! side (issue 31: they should be the same).
+//!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
 //! summaries' ledger off, to compare). Progress goes to stderr.
@@ -63,6 +68,68 @@ fn rows() -> Vec<Row> {
         single("batch-deferred", "tamp_batch_deferred", Trigger::Always),
         shipped_chain(),
     ]
+}
+
+/// The same session and rows in Chat Completions and in the Responses API, side by side.
+fn formats(rt: &tokio::runtime::Runtime, session: &Session, counter: &TokenCounter) {
+    use tamp_host::wire::WireFormat;
+    let chat = in_format(session, WireFormat::OpenAi, counter);
+    let responses = in_format(session, WireFormat::Responses, counter);
+    println!(
+        "\nwire formats (fixed-length fake LLM): the same session as a Chat Completions client \
+         sends it ({} messages, {} tokens) and as a Responses client ({} messages, {} tokens)",
+        chat.messages.len(),
+        chat.tokens,
+        responses.messages.len(),
+        responses.tokens
+    );
+    println!(
+        "{:<22} {:<12} {:<10} {:>5} {:>10} {:>6} {:>7} {:>7} {:>7} {:>10}",
+        "row",
+        "client",
+        "format",
+        "calls",
+        "tok sent",
+        "reuse",
+        "no-LLM",
+        "cost",
+        "max",
+        "constraint"
+    );
+    for row in rows() {
+        for mode in [Mode::Raw, Mode::KeepsOutput] {
+            let mut figures = Vec::new();
+            for (label, s) in [("chat", &chat), ("responses", &responses)] {
+                let r = replay(rt, &row, mode, Llm::Fixed, s);
+                let baseline = baseline_cost(s);
+                println!(
+                    "{:<22} {:<12} {:<10} {:>5} {:>10} {:>6.3} {:>6.1}% {:>6.3}x {:>7} {:>10}",
+                    row.name,
+                    mode.label(),
+                    label,
+                    r.llm_calls,
+                    r.summarizer_tokens,
+                    r.prefix_reuse,
+                    100.0 * r.no_llm_share(),
+                    r.cost / baseline,
+                    r.max_context,
+                    if r.constraint_kept { "kept" } else { "LOST" }
+                );
+                figures.push((
+                    r.llm_calls,
+                    r.compactions_with_llm,
+                    r.summarizer_tokens,
+                    r.constraint_kept,
+                ));
+            }
+            if figures[0] != figures[1] {
+                println!(
+                    "{:<22} {:<12} the two formats differ in calls, compactions or tokens sent",
+                    "", ""
+                );
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -256,6 +323,8 @@ fn main() {
             }
         );
     }
+
+    formats(&rt, &session, &counter);
 
     println!(
         "\ncolumns: calls = summarizer calls; w/ LLM = requests during which the summarizer was \

@@ -171,6 +171,63 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
     );
 }
 
+/// The JSON report's runs of `tamp eval` (both chains, both modes) on `conversation` with the
+/// airline facts.
+fn airline_runs(conversation: &Path, dir: &Path) -> Vec<Value> {
+    let root = workspace_root();
+    let json_path = dir.join("eval.json");
+    let mut cmd = Command::new(tamp_bin());
+    cmd.args(["eval", "--format", "json", "--out"])
+        .arg(&json_path)
+        .current_dir(dir);
+    for chain in CHAINS {
+        cmd.arg("--chain").arg(root.join(chain));
+    }
+    let out = cmd
+        .arg("--facts")
+        .arg(root.join(CONVERSATIONS[1].1))
+        .arg(conversation)
+        .output()
+        .expect("run tamp eval");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    report["runs"].as_array().unwrap().clone()
+}
+
+/// The same conversation sent as Responses API items is evaluated as its Chat Completions
+/// form is: the same requests and facts kept, chain by chain and mode by mode, and the same
+/// tokens but for the few each format's own fields cost.
+#[test]
+fn a_responses_conversation_is_evaluated_as_its_chat_completions_form() {
+    let root = workspace_root();
+    let dir = scratch_dir("eval-responses");
+    // The facts name the conversation by its file's stem.
+    let responses = dir.join("airline-task33.responses.json");
+    std::fs::copy(
+        root.join("tests/fixtures/corpus/responses/taubench_gpt4o_airline_task33_trial3.json"),
+        &responses,
+    )
+    .unwrap();
+    let chat = airline_runs(&root.join(CONVERSATIONS[1].0), &dir);
+    let items = airline_runs(&responses, &dir);
+    assert_eq!(items.len(), CHAINS.len() * 2);
+    let figures =
+        |run: &Value| ["chain", "mode", "requests", "retention"].map(|key| run[key].clone());
+    for (chat, items) in chat.iter().zip(&items) {
+        assert_eq!(figures(items), figures(chat));
+        let tokens = |run: &Value, key: &str| run[key].as_u64().unwrap();
+        for key in ["tokens_before", "tokens_after"] {
+            let (items, chat) = (tokens(items, key), tokens(chat, key));
+            assert!(
+                items.abs_diff(chat) * 100 < chat,
+                "{key}: {items} vs {chat}"
+            );
+        }
+        assert!(tokens(items, "tokens_after") < tokens(items, "tokens_before"));
+    }
+}
+
 #[test]
 fn eval_never_writes_the_chain_files_store() {
     let dir = scratch_dir("eval-store");

@@ -1,5 +1,6 @@
 //! Issue 22, item 2: property-based fuzzing on stable Rust, of everything that reads
-//! untrusted input: both wire formats (reader and writer), the chain-file loader, `POST
+//! untrusted input: the three wire formats (reader and writer; with roles, blocks and items
+//! no reader knows, issue 31), the chain-file loader, `POST
 //! /v1/compact` and `GET /v1/pages/{id}` through the real router on 127.0.0.1, and the summary
 //! marker parser.
 //!
@@ -79,7 +80,7 @@ fn corpus_values() -> &'static [(WireFormat, String, Value)] {
     VALUES.get_or_init(|| {
         let mut out = Vec::new();
         for name in corpus_names() {
-            for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
+            for format in WireFormat::ALL {
                 let text = corpus(format.as_str(), &name);
                 out.push((format, name.clone(), serde_json::from_str(&text).unwrap()));
             }
@@ -106,6 +107,13 @@ fn interesting_string() -> impl Strategy<Value = String> {
             "tool_result",
             "thinking",
             "function_call",
+            "function_call_output",
+            "custom_tool_call",
+            "reasoning",
+            "compaction",
+            "message",
+            "input_text",
+            "output_text",
             "toolu_01",
             "call_1",
         ])
@@ -312,11 +320,15 @@ fn generated_conversation() -> impl Strategy<Value = String> {
         interesting_string(),
         prop::collection::vec(turn, 1..6),
         small_value(),
+        pinned_extras(),
+        prop::option::of(interesting_string()),
     )
-        .prop_map(|(system, turns, extra)| {
+        .prop_map(|(system, turns, extra, extras, compaction)| {
             let mut messages = Vec::new();
+            let mut starts = Vec::new();
             let mut id = 0;
             for (user, assistant, calls) in turns {
+                starts.push(messages.len());
                 messages.push(json!({"role": "user", "content": user}));
                 let mut content = assistant;
                 let mut results = Vec::new();
@@ -329,13 +341,173 @@ fn generated_conversation() -> impl Strategy<Value = String> {
                 if content.is_empty() {
                     content.push(json!({"type": "text", "text": "ok"}));
                 }
+                // A compaction block (a boundary) opens the first assistant turn.
+                if let Some(summary) = compaction.as_ref().filter(|_| starts.len() == 1) {
+                    content.insert(0, json!({"type": "compaction", "content": summary, "encrypted_content": "e"}));
+                }
                 messages.push(json!({"role": "assistant", "content": content}));
                 if !results.is_empty() {
                     messages.push(json!({"role": "user", "content": results}));
                 }
             }
+            starts.push(messages.len());
+            insert_extras(&mut messages, &starts, extras);
             json!({"model": "m", "max_tokens": 9, "system": system, "messages": messages, "metadata": extra})
                 .to_string()
+        })
+}
+
+/// A name no reader knows (`x_` then letters), for roles, block types and item types.
+fn unknown_name() -> impl Strategy<Value = String> {
+    "x_[a-z]{1,8}"
+}
+
+/// What a generated conversation may hold that no reader knows, or that no strategy may
+/// touch, put between its turns: a mid-conversation system message, a message in an unknown
+/// role (with an odd field), and a message holding a block of an unknown type.
+fn pinned_extras() -> impl Strategy<Value = Vec<(usize, Value)>> {
+    let extra = prop_oneof![
+        interesting_string().prop_map(|t| json!({"role": "system", "content": t})),
+        (unknown_name(), interesting_string(), small_value())
+            .prop_map(|(role, content, odd)| json!({"role": role, "content": content, "odd": odd})),
+        (unknown_name(), small_value()).prop_map(|(ty, v)| json!({"role": "user", "content": [
+            {"type": "text", "text": "x"}, {"type": ty, "v": v}]})),
+    ];
+    prop::collection::vec((any::<usize>(), extra), 0..3)
+}
+
+/// `extras` inserted into `messages` at turn boundaries (`starts`, picked by index).
+fn insert_extras(messages: &mut Vec<Value>, starts: &[usize], extras: Vec<(usize, Value)>) {
+    let mut at: Vec<(usize, Value)> = extras
+        .into_iter()
+        .map(|(pick, v)| (starts[pick % starts.len()], v))
+        .collect();
+    at.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+    for (i, v) in at {
+        messages.insert(i, v);
+    }
+}
+
+/// A generated Chat Completions conversation: system, user and assistant text, tool calls
+/// answered by `tool` messages, and what [`pinned_extras`] adds.
+fn generated_openai() -> impl Strategy<Value = String> {
+    let turn = (
+        interesting_string(),
+        prop::option::of(interesting_string()),
+        prop::collection::vec((interesting_string(), interesting_string()), 0..3),
+    );
+    (
+        interesting_string(),
+        prop::collection::vec(turn, 1..6),
+        pinned_extras(),
+    )
+        .prop_map(|(system, turns, extras)| {
+            let mut messages = vec![json!({"role": "system", "content": system})];
+            let mut starts = Vec::new();
+            let mut id = 0;
+            for (user, text, calls) in turns {
+                starts.push(messages.len());
+                messages.push(json!({"role": "user", "content": user}));
+                let mut assistant = json!({"role": "assistant", "content": text});
+                let mut results = Vec::new();
+                if !calls.is_empty() {
+                    let calls: Vec<Value> = calls
+                        .into_iter()
+                        .map(|(arguments, output)| {
+                            id += 1;
+                            results.push(json!({"role": "tool", "tool_call_id": format!("call_{id}"), "content": output}));
+                            json!({"id": format!("call_{id}"), "type": "function", "function": {"name": "f", "arguments": arguments}})
+                        })
+                        .collect();
+                    assistant["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(assistant);
+                messages.extend(results);
+            }
+            starts.push(messages.len());
+            insert_extras(&mut messages, &starts, extras);
+            json!({"model": "m", "messages": messages}).to_string()
+        })
+}
+
+/// A generated Responses request: `instructions`, message items of every role, reasoning
+/// items before calls and messages, function and custom calls with their outputs, compaction
+/// items and items of unknown types, and sometimes a plain string `input`.
+fn generated_responses() -> impl Strategy<Value = String> {
+    let part = prop_oneof![
+        interesting_string().prop_map(|t| json!({"type": "input_text", "text": t})),
+        interesting_string()
+            .prop_map(|t| json!({"type": "output_text", "text": t, "annotations": []})),
+        Just(json!({"type": "input_image", "image_url": "data:image/png;base64,AA=="})),
+        unknown_name().prop_map(|ty| json!({"type": ty})),
+    ];
+    let item = prop_oneof![
+        (
+            prop::sample::select(vec!["user", "assistant", "system", "developer"]),
+            prop::collection::vec(part, 0..3),
+            any::<bool>()
+        )
+            .prop_map(|(role, content, typed)| {
+                let mut m = json!({"role": role, "content": content});
+                if typed {
+                    m["type"] = json!("message");
+                }
+                m
+            }),
+        (
+            prop::collection::vec(
+                (any::<bool>(), interesting_string(), interesting_string()),
+                1..3
+            ),
+            any::<bool>()
+        )
+            .prop_map(|(calls, reasoning)| json!({"calls": calls, "reasoning": reasoning})),
+        interesting_string().prop_map(
+            |t| json!({"type": "reasoning", "id": "rs_x", "summary": [], "encrypted_content": t})
+        ),
+        Just(json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "ZW5j"})),
+        (unknown_name(), small_value()).prop_map(|(ty, v)| json!({"type": ty, "payload": v})),
+    ];
+    (
+        prop::option::of(interesting_string()),
+        prop::collection::vec(item, 0..8),
+        prop::option::of(interesting_string()),
+    )
+        .prop_map(|(instructions, items, as_text)| {
+            let mut request = json!({"model": "m", "store": false});
+            if let Some(i) = instructions {
+                request["instructions"] = json!(i);
+            }
+            let mut input = Vec::new();
+            let mut id = 0;
+            for item in items {
+                let Some(calls) = item.get("calls").and_then(Value::as_array) else {
+                    input.push(item);
+                    continue;
+                };
+                if item["reasoning"] == json!(true) {
+                    input.push(json!({"type": "reasoning", "id": "rs_c", "summary": []}));
+                }
+                let mut outputs = Vec::new();
+                for call in calls {
+                    id += 1;
+                    let (custom, input_text, output) = (&call[0], &call[1], &call[2]);
+                    let call_id = format!("call_{id}");
+                    if custom == &json!(true) {
+                        input.push(json!({"type": "custom_tool_call", "call_id": call_id, "name": "apply_patch", "input": input_text}));
+                        outputs.push(json!({"type": "custom_tool_call_output", "call_id": call_id, "output": output}));
+                    } else {
+                        input.push(json!({"type": "function_call", "call_id": call_id, "name": "f", "arguments": input_text}));
+                        outputs.push(json!({"type": "function_call_output", "call_id": call_id, "output": output}));
+                    }
+                }
+                input.extend(outputs);
+            }
+            request["input"] = match as_text {
+                Some(t) if input.is_empty() => json!(t),
+                _ => Value::Array(input),
+            };
+            request.to_string()
         })
 }
 
@@ -382,7 +554,9 @@ fn path_exists(doc: &Value, path: &str) -> bool {
 fn check_wire(text: &str) -> Result<(), TestCaseError> {
     match wire::parse_str(text, None) {
         Ok((conversation, format)) => {
-            for out_format in [format, other(format)] {
+            let formats =
+                std::iter::once(format).chain(WireFormat::ALL.into_iter().filter(|f| *f != format));
+            for out_format in formats {
                 let written = wire::to_string(&conversation, out_format);
                 let (again, _) = wire::parse_str(&written, Some(out_format)).map_err(|e| {
                     TestCaseError::fail(format!(
@@ -453,13 +627,6 @@ fn around(text: &str, at: usize) -> &str {
     &text[start..end]
 }
 
-fn other(format: WireFormat) -> WireFormat {
-    match format {
-        WireFormat::Anthropic => WireFormat::OpenAi,
-        WireFormat::OpenAi => WireFormat::Anthropic,
-    }
-}
-
 #[test]
 fn wire_readers_and_writers_on_mutated_corpus_conversations() {
     run(
@@ -479,7 +646,11 @@ fn wire_readers_and_writers_on_generated_conversations() {
         "wire/generated",
         64,
         (
-            generated_conversation(),
+            prop_oneof![
+                generated_conversation(),
+                generated_openai(),
+                generated_responses()
+            ],
             prop::collection::vec(byte_edit(), 0..2),
         ),
         |(text, bytes)| {
@@ -808,7 +979,12 @@ fn page_id() -> impl Strategy<Value = PageId> {
 fn the_http_api_on_mutated_requests_and_page_ids() {
     let api = api();
     let fields = (
-        prop::option::of(prop::sample::select(vec!["anthropic", "openai", "gemini"])),
+        prop::option::of(prop::sample::select(vec![
+            "anthropic",
+            "openai",
+            "responses",
+            "gemini",
+        ])),
         prop::option::of(interesting_string()),
         any::<bool>(),
         any::<bool>(),

@@ -1,6 +1,7 @@
 //! The end-to-end tests: the real `tamp` binary and the real plugin libraries, one module
 //! per area. Helpers shared by every module are in `tests/support` (crate `tamp_e2e`).
 
+mod agents;
 mod anchored_structured;
 mod batch_deferred;
 mod buffered_tool_call;
@@ -30,3 +31,4 @@ mod silent_loss;
 mod summary_cache;
 mod threads;
 mod tool_result_clearing;
+mod wire_formats;

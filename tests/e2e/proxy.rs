@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tamp_e2e::mock_upstream::{MockUpstream, Received};
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
-use tamp_e2e::{corpus, plugin, tools, workspace_root};
+use tamp_e2e::{agent_session, corpus, plugin, tools, workspace_root};
 
 /// What every client sends as its key: it must reach the upstream and nothing else.
 const KEY: &str = "sk-proxy-e2e-0123456789abcdefSECRET";
@@ -109,21 +109,8 @@ fn failing(received: &[Received], key: &str) -> usize {
 
 /// No client key in the proxy's log (debug logging on) nor in its page store.
 fn assert_key_kept_out(proxy: &Server, dir: &Path) {
-    let log = proxy.log();
-    assert!(log.contains("DEBUG") || log.contains("listening"), "{log}");
-    assert!(
-        !log.contains(KEY) && !log.contains("0123456789abcdefSECRET"),
-        "the key is in the log"
-    );
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let bytes = std::fs::read(entry.path()).unwrap_or_default();
-        let text = String::from_utf8_lossy(&bytes);
-        assert!(
-            !text.contains(KEY),
-            "the key is in {}",
-            entry.path().display()
-        );
-    }
+    proxy.assert_secret_kept_out(KEY, dir);
+    proxy.assert_secret_kept_out("0123456789abcdefSECRET", dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,6 +323,106 @@ async fn the_openai_sdk_sees_its_own_api_and_the_upstream_the_compacted_body() {
     assert_key_kept_out(&proxy, &dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdks_responses_api_sees_its_own_api_and_the_upstream_the_compacted_body() {
+    let dir = ScratchDir::new("proxy-responses-sdk");
+    let upstream = MockUpstream::start();
+    let proxy = start_proxy(&shipped_chain(&dir, &upstream, ""));
+    // The last request of a real Codex session: its instructions as developer messages,
+    // twelve reasoning items, calls and outputs.
+    let codex = agent_session("codex").pop().unwrap();
+    let original_items = codex["input"].as_array().unwrap().len();
+    let conversation = dir.join("conversation.json");
+    std::fs::write(&conversation, json!({"input": codex["input"]}).to_string()).unwrap();
+
+    let seen = run_sdk("responses", &proxy, &conversation, "r1");
+    let received = upstream.received();
+    let responses = on(&received, "/v1/responses");
+    assert_eq!(
+        responses.len(),
+        5,
+        "create, stream, stream helper, previous, 400"
+    );
+
+    let create = &seen["create"];
+    compacted_pages(&create["compaction"]);
+    assert_eq!(create["thread"], "session:sdk-session-r1");
+    let first = responses[0].json();
+    let sent = first["input"].as_array().unwrap().len();
+    assert!(
+        sent < original_items,
+        "{sent} of {original_items} items sent"
+    );
+    assert_eq!(create["text"], format!("Seen {sent} items. word1 word2"));
+    assert_eq!(
+        create["calls"],
+        json!([{"name": "get_weather", "arguments": "{\"query\": \"weather in Paris\"}"}])
+    );
+    assert_eq!(first["model"], "gpt-test");
+    assert_eq!(first["tools"][0]["name"], "get_weather");
+    assert_eq!(first["prompt_cache_key"], "sdk-session-r1");
+
+    let stream = &seen["stream"];
+    compacted_pages(&stream["compaction"]);
+    let mut expected = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    expected.extend(["response.output_text.delta"; 3]);
+    expected.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+    ]);
+    expected.extend(["response.function_call_arguments.delta"; 3]);
+    expected.extend([
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(stream["events"], json!(expected));
+    assert_eq!(stream["text"], format!("Seen {sent} items. word1 word2"));
+    assert_eq!(
+        seen["stream_helper"]["types"],
+        json!(["message", "function_call"])
+    );
+
+    // Forwarded to an upstream that has server-side compaction, as it was sent.
+    let compact = &seen["compact"];
+    assert_eq!(compact["object"], "response.compaction");
+    assert_eq!(
+        compact["types"].as_array().unwrap().last().unwrap(),
+        "compaction"
+    );
+    let forwarded = on(&received, "/v1/responses/compact");
+    assert_eq!(forwarded.len(), 1);
+    assert_eq!(forwarded[0].json()["input"], codex["input"]);
+
+    // Server-side state: nothing to compact, forwarded, and the header says why.
+    let previous = seen["previous"]["compaction"].as_str().unwrap();
+    assert!(
+        previous
+            .starts_with("skipped (the request continues server-side state (previous_response_id)"),
+        "{previous}"
+    );
+    assert_eq!(responses[3].json()["previous_response_id"], "resp_earlier");
+
+    let bad = &seen["bad_request"];
+    assert_eq!(bad["class"], "BadRequestError");
+    assert_eq!(bad["status"], 400);
+    for r in &received {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+    }
+    assert_eq!(responses[0].header("x-client-marker"), Some("marker-r1"));
+    assert_key_kept_out(&proxy, &dir);
+}
+
 /// A body with spacing and a field no API has: forwarded byte for byte when nothing changes.
 const ODD_BODY: &str = "{ \"model\" : \"claude-test\",\n \"max_tokens\": 16, \"x_unknown\": [1.0e2, \"\\u00e9\"],\n \"messages\": [ {\"role\": \"user\", \"content\": \"hello\"} ] }";
 
@@ -496,11 +583,12 @@ async fn errors_other_paths_and_tamps_own_routes() {
         .await
         .unwrap();
     assert_eq!(models["object"], "list");
-    let responses_body = corpus("openai", "taubench_gpt4o_airline_task2_trial2");
+    // A conversation-shaped body on a path that is not a conversation's: as it was sent.
+    let other_body = corpus("openai", "taubench_gpt4o_airline_task2_trial2");
     let answer = client
-        .post(proxy.url("/v1/responses"))
+        .post(proxy.url("/v1/embeddings"))
         .bearer_auth(KEY)
-        .body(responses_body.clone())
+        .body(other_body.clone())
         .send()
         .await
         .unwrap();
@@ -517,8 +605,8 @@ async fn errors_other_paths_and_tamps_own_routes() {
     let received = upstream.received();
     assert_eq!(on(&received, "/v1/models?limit=5").len(), 1);
     assert_eq!(
-        on(&received, "/v1/responses")[0].body,
-        responses_body.as_bytes()
+        on(&received, "/v1/embeddings")[0].body,
+        other_body.as_bytes()
     );
     assert_eq!(
         on(&received, "/v1/messages/batches")[0].body,
@@ -756,4 +844,210 @@ async fn a_reload_while_streams_are_open_breaks_none_and_applies_to_new_requests
         assert_eq!(stream.await.unwrap().unwrap(), expected);
     }
     assert_eq!(first.count(), STREAMS);
+}
+
+/// Session `session`'s request after `turns` messages of a corpus conversation, as Claude
+/// Code sends it (`metadata.user_id` naming its session) or, with `named` false, without it.
+/// Sessions share the system prompt and first message (one agent, one folder, one task) and
+/// differ from the second user turn on, as two sessions' tool results do.
+fn session_request(conversation: &Value, turns: usize, session: &str, named: bool) -> Value {
+    let mut body = json!({
+        "model": "claude-test",
+        "max_tokens": 64,
+        "system": conversation["system"],
+        "messages": conversation["messages"].as_array().unwrap()[..turns],
+    });
+    for m in body["messages"].as_array_mut().unwrap().iter_mut().skip(1) {
+        if m["role"] == "user" {
+            if let Some(Value::Array(blocks)) = m.get_mut("content") {
+                blocks.push(json!({"type": "text", "text": format!("(in {session})")}));
+            }
+        }
+    }
+    if named {
+        let user_id = json!({"device_id": "d1", "account_uuid": "", "session_id": session});
+        body["metadata"] = json!({"user_id": user_id.to_string()});
+    }
+    body
+}
+
+/// The `x-tamp-thread` of each answer, session A's and B's requests interleaved.
+async fn interleaved_threads(proxy: &Server, sessions: [&str; 2], named: bool) -> Vec<[String; 2]> {
+    let conversation: Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let client = reqwest::Client::new();
+    let mut threads = Vec::new();
+    for turns in (13..=37).step_by(4) {
+        let mut pair = [String::new(), String::new()];
+        for (i, session) in sessions.iter().enumerate() {
+            let answer = client
+                .post(proxy.url("/v1/messages"))
+                .header("x-api-key", KEY)
+                .header("anthropic-version", "2023-06-01")
+                .json(&session_request(&conversation, turns, session, named))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 200);
+            pair[i] = answer.headers()["x-tamp-thread"]
+                .to_str()
+                .unwrap()
+                .to_string();
+        }
+        threads.push(pair);
+    }
+    threads
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_of_one_agent_at_once_keep_their_own_threads() {
+    let dir = ScratchDir::new("proxy-sessions");
+    let upstream = MockUpstream::start();
+    let proxy = start_proxy(&shipped_chain(&dir, &upstream, ""));
+
+    // Each session is its own thread, and continues it between the other's requests.
+    let threads = interleaved_threads(&proxy, ["sess-a", "sess-b"], true).await;
+    for [a, b] in &threads {
+        assert!(a.starts_with("session:sess-a"), "{threads:?}");
+        assert!(b.starts_with("session:sess-b"), "{threads:?}");
+    }
+    for (i, name) in ["sess-a", "sess-b"].iter().enumerate() {
+        let continued = threads
+            .iter()
+            .filter(|p| p[i].ends_with("; continued"))
+            .count();
+        assert!(
+            continued >= 3,
+            "{name} continued {continued} times: {threads:?}"
+        );
+    }
+
+    // Without the sessions, both are one thread named by their shared first messages: each
+    // request finds the other session's state, and neither ever continues.
+    let threads = interleaved_threads(&proxy, ["sess-c", "sess-d"], false).await;
+    assert!(
+        threads.iter().flatten().all(|t| t == "derived"),
+        "{threads:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tamp_answers_openais_server_side_compaction_for_an_upstream_that_lacks_it() {
+    let dir = ScratchDir::new("proxy-own-compaction");
+    let upstream = MockUpstream::start();
+    let proxy = start_proxy(&shipped_chain(
+        &dir,
+        &upstream,
+        "openai_compaction = \"tamp\"",
+    ));
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: &Value| {
+        client
+            .post(proxy.url(path))
+            .header("authorization", format!("Bearer {KEY}"))
+            .json(body)
+    };
+    let codex = agent_session("codex").pop().unwrap();
+    let input = codex["input"].as_array().unwrap().clone();
+    let users: Vec<Value> = input
+        .iter()
+        .filter(|i| i["type"] == "message" && i["role"] == "user")
+        .cloned()
+        .collect();
+
+    // responses.compact: the user messages, then tamp's compaction item.
+    let answer = post(
+        "/v1/responses/compact",
+        &json!({"model": "gpt-test", "input": input}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    let pages = compacted_pages(&json!(answer.headers()["x-tamp-compaction"]
+        .to_str()
+        .unwrap()));
+    assert!(!pages.is_empty());
+    let compacted: Value = answer.json().await.unwrap();
+    assert_eq!(compacted["object"], "response.compaction");
+    let output = compacted["output"].as_array().unwrap();
+    assert_eq!(output[..output.len() - 1], users[..]);
+    let item = output.last().unwrap().clone();
+    assert_eq!(item["type"], "compaction");
+    assert!(item["encrypted_content"]
+        .as_str()
+        .unwrap()
+        .starts_with("tamp:v1:"));
+    assert!(on(&upstream.received(), "/v1/responses/compact").is_empty());
+    // The pages hold what was taken out.
+    let page = client
+        .get(proxy.url(&format!("/tamp/v1/pages/{}", pages[0])))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("echo step 1"), "{page}");
+
+    // The next turn, as Codex sends it: instructions, user messages, the compaction item, a
+    // new call. The upstream gets tamp's summaries in the item's place.
+    let mut next: Vec<Value> = input
+        .iter()
+        .filter(|i| i["role"] == "developer")
+        .cloned()
+        .collect();
+    next.extend(users.iter().cloned());
+    next.push(item);
+    next.push(json!({"type": "function_call", "call_id": "call_next", "name": "exec_command", "arguments": "{\"cmd\": \"echo step 13\"}"}));
+    next.push(json!({"type": "function_call_output", "call_id": "call_next", "output": "step 13"}));
+    let answer = post(
+        "/v1/responses",
+        &json!({"model": "gpt-test", "input": next}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    let received = on(&upstream.received(), "/v1/responses");
+    let forwarded = received.last().unwrap().json();
+    let items = forwarded["input"].as_array().unwrap();
+    assert!(
+        items.iter().all(|i| i["type"] != "compaction"),
+        "{forwarded}"
+    );
+    let text = forwarded.to_string();
+    assert!(
+        text.contains(&format!("<tamp-summary page=\\\"{}", pages[0])),
+        "{text}"
+    );
+    assert!(text.contains("echo step 13"));
+
+    // Codex 0.169's way: a compaction_trigger, answered with a stream holding the item.
+    let mut triggered = input.clone();
+    triggered.push(json!({"type": "compaction_trigger"}));
+    let answer = post(
+        "/v1/responses",
+        &json!({"model": "gpt-test", "stream": true, "input": triggered}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert!(answer.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = answer.text().await.unwrap();
+    let completed = events
+        .split("\n\n")
+        .find_map(|e| e.strip_prefix("event: response.completed\ndata: "))
+        .expect("a response.completed event");
+    let completed: Value = serde_json::from_str(completed).unwrap();
+    assert_eq!(completed["response"]["output"][0]["type"], "compaction");
+    assert_eq!(
+        on(&upstream.received(), "/v1/responses").len(),
+        received.len()
+    );
+    assert_key_kept_out(&proxy, &dir);
 }

@@ -1,11 +1,13 @@
 """The official Python SDKs pointed at `tamp proxy`, driven by tests/e2e/proxy.rs.
 
-    python proxy_sdk.py anthropic|openai BASE_URL CONVERSATION_FILE RUN_ID
+    python proxy_sdk.py anthropic|openai|responses BASE_URL CONVERSATION_FILE RUN_ID
 
 Runs one scenario per SDK and prints what the SDK saw as one JSON object: a non-streaming
 call with tools, a streaming call (events in order), count_tokens (Anthropic), a call the
 upstream answers 429 once (the SDK's own retry), and one it answers 400 (the SDK's own error
-type). The key comes from TAMP_TEST_KEY; the Rust test checks what the upstream received.
+type). `responses` drives the `openai` SDK's Responses API (`responses.create`, streaming and
+not, its stream helper, `responses.compact`, a request continuing `previous_response_id`).
+The key comes from TAMP_TEST_KEY; the Rust test checks what the upstream received.
 """
 
 import json
@@ -217,11 +219,92 @@ def openai_scenarios(base_url, conversation, run_id):
     return out
 
 
+# The Responses API takes the same function tools, not nested under "function".
+RESPONSES_TOOLS = [{"type": "function", **tool["function"]} for tool in OPENAI_TOOLS]
+
+
+def responses_scenarios(base_url, conversation, run_id):
+    import openai
+
+    headers = {"x-client-marker": "marker-" + run_id}
+    client = openai.OpenAI(
+        api_key=KEY, base_url=base_url + "/v1", default_headers=headers, max_retries=0
+    )
+    request = dict(
+        model="gpt-test",
+        input=conversation["input"],
+        tools=RESPONSES_TOOLS,
+        store=False,
+        prompt_cache_key="sdk-session-" + run_id,
+    )
+    out = {}
+
+    raw = client.responses.with_raw_response.create(**request)
+    response = raw.parse()
+    out["create"] = {
+        "text": response.output_text,
+        "calls": [
+            {"name": item.name, "arguments": item.arguments}
+            for item in response.output
+            if item.type == "function_call"
+        ],
+        "compaction": raw.headers.get("x-tamp-compaction"),
+        "thread": raw.headers.get("x-tamp-thread"),
+    }
+
+    events, text = [], ""
+    raw = client.responses.with_raw_response.create(stream=True, **request)
+    compaction = raw.headers.get("x-tamp-compaction")
+    for event in raw.parse():
+        events.append(event.type)
+        if event.type == "response.output_text.delta":
+            text += event.delta
+    out["stream"] = {"events": events, "text": text, "compaction": compaction}
+
+    with client.responses.stream(**request) as stream:
+        final = stream.get_final_response()
+    out["stream_helper"] = {
+        "text": final.output_text,
+        "types": [item.type for item in final.output],
+    }
+
+    compacted = client.responses.compact(model="gpt-test", input=conversation["input"])
+    out["compact"] = {
+        "object": compacted.object,
+        "types": [item.type for item in compacted.output],
+    }
+
+    raw = client.responses.with_raw_response.create(
+        model="gpt-test", input="And then?", previous_response_id="resp_earlier"
+    )
+    out["previous"] = {
+        "text": raw.parse().output_text,
+        "compaction": raw.headers.get("x-tamp-compaction"),
+    }
+
+    failing = openai.OpenAI(
+        api_key=KEY,
+        base_url=base_url + "/v1",
+        max_retries=2,
+        default_headers={"x-mock-fail": "400:99:r400-" + run_id},
+    )
+    try:
+        failing.responses.create(model="gpt-test", input="hello")
+        out["bad_request"] = None
+    except openai.BadRequestError as e:
+        out["bad_request"] = {"class": type(e).__name__, "status": e.status_code}
+    return out
+
+
 def main():
     sdk, base_url, conversation_file, run_id = sys.argv[1:5]
     with open(conversation_file) as f:
         conversation = json.load(f)
-    scenarios = {"anthropic": anthropic_scenarios, "openai": openai_scenarios}[sdk]
+    scenarios = {
+        "anthropic": anthropic_scenarios,
+        "openai": openai_scenarios,
+        "responses": responses_scenarios,
+    }[sdk]
     print(json.dumps(scenarios(base_url, conversation, run_id)))
 
 

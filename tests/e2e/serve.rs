@@ -87,7 +87,7 @@ async fn the_answer_keeps_pass_through_values_as_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn compacts_both_formats_and_serves_pages_chain_health_and_metrics() {
+async fn compacts_every_format_and_serves_pages_chain_health_and_metrics() {
     let dir = ScratchDir::new("serve-api");
     let config = simple_chain(&dir, "archive", 1);
     let server = Server::start(&config, &[]);
@@ -141,6 +141,28 @@ async fn compacts_both_formats_and_serves_pages_chain_health_and_metrics() {
         tamp_host::wire::parse_str(&answer["conversation"].to_string(), None).unwrap();
     assert_eq!(format, tamp_host::wire::WireFormat::OpenAi);
 
+    // Responses in (detected: an input and no messages), Responses out, pages as items.
+    let responses: Value =
+        serde_json::from_str(&corpus("responses", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let (status, answer) = server
+        .compact(&json!({"conversation": responses, "thread_id": "thread-r"}))
+        .await;
+    assert_eq!(status, 200, "{answer:#}");
+    assert_eq!(answer["format"], "responses");
+    assert_eq!(answer["report"]["stages"][0]["status"], "acted");
+    let (_, format) =
+        tamp_host::wire::parse_str(&answer["conversation"].to_string(), None).unwrap();
+    assert_eq!(format, tamp_host::wire::WireFormat::Responses);
+    let page = answer["report"]["stages"][0]["pages"][0].as_str().unwrap();
+    let page = server.get_json(&format!("/v1/pages/{page}")).await;
+    assert_eq!(page["format"], "responses");
+    for item in page["messages"].as_array().unwrap() {
+        assert!(
+            responses["input"].as_array().unwrap().contains(item),
+            "a page item is not an original item: {item:#}"
+        );
+    }
+
     // The chain, health and metrics.
     let chain = server.get_json("/v1/chain").await;
     assert_eq!(chain_stage_names(&chain), ["archive"]);
@@ -153,14 +175,14 @@ async fn compacts_both_formats_and_serves_pages_chain_health_and_metrics() {
     assert_eq!(server.get_json("/healthz").await["status"], "ok");
     let metrics = server.metrics().await;
     assert!(
-        metrics.contains("tamp_compactions_total{outcome=\"ok\"} 2\n"),
+        metrics.contains("tamp_compactions_total{outcome=\"ok\"} 3\n"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("tamp_stage_duration_seconds_count{stage=\"archive\"} 2\n"),
+        metrics.contains("tamp_stage_duration_seconds_count{stage=\"archive\"} 3\n"),
         "{metrics}"
     );
-    assert!(metrics.contains("tamp_stage_runs_total{stage=\"archive\",status=\"acted\"} 2\n"));
+    assert!(metrics.contains("tamp_stage_runs_total{stage=\"archive\",status=\"acted\"} 3\n"));
     assert!(metrics.contains("tamp_conversation_tokens_total{direction=\"in\"} "));
     assert!(metrics.contains(&format!(
         "tamp_chain_info{{config_hash=\"{}\"}} 1",

@@ -8,6 +8,9 @@ use std::sync::OnceLock;
 
 use tamp_plugin_api::Conversation;
 
+/// A scripted upstream for the coding agents: checks requests as the real APIs do, answers a
+/// tool task.
+pub mod agent_upstream;
 /// A headless Chromium, installed from Debian's packages when none is there.
 pub mod browser;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.
@@ -148,6 +151,21 @@ pub fn corpus_conversation(format: &str, name: &str) -> Conversation {
     tamp_host::wire::parse_str(&corpus(format, name), None)
         .expect("corpus parses")
         .0
+}
+
+/// The request bodies of a recorded agent session, in order (`tests/fixtures/agents/`:
+/// `"claude-code"` or `"codex"`).
+pub fn agent_session(agent: &str) -> Vec<serde_json::Value> {
+    let path = workspace_root().join(format!("tests/fixtures/agents/{agent}.session.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let session: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    session["requests"]
+        .as_array()
+        .expect("a session's requests")
+        .iter()
+        .map(|r| r["body"].clone())
+        .collect()
 }
 
 /// A fresh scratch directory under the system temp dir.

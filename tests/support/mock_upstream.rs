@@ -1,13 +1,19 @@
-//! A local upstream for `tamp proxy` that answers like the real Anthropic Messages and OpenAI
-//! Chat Completions APIs, SSE streams included, and records every request byte for byte.
+//! A local upstream for `tamp proxy` that answers like the real Anthropic Messages, OpenAI
+//! Chat Completions and OpenAI Responses APIs, SSE streams included, and records every request
+//! byte for byte.
 //!
 //! The wire shapes follow the providers' documentation: Anthropic's stream is
 //! `message_start`, per block `content_block_start` / `content_block_delta`* /
 //! `content_block_stop` (a `ping` after the first start), `message_delta`, `message_stop`,
 //! each as `event: <type>` + `data: <json>`; OpenAI's is `data: <chat.completion.chunk>`
 //! lines (the role first, then content or `tool_calls` deltas, a last chunk with
-//! `finish_reason`, a usage chunk when `stream_options.include_usage`), then `data: [DONE]`.
+//! `finish_reason`, a usage chunk when `stream_options.include_usage`), then `data: [DONE]`;
+//! the Responses stream is `response.created`, `response.in_progress`, per output item
+//! `response.output_item.added`, its content or arguments deltas and `.done` events,
+//! `response.output_item.done`, then `response.completed`, each with its `sequence_number`.
 //! A request with `tools` is answered with a text block and a call of its first tool.
+//! `POST /v1/responses/compact` answers OpenAI's compacted list: the request's user messages
+//! and one `compaction` item.
 //!
 //! Like the real APIs it refuses a request without its credentials (Anthropic: `x-api-key`
 //! or, as its SDKs send it since 2.x, `authorization` 401, `anthropic-version` 400; OpenAI: `authorization` 401) and a body that is not JSON
@@ -257,6 +263,8 @@ async fn handle(
             json_answer(api, 200, &json!({"input_tokens": body.len() / 4}), n)
         }
         ("POST", "/v1/chat/completions") => openai_completion(&request, n, deltas, delay),
+        ("POST", "/v1/responses") => openai_response(&request, n, deltas, delay),
+        ("POST", "/v1/responses/compact") => openai_compact(&request, n),
         ("GET", "/v1/models") => json_answer(
             api,
             200,
@@ -345,7 +353,8 @@ fn first_tool(request: &Value, api: Api) -> Option<String> {
     let tool = request["tools"].as_array()?.first()?;
     match api {
         Api::Anthropic => tool["name"].as_str(),
-        Api::OpenAi => tool["function"]["name"].as_str(),
+        // Chat Completions nests the function; Responses does not.
+        Api::OpenAi => tool["function"]["name"].as_str().or(tool["name"].as_str()),
     }
     .map(str::to_string)
 }
@@ -467,6 +476,144 @@ fn openai_completion(request: &Value, n: u64, deltas: usize, delay: Duration) ->
     }
     events.push("data: [DONE]\n\n".to_string());
     sse(Api::OpenAi, events, delay, n)
+}
+
+/// How many items a Responses request's `input` holds (1 for a string).
+fn input_items(request: &Value) -> usize {
+    match &request["input"] {
+        Value::Array(items) => items.len(),
+        Value::String(_) => 1,
+        _ => 0,
+    }
+}
+
+fn responses_usage(request: &Value, output: usize) -> Value {
+    let input = request.to_string().len() / 4;
+    json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input + output})
+}
+
+fn openai_response(request: &Value, n: u64, deltas: usize, delay: Duration) -> Response {
+    let model = request["model"].as_str().unwrap_or("gpt-test").to_string();
+    let mut words = words(input_items(request), deltas);
+    words[0] = words[0].replace("messages", "items");
+    let tool = first_tool(request, Api::OpenAi);
+    let id = format!("resp_{n:024}");
+    let message_id = format!("msg_{n:024}");
+    let call_id = format!("call_{n:020}");
+    let text = words.concat();
+    let mut output = vec![
+        json!({"type": "message", "id": message_id, "status": "completed",
+        "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}),
+    ];
+    if let Some(name) = &tool {
+        output.push(
+            json!({"type": "function_call", "id": format!("fc_{n:024}"), "status": "completed",
+            "call_id": call_id, "name": name, "arguments": TOOL_INPUT_PARTS.concat()}),
+        );
+    }
+    let response = |status: &str, output: Value, usage: Value| {
+        json!({"id": id, "object": "response", "created_at": 1_700_000_000u64, "status": status,
+            "error": null, "incomplete_details": null, "instructions": request["instructions"],
+            "model": model, "output": output, "parallel_tool_calls": true, "metadata": {},
+            "tool_choice": "auto", "tools": request["tools"].as_array().cloned().unwrap_or_default(),
+            "temperature": 1.0, "top_p": 1.0, "usage": usage})
+    };
+    let done = response(
+        "completed",
+        json!(output),
+        responses_usage(request, words.len()),
+    );
+    if request["stream"] != json!(true) {
+        return json_answer(Api::OpenAi, 200, &done, n);
+    }
+    let mut sequence = 0u64;
+    let mut event = |mut data: Value| {
+        data["sequence_number"] = json!(sequence);
+        sequence += 1;
+        format!(
+            "event: {}\ndata: {data}\n\n",
+            data["type"].as_str().unwrap_or("unknown")
+        )
+    };
+    let started = response("in_progress", json!([]), Value::Null);
+    let mut events = vec![
+        event(json!({"type": "response.created", "response": started})),
+        event(json!({"type": "response.in_progress", "response": started})),
+    ];
+    let empty_part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
+    let mut message = output[0].clone();
+    message["status"] = json!("in_progress");
+    message["content"] = json!([]);
+    events.push(event(
+        json!({"type": "response.output_item.added", "output_index": 0, "item": message}),
+    ));
+    events.push(event(
+        json!({"type": "response.content_part.added", "item_id": message_id,
+        "output_index": 0, "content_index": 0, "part": empty_part}),
+    ));
+    for word in &words {
+        events.push(event(
+            json!({"type": "response.output_text.delta", "item_id": message_id,
+            "output_index": 0, "content_index": 0, "delta": word, "logprobs": []}),
+        ));
+    }
+    events.push(event(
+        json!({"type": "response.output_text.done", "item_id": message_id,
+        "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+    ));
+    events.push(event(
+        json!({"type": "response.content_part.done", "item_id": message_id,
+        "output_index": 0, "content_index": 0, "part": output[0]["content"][0]}),
+    ));
+    events.push(event(
+        json!({"type": "response.output_item.done", "output_index": 0, "item": output[0]}),
+    ));
+    if let Some(call) = output.get(1) {
+        let mut added = call.clone();
+        added["status"] = json!("in_progress");
+        added["arguments"] = json!("");
+        events.push(event(
+            json!({"type": "response.output_item.added", "output_index": 1, "item": added}),
+        ));
+        for part in TOOL_INPUT_PARTS {
+            events.push(event(
+                json!({"type": "response.function_call_arguments.delta",
+                "item_id": call["id"], "output_index": 1, "delta": part}),
+            ));
+        }
+        events.push(event(
+            json!({"type": "response.function_call_arguments.done", "item_id": call["id"],
+            "name": call["name"], "output_index": 1, "arguments": call["arguments"]}),
+        ));
+        events.push(event(
+            json!({"type": "response.output_item.done", "output_index": 1, "item": call}),
+        ));
+    }
+    events.push(event(
+        json!({"type": "response.completed", "response": done}),
+    ));
+    sse(Api::OpenAi, events, delay, n)
+}
+
+/// OpenAI's `CompactResource`: the request's user messages, then a `compaction` item.
+fn openai_compact(request: &Value, n: u64) -> Response {
+    let mut output: Vec<Value> = request["input"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|i| i["type"] == "message" && i["role"] == "user")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    output.push(json!({"type": "compaction", "id": format!("cmp_{n:024}"),
+        "encrypted_content": format!("gAAAAB-mock-compaction-{n}")}));
+    let body = json!({"id": format!("resp_{n:024}"), "object": "response.compaction",
+        "output": output, "created_at": 1_700_000_000u64, "usage": responses_usage(request, 50)});
+    json_answer(Api::OpenAi, 200, &body, n)
 }
 
 /// A `text/event-stream` answer, one chunk per event, `delay` before each after the first.

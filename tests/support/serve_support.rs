@@ -113,6 +113,22 @@ impl Server {
         format!("{}{path}", self.base)
     }
 
+    /// Asserts that `secret` (a client's API key) is neither in the server's log (which must
+    /// be a debug log, so that everything it could log was) nor in any file of `store_dir`.
+    pub fn assert_secret_kept_out(&self, secret: &str, store_dir: &Path) {
+        let log = self.log();
+        assert!(log.contains("DEBUG"), "not a debug log:\n{log}");
+        assert!(!log.contains(secret), "the key is in the log");
+        for entry in std::fs::read_dir(store_dir).unwrap().flatten() {
+            let bytes = std::fs::read(entry.path()).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(secret),
+                "the key is in {}",
+                entry.path().display()
+            );
+        }
+    }
+
     /// `127.0.0.1:PORT`, for raw connections (see [`RawAnswer`]).
     pub fn addr(&self) -> &str {
         self.base.trim_start_matches("http://")

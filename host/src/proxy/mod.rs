@@ -1,8 +1,11 @@
-//! `tamp proxy`: a drop-in base URL for the Anthropic Messages and OpenAI Chat Completions
-//! APIs that runs every conversation through the chain on its way upstream.
+//! `tamp proxy`: a drop-in base URL for the Anthropic Messages, OpenAI Chat Completions and
+//! OpenAI Responses APIs that runs every conversation through the chain on its way upstream.
 //!
 //! - [`route`]: which upstream, which URL, which headers; which requests are compacted.
 //! - [`compact`]: a body through the chain, falling back to the original (never in the way).
+//! - [`session`]: the thread of an agent's session, from what the agent sends.
+//! - [`server_compaction`]: OpenAI's server-side compaction, answered by tamp's chain for an
+//!   upstream that lacks it.
 //! - [`forward`]: the upstream clients and the answer's relay, chunk by chunk.
 //! - [`error`]: the proxy's own errors in each provider's error shape.
 //! - [`config`]: the chain file's `[proxy]` table; [`metrics`]: the relay's series.
@@ -27,6 +30,12 @@ pub mod metrics;
 pub mod route;
 #[cfg(feature = "serve")]
 mod server;
+#[cfg(feature = "serve")]
+pub mod server_compaction;
+#[cfg(feature = "serve")]
+pub mod session;
 
+#[cfg(feature = "serve")]
+pub use compact::COMPACTION_HEADER;
 #[cfg(feature = "serve")]
 pub use server::*;

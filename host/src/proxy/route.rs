@@ -19,6 +19,9 @@ pub struct Route {
     pub provider: Provider,
     /// The body is a conversation in this format, compacted before it is forwarded.
     pub compact: Option<WireFormat>,
+    /// OpenAI's server-side compaction endpoint (`POST /v1/responses/compact`): forwarded, or
+    /// answered by tamp (`[proxy] openai_compaction`).
+    pub server_compaction: bool,
     /// The route's name in the metrics: the compacted routes by path, the rest by provider
     /// only (a path may carry ids: one series per batch would grow without bound).
     pub label: &'static str,
@@ -45,6 +48,12 @@ pub fn route(method: &Method, path: &str, headers: &HeaderMap) -> Route {
             Some(WireFormat::OpenAi),
             "POST /v1/chat/completions",
         ),
+        "/v1/responses" if post => (
+            Provider::OpenAi,
+            Some(WireFormat::Responses),
+            "POST /v1/responses",
+        ),
+        "/v1/responses/compact" if post => (Provider::OpenAi, None, "POST /v1/responses/compact"),
         p if p == "/v1/messages" || p.starts_with("/v1/messages/") || p == "/v1/complete" => {
             (Provider::Anthropic, None, "anthropic (passed through)")
         }
@@ -62,6 +71,7 @@ pub fn route(method: &Method, path: &str, headers: &HeaderMap) -> Route {
     Route {
         provider,
         compact,
+        server_compaction: label == "POST /v1/responses/compact",
         label,
     }
 }
@@ -194,11 +204,12 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    /// A header map of `pairs`, in order (a name given twice has both values).
+    pub(in crate::proxy) fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
             map.append(*k, HeaderValue::from_static(v));
@@ -228,7 +239,20 @@ mod tests {
             "/v1/responses",
             &headers(&[("x-api-key", "k")]),
         );
-        assert_eq!((r.provider, r.compact), (Provider::OpenAi, None));
+        assert_eq!(
+            (r.provider, r.compact),
+            (Provider::OpenAi, Some(WireFormat::Responses))
+        );
+        let r = route(&Method::POST, "/v1/responses/compact", &none);
+        assert_eq!(
+            (r.provider, r.compact, r.server_compaction),
+            (Provider::OpenAi, None, true)
+        );
+        let r = route(&Method::GET, "/v1/responses/resp_1", &none);
+        assert_eq!(
+            (r.provider, r.compact, r.server_compaction),
+            (Provider::OpenAi, None, false)
+        );
         let r = route(
             &Method::GET,
             "/v1/models",

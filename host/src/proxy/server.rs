@@ -25,16 +25,19 @@ use crate::serve::metrics::{self, Metrics};
 use crate::serve::reload::{self, ChainSlot};
 use crate::serve::{self as serve_mod};
 
+use super::compact::{self, COMPACTION_HEADER};
+use super::config::CompactionBy;
 use super::error::ProxyError;
 use super::forward::Upstreams;
 use super::metrics::ProxyMetrics;
-use super::{compact, forward, route};
+use super::server_compaction::{self, Asked};
+use super::{forward, route, session};
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").
 pub const THREAD_HEADER: &str = "x-tamp-thread-id";
-/// The answer header that says what the chain did to the request.
-pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
+/// The answer header that names the thread the request was counted under.
+pub const THREAD_ANSWER_HEADER: &str = "x-tamp-thread";
 
 /// How `tamp proxy` runs: the CLI's flags, parsed (`tamp proxy --help` says what each does).
 #[derive(Debug, Clone)]
@@ -253,12 +256,23 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
         }
     };
     let mut extra = Vec::new();
+    let tamp_compacts = active.proxy.openai_compaction == CompactionBy::Tamp;
+    if route.server_compaction && tamp_compacts {
+        let answer = async {
+            let bytes = read_body(state, &parts.headers, body).await?;
+            server_compaction::answer(&active, &state.metrics, Asked::CompactEndpoint, &bytes).await
+        };
+        return answer
+            .await
+            .unwrap_or_else(|e| e.into_response_for(route.provider));
+    }
     let body = match route.compact {
         Some(format) => match compacted_body(state, &active, &parts.headers, format, body).await {
-            Ok((body, header)) => {
-                extra.push((HeaderName::from_static(COMPACTION_HEADER), header));
+            Ok(Prepared::Forward(body, headers)) => {
+                extra.extend(headers);
                 Some(reqwest::Body::from(body))
             }
+            Ok(Prepared::Answered(response)) => return response,
             Err(e) => return e.into_response_for(route.provider),
         },
         // An empty body stays absent, so a GET is not sent with a chunked body.
@@ -292,16 +306,40 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
     }
 }
 
-/// The body to forward on a compacted route, and its `x-tamp-compaction` value; an error
-/// when the body cannot be read whole, or, in strict mode, when no compaction was had.
+/// What a compacted route does with its request.
+enum Prepared {
+    /// Forward this body, and add these headers to the answer (`x-tamp-compaction`,
+    /// `x-tamp-thread`).
+    Forward(axum::body::Bytes, Vec<(HeaderName, HeaderValue)>),
+    /// tamp answered it: OpenAI's server-side compaction, for an upstream that lacks it.
+    Answered(Response),
+}
+
+/// A compacted route's body, read whole (within `--max-body` and `--body-timeout-secs`).
+async fn read_body(
+    state: &ProxyState,
+    headers: &axum::http::HeaderMap,
+    body: Body,
+) -> Result<axum::body::Bytes, ProxyError> {
+    state
+        .gate
+        .read_body(body, api::declared_length(headers))
+        .await
+        .map_err(ProxyError::from_api)
+}
+
+/// The body to forward on a compacted route, and the answer headers that say what became of
+/// it; or tamp's own answer (a Responses request asking for server-side compaction that
+/// tamp does); an error when the body cannot be read whole, or, in strict mode, when no
+/// compaction was had.
 async fn compacted_body(
     state: &ProxyState,
     active: &Arc<ActiveChain>,
     headers: &axum::http::HeaderMap,
     format: crate::wire::WireFormat,
     body: Body,
-) -> Result<(axum::body::Bytes, HeaderValue), ProxyError> {
-    let thread = match headers.get(THREAD_HEADER).map(|v| v.to_str()) {
+) -> Result<Prepared, ProxyError> {
+    let given = match headers.get(THREAD_HEADER).map(|v| v.to_str()) {
         None => None,
         Some(Ok(id)) if !id.trim().is_empty() => Some(id.trim().to_string()),
         Some(_) => {
@@ -314,11 +352,15 @@ async fn compacted_body(
             return Err(e);
         }
     };
-    let bytes = state
-        .gate
-        .read_body(body, api::declared_length(headers))
-        .await
-        .map_err(ProxyError::from_api)?;
+    let bytes = read_body(state, headers, body).await?;
+    if format == crate::wire::WireFormat::Responses
+        && active.proxy.openai_compaction == CompactionBy::Tamp
+        && server_compaction::ends_in_trigger(&bytes)
+    {
+        let answer =
+            server_compaction::answer(active, &state.metrics, Asked::Trigger, &bytes).await?;
+        return Ok(Prepared::Answered(answer));
+    }
     let started = Instant::now();
     let outcome = compact::compact(
         Arc::clone(active),
@@ -326,17 +368,25 @@ async fn compacted_body(
         &state.in_flight,
         format,
         bytes.clone(),
-        thread,
+        compact::ThreadHint {
+            given,
+            header_session: session::header_session(headers),
+        },
         active.proxy.compaction_timeout(),
     )
     .await;
     state
         .proxy_metrics
         .compaction_outcome(outcome.label(), started.elapsed());
-    let header = outcome.header();
+    let mut answer_headers = vec![(HeaderName::from_static(COMPACTION_HEADER), outcome.header())];
+    if let Some(thread) = outcome.thread_header() {
+        answer_headers.push((HeaderName::from_static(THREAD_ANSWER_HEADER), thread));
+    }
     match outcome {
-        compact::Outcome::Compacted { body, .. } => Ok((body, header)),
-        compact::Outcome::Unchanged { .. } => Ok((bytes, header)),
+        compact::Outcome::Compacted { body, .. } => Ok(Prepared::Forward(body, answer_headers)),
+        compact::Outcome::Unchanged { .. } | compact::Outcome::NothingToCompact { .. } => {
+            Ok(Prepared::Forward(bytes, answer_headers))
+        }
         compact::Outcome::Skipped { reason, invalid } => {
             if active.proxy.strict {
                 let mut e = ProxyError::new(
@@ -348,7 +398,7 @@ async fn compacted_body(
                 return Err(e);
             }
             tracing::warn!("compaction skipped, the original body is forwarded: {reason}");
-            Ok((bytes, header))
+            Ok(Prepared::Forward(bytes, answer_headers))
         }
     }
 }

@@ -521,10 +521,11 @@ async fn chain(State(state): State<Arc<AppState>>) -> Json<Value> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CompactBody {
-    /// An Anthropic Messages or OpenAI Chat Completions request, kept as its text: the wire
-    /// reader works on text (exact tool inputs), so a `Value` would only be written back out.
+    /// An Anthropic Messages, OpenAI Chat Completions or OpenAI Responses request, kept as its
+    /// text: the wire reader works on text (exact tool inputs), so a `Value` would only be
+    /// written back out.
     conversation: Box<serde_json::value::RawValue>,
-    /// `anthropic` or `openai`; detected when absent.
+    /// `anthropic`, `openai` or `responses`; detected when absent.
     #[serde(default)]
     format: Option<WireFormat>,
     /// The conversation's thread (keys the summary cache and tags archived pages).
@@ -766,7 +767,7 @@ impl CompactBody {
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct PageQuery {
-    /// `anthropic`, `openai` or `internal`; the page's source format by default.
+    /// `anthropic`, `openai`, `responses` or `internal`; the page's source format by default.
     pub(crate) format: Option<String>,
 }
 

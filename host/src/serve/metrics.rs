@@ -432,6 +432,7 @@ mod tests {
             duration_ms: 1.0,
             thread: None,
             low_watermark_missed: None,
+            opaque: Vec::new(),
         }
     }
 

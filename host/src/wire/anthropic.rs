@@ -23,11 +23,12 @@ const TOOL_RESULT_KEYS: &[&str] = &["type", "tool_use_id", "content", "is_error"
 
 pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
     let Top {
-        messages: wire,
+        list,
         system,
         thread_id,
         metadata_json,
     } = top;
+    let wire = list.into_messages();
     let mut messages = Vec::with_capacity(wire.len() + 1);
     let has_system = system.is_some();
     if let Some(system) = system {
@@ -36,7 +37,9 @@ pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
     let root = Path::Root;
     let messages_path = root.key("messages");
     for (i, msg) in wire.into_iter().enumerate() {
-        messages.push(parse_message(msg, &messages_path.index(i))?);
+        // A system message the writer would otherwise move into the top-level `system`.
+        let leading = messages.iter().all(|m: &Message| m.role == Role::System);
+        messages.push(parse_message(msg, &messages_path.index(i), leading)?);
     }
     pairing::check(
         &messages,
@@ -50,16 +53,34 @@ pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
     })
 }
 
+/// What a message held beyond its blocks: block types tamp does not know (for
+/// `sdk::pinned::OPAQUE`) and a compaction boundary.
+#[derive(Default)]
+struct Found {
+    opaque: Vec<String>,
+    boundary: bool,
+}
+
+impl Found {
+    fn mark(self, extra: &mut ObjText) {
+        super::mark_opaque(extra, &self.opaque);
+        if self.boundary {
+            extra.string(form::BOUNDARY, "compaction");
+        }
+    }
+}
+
 fn parse_system(raw: Raw<'_>) -> Result<Message, WireError> {
     let root = Path::Root;
     let path = root.key("system");
+    let mut found = Found::default();
     let (blocks, shape) = match level(raw, &path)? {
         Level::String(s) => (vec![ContentBlock::text(rstring(s))], Form::String),
         Level::Array(items) => {
             let blocks = items
                 .iter()
                 .enumerate()
-                .map(|(j, b)| parse_block(b, &path.index(j)))
+                .map(|(j, b)| parse_block(b, &path.index(j), &mut found))
                 .collect::<Result<Vec<_>, _>>()?;
             (blocks, Form::Array)
         }
@@ -73,49 +94,53 @@ fn parse_system(raw: Raw<'_>) -> Result<Message, WireError> {
     };
     let mut extra = ObjText::new();
     mark_shape(&mut extra, &blocks, shape);
+    found.mark(&mut extra);
     Ok(finish_message(Role::System, blocks, extra))
 }
 
-fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
+/// One entry of `messages`; `leading` when every message before it is a system message.
+fn parse_message(msg: Msg<'_>, path: &Path<'_>, leading: bool) -> Result<Message, WireError> {
     let fields = match msg {
         Msg::Object(fields) => fields,
         Msg::Other(kind) => return Err(expected_kind(path, "an object", kind)),
     };
+    let Some(role) = Msg::raw(&fields, "role") else {
+        return super::item_in_messages(&fields, path);
+    };
+    let role_path = path.key("role");
+    let role = match string(role, &role_path)?.as_ref() {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        // Mid-conversation system messages (Claude Code sends one after the task).
+        "system" => Role::System,
+        other => return super::opaque_message(&fields, path, &format!("role:{other}")),
+    };
     json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS, path)?;
     let order = json::key_order_marker(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS);
-    let mut role = None;
     let mut content = None;
     let mut extra = ObjText::new();
     for (key, value) in fields {
         match value {
             MsgField::Content(level) => content = Some(level),
-            MsgField::Raw(raw) if key == "role" => role = Some(raw),
+            MsgField::Raw(_) if key == "role" => {}
             MsgField::Raw(raw) => extra.raw(&key, raw.get()),
         }
     }
     if let Some(order) = order {
         extra.raw(form::KEYS, &order);
     }
-    let Some(role) = role else {
-        return Err(path.error("message without \"role\""));
-    };
-    let role_path = path.key("role");
-    let role = match string(role, &role_path)?.as_ref() {
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        other => return Err(role_path.error(format!("unknown role \"{other}\""))),
-    };
     let Some(content) = content else {
         return Err(path.error("message without \"content\""));
     };
     let content_path = path.key("content");
+    let mut found = Found::default();
     let (blocks, shape) = match content {
         Level::String(s) => (vec![ContentBlock::text(rstring(s))], Form::String),
         Level::Array(items) => {
             let blocks = items
                 .iter()
                 .enumerate()
-                .map(|(j, b)| parse_block(b, &content_path.index(j)))
+                .map(|(j, b)| parse_block(b, &content_path.index(j), &mut found))
                 .collect::<Result<Vec<_>, _>>()?;
             (blocks, Form::Array)
         }
@@ -128,6 +153,10 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         }
     };
     mark_shape(&mut extra, &blocks, shape);
+    found.mark(&mut extra);
+    if role == Role::System && leading {
+        extra.string(form::SYSTEM, "inline");
+    }
     Ok(finish_message(role, blocks, extra))
 }
 
@@ -139,15 +168,38 @@ fn mark_shape(extra: &mut ObjText, blocks: &[ContentBlock], shape: Form) {
     }
 }
 
-fn parse_block(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> {
-    let fields = match level(raw, path)? {
-        Level::Object(fields) => fields,
-        other => return Err(expected(path, "an object", &other)),
-    };
-    let Some(ty) = field(&fields, "type") else {
-        return Err(path.error("block without \"type\""));
-    };
-    let ty = string(ty, &path.key("type"))?;
+/// The block types of the Messages API (requests, beta features included) that tamp carries
+/// as opaque blocks within their message. Any other type is one tamp does not know: the
+/// message holding it is pinned (`sdk::pinned`).
+pub(super) const KNOWN_BLOCKS: &[&str] = &[
+    "text",
+    "tool_use",
+    "tool_result",
+    "image",
+    "document",
+    "search_result",
+    "thinking",
+    "redacted_thinking",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "advisor_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+    "mcp_tool_use",
+    "mcp_tool_result",
+    "container_upload",
+    "compaction",
+];
+
+fn parse_block(
+    raw: Raw<'_>,
+    path: &Path<'_>,
+    found: &mut Found,
+) -> Result<ContentBlock, WireError> {
+    let (fields, ty) = json::typed_object(raw, path, "block")?;
     // The keys read from a block of this type; an opaque block is passed through whole.
     let interpreted = match ty.as_ref() {
         "text" => TEXT_KEYS,
@@ -198,7 +250,7 @@ fn parse_block(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError>
                 Some(raw) => Some(level(raw, &content_path)?),
                 None => None,
             };
-            let (parts, shape) = parse_result_content(content, path, "block")?;
+            let (parts, shape) = parse_result_content(content, path, &RESULT_CONTENT)?;
             let is_error = match field(&fields, "is_error") {
                 None => false,
                 Some(raw) => {
@@ -229,24 +281,50 @@ fn parse_block(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError>
                 extra_json: extra.finish(),
             })
         }
-        _ => Ok(ContentBlock::Opaque {
-            json: RString::from(raw.get()),
-        }),
+        other => {
+            if other == "compaction" {
+                found.boundary = true;
+            } else if !KNOWN_BLOCKS.contains(&other) {
+                found.opaque.push(format!("block:{other}"));
+            }
+            Ok(ContentBlock::Opaque {
+                json: RString::from(raw.get()),
+            })
+        }
     }
 }
 
-/// Reads a tool result's `content` (Anthropic `tool_result.content`, OpenAI `tool` message
-/// `content`; `path` is its owner): a string, null, absent, or an array of parts. A part that
-/// is exactly `{"type": "text", "text": ...}` is text; any other part is kept opaque.
+/// Where a format keeps a tool result's content and how it names its text parts.
+pub(super) struct ResultContent {
+    /// The field: `content`, or Responses `output`.
+    pub(super) key: &'static str,
+    /// The type of a text part: `text`, or Responses `input_text`.
+    pub(super) text_type: &'static str,
+    /// What a part is called in errors.
+    pub(super) noun: &'static str,
+}
+
+/// Anthropic `tool_result.content`.
+pub(super) const RESULT_CONTENT: ResultContent = ResultContent {
+    key: "content",
+    text_type: "text",
+    noun: "block",
+};
+
+/// Reads a tool result's content (Anthropic `tool_result.content`, OpenAI `tool` message
+/// `content`, Responses `output`; `path` is its owner): a string, null, absent, or an array of
+/// parts. A part that is exactly `{"type": <text type>, "text": ...}` is text; any other part
+/// is kept opaque.
 pub(super) fn parse_result_content(
     content: Option<Level<'_>>,
     path: &Path<'_>,
-    noun: &str,
+    shape: &ResultContent,
 ) -> Result<(Vec<ToolResultPart>, Form), WireError> {
     let Some(content) = content else {
         return Ok((Vec::new(), Form::Absent));
     };
-    let content_path = path.key("content");
+    let (noun, text_type) = (shape.noun, shape.text_type);
+    let content_path = path.key(shape.key);
     match content {
         Level::String(s) => Ok((
             vec![ToolResultPart::Text { text: rstring(s) }],
@@ -257,17 +335,12 @@ pub(super) fn parse_result_content(
             let mut parts = Vec::with_capacity(items.len());
             for (k, item) in items.iter().enumerate() {
                 let part_path = content_path.index(k);
-                let fields = match level(item, &part_path)? {
-                    Level::Object(fields) => fields,
-                    other => return Err(expected(&part_path, "an object", &other)),
-                };
-                let Some(ty) = field(&fields, "type") else {
-                    return Err(part_path.error(format!("{noun} without \"type\"")));
-                };
-                let ty = string(ty, &part_path.key("type"))?;
+                let (fields, ty) = json::typed_object(item, &part_path, noun)?;
                 let text = match field(&fields, "text") {
-                    Some(text) if ty == "text" => Some(string(text, &part_path.key("text"))?),
-                    None if ty == "text" => return Err(part_path.error("text without \"text\"")),
+                    Some(text) if ty == text_type => Some(string(text, &part_path.key("text"))?),
+                    None if ty == text_type => {
+                        return Err(part_path.error(format!("{ty} without \"text\"")))
+                    }
                     _ => None,
                 };
                 let plain = fields.len() == 2 && fields[0].0 == "type";
@@ -324,12 +397,18 @@ pub(super) fn blocks_out<'a>(
 }
 
 /// The wire messages for `messages`. Consecutive tool messages become one `user` message;
-/// system messages are written with the role `system` when `keep_system`, else as `user`.
-pub(super) fn messages_out(messages: &[Message], keep_system: bool) -> Vec<Out<'_>> {
+/// system messages are written in place with the role `system` (mid-conversation system
+/// messages); an opaque unit is written as it came.
+pub(super) fn messages_out(messages: &[Message]) -> Vec<Out<'_>> {
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
     while i < messages.len() {
         let m = &messages[i];
+        if let Some(json) = super::raw_json(m) {
+            out.push(Out::json_or_string(json));
+            i += 1;
+            continue;
+        }
         if m.role == Role::Tool {
             let mut blocks = Vec::new();
             while i < messages.len() && messages[i].role == Role::Tool {
@@ -344,8 +423,8 @@ pub(super) fn messages_out(messages: &[Message], keep_system: bool) -> Vec<Out<'
         }
         let role = match m.role {
             Role::Assistant => "assistant",
-            Role::System if keep_system => "system",
-            _ => "user",
+            Role::System => "system",
+            Role::User | Role::Tool => "user",
         };
         let extra = Extra::parse(m.extra_json.as_str());
         let content = match written_blocks(m) {
@@ -426,7 +505,7 @@ fn block_out(block: &ContentBlock) -> Out<'_> {
                     Form::Array => true,
                 },
             );
-            if let Some(value) = result_content_out(content, shape) {
+            if let Some(value) = result_content_out(content, shape, "text") {
                 own.push(("content".into(), value));
             }
             if *is_error || extra.get(form::IS_ERROR).is_some() {
@@ -438,8 +517,13 @@ fn block_out(block: &ContentBlock) -> Out<'_> {
     }
 }
 
-/// A tool result's `content` in `shape` (`None`: no `content` field).
-pub(super) fn result_content_out(parts: &[ToolResultPart], shape: Form) -> Option<Out<'_>> {
+/// A tool result's content in `shape` (`None`: no content field), text parts of type
+/// `text_type`.
+pub(super) fn result_content_out<'a>(
+    parts: &'a [ToolResultPart],
+    shape: Form,
+    text_type: &'static str,
+) -> Option<Out<'a>> {
     match (shape, parts) {
         (Form::Absent, _) => None,
         (Form::Null, _) => Some(Out::Null),
@@ -450,7 +534,7 @@ pub(super) fn result_content_out(parts: &[ToolResultPart], shape: Form) -> Optio
                 .iter()
                 .map(|p| match p {
                     ToolResultPart::Text { text } => Out::Object(vec![
-                        ("type".into(), Out::str("text")),
+                        ("type".into(), Out::str(text_type)),
                         ("text".into(), Out::str(text.as_str())),
                     ]),
                     ToolResultPart::Opaque { json } => Out::json_or_string(json.as_str()),

@@ -29,6 +29,29 @@ pub(crate) const KEYS: &str = "tamp:keys";
 pub(crate) const FUNCTION_KEYS: &str = "tamp:function_keys";
 /// Marker key (top level, in `metadata_json`): the original order of the top-level fields.
 pub(crate) const ORDER: &str = "tamp:order";
+/// Marker key: a leading system message stood in the message list (`"inline"`), not in the
+/// request's top-level field (Anthropic `system`, Responses `instructions`), where a writer
+/// puts leading system messages by default.
+pub(crate) const SYSTEM: &str = "tamp:system";
+/// Marker key: how a message maps to wire messages or items. `"raw"`: the message is one
+/// opaque block holding a whole wire message or item, written as it is (an unknown role or
+/// item type, a Responses `compaction` item). Responses only: `"items"`: each block is an
+/// item of its own (reasoning items, calls); `"custom_tool_call_output"`: a tool message
+/// that was a `custom_tool_call_output`.
+pub(crate) const ITEM: &str = "tamp:item";
+/// Marker key (Responses message): the first N blocks (a decimal string) are items of their
+/// own (reasoning items) that came before the message item.
+pub(crate) const LEAD: &str = "tamp:lead";
+/// Marker key (Responses text part): the part's type, when not the default for its role
+/// (`input_text`, or `output_text` for an assistant).
+pub(crate) const PART: &str = "tamp:part";
+/// Marker key (Responses call): the call was a `custom_tool_call` (`"custom"`).
+pub(crate) const CALL: &str = "tamp:call";
+/// Marker key (Responses, in `metadata_json`): `input` was a string (`"string"`).
+pub(crate) const INPUT: &str = "tamp:input";
+/// Marker keys the SDK reads (`sdk::pinned`): what the reader did not know, and a provider's
+/// compaction boundary.
+pub(crate) use crate::plugin_api::sdk::pinned::{BOUNDARY, OPAQUE};
 
 /// The shape of a `content` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +137,20 @@ pub(crate) fn openai_result_default(parts: &[ToolResultPart]) -> Form {
         [] | [ToolResultPart::Text { .. }] => Form::String,
         _ => Form::Array,
     }
+}
+
+/// The shape to write an OpenAI `tool` message's content or a Responses `output` in: the
+/// reader's marker (in the result block's `extra`) when it fits, else the default.
+pub(crate) fn openai_result_shape(parts: &[ToolResultPart], markers: &Extra<'_>) -> Form {
+    choose(
+        Form::from_marker(markers),
+        openai_result_default(parts),
+        |shape| match shape {
+            Form::String => parts.len() <= 1 && !matches!(parts, [ToolResultPart::Opaque { .. }]),
+            Form::Null | Form::Absent => parts.is_empty(),
+            Form::Array => true,
+        },
+    )
 }
 
 /// The shape to write: the marker's when it fits the content, else `default`.

@@ -9,7 +9,9 @@ use std::borrow::Cow;
 use std::fmt;
 
 use abi_stable::std_types::RString;
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::value::RawValue;
 
 use super::WireError;
@@ -17,10 +19,13 @@ use super::WireError;
 /// A raw JSON value borrowed from the input text.
 pub(crate) type Raw<'a> = &'a RawValue;
 
+/// An object's fields read one level, in order: each key (unescaped) and its raw value.
+pub(crate) type Fields<'a> = Vec<(Cow<'a, str>, Raw<'a>)>;
+
 /// One level of a JSON value.
 #[derive(Debug)]
 pub(crate) enum Level<'a> {
-    Object(Vec<(Cow<'a, str>, Raw<'a>)>),
+    Object(Fields<'a>),
     Array(Vec<Raw<'a>>),
     String(Cow<'a, str>),
     Null,
@@ -184,6 +189,24 @@ pub(crate) fn known_keys_once<'k>(
     Ok(())
 }
 
+/// An object with a string `type` (a content block, a part, an item), read one level: its
+/// fields and its type. `noun` names it in errors (`block without "type"`).
+pub(crate) fn typed_object<'a>(
+    raw: Raw<'a>,
+    path: &Path<'_>,
+    noun: &str,
+) -> Result<(Fields<'a>, Cow<'a, str>), WireError> {
+    let fields = match level(raw, path)? {
+        Level::Object(fields) => fields,
+        other => return Err(expected(path, "an object", &other)),
+    };
+    let Some(ty) = field(&fields, "type") else {
+        return Err(path.error(format!("{noun} without \"type\"")));
+    };
+    let ty = string(ty, &path.key("type"))?;
+    Ok((fields, ty))
+}
+
 /// The first raw value under `key` in `fields`.
 pub(crate) fn field<'a>(fields: &[(Cow<'a, str>, Raw<'a>)], key: &str) -> Option<Raw<'a>> {
     fields.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
@@ -301,7 +324,7 @@ pub(crate) fn strip_whitespace(text: &str) -> Cow<'_, str> {
 /// text (a plugin's) has no fields.
 #[derive(Debug, Default)]
 pub(crate) struct Extra<'a> {
-    fields: Vec<(Cow<'a, str>, Raw<'a>)>,
+    fields: Fields<'a>,
 }
 
 impl<'a> Extra<'a> {
@@ -346,6 +369,78 @@ impl<'a> Extra<'a> {
         let at = self.fields.iter().position(|(k, _)| k == key)?;
         Some(self.fields.remove(at).1)
     }
+}
+
+/// The JSON text of an object from its fields: every value's text as it came, the keys
+/// escaped again, no whitespace between tokens (an opaque unit rebuilt from its first-pass
+/// fields, which is the same JSON value as the original, exotic values included).
+pub(crate) fn object_text<'v>(fields: impl Iterator<Item = (&'v str, Cow<'v, str>)>) -> String {
+    let mut text = String::from("{");
+    for (i, (key, value)) in fields.enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        push_json_string(&mut text, key);
+        text.push(':');
+        text.push_str(&value);
+    }
+    text.push('}');
+    text
+}
+
+/// The JSON text of a value parsed one level (see [`object_text`]); `None` for a number,
+/// whose text the first pass does not keep.
+pub(crate) fn level_text<'a>(level: &Level<'a>) -> Option<Cow<'a, str>> {
+    Some(match level {
+        Level::Object(fields) => Cow::Owned(object_text(
+            fields
+                .iter()
+                .map(|(k, v)| (k.as_ref(), Cow::Borrowed(v.get()))),
+        )),
+        Level::Array(items) => {
+            let mut text = String::from("[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                text.push_str(item.get());
+            }
+            text.push(']');
+            Cow::Owned(text)
+        }
+        Level::String(s) => {
+            let mut text = String::new();
+            push_json_string(&mut text, s);
+            Cow::Owned(text)
+        }
+        Level::Null => Cow::Borrowed("null"),
+        Level::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
+        Level::Number => return None,
+    })
+}
+
+/// The JSON text of a first-pass message (see [`object_text`]), or where it cannot be
+/// rebuilt: a `content` that is a number.
+pub(crate) fn msg_text(
+    fields: &[(Cow<'_, str>, MsgField<'_>)],
+    path: &Path<'_>,
+) -> Result<String, WireError> {
+    let mut values = Vec::with_capacity(fields.len());
+    for (key, value) in fields {
+        values.push((
+            key.as_ref(),
+            match value {
+                MsgField::Raw(raw) => Cow::Borrowed(raw.get()),
+                MsgField::Content(level) => level_text(level).ok_or_else(|| {
+                    path.key("content").error(
+                        "a number, which tamp cannot carry through exactly in a message it does \
+                         not know",
+                    )
+                })?,
+            },
+        ));
+    }
+    Ok(object_text(values.into_iter()))
 }
 
 /// The original key order of an object (a JSON array of its keys, to record under a marker)
@@ -496,13 +591,32 @@ impl<'de> Visitor<'de> for LevelVisitor {
 // ---------------------------------------------------------------------------------------------
 // The first pass over a request
 
-/// Parses a request in one pass down to its messages' fields: every field is kept raw except
-/// `messages` and each message's `content` (one level). Syntax errors carry their line and
-/// column.
-pub(crate) fn parse_doc(text: &str) -> Result<Doc<'_>, WireError> {
-    serde_json::from_str(text).map_err(|e| {
-        locate_error(text).unwrap_or_else(|| WireError::new("", format!("invalid JSON: {e}")))
-    })
+/// Which top-level field a request's conversation is in, and how far the first pass reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ListKey {
+    /// `messages` (Anthropic, Chat Completions): down to each message's fields, `content`
+    /// one level further.
+    Messages,
+    /// `input` (Responses): a string, or down to each item's fields.
+    Input,
+}
+
+/// Parses a request in one pass down to its conversation's fields: every field is kept raw
+/// except the list `key` names (see [`ListKey`]). Syntax errors carry their line and column.
+pub(crate) fn parse_doc(text: &str, key: ListKey) -> Result<Doc<'_>, WireError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    DocSeed(key)
+        .deserialize(&mut de)
+        .and_then(|doc| de.end().map(|()| doc))
+        .map_err(|e| {
+            locate_error(text).unwrap_or_else(|| WireError::new("", format!("invalid JSON: {e}")))
+        })
+}
+
+/// Reads a Responses `input` kept raw by a first pass over `messages` (format detection).
+pub(crate) fn parse_input(raw: Raw<'_>) -> Result<Input<'_>, WireError> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| Path::Root.key("input").error(format!("invalid JSON: {e}")))
 }
 
 /// Where in the request a value the first pass could not read sits: the first pass decodes
@@ -542,7 +656,15 @@ pub(crate) enum Doc<'a> {
 
 pub(crate) enum TopField<'a> {
     Messages(Messages<'a>),
+    Input(Input<'a>),
     Raw(Raw<'a>),
+}
+
+/// A Responses request's `input`: its items one level deep, or a string.
+pub(crate) enum Input<'a> {
+    Items(Vec<Level<'a>>),
+    Text(Cow<'a, str>),
+    Other(&'static str),
 }
 
 pub(crate) enum Messages<'a> {
@@ -612,9 +734,13 @@ macro_rules! other_kinds {
     };
 }
 
-impl<'de> Deserialize<'de> for Doc<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DocVisitor;
+struct DocSeed(ListKey);
+
+impl<'de> de::DeserializeSeed<'de> for DocSeed {
+    type Value = Doc<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct DocVisitor(ListKey);
         impl<'de> Visitor<'de> for DocVisitor {
             type Value = Doc<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -623,10 +749,10 @@ impl<'de> Deserialize<'de> for Doc<'de> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut fields = Vec::new();
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                    let v = if k == "messages" {
-                        TopField::Messages(map.next_value()?)
-                    } else {
-                        TopField::Raw(map.next_value()?)
+                    let v = match (self.0, k.as_ref()) {
+                        (ListKey::Messages, "messages") => TopField::Messages(map.next_value()?),
+                        (ListKey::Input, "input") => TopField::Input(map.next_value()?),
+                        _ => TopField::Raw(map.next_value()?),
                     };
                     fields.push((k, v));
                 }
@@ -634,7 +760,55 @@ impl<'de> Deserialize<'de> for Doc<'de> {
             }
             other_kinds!(Doc::Other, seq);
         }
-        deserializer.deserialize_any(DocVisitor)
+        deserializer.deserialize_any(DocVisitor(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Input<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InputVisitor;
+        impl<'de> Visitor<'de> for InputVisitor {
+            type Value = Input<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of items")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(64));
+                while let Some(item) = seq.next_element::<Level<'de>>()? {
+                    items.push(item);
+                }
+                Ok(Input::Items(items))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Input::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Input::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Input::Text(Cow::Owned(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Input::Other("an object"))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Input::Other("a boolean"))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Input::Other("a number"))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Input::Other("a number"))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Input::Other("a number"))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Input::Other("null"))
+            }
+        }
+        deserializer.deserialize_any(InputVisitor)
     }
 }
 
@@ -741,7 +915,7 @@ mod tests {
     #[test]
     fn the_first_pass_stops_at_message_fields() {
         let text = r#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}], "name": {"x": 1}}, 7]}"#;
-        let Doc::Object(fields) = parse_doc(text).unwrap() else {
+        let Doc::Object(fields) = parse_doc(text, ListKey::Messages).unwrap() else {
             panic!("not an object")
         };
         assert!(
@@ -758,10 +932,12 @@ mod tests {
         assert_eq!(Msg::raw(m, "name").unwrap().get(), r#"{"x": 1}"#);
         assert!(matches!(messages[1], Msg::Other("a number")));
         assert!(matches!(
-            parse_doc("[1, [2]]").unwrap(),
+            parse_doc("[1, [2]]", ListKey::Messages).unwrap(),
             Doc::Other("an array")
         ));
-        let Doc::Object(fields) = parse_doc(r#"{"messages": {"a": [1]}}"#).unwrap() else {
+        let Doc::Object(fields) =
+            parse_doc(r#"{"messages": {"a": [1]}}"#, ListKey::Messages).unwrap()
+        else {
             panic!("not an object")
         };
         assert!(matches!(
@@ -772,7 +948,9 @@ mod tests {
 
     #[test]
     fn syntax_errors_carry_line_and_column() {
-        let err = parse_doc("{\n \"a\": [1,\n}").err().unwrap();
+        let err = parse_doc("{\n \"a\": [1,\n}", ListKey::Messages)
+            .err()
+            .unwrap();
         assert_eq!(err.path, "");
         assert!(err.message.contains("line 3 column 1"), "{}", err.message);
     }

@@ -1,5 +1,6 @@
-//! Reading and writing conversations in the two wire formats agents use: Anthropic Messages
-//! (`system` + content blocks) and OpenAI Chat Completions (roles incl. `tool`, `tool_calls`).
+//! Reading and writing conversations in the three wire formats agents use: Anthropic Messages
+//! (`system` + content blocks), OpenAI Chat Completions (roles incl. `tool`, `tool_calls`) and
+//! the OpenAI Responses API (`instructions` + `input` items, see `responses.rs`).
 //!
 //! [`parse_str`] / [`parse_value`] read a request body into the plugin-api [`Conversation`];
 //! [`write`] (and [`to_string`] / [`to_string_pretty`]) write it back in a format (normally
@@ -43,17 +44,26 @@ mod json;
 mod openai;
 mod out;
 mod pairing;
+mod responses;
+/// A compaction item of tamp's proxy, read back as the items it stands for.
+pub use responses::{carries_own_compaction, OWN_COMPACTION};
 pub mod summary_marker;
 
 #[cfg(test)]
+mod agents_tests;
+#[cfg(test)]
 mod passthrough_tests;
+#[cfg(test)]
+mod pinned_tests;
+#[cfg(test)]
+mod responses_tests;
 #[cfg(test)]
 mod tests;
 
-use json::{Doc, Level, Messages, Msg, MsgField, Path, Raw, TopField};
+use json::{Doc, Input, Level, ListKey, Messages, Msg, MsgField, Path, Raw, TopField};
 use out::Out;
 
-/// One of the two wire formats.
+/// One of the three wire formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WireFormat {
@@ -61,13 +71,42 @@ pub enum WireFormat {
     Anthropic,
     /// OpenAI Chat Completions: `{"messages": [...]}` with `tool_calls` and `tool` messages.
     OpenAi,
+    /// OpenAI Responses: `{"instructions": ..., "input": [...]}` with `message`,
+    /// `function_call`, `function_call_output`, `reasoning`, ... items.
+    Responses,
 }
 
 impl WireFormat {
+    /// Every format, in the order tamp lists them.
+    pub const ALL: [WireFormat; 3] = [
+        WireFormat::Anthropic,
+        WireFormat::OpenAi,
+        WireFormat::Responses,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             WireFormat::Anthropic => "anthropic",
             WireFormat::OpenAi => "openai",
+            WireFormat::Responses => "responses",
+        }
+    }
+
+    /// The top-level field that holds the conversation (`messages`, or `input`).
+    pub fn list_key(self) -> &'static str {
+        match self {
+            WireFormat::Anthropic | WireFormat::OpenAi => "messages",
+            WireFormat::Responses => "input",
+        }
+    }
+
+    /// The top-level field a leading system message goes to (`system`, `instructions`), if
+    /// the format has one.
+    fn system_key(self) -> Option<&'static str> {
+        match self {
+            WireFormat::Anthropic => Some("system"),
+            WireFormat::OpenAi => None,
+            WireFormat::Responses => Some("instructions"),
         }
     }
 }
@@ -85,9 +124,13 @@ impl FromStr for WireFormat {
         match s {
             "anthropic" => Ok(WireFormat::Anthropic),
             "openai" => Ok(WireFormat::OpenAi),
+            "responses" => Ok(WireFormat::Responses),
             other => Err(WireError::new(
                 "",
-                format!("unknown wire format \"{other}\" (expected \"anthropic\" or \"openai\")"),
+                format!(
+                    "unknown wire format \"{other}\" (expected \"anthropic\", \"openai\" or \
+                     \"responses\")"
+                ),
             )),
         }
     }
@@ -137,12 +180,14 @@ impl std::error::Error for WireError {}
 
 /// Which format a request is in.
 ///
-/// A top-level `system` field means Anthropic; a `system`/`developer`/`tool` role, a
+/// An `input` field and no `messages` means Responses. A top-level `system` field means
+/// Anthropic; a `developer`/`tool` role, a
 /// `tool_calls`/`tool_call_id` field, a `null` content or an OpenAI content part type
 /// (`image_url`, ...) means OpenAI; an Anthropic block type (`tool_use`, `tool_result`,
 /// `image`, `thinking`, ...) means Anthropic. The first message that tells decides. A request
 /// with none of these (plain user/assistant text) reads the same in both formats; it is taken
-/// as OpenAI. Errors only when the request is not an object with a `messages` array.
+/// as OpenAI. Errors only when the request is not an object with a `messages` array (or an
+/// `input`).
 pub fn detect(value: &Value) -> Result<WireFormat, WireError> {
     let Value::Object(top) = value else {
         return Err(WireError::new(
@@ -151,6 +196,7 @@ pub fn detect(value: &Value) -> Result<WireFormat, WireError> {
         ));
     };
     let messages = match top.get("messages") {
+        None if top.contains_key("input") => return Ok(WireFormat::Responses),
         None => return Err(WireError::new("", "missing \"messages\"")),
         Some(Value::Array(messages)) => messages,
         Some(other) => {
@@ -175,7 +221,12 @@ pub fn parse_str(
     text: &str,
     format: Option<WireFormat>,
 ) -> Result<(Conversation, WireFormat), WireError> {
-    let fields = match json::parse_doc(text)? {
+    // With the format unknown, `input` is kept raw and read only if it is a Responses request.
+    let key = match format {
+        Some(WireFormat::Responses) => ListKey::Input,
+        _ => ListKey::Messages,
+    };
+    let fields = match json::parse_doc(text, key)? {
         Doc::Object(fields) => fields,
         Doc::Other(kind) => {
             return Err(WireError::new(
@@ -192,6 +243,7 @@ pub fn parse_str(
     let conversation = match format {
         WireFormat::Anthropic => anthropic::parse(top)?,
         WireFormat::OpenAi => openai::parse(top)?,
+        WireFormat::Responses => responses::parse(top)?,
     };
     Ok((conversation, format))
 }
@@ -214,35 +266,60 @@ pub fn parse_value(
 
 /// Writes `conversation` as a request in `format`.
 ///
-/// Anthropic: leading system messages become `system`; consecutive tool messages become one
-/// `user` message; a later system message is written as a `user` message. OpenAI: tool
-/// results become `tool` messages placed before the rest of their message. Tool inputs and
+/// Anthropic: leading system messages become `system` (unless they stood in `messages`);
+/// consecutive tool messages become one `user` message; a later system message stays a
+/// `system` message in place. OpenAI: tool results become `tool` messages placed before the
+/// rest of their message. A message tamp did not know is written as it came. Tool inputs and
 /// opaque blocks that are not valid JSON are written as JSON strings. What the reader kept as
 /// text (unknown fields, opaque blocks, tool inputs) is written as that exact text.
 pub fn write(conversation: &Conversation, format: WireFormat) -> Written<'_> {
     let messages = &conversation.messages[..];
-    let (system, messages) = match format {
+    let (system, list) = match format {
         WireFormat::Anthropic => {
-            let lead = messages
-                .iter()
-                .take_while(|m| m.role == crate::plugin_api::Role::System)
-                .count();
+            let lead = lead_system(messages);
             (
                 anthropic::system_out(&messages[..lead]),
-                anthropic::messages_out(&messages[lead..], false),
+                Out::Array(anthropic::messages_out(&messages[lead..])),
             )
         }
-        WireFormat::OpenAi => (None, openai::messages_out(messages)),
+        WireFormat::OpenAi => (None, Out::Array(openai::messages_out(messages))),
+        WireFormat::Responses => {
+            let lead = lead_system(messages).min(1);
+            let instructions = responses::instructions_out(&messages[..lead]);
+            let lead = if instructions.is_some() { lead } else { 0 };
+            let metadata = json::Extra::parse(conversation.metadata_json.as_str());
+            let as_text = metadata.marker(form::INPUT).as_deref() == Some("string");
+            (
+                instructions,
+                responses::input_out(&messages[lead..], as_text),
+            )
+        }
     };
-    Written(assemble_top(conversation, system, messages))
+    Written(assemble_top(conversation, format, system, list))
+}
+
+/// How many leading system messages a writer puts in the request's top-level field: those
+/// that did not stand in the message list ([`form::SYSTEM`]) and are no opaque unit.
+fn lead_system(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .take_while(|m| {
+            m.role == crate::plugin_api::Role::System
+                && raw_json(m).is_none()
+                && json::Extra::parse(m.extra_json.as_str())
+                    .marker(form::SYSTEM)
+                    .is_none()
+        })
+        .count()
 }
 
 /// `messages` as a JSON array of wire messages in `format` (for printing pages). Unlike
 /// [`write`], system messages stay in the array, with the role `system`.
 pub fn write_messages(messages: &[Message], format: WireFormat) -> Written<'_> {
     Written(Out::Array(match format {
-        WireFormat::Anthropic => anthropic::messages_out(messages, true),
+        WireFormat::Anthropic => anthropic::messages_out(messages),
         WireFormat::OpenAi => openai::messages_out(messages),
+        WireFormat::Responses => responses::items_out(messages),
     }))
 }
 
@@ -350,11 +427,31 @@ pub fn check_tool_pairing(messages: &[Message], format: WireFormat) -> Result<()
 
 /// The top level of a request, split.
 pub(crate) struct Top<'a> {
-    pub(crate) messages: Vec<Msg<'a>>,
-    /// Anthropic `system` (not null).
+    pub(crate) list: List<'a>,
+    /// Anthropic `system`, Responses `instructions` (not null).
     pub(crate) system: Option<Raw<'a>>,
     pub(crate) thread_id: ROption<RString>,
     pub(crate) metadata_json: RString,
+}
+
+/// A request's conversation, as the first pass read it.
+pub(crate) enum List<'a> {
+    /// `messages`.
+    Messages(Vec<Msg<'a>>),
+    /// Responses `input` items.
+    Items(Vec<Level<'a>>),
+    /// Responses `input` given as a string.
+    Text(Cow<'a, str>),
+}
+
+impl<'a> List<'a> {
+    /// The messages of a `messages` list (none for a Responses input).
+    pub(crate) fn into_messages(self) -> Vec<Msg<'a>> {
+        match self {
+            List::Messages(messages) => messages,
+            List::Items(_) | List::Text(_) => Vec::new(),
+        }
+    }
 }
 
 fn split_top<'a>(
@@ -362,12 +459,12 @@ fn split_top<'a>(
     format: WireFormat,
 ) -> Result<Top<'a>, WireError> {
     let root = Path::Root;
-    json::known_keys_once(
-        fields.iter().map(|(k, _)| k.as_ref()),
-        &["messages", "system", "thread_id"],
-        &root,
-    )?;
-    let mut messages = None;
+    let list_key = format.list_key();
+    let system_key = format.system_key();
+    let known = [Some(list_key), system_key, Some("thread_id")];
+    let known: Vec<&str> = known.into_iter().flatten().collect();
+    json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), &known, &root)?;
+    let mut list = None;
     let mut system = None;
     let mut thread_id = ROption::RNone;
     let mut metadata = json::ObjText::new();
@@ -375,13 +472,39 @@ fn split_top<'a>(
     let mut keys: Vec<(Cow<'a, str>, bool)> = Vec::with_capacity(fields.len());
     for (key, value) in fields {
         let special = match (key.as_ref(), value) {
-            ("messages", TopField::Messages(m)) => {
-                messages = Some(m);
+            ("messages", TopField::Messages(m)) if list_key == "messages" => {
+                list = Some(match m {
+                    Messages::Array(messages) => List::Messages(messages),
+                    Messages::Other(kind) => {
+                        return Err(json::expected_kind(&root.key("messages"), "an array", kind))
+                    }
+                });
                 true
             }
-            ("system", TopField::Raw(raw))
-                if format == WireFormat::Anthropic && raw.get() != "null" =>
-            {
+            ("input", value @ (TopField::Input(_) | TopField::Raw(_))) if list_key == "input" => {
+                // Read raw when the format was detected from a first pass over `messages`.
+                let input = match value {
+                    TopField::Input(input) => input,
+                    TopField::Raw(raw) => json::parse_input(raw)?,
+                    TopField::Messages(_) => unreachable!("matched above"),
+                };
+                list = Some(match input {
+                    Input::Items(items) => List::Items(items),
+                    Input::Text(text) => {
+                        metadata.string(form::INPUT, "string");
+                        List::Text(text)
+                    }
+                    Input::Other(kind) => {
+                        return Err(json::expected_kind(
+                            &root.key("input"),
+                            "a string or an array of items",
+                            kind,
+                        ))
+                    }
+                });
+                true
+            }
+            (k, TopField::Raw(raw)) if Some(k) == system_key && raw.get() != "null" => {
                 system = Some(raw);
                 true
             }
@@ -397,20 +520,17 @@ fn split_top<'a>(
                 metadata.raw(other, raw.get());
                 false
             }
-            (_, TopField::Messages(_)) => false,
+            (_, TopField::Messages(_) | TopField::Input(_)) => false,
         };
         keys.push((key, special));
     }
-    let messages = match messages {
-        None => return Err(WireError::new("", "missing \"messages\"")),
-        Some(Messages::Other(kind)) => {
-            return Err(json::expected_kind(&root.key("messages"), "an array", kind))
-        }
-        Some(Messages::Array(messages)) => messages,
+    let Some(list) = list else {
+        return Err(WireError::new("", format!("missing \"{list_key}\"")));
     };
     let is_special = |k: &str| keys.iter().any(|(key, special)| *special && key == k);
-    let default_order = ["system", "messages"]
+    let default_order = [system_key, Some(list_key)]
         .into_iter()
+        .flatten()
         .filter(|k| is_special(k))
         .chain(keys.iter().filter(|(_, s)| !s).map(|(k, _)| k.as_ref()));
     if !default_order.eq(keys.iter().map(|(k, _)| k.as_ref())) {
@@ -418,7 +538,7 @@ fn split_top<'a>(
         metadata.raw(form::ORDER, &order);
     }
     Ok(Top {
-        messages,
+        list,
         system,
         thread_id,
         metadata_json: metadata.finish(),
@@ -427,12 +547,16 @@ fn split_top<'a>(
 
 fn assemble_top<'a>(
     conversation: &'a Conversation,
+    format: WireFormat,
     system: Option<Out<'a>>,
-    messages: Vec<Out<'a>>,
+    list: Out<'a>,
 ) -> Out<'a> {
     let mut metadata = json::Extra::parse(conversation.metadata_json.as_str());
     let order = metadata.key_order(form::ORDER).unwrap_or_default();
-    let mut own = [("system", system), ("messages", Some(Out::Array(messages)))];
+    let mut own = [
+        (format.system_key().unwrap_or("system"), system),
+        (format.list_key(), Some(list)),
+    ];
     let mut fields: Vec<(Cow<'a, str>, Out<'a>)> = Vec::new();
     // The recorded order first: each name takes tamp's own field of that name, or else the
     // first metadata field left with that name (duplicate keys are kept).
@@ -462,9 +586,10 @@ fn assemble_top<'a>(
 fn detect_doc(fields: &[(Cow<'_, str>, TopField<'_>)]) -> Result<WireFormat, WireError> {
     let messages = fields.iter().find_map(|(_, v)| match v {
         TopField::Messages(m) => Some(m),
-        TopField::Raw(_) => None,
+        TopField::Raw(_) | TopField::Input(_) => None,
     });
     let messages = match messages {
+        None if fields.iter().any(|(k, _)| k == "input") => return Ok(WireFormat::Responses),
         None => return Err(WireError::new("", "missing \"messages\"")),
         Some(Messages::Other(kind)) => {
             return Err(json::expected_kind(
@@ -487,8 +612,9 @@ fn detect_doc(fields: &[(Cow<'_, str>, TopField<'_>)]) -> Result<WireFormat, Wir
 /// Message fields only OpenAI has.
 const OPENAI_FIELDS: [&str; 4] = ["tool_calls", "tool_call_id", "function_call", "refusal"];
 
+/// A `system` role says nothing since Anthropic accepts mid-conversation system messages.
 fn classify_role(role: &str) -> Option<WireFormat> {
-    matches!(role, "system" | "developer" | "tool").then_some(WireFormat::OpenAi)
+    matches!(role, "developer" | "tool").then_some(WireFormat::OpenAi)
 }
 
 fn classify_part_type(ty: &str) -> Option<WireFormat> {
@@ -570,7 +696,84 @@ fn value_kind(value: &Value) -> &'static str {
 // ---------------------------------------------------------------------------------------------
 // Shared by both formats
 
-/// Turns a message whose only content is a summary marker into a summary message.
+/// A wire message or item tamp does not know (a role, a Responses item type), as an opaque
+/// unit: a system message (pinned, `sdk::pinned`) holding the whole of it, `json`, as one
+/// opaque block, written back as it came (`tamp:item` `raw`). `opaque` names it for the report
+/// (`item:web_search_call`, `role:critic`); `boundary` marks a provider's compaction
+/// boundary.
+pub(crate) fn opaque_unit(json: String, opaque: Option<&str>, boundary: Option<&str>) -> Message {
+    let mut extra = json::ObjText::new();
+    extra.string(form::ITEM, "raw");
+    if let Some(entry) = opaque {
+        extra.raw(form::OPAQUE, &json::string_array(std::iter::once(entry)));
+    }
+    if let Some(what) = boundary {
+        extra.string(form::BOUNDARY, what);
+    }
+    Message {
+        role: crate::plugin_api::Role::System,
+        content: abi_stable::std_types::RVec::from(vec![ContentBlock::Opaque {
+            json: RString::from(json),
+        }]),
+        summary: ROption::RNone,
+        extra_json: extra.finish(),
+    }
+}
+
+/// A first-pass message of `messages` as an opaque unit named `entry` (see [`opaque_unit`]).
+pub(crate) fn opaque_message(
+    fields: &[(Cow<'_, str>, MsgField<'_>)],
+    path: &Path<'_>,
+    entry: &str,
+) -> Result<Message, WireError> {
+    Ok(opaque_unit(
+        json::msg_text(fields, path)?,
+        Some(entry),
+        None,
+    ))
+}
+
+/// An entry of `messages` without a `role`: an item (a Responses item a conversion carried
+/// over: a `type`, or an `id` alone, an item reference) is an opaque unit; anything else an
+/// error.
+pub(crate) fn item_in_messages(
+    fields: &[(Cow<'_, str>, MsgField<'_>)],
+    path: &Path<'_>,
+) -> Result<Message, WireError> {
+    let ty = Msg::raw(fields, "type").and_then(|t| json::string(t, path).ok());
+    match ty {
+        Some(ty) => opaque_message(fields, path, &format!("item:{ty}")),
+        None if Msg::raw(fields, "id").is_some() => {
+            opaque_message(fields, path, responses::ITEM_REFERENCE)
+        }
+        None => Err(path.error("message without \"role\"")),
+    }
+}
+
+/// The wire JSON of a message written as it came ([`opaque_unit`]), if it is one.
+pub(crate) fn raw_json(message: &Message) -> Option<&str> {
+    let [ContentBlock::Opaque { json }] = &message.content[..] else {
+        return None;
+    };
+    let raw = message.role == crate::plugin_api::Role::System
+        && message.extra_json.contains(form::ITEM)
+        && json::Extra::parse(message.extra_json.as_str())
+            .marker(form::ITEM)
+            .as_deref()
+            == Some("raw");
+    raw.then_some(json.as_str())
+}
+
+/// Records in `extra` what a message held that tamp does not know (`sdk::pinned::OPAQUE`).
+pub(crate) fn mark_opaque(extra: &mut json::ObjText, entries: &[String]) {
+    if !entries.is_empty() {
+        extra.raw(
+            form::OPAQUE,
+            &json::string_array(entries.iter().map(String::as_str)),
+        );
+    }
+}
+
 /// A parsed message: its blocks and recorded extras, read back as a summary if its text is a
 /// `<tamp-summary>` marker. Both wire readers end each message here.
 pub(crate) fn finish_message(

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 
 use abi_stable::std_types::{RString, RVec};
 
-use crate::plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
+use crate::plugin_api::{ContentBlock, Conversation, Message, Role};
 
-use super::anthropic::{parse_result_content, result_content_out};
+use super::anthropic::{parse_result_content, result_content_out, ResultContent};
 use super::form::{self, Form};
 use super::json::{
     self, expected, expected_kind, field, level, rstring, string, Extra, Level, Msg, MsgField,
@@ -16,6 +16,13 @@ use super::json::{
 use super::out::{finish_object, restore_key_order, Out};
 use super::pairing::{self, Locator};
 use super::{finish_message, written_blocks, Top, WireError, WireFormat};
+
+/// A `tool` message's `content`.
+const TOOL_CONTENT: ResultContent = ResultContent {
+    key: "content",
+    text_type: "text",
+    noun: "part",
+};
 
 /// The keys the writer puts first, in this order (see [`json::mark_key_order`]).
 const MESSAGE_KEYS: &[&str] = &["role", "content", "tool_calls"];
@@ -28,7 +35,8 @@ pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
     let root = Path::Root;
     let messages_path = root.key("messages");
     let messages = top
-        .messages
+        .list
+        .into_messages()
         .into_iter()
         .enumerate()
         .map(|(i, msg)| parse_message(msg, &messages_path.index(i)))
@@ -51,7 +59,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         Msg::Other(kind) => return Err(expected_kind(path, "an object", kind)),
     };
     let Some(role) = Msg::raw(&fields, "role") else {
-        return Err(path.error("message without \"role\""));
+        return super::item_in_messages(&fields, path);
     };
     let role_path = path.key("role");
     let (role, developer) = match string(role, &role_path)?.as_ref() {
@@ -60,7 +68,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         "user" => (Role::User, false),
         "assistant" => (Role::Assistant, false),
         "tool" => (Role::Tool, false),
-        other => return Err(role_path.error(format!("unknown role \"{other}\""))),
+        other => return super::opaque_message(&fields, path, &format!("role:{other}")),
     };
     let canonical = if role == Role::Tool {
         TOOL_MESSAGE_KEYS
@@ -94,7 +102,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
             return Err(path.error("tool message without \"tool_call_id\""));
         };
         let id = string(id, &path.key("tool_call_id"))?;
-        let (parts, shape) = parse_result_content(content, path, "part")?;
+        let (parts, shape) = parse_result_content(content, path, &TOOL_CONTENT)?;
         let mut result_extra = ObjText::new();
         if shape != form::openai_result_default(&parts) {
             result_extra.string(form::CONTENT, shape.name());
@@ -114,11 +122,13 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
         Some(Level::String(s)) => (vec![ContentBlock::text(rstring(s))], Form::String),
         Some(Level::Null) => (Vec::new(), Form::Null),
         Some(Level::Array(items)) => {
+            let mut unknown = Vec::new();
             let blocks = items
                 .iter()
                 .enumerate()
-                .map(|(j, part)| parse_part(part, &content_path.index(j)))
+                .map(|(j, part)| parse_part(part, &content_path.index(j), &mut unknown))
                 .collect::<Result<Vec<_>, _>>()?;
+            super::mark_opaque(&mut extra, &unknown);
             (blocks, Form::Array)
         }
         Some(other) => {
@@ -149,19 +159,24 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
     Ok(finish_message(role, blocks, extra))
 }
 
-/// A content part: `text` (other fields kept in `extra_json`), anything else opaque.
-fn parse_part(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> {
-    let fields = match level(raw, path)? {
-        Level::Object(fields) => fields,
-        other => return Err(expected(path, "an object", &other)),
-    };
-    let Some(ty) = field(&fields, "type") else {
-        return Err(path.error("part without \"type\""));
-    };
-    let ty = string(ty, &path.key("type"))?;
+/// The content part types of Chat Completions that tamp carries as opaque blocks within their
+/// message; a part of any other type pins its message (`sdk::pinned`).
+pub(super) const KNOWN_PARTS: &[&str] = &["text", "image_url", "input_audio", "file", "refusal"];
+
+/// A content part: `text` (other fields kept in `extra_json`), anything else opaque; the
+/// types tamp does not know are added to `unknown` (`block:<type>`).
+fn parse_part(
+    raw: Raw<'_>,
+    path: &Path<'_>,
+    unknown: &mut Vec<String>,
+) -> Result<ContentBlock, WireError> {
+    let (fields, ty) = json::typed_object(raw, path, "part")?;
     let interpreted: &[&str] = if ty == "text" { TEXT_KEYS } else { &["type"] };
     json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), interpreted, path)?;
     if ty != "text" {
+        if !KNOWN_PARTS.contains(&ty.as_ref()) {
+            unknown.push(format!("block:{ty}"));
+        }
         return Ok(ContentBlock::Opaque {
             json: RString::from(raw.get()),
         });
@@ -264,6 +279,10 @@ fn parse_call(raw: Raw<'_>, path: &Path<'_>) -> Result<ContentBlock, WireError> 
 pub(super) fn messages_out(messages: &[Message]) -> Vec<Out<'_>> {
     let mut out = Vec::with_capacity(messages.len());
     for m in messages {
+        if let Some(json) = super::raw_json(m) {
+            out.push(Out::json_or_string(json));
+            continue;
+        }
         match written_blocks(m) {
             Cow::Borrowed(blocks) => write_message(m, blocks, &mut out),
             Cow::Owned(blocks) => {
@@ -360,23 +379,12 @@ fn tool_message<'a>(block: &'a ContentBlock, own_extra: Option<Extra<'a>>) -> Ou
     else {
         return Out::Null;
     };
-    let markers = Extra::parse(extra_json.as_str());
-    let shape = form::choose(
-        Form::from_marker(&markers),
-        form::openai_result_default(content),
-        |shape| match shape {
-            Form::String => {
-                content.len() <= 1 && !matches!(&content[..], [ToolResultPart::Opaque { .. }])
-            }
-            Form::Null | Form::Absent => content.is_empty(),
-            Form::Array => true,
-        },
-    );
+    let shape = form::openai_result_shape(content, &Extra::parse(extra_json.as_str()));
     let mut own = vec![
         ("role".into(), Out::str("tool")),
         ("tool_call_id".into(), Out::str(tool_use_id.as_str())),
     ];
-    if let Some(value) = result_content_out(content, shape) {
+    if let Some(value) = result_content_out(content, shape, "text") {
         own.push(("content".into(), value));
     }
     finish_object(own, &own_extra.unwrap_or_default())

@@ -5,7 +5,7 @@
 //!
 //! - **Anthropic**: leading system messages become `system`; a run of consecutive
 //!   [`Role::Tool`] messages becomes one `user` message; any other message is one message (a
-//!   later system message is written as `user`). Each `tool_use` (assistant messages only) is
+//!   later system message stays a `system` message, where no tool block may stand). Each `tool_use` (assistant messages only) is
 //!   answered by a `tool_result` in the immediately following user message, every `tool_result`
 //!   answers a `tool_use` of the immediately preceding assistant message, and `tool_result`
 //!   blocks come before any other block of their message.
@@ -27,17 +27,31 @@ use super::{WireError, WireFormat};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Locator {
     format: WireFormat,
-    /// Anthropic wire paths: message 0 is the top-level `system`, message `i` is
-    /// `messages[i - 1]`.
-    anthropic_system: bool,
+    paths: Paths,
 }
+
+#[derive(Clone, Copy, Debug)]
+enum Paths {
+    /// By position in the message list.
+    Model,
+    /// An Anthropic request whose `system` (when `true`) became message 0: message `i` is
+    /// `messages[i - 1]`.
+    AnthropicWire(bool),
+    /// A Responses request whose `instructions` (when `true`) became message 0; the others
+    /// are named by the `input` item they were read from, which `item_index` finds.
+    ResponsesWire(bool, ItemIndex),
+}
+
+/// The index of the Responses `input` item that block `block` of message `message` went
+/// into. Given by the Responses reader, so that this module needs nothing of it.
+pub(crate) type ItemIndex = fn(messages: &[Message], message: usize, block: usize) -> usize;
 
 impl Locator {
     /// Paths by position in the message list.
     pub(crate) fn model(format: WireFormat) -> Self {
         Locator {
             format,
-            anthropic_system: false,
+            paths: Paths::Model,
         }
     }
 
@@ -45,25 +59,39 @@ impl Locator {
     pub(crate) fn anthropic_wire(has_system: bool) -> Self {
         Locator {
             format: WireFormat::Anthropic,
-            anthropic_system: has_system,
+            paths: Paths::AnthropicWire(has_system),
+        }
+    }
+
+    /// Paths in a Responses request's `input` (its `instructions` message 0 when
+    /// `has_instructions`), items found by `item_index`.
+    pub(crate) fn responses_wire(has_instructions: bool, item_index: ItemIndex) -> Self {
+        Locator {
+            format: WireFormat::Responses,
+            paths: Paths::ResponsesWire(has_instructions, item_index),
         }
     }
 
     fn message(&self, i: usize) -> String {
-        if self.anthropic_system {
-            if i == 0 {
-                "system".to_string()
-            } else {
-                format!("messages[{}]", i - 1)
-            }
-        } else {
-            format!("messages[{i}]")
+        match self.paths {
+            Paths::AnthropicWire(true) if i == 0 => "system".to_string(),
+            Paths::AnthropicWire(true) => format!("messages[{}]", i - 1),
+            _ => format!("messages[{i}]"),
         }
     }
 
     fn block(&self, messages: &[Message], i: usize, j: usize) -> String {
-        if self.anthropic_system && i == 0 {
-            return format!("system[{j}]");
+        match self.paths {
+            Paths::AnthropicWire(true) if i == 0 => return format!("system[{j}]"),
+            Paths::ResponsesWire(instructions, item_index) => {
+                let skip = usize::from(instructions);
+                if i < skip {
+                    return "instructions".to_string();
+                }
+                let k = item_index(&messages[skip..], i - skip, j);
+                return format!("input[{k}]");
+            }
+            _ => {}
         }
         let message = &messages[i];
         match (self.format, &message.content[j]) {
@@ -164,7 +192,8 @@ fn anthropic_turns(messages: &[Message]) -> Turns {
         }
         let side = match messages[i].role {
             Role::Assistant => Side::Assistant,
-            _ => Side::User,
+            Role::System => Side::System,
+            Role::User | Role::Tool => Side::User,
         };
         turns.add_blocks(messages, i);
         turns.push(side, from);
@@ -212,6 +241,81 @@ pub(crate) fn check(
     match format {
         WireFormat::Anthropic => check_anthropic(messages, &anthropic_turns(messages), loc),
         WireFormat::OpenAi => check_openai(messages, &openai_turns(messages), loc),
+        WireFormat::Responses => check_responses(messages, loc),
+    }
+}
+
+/// "a user message", "an assistant message", ...
+fn a_message(role: Role) -> &'static str {
+    match role {
+        Role::System => Side::System,
+        Role::User => Side::User,
+        Role::Assistant => Side::Assistant,
+        Role::Tool => Side::Tool,
+    }
+    .a_message()
+}
+
+/// Responses: items stand on their own, so an output need not follow its call at once; it
+/// answers a call made before it, once. Calls are made in assistant messages only, outputs
+/// stand in no assistant or system message, `call_id`s are unique, and a call is answered
+/// unless it is in the very last message.
+fn check_responses(messages: &[Message], loc: Locator) -> Result<(), WireError> {
+    let err = |at: (usize, usize), message: String| {
+        Err(WireError::new(loc.block(messages, at.0, at.1), message).at_message(at.0))
+    };
+    // Each call's place and whether it was answered, by id.
+    let mut calls: foldhash::HashMap<&str, ((usize, usize), bool)> = Default::default();
+    for (i, m) in messages.iter().enumerate() {
+        for (j, b) in m.content.iter().enumerate() {
+            match b {
+                ContentBlock::ToolUse { id, .. } => {
+                    if m.role != Role::Assistant {
+                        return err((i, j), format!("function_call in {}", a_message(m.role)));
+                    }
+                    if calls.insert(id.as_str(), ((i, j), false)).is_some() {
+                        return err((i, j), format!("duplicate call_id \"{id}\""));
+                    }
+                }
+                ContentBlock::ToolResult { tool_use_id, .. } => {
+                    let id = tool_use_id.as_str();
+                    if matches!(m.role, Role::Assistant | Role::System) {
+                        return err(
+                            (i, j),
+                            format!("function_call_output in {}", a_message(m.role)),
+                        );
+                    }
+                    match calls.get_mut(id) {
+                        Some((_, answered)) if *answered => {
+                            return err(
+                                (i, j),
+                                format!("duplicate function_call_output for call_id \"{id}\""),
+                            )
+                        }
+                        Some((_, answered)) => *answered = true,
+                        None => {
+                            return err(
+                                (i, j),
+                                format!("function_call_output for unknown call_id \"{id}\""),
+                            )
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let last = messages.len().saturating_sub(1);
+    let unanswered = calls
+        .iter()
+        .filter(|(_, (at, answered))| !answered && at.0 != last)
+        .min_by_key(|(_, (at, _))| *at);
+    match unanswered {
+        Some((id, (at, _))) => err(
+            *at,
+            format!("function_call \"{id}\" has no function_call_output"),
+        ),
+        None => Ok(()),
     }
 }
 

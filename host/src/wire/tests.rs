@@ -107,12 +107,26 @@ fn err(text: &str, format: Option<WireFormat>) -> String {
 // ---------------------------------------------------------------------------------------------
 // The corpus
 
+/// The messages the Responses reader makes of `request`'s items, counted independently:
+/// `instructions` is one, consecutive `function_call` items are one, any other item one.
+fn responses_message_count(request: &Value) -> u64 {
+    let items = request["input"].as_array().unwrap();
+    let grouped = items
+        .iter()
+        .enumerate()
+        .filter(|(i, item)| {
+            item["type"] != "function_call" || *i == 0 || items[i - 1]["type"] != "function_call"
+        })
+        .count();
+    grouped as u64 + u64::from(request.get("instructions").is_some())
+}
+
 #[test]
-fn corpus_parses_in_both_formats_and_round_trips_exactly() {
+fn corpus_parses_in_every_format_and_round_trips_exactly() {
     for name in CORPUS {
         let meta = corpus_meta(name);
         let counts = &meta["counts"];
-        for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
+        for format in WireFormat::ALL {
             let text = corpus_text(format, name);
             let (detected, as_format) = parse_str(&text, None).unwrap();
             assert_eq!(as_format, format, "{name}: detected format");
@@ -127,6 +141,9 @@ fn corpus_parses_in_both_formats_and_round_trips_exactly() {
             let expected_len = match format {
                 WireFormat::Anthropic => counts["anthropic_messages"].as_u64().unwrap() + 1,
                 WireFormat::OpenAi => counts["openai_messages"].as_u64().unwrap(),
+                WireFormat::Responses => {
+                    responses_message_count(&serde_json::from_str(&text).unwrap())
+                }
             };
             assert_eq!(messages.len() as u64, expected_len, "{name} {format}");
             assert_eq!(
@@ -151,7 +168,9 @@ fn corpus_parses_in_both_formats_and_round_trips_exactly() {
                 tool_uses(&conversation).iter().zip(&tool_uses(&from_value))
             {
                 match format {
-                    WireFormat::OpenAi => assert_eq!(from_text, from_value),
+                    WireFormat::OpenAi | WireFormat::Responses => {
+                        assert_eq!(from_text, from_value)
+                    }
                     WireFormat::Anthropic => assert_eq!(
                         from_value,
                         &serde_json::from_str::<Value>(from_text)
@@ -179,6 +198,20 @@ fn corpus_formats_agree_on_tool_calls_and_results() {
         }
         assert_eq!(tool_results(&a), tool_results(&o), "{name}");
         assert_eq!(a.messages[0], o.messages[0], "{name}: system prompt");
+        // The Responses form, written by an independent converter, reads as the same
+        // exchanges and texts.
+        let (r, _) = parse_str(&corpus_text(WireFormat::Responses, name), None).unwrap();
+        assert_eq!(tool_uses(&r), o_uses, "{name}");
+        assert_eq!(tool_results(&r), tool_results(&o), "{name}");
+        assert_eq!(r.messages[0], o.messages[0], "{name}: system prompt");
+        let texts = |c: &Conversation| -> Vec<String> {
+            c.messages
+                .iter()
+                .map(|m| m.joined_text())
+                .filter(|t| !t.is_empty())
+                .collect()
+        };
+        assert_eq!(texts(&r), texts(&o), "{name}");
     }
 }
 
@@ -214,10 +247,11 @@ fn corpus_tool_inputs_are_canonical_and_arguments_verbatim() {
 #[test]
 fn corpus_pairing_holds_in_the_other_format_too() {
     for name in CORPUS {
-        for (from, to) in [
-            (WireFormat::Anthropic, WireFormat::OpenAi),
-            (WireFormat::OpenAi, WireFormat::Anthropic),
-        ] {
+        let pairs = WireFormat::ALL
+            .into_iter()
+            .flat_map(|from| WireFormat::ALL.into_iter().map(move |to| (from, to)))
+            .filter(|(from, to)| from != to);
+        for (from, to) in pairs {
             let (conversation, _) = parse_str(&corpus_text(from, name), Some(from)).unwrap();
             check_tool_pairing(&conversation.messages, to).unwrap();
             // The other format's writer gives a request its reader accepts, with the same
@@ -282,8 +316,15 @@ fn wire_format_names() {
     assert_eq!("openai".parse::<WireFormat>().unwrap(), WireFormat::OpenAi);
     assert_eq!(
         "gemini".parse::<WireFormat>().unwrap_err().to_string(),
-        "unknown wire format \"gemini\" (expected \"anthropic\" or \"openai\")"
+        "unknown wire format \"gemini\" (expected \"anthropic\", \"openai\" or \"responses\")"
     );
+    for format in WireFormat::ALL {
+        assert_eq!(format.as_str().parse::<WireFormat>().unwrap(), format);
+        assert_eq!(
+            serde_json::to_value(format).unwrap(),
+            json!(format.as_str())
+        );
+    }
     assert_eq!(WireFormat::OpenAi.to_string(), "openai");
     assert_eq!(WireFormat::Anthropic.to_string(), "anthropic");
     assert_eq!(
@@ -326,6 +367,16 @@ fn detect_reads_the_signals_of_each_format() {
         (
             json!({"messages": [{"role": "system", "content": "s"}]}),
             WireFormat::OpenAi,
+        ),
+        // A system role says nothing: the blocks after it tell.
+        (
+            json!({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
+                {"type": "image", "source": {}}]}]}),
+            WireFormat::Anthropic,
+        ),
+        (
+            json!({"input": [{"role": "user", "content": "hi"}]}),
+            WireFormat::Responses,
         ),
         (
             json!({"messages": [{"role": "developer", "content": "s"}]}),
@@ -394,21 +445,15 @@ fn rejects_bad_shapes_with_their_paths() {
             "messages[1]: expected an object, found a number",
         ),
         (
-            json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                                {"role": "user", "content": "c"}, {"role": "bot", "content": "d"}]}),
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "bot", "content": 5}]}),
             Some(A),
-            "messages[3].role: unknown role \"bot\"",
+            "messages[1].content: a number, which tamp cannot carry through exactly in a message it does not know",
         ),
         (
-            json!({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                                {"role": "user", "content": "c"}, {"role": "bot", "content": "d"}]}),
-            Some(O),
-            "messages[3].role: unknown role \"bot\"",
-        ),
-        (
-            json!({"messages": [{"role": "system", "content": "s"}]}),
+            json!({"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]},
+                                {"role": "system", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]}]}),
             Some(A),
-            "messages[0].role: unknown role \"system\"",
+            "messages[1].content[0]: tool_result in a system message",
         ),
         (json!({"messages": [{"content": "s"}]}), Some(O), "messages[0]: message without \"role\""),
         (json!({"messages": [{"role": 1, "content": "s"}]}), Some(O), "messages[0].role: expected a string, found a number"),
@@ -880,7 +925,7 @@ fn summary_messages_round_trip_in_both_formats() {
         let value = to_value(&conversation, format);
         let index = match format {
             WireFormat::Anthropic => 0,
-            WireFormat::OpenAi => 1,
+            WireFormat::OpenAi | WireFormat::Responses => 1,
         };
         assert_eq!(
             value["messages"][index],

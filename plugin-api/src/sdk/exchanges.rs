@@ -1,15 +1,20 @@
 //! Splitting a conversation into units that must never be split: a tool exchange (an
 //! assistant message with tool calls and every message carrying their results) or a single
-//! message.
+//! message. A unit that holds a pinned message ([`pinned`](super::pinned): instructions or
+//! an opaque unit) is [`UnitKind::System`], so a strategy that leaves those alone keeps the
+//! pinning rules without looking further.
 
 use std::ops::Range;
 
-use crate::conversation::{Message, Role};
+use crate::conversation::Message;
+use crate::sdk::pinned::is_pinned;
 
 /// What a unit holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnitKind {
-    /// A system message.
+    /// Pinned: a system message (instructions, wherever it stands), an opaque unit, or a run
+    /// that holds one (a tool exchange with a message tamp does not know in it). Never
+    /// summarized, replaced or cleared ([`pinned`](super::pinned)).
     System,
     /// A summary a stage inserted earlier.
     Summary,
@@ -33,6 +38,11 @@ impl Unit {
 
     pub fn is_empty(&self) -> bool {
         self.range.is_empty()
+    }
+
+    /// Whether no stage may touch it ([`UnitKind::System`]).
+    pub fn is_pinned(&self) -> bool {
+        self.kind == UnitKind::System
     }
 }
 
@@ -77,14 +87,11 @@ pub fn units(messages: &[Message]) -> Vec<Unit> {
 }
 
 fn kind_of(run: &[Message]) -> UnitKind {
-    let first = &run[0];
-    if run.len() == 1 {
-        if first.role == Role::System {
-            return UnitKind::System;
-        }
-        if first.is_summary() {
-            return UnitKind::Summary;
-        }
+    if run.iter().any(is_pinned) {
+        return UnitKind::System;
+    }
+    if run.len() == 1 && run[0].is_summary() {
+        return UnitKind::Summary;
     }
     if run.iter().any(|m| m.tool_use_ids().next().is_some()) {
         UnitKind::ToolExchange
@@ -96,7 +103,7 @@ fn kind_of(run: &[Message]) -> UnitKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conversation::{ContentBlock, ToolResultPart};
+    use crate::conversation::{ContentBlock, Role, ToolResultPart};
 
     fn call(ids: &[&str]) -> Message {
         Message::new(
@@ -185,6 +192,34 @@ mod tests {
         assert_eq!(u.len(), 2);
         assert_eq!(u[0].kind, UnitKind::Message);
         assert_eq!(u[1].kind, UnitKind::ToolExchange);
+    }
+
+    #[test]
+    fn a_unit_holding_a_pinned_message_is_pinned_whole() {
+        let mut opaque_result = result(Role::User, &["a"]);
+        opaque_result.extra_json = r#"{"tamp:opaque":["block:fancy"]}"#.into();
+        let msgs = vec![
+            Message::text(Role::User, "task"),
+            call(&["a"]),
+            opaque_result,
+            Message::text(Role::System, "mid-conversation instructions"),
+            call(&["b"]),
+            result(Role::User, &["b"]),
+        ];
+        let kinds: Vec<_> = units(&msgs)
+            .iter()
+            .map(|u| (u.range.clone(), u.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (0..1, UnitKind::Message),
+                (1..3, UnitKind::System),
+                (3..4, UnitKind::System),
+                (4..6, UnitKind::ToolExchange),
+            ]
+        );
+        assert!(units(&msgs)[1].is_pinned());
     }
 
     #[test]

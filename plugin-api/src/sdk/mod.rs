@@ -1,5 +1,6 @@
 //! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
-//! parts of a conversation, summary messages, clearings ([`clearing`]), prompt rendering,
+//! and pinned parts of a conversation ([`pinned`]: instructions, opaque units, compaction
+//! boundaries), summary messages, clearings ([`clearing`]), prompt rendering,
 //! summary lengths ([`length`]), reuse of cached summaries ([`incremental`]), and the ledger
 //! of what summaries carry verbatim ([`ledger`], read with [`statements`]).
 
@@ -11,6 +12,7 @@ pub mod incremental;
 pub mod ledger;
 pub mod length;
 pub mod lists;
+pub mod pinned;
 pub mod prompt;
 pub mod protect;
 pub mod span;

@@ -4,6 +4,7 @@ use std::ops::Range;
 
 use crate::conversation::{ContentBlock, Message, Role};
 use crate::sdk::exchanges::{units, Unit};
+use crate::sdk::pinned;
 
 /// How many leading messages no stage may touch: the leading system messages and the task,
 /// the first message after them when it is a plain user message (not a tool result, not a
@@ -26,10 +27,12 @@ pub fn protected_head(messages: &[Message]) -> usize {
 }
 
 /// The messages a stage may replace: after the protected head ([`protected_head`]: the
-/// leading system messages and the task) and before the protected tail of the last
-/// `keep_recent` messages. The tail is widened backwards to a unit boundary, so a tool
-/// exchange that straddles it is protected whole. System messages inside the range still must
-/// not be replaced (skip [`UnitKind::System`](super::UnitKind) units).
+/// leading system messages and the task), after the last compaction boundary
+/// ([`pinned::boundary_end`]) and the pinned units right after those, and before the
+/// protected tail of the last `keep_recent` messages. The tail is widened backwards to a unit
+/// boundary, so a tool exchange that straddles it is protected whole. Pinned units further
+/// inside the range still must not be touched (skip [`UnitKind::System`](super::UnitKind)
+/// units; [`span::select_span`](super::span::select_span) does).
 pub fn compactable_range(messages: &[Message], keep_recent: usize) -> Range<usize> {
     compactable_range_of(messages, &units(messages), keep_recent)
 }
@@ -40,7 +43,14 @@ pub fn compactable_range_of(
     units: &[Unit],
     keep_recent: usize,
 ) -> Range<usize> {
-    let start = protected_head(messages);
+    let mut start = protected_head(messages).max(pinned::boundary_end(messages, units));
+    // Pinned units where the range would begin (Claude Code's system message right after the
+    // task) are not part of it: a span starting there could only start after them.
+    if let Ok(at) = units.binary_search_by_key(&start, |u| u.range.start) {
+        for unit in units[at..].iter().take_while(|u| u.is_pinned()) {
+            start = unit.range.end;
+        }
+    }
     let mut tail_start = messages.len().saturating_sub(keep_recent);
     if let Some(unit) = units.iter().find(|u| u.range.contains(&tail_start)) {
         tail_start = unit.range.start;
@@ -85,6 +95,26 @@ mod tests {
         assert_eq!(compactable_range(&msgs, 1), 2..4);
         assert_eq!(compactable_range(&msgs, 0), 2..5);
         assert_eq!(compactable_range(&msgs, 10), 2..2);
+    }
+
+    #[test]
+    fn the_range_begins_after_pinned_units_and_the_last_compaction_boundary() {
+        let text = |role, t: &str| Message::text(role, t);
+        let mut boundary = text(Role::Assistant, "compacted");
+        boundary.extra_json = r#"{"tamp:boundary":"compaction"}"#.into();
+        let mut msgs = vec![
+            text(Role::System, "s"),
+            text(Role::User, "task"),
+            text(Role::System, "mid-conversation instructions"),
+            text(Role::Assistant, "a1"),
+            text(Role::User, "u1"),
+            text(Role::Assistant, "a2"),
+        ];
+        // Claude Code's system message right after the task is not where the range begins.
+        assert_eq!(compactable_range(&msgs, 1), 3..5);
+        msgs.insert(4, boundary);
+        assert_eq!(compactable_range(&msgs, 1), 5..6);
+        assert_eq!(compactable_range(&msgs, 3), 5..5);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Choosing the span a summarizing strategy replaces, as the shipped ones do: from the start
-//! of a range to its end or to the first system message inside it (one contiguous run, so
-//! one page and one summary), with the strategy's own earlier summaries (its *priors*) told
-//! apart from the rest (the *pieces*, rendered one unit at a time).
+//! of a range (past any pinned units there) to its end or to the next pinned unit inside it
+//! (a system message, an opaque unit: one contiguous run, so one page and one summary), with
+//! the strategy's own earlier summaries (its *priors*) told apart from the rest (the
+//! *pieces*, rendered one unit at a time).
 
 use std::ops::Range;
 
@@ -29,8 +30,9 @@ pub struct SpanSelection {
     pub pieces: Vec<Piece>,
 }
 
-/// Takes the span within `range` (usually `sdk::compactable_range`, or a later start),
-/// stopping before the first system message; `strategy`'s summaries become priors.
+/// Takes the span within `range` (usually `sdk::compactable_range`, or a later start): pinned
+/// units at its start are stepped over, and it stops before the next one; `strategy`'s
+/// summaries become priors.
 pub fn select_span(
     messages: &[Message],
     range: Range<usize>,
@@ -51,6 +53,10 @@ pub fn select_span(
                 .summary_info()
                 .is_some_and(|info| info.strategy.as_str() == strategy);
         match unit.kind {
+            UnitKind::System if selection.span.is_empty() => {
+                selection.span = unit.range.end..unit.range.end;
+                continue;
+            }
             UnitKind::System => break,
             _ if ours => selection.priors.push(unit.range.start),
             _ => selection.pieces.push(Piece {
@@ -86,10 +92,15 @@ mod tests {
         let ranges: Vec<_> = s.pieces.iter().map(|p| p.range.clone()).collect();
         assert_eq!(ranges, vec![2..3, 3..4, 4..5]);
         assert!(s.pieces[1].text.contains("u1"));
-        // Nothing to take: an empty span where the range starts.
+        // A pinned unit where the range starts is stepped over.
         assert_eq!(
             select_span(&m, 5..7, "me", &RenderOptions::default()).span,
-            5..5
+            6..7
+        );
+        // Nothing to take: an empty span where the range ends.
+        assert_eq!(
+            select_span(&m, 5..6, "me", &RenderOptions::default()).span,
+            6..6
         );
     }
 }

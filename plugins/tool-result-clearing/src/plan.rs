@@ -1,6 +1,8 @@
 //! What to clear: a pure decision over the conversation, so it is tested without a host.
 //!
-//! Eligible are the tool results inside the compactable range that belong to none of the
+//! Eligible are the tool results inside the compactable range, outside pinned units
+//! (`sdk::pinned`: a tool exchange holding a message tamp does not know is kept verbatim),
+//! that belong to none of the
 //! `keep` most recent tool uses, whose tool is not excluded, that are not cleared already and
 //! that hold at least `min_result_tokens` (and, with `clear_tool_inputs`, the inputs of those
 //! calls). All of them are cleared at once, or none when together they free less than
@@ -117,9 +119,15 @@ pub fn decide(
     tokens: &dyn Tokens,
 ) -> Result<Decision, PluginError> {
     let calls = Calls::of(messages, config.keep);
+    let pinned: HashSet<usize> = sdk::units(messages)
+        .into_iter()
+        .filter(|u| u.is_pinned())
+        .flat_map(|u| u.range)
+        .collect();
+    let clearable = |i: usize| range.contains(&i) && !pinned.contains(&i);
     let mut targets: Vec<Target> = Vec::new();
     let mut inputs: Vec<Target> = Vec::new();
-    for i in range.clone() {
+    for i in range.clone().filter(|&i| clearable(i)) {
         let m = &messages[i];
         for (b, block) in m.content.iter().enumerate() {
             let ContentBlock::ToolResult { tool_use_id, .. } = block else {
@@ -152,7 +160,7 @@ pub fn decide(
             }) = call.filter(|_| config.clear_tool_inputs)
             {
                 let call_block = &messages[ci].content[cb];
-                if range.contains(&ci) && !clearing::is_cleared(call_block) {
+                if clearable(ci) && !clearing::is_cleared(call_block) {
                     let size = block_tokens(&messages[ci], cb, tokens);
                     inputs.push(Target {
                         index: ci,
@@ -342,6 +350,24 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn an_exchange_holding_an_opaque_message_is_left_whole() {
+        let mut m = session(8, 200);
+        // The result of c1 (at 5) also holds a block tamp does not know: its exchange is pinned.
+        m[5].extra_json = r#"{"tamp:opaque":["block:fancy"]}"#.into();
+        let config = Config {
+            clear_tool_inputs: true,
+            ..eager()
+        };
+        let done = cleared(decide(&m, 2..m.len(), &config, &Words).unwrap());
+        let indices: Vec<usize> = done.iter().map(|(i, _)| *i).collect();
+        assert!(
+            !indices.contains(&4) && !indices.contains(&5),
+            "{indices:?}"
+        );
+        assert!(indices.contains(&3), "{indices:?}");
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub const STRUCTURED_TEXT: &str = "The agent read the failing module, reproduced
 // The session
 
 pub struct Session {
+    /// The wire format the messages are shaped for (and the pairing rules the chain checks).
+    pub format: WireFormat,
     pub messages: Vec<Message>,
     /// Message counts at which the client calls the model: after every user-role message.
     pub requests: Vec<usize>,
@@ -193,15 +195,9 @@ pub fn session(turns: usize, tokens: &TokenCounter) -> Session {
     }
     tamp_host::wire::check_tool_pairing(&messages, WireFormat::Anthropic)
         .expect("the session's tool calls pair up");
-    let mut raw_tokens = Vec::with_capacity(requests.len());
-    let mut total = 0;
-    let mut counted = 0;
-    for &cut in &requests {
-        total += tokens.count_messages(&messages[counted..cut]);
-        counted = cut;
-        raw_tokens.push(total);
-    }
+    let raw_tokens = raw_tokens(&messages, &requests, tokens);
     Session {
+        format: WireFormat::Anthropic,
         tokens: tokens.count_messages(&messages),
         messages,
         requests,
@@ -212,6 +208,49 @@ pub fn session(turns: usize, tokens: &TokenCounter) -> Session {
             pool.exchanges.len(),
             pool.corpus_exchanges,
         ),
+    }
+}
+
+/// Tokens of each request's raw history.
+fn raw_tokens(messages: &[Message], requests: &[usize], tokens: &TokenCounter) -> Vec<u64> {
+    let mut raw = Vec::with_capacity(requests.len());
+    let mut total = 0;
+    let mut counted = 0;
+    for &cut in requests {
+        total += tokens.count_messages(&messages[counted..cut]);
+        counted = cut;
+        raw.push(total);
+    }
+    raw
+}
+
+/// The same session as a client of `format` sends it: each request's new messages written
+/// in that format and read back (an Anthropic user message of tool results becomes OpenAI
+/// `tool` messages; an assistant message's text and calls become a Responses message item and
+/// function calls), so the chain gets what that client's requests give it.
+pub fn in_format(session: &Session, format: WireFormat, tokens: &TokenCounter) -> Session {
+    let mut messages = Vec::with_capacity(session.messages.len());
+    let mut requests = Vec::with_capacity(session.requests.len());
+    let mut counted = 0;
+    for &cut in &session.requests {
+        let part = Conversation::new(session.messages[counted..cut].to_vec());
+        let text = tamp_host::wire::to_string(&part, format);
+        let (read, _) =
+            tamp_host::wire::parse_str(&text, Some(format)).expect("the session reads back");
+        messages.extend(read.messages.into_vec());
+        requests.push(messages.len());
+        counted = cut;
+    }
+    tamp_host::wire::check_tool_pairing(&messages, format)
+        .expect("the session's tool calls pair up");
+    Session {
+        format,
+        tokens: tokens.count_messages(&messages),
+        raw_tokens: raw_tokens(&messages, &requests, tokens),
+        messages,
+        requests,
+        turns: session.turns,
+        exchanges: session.exchanges,
     }
 }
 
@@ -617,7 +656,7 @@ pub fn replay(
     let pages = PageSource::default();
     pages.set(Arc::clone(&store) as Arc<dyn PageStore>);
     let options = CompactOptions {
-        format: Some(WireFormat::Anthropic),
+        format: Some(session.format),
         thread_continuity: mode == Mode::Raw,
         ..Default::default()
     };

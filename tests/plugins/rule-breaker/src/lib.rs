@@ -23,6 +23,9 @@
 //! | `TAMP-INV-10:dropped-block` | clears a tool message and drops its last block |
 //! | `TAMP-INV-01:clearing` | clears a tool result to a placeholder naming another page |
 //! | `TAMP-INV-03:clearing` | clears the last tool message, inside the protected tail |
+//! | `TAMP-INV-11` | summarizes a mid-conversation system message (a pinned unit) |
+//! | `TAMP-INV-12` | summarizes an opaque unit (a message tamp's reader did not know) |
+//! | `TAMP-INV-13` | summarizes what lies between the task and the end of a compaction boundary |
 //! | `abort` | aborts the process in `compact` |
 //! | `hang` | blocks its thread forever in `compact` (not even the host's timeout fires) |
 
@@ -50,6 +53,9 @@ const BREAKS: &[&str] = &[
     "TAMP-INV-10:dropped-block",
     "TAMP-INV-01:clearing",
     "TAMP-INV-03:clearing",
+    "TAMP-INV-11",
+    "TAMP-INV-12",
+    "TAMP-INV-13",
     "abort",
     "hang",
 ];
@@ -132,6 +138,12 @@ impl Strategy for RuleBreaker {
         let range = sdk::compactable_range(&messages, budget.keep_recent as usize);
         if self.breaks.contains(":") {
             return Ok(bad_clearing(&messages, range, self.breaks));
+        }
+        if let Some(span) = pinned_span(&messages, range.clone(), self.breaks) {
+            return Ok(CompactOutcome::with_edits(
+                vec![Edit::summarize(span, "summary")],
+                StageReport::acted("summarized what it must leave alone"),
+            ));
         }
         let candidates: Vec<Unit> = sdk::units(&messages)
             .into_iter()
@@ -242,6 +254,42 @@ impl Strategy for RuleBreaker {
     }
 }
 
+/// The span the pinning breaks summarize, if the conversation has what they break: a
+/// pinned unit inside the compactable range or at its start (a system message for
+/// `TAMP-INV-11`, an opaque unit for `TAMP-INV-12`), or what lies between the protected head
+/// and the end of the last compaction boundary's unit (`TAMP-INV-13`).
+fn pinned_span(
+    messages: &[Message],
+    range: std::ops::Range<usize>,
+    breaks: &str,
+) -> Option<std::ops::Range<usize>> {
+    let units = sdk::units(messages);
+    let head = sdk::protected_head(messages);
+    let boundary = sdk::pinned::boundary_end(messages, &units);
+    let opaque = |u: &Unit| {
+        messages[u.range.clone()]
+            .iter()
+            .any(|m| !sdk::pinned::opaque(m).is_empty())
+    };
+    let pinned = |want_opaque: bool| {
+        units
+            .iter()
+            .find(|u| {
+                u.is_pinned()
+                    && u.range.start >= head.max(boundary)
+                    && u.range.end <= range.end
+                    && opaque(u) == want_opaque
+            })
+            .map(|u| u.range.clone())
+    };
+    match breaks {
+        "TAMP-INV-11" => pinned(false),
+        "TAMP-INV-12" => pinned(true),
+        "TAMP-INV-13" => (boundary > head && boundary <= range.end).then_some(head..boundary),
+        _ => None,
+    }
+}
+
 /// A clearing broken as `breaks` says: of the first tool message in `range` (or, for the
 /// protected tail, of the last tool message of all).
 fn bad_clearing(
@@ -252,7 +300,11 @@ fn bad_clearing(
     let has_tool_blocks =
         |m: &Message| m.tool_result_ids().next().is_some() || m.tool_use_ids().next().is_some();
     let target = if breaks == "TAMP-INV-03:clearing" {
-        messages.iter().rposition(has_tool_blocks)
+        // The last tool message in the protected tail.
+        messages
+            .iter()
+            .rposition(has_tool_blocks)
+            .filter(|&i| i >= range.end)
     } else {
         (range.start..range.end).find(|&i| {
             has_tool_blocks(&messages[i]) && !messages[i].content.iter().any(clearing::is_cleared)
