@@ -133,7 +133,14 @@ pub struct LoadedPlugin {
     /// loading (private copies); `None` for a library loaded in place.
     sha256: Option<String>,
     meta: PluginMeta,
-    module: PluginModuleRef,
+    code: Code,
+}
+
+/// What runs a plugin's strategies: a library's root module, or a WebAssembly component.
+enum Code {
+    Native(PluginModuleRef),
+    #[cfg(feature = "wasm")]
+    Component(Arc<crate::wasm::WasmComponent>),
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -153,6 +160,9 @@ impl LoadedPlugin {
     /// library already loaded from it, whatever the file holds now. Use
     /// [`load_plugin`] to load a file that may have changed since.
     pub fn load(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+        if crate::wasm::is_component_path(path) {
+            return load_component(path, path, &PluginTrust::default());
+        }
         let identity = FileStamp::of(path)
             .map(|s| s.to_string())
             .unwrap_or_default();
@@ -199,8 +209,35 @@ impl LoadedPlugin {
             identity,
             sha256,
             meta,
-            module,
+            code: Code::Native(module),
         }))
+    }
+
+    /// A WebAssembly component loaded from `source` (its bytes hashed to `sha256`).
+    #[cfg(feature = "wasm")]
+    pub(crate) fn component(
+        source: &Path,
+        sha256: String,
+        meta: PluginMeta,
+        component: crate::wasm::WasmComponent,
+    ) -> Arc<LoadedPlugin> {
+        Arc::new(LoadedPlugin {
+            path: source.to_path_buf(),
+            source: source.to_path_buf(),
+            identity: format!("sha256:{}", &sha256[..32]),
+            sha256: Some(sha256),
+            meta,
+            code: Code::Component(Arc::new(component)),
+        })
+    }
+
+    /// `native` (a shared library) or `wasm` (a WebAssembly component, sandboxed).
+    pub fn kind(&self) -> &'static str {
+        match self.code {
+            Code::Native(_) => "native",
+            #[cfg(feature = "wasm")]
+            Code::Component(_) => "wasm",
+        }
     }
 
     /// The file the library was loaded from (a private copy in `tamp serve`).
@@ -236,8 +273,28 @@ impl LoadedPlugin {
         &self,
         config: &serde_json::Value,
     ) -> Result<StrategyBox, tamp_plugin_api::PluginError> {
-        let json = config.to_string();
-        (self.module.new_strategy())(json.as_str().into()).into_result()
+        let stage_default = crate::config::StageFile::default_timeout();
+        self.instantiate_stage(config, &crate::wasm::WasmLimits::default(), stage_default)
+    }
+
+    /// [`LoadedPlugin::instantiate`] for a chain stage: a component's instances get the
+    /// sandbox's `limits` and the stage's `timeout` as each call's deadline (a native
+    /// plugin ignores both).
+    pub fn instantiate_stage(
+        &self,
+        config: &serde_json::Value,
+        limits: &crate::wasm::WasmLimits,
+        timeout: std::time::Duration,
+    ) -> Result<StrategyBox, tamp_plugin_api::PluginError> {
+        match &self.code {
+            Code::Native(module) => {
+                let _ = (limits, timeout);
+                let json = config.to_string();
+                (module.new_strategy())(json.as_str().into()).into_result()
+            }
+            #[cfg(feature = "wasm")]
+            Code::Component(component) => component.instantiate(config, limits, timeout),
+        }
     }
 }
 
@@ -269,13 +326,7 @@ fn load_module(path: &Path) -> Result<PluginModuleRef, LoadError> {
 /// than the host's (a plugin may only rely on host services this host has).
 fn check_plugin_api_version(path: &Path, plugin_version: &str) -> Result<(), LoadError> {
     let host_version = PLUGIN_API_VERSION;
-    let parse = |v: &str| semver::Version::parse(v).ok();
-    let compatible = match (parse(plugin_version), parse(host_version)) {
-        (Some(p), Some(h)) if p.major == 0 && h.major == 0 => p.minor == h.minor,
-        (Some(p), Some(h)) => p.major == h.major && p.minor <= h.minor,
-        _ => false,
-    };
-    if compatible {
+    if versions_compatible(plugin_version, host_version) {
         Ok(())
     } else {
         Err(LoadError::IncompatibleVersion {
@@ -283,6 +334,17 @@ fn check_plugin_api_version(path: &Path, plugin_version: &str) -> Result<(), Loa
             plugin_version: plugin_version.to_string(),
             host_version: host_version.to_string(),
         })
+    }
+}
+
+/// tamp's rule for a plugin built against `plugin_version` on a host of `host_version` (see
+/// `check_plugin_api_version`; a WebAssembly component's WIT world follows it too).
+pub(crate) fn versions_compatible(plugin_version: &str, host_version: &str) -> bool {
+    let parse = |v: &str| semver::Version::parse(v).ok();
+    match (parse(plugin_version), parse(host_version)) {
+        (Some(p), Some(h)) if p.major == 0 && h.major == 0 => p.minor == h.minor,
+        (Some(p), Some(h)) => p.major == h.major && p.minor <= h.minor,
+        _ => false,
     }
 }
 
@@ -361,15 +423,18 @@ pub fn plugin_search_dirs(base_dir: &Path, search_dirs: &[PathBuf]) -> Vec<PathB
     dirs
 }
 
-/// Resolves a chain file's `plugin = "..."`: a path (containing `/` or ending in `.so`,
-/// relative to `base_dir`), or a name looked up as `lib<name>.so` (dashes as underscores) in
-/// [`plugin_search_dirs`].
+/// Resolves a chain file's `plugin = "..."`: a path (containing `/` or ending in `.so` or
+/// `.wasm`, relative to `base_dir`), or a name looked up as `lib<name>.so` (dashes as
+/// underscores) in [`plugin_search_dirs`].
 pub fn resolve_plugin(
     spec: &str,
     base_dir: &Path,
     search_dirs: &[PathBuf],
 ) -> Result<PathBuf, LoadError> {
-    if spec.contains('/') || spec.ends_with(std::env::consts::DLL_SUFFIX) {
+    if spec.contains('/')
+        || spec.ends_with(std::env::consts::DLL_SUFFIX)
+        || crate::wasm::is_component_path(Path::new(spec))
+    {
         let path = base_dir.join(spec);
         return if path.is_file() {
             Ok(path)
@@ -549,7 +614,7 @@ impl PluginTrust {
     }
 
     /// Refuses bytes whose SHA-256 (`actual`) is not the pinned one.
-    fn check_pin(&self, path: &Path, actual: &str) -> Result<(), LoadError> {
+    pub(crate) fn check_pin(&self, path: &Path, actual: &str) -> Result<(), LoadError> {
         match &self.sha256 {
             Some(pinned) if !pinned.eq_ignore_ascii_case(actual) => Err(LoadError::PinMismatch {
                 path: path.to_path_buf(),
@@ -602,6 +667,9 @@ pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin
     // Checked on the path this function reads, so a symlink swapped after the chain file
     // was checked cannot lead elsewhere.
     trust.check_dir(path, &canonical)?;
+    if crate::wasm::is_component_path(&canonical) {
+        return load_component(path, &canonical, trust);
+    }
     let stamp = FileStamp::of(&canonical).map_err(|_| LoadError::NotFound {
         path: path.to_path_buf(),
     })?;
@@ -654,6 +722,48 @@ pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin
     Ok(plugin)
 }
 
+/// A WebAssembly component: no dynamic linker is involved, so no private copy is needed. Its
+/// bytes are read and hashed (the pin is checked on them), then compiled from them
+/// (`crate::wasm`); the same bytes at the same path load once.
+fn load_component(
+    path: &Path,
+    canonical: &Path,
+    trust: &PluginTrust,
+) -> Result<Arc<LoadedPlugin>, LoadError> {
+    let stamp = FileStamp::of(canonical).map_err(|_| LoadError::NotFound {
+        path: path.to_path_buf(),
+    })?;
+    let (bytes, sha256) = read_stable(canonical, stamp)?;
+    trust.check_pin(path, &sha256)?;
+    #[cfg(feature = "wasm")]
+    {
+        static COMPONENTS: OnceLock<Mutex<HashMap<(PathBuf, String), Arc<LoadedPlugin>>>> =
+            OnceLock::new();
+        let mut loaded = COMPONENTS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = (canonical.to_path_buf(), sha256);
+        if let Some(plugin) = loaded.get(&key) {
+            return Ok(Arc::clone(plugin));
+        }
+        let (component, meta) = crate::wasm::WasmComponent::load(canonical, &bytes, &key.1)?;
+        let plugin = LoadedPlugin::component(canonical, key.1.clone(), meta, component);
+        loaded.insert(key, Arc::clone(&plugin));
+        Ok(plugin)
+    }
+    #[cfg(not(feature = "wasm"))]
+    {
+        let _ = bytes;
+        Err(LoadError::NotAPlugin {
+            path: path.to_path_buf(),
+            detail: crate::wasm::unsupported()
+                .unwrap_or("a WebAssembly component")
+                .to_string(),
+        })
+    }
+}
+
 /// The file's bytes and their SHA-256 (64 hex digits), refusing a file that changed while it
 /// was read (a `cp` still writing it): the next change event retries.
 fn read_stable(path: &Path, stamp: FileStamp) -> Result<(Vec<u8>, String), LoadError> {
@@ -674,7 +784,7 @@ fn read_stable(path: &Path, stamp: FileStamp) -> Result<(Vec<u8>, String), LoadE
 /// Creates `dir` for this user alone, or checks that it is so. Libraries are loaded from the
 /// copies in it, so whoever could write it could put other code under a pinned stage (the
 /// name under the temporary directory is predictable).
-fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
