@@ -26,3 +26,4 @@ mod silent_loss;
 mod summary_cache;
 mod threads;
 mod tool_result_clearing;
+mod wasm;
