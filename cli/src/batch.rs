@@ -95,7 +95,9 @@ pub async fn run(command: BatchCommand) -> Result<()> {
                 Some(path) => Some(LoadedChainFile::read(path)?),
                 None => None,
             };
-            let queue = open_store(file.as_ref(), args.store.as_deref())?.queue;
+            // Read only: a status never changes the store (nor migrates it).
+            let spec = tamp_host::config::store_spec(file.as_ref(), args.store.as_deref())?;
+            let queue = tamp_host::store::open_read_only(&spec)?.queue;
             let status = queue.status().await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);

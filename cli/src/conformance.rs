@@ -1,7 +1,6 @@
 //! `tamp conformance`: the kit (crate tamp-conformance) from the command line.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tamp_conformance::{child, spec, Kit, KitOptions, Launcher, RULES};
@@ -96,19 +95,15 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
             );
         }
     }
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        anyhow::bail!(
-            "--timeout {}: must be a positive number of seconds",
-            args.timeout
-        );
-    }
+    let timeout = tamp_host::bounded::positive_seconds(args.timeout)
+        .map_err(|e| anyhow::anyhow!("--timeout {}: {e}", args.timeout))?;
     if !args.plugin.is_file() {
         anyhow::bail!("{}: no such file", args.plugin.display());
     }
     let mut kit = Kit::new(&args.plugin)
         .seed(args.seed)
         .cases(args.cases)
-        .timeout(Duration::from_secs_f64(args.timeout))
+        .timeout(timeout)
         .launcher(Launcher::Tamp(std::env::current_exe()?));
     if let Some(config) = config {
         kit = kit.config(config);

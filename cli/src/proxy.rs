@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use tamp_host::proxy::ProxyOptions;
 
-use crate::serve::{parse_secs, parse_size};
+use crate::serve::{parse_grace_secs, parse_secs, parse_size};
 
 /// `tamp proxy` arguments.
 #[derive(Debug, Clone, Args)]
@@ -36,14 +36,21 @@ pub struct ProxyArgs {
     /// ones are answered 413. Other routes stream their bodies through, unbounded.
     #[arg(long, default_value = "64MiB", value_parser = parse_size, value_name = "SIZE")]
     pub max_body: usize,
-    /// Reload once the config has been quiet this long after a change (milliseconds).
-    #[arg(long, default_value_t = 200, value_name = "MS")]
+    /// Require `Authorization: Bearer <token>` on tamp's own routes under /tamp/ (but
+    /// /tamp/healthz), the token read from this environment variable, as `tamp serve
+    /// --auth-token-env`. The provider routes pass the client's own key upstream untouched.
+    #[arg(long, value_name = "NAME")]
+    pub auth_token_env: Option<String>,
+    /// Reload once the config has been quiet this long after a change (milliseconds, at
+    /// most 600000: ten minutes).
+    #[arg(long, default_value_t = 200, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub debounce_ms: u64,
     /// Use this page store file instead of the chain file's.
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
     /// On SIGTERM or Ctrl-C, wait at most this long for answers still streaming (seconds).
-    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 60.0, value_parser = parse_grace_secs, value_name = "SECS")]
     pub shutdown_grace_secs: f64,
     /// Close a connection whose request head has not all arrived this long after it began,
     /// or that has been idle this long before its first or next request (seconds).
@@ -67,6 +74,7 @@ impl From<ProxyArgs> for ProxyOptions {
             config: a.config,
             listen: a.listen,
             max_body: a.max_body,
+            auth_token_env: a.auth_token_env,
             debounce_ms: a.debounce_ms,
             store: a.store,
             shutdown_grace_secs: a.shutdown_grace_secs,

@@ -40,14 +40,16 @@ pub struct ServeArgs {
     /// from this environment variable (never from the command line, so it stays out of `ps`).
     #[arg(long, value_name = "NAME")]
     pub auth_token_env: Option<String>,
-    /// Reload once the config has been quiet this long after a change (milliseconds).
-    #[arg(long, default_value_t = 200, value_name = "MS")]
+    /// Reload once the config has been quiet this long after a change (milliseconds, at
+    /// most 600000: ten minutes).
+    #[arg(long, default_value_t = 200, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub debounce_ms: u64,
     /// Use this page store file instead of the chain file's.
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
     /// On SIGTERM or Ctrl-C, wait at most this long for requests in flight (seconds).
-    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 60.0, value_parser = parse_grace_secs, value_name = "SECS")]
     pub shutdown_grace_secs: f64,
     /// Close a connection whose request line and headers have not all arrived this long
     /// after it began sending them, or that has been idle this long before its first or
@@ -92,12 +94,28 @@ pub struct CheckConfigArgs {
     pub require_pins: bool,
 }
 
-/// A positive number of seconds (`10`, `0.5`).
+/// A positive number of seconds (`10`, `0.5`), at most 30 days.
 pub fn parse_secs(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(secs) if secs > 0.0 && secs.is_finite() && secs < 1e9 => Ok(secs),
-        _ => Err(format!("\"{text}\": expected a positive number of seconds")),
-    }
+    parse_seconds(text, tamp_host::bounded::positive_seconds)
+}
+
+/// 0 or a positive number of seconds, at most 30 days.
+pub fn parse_grace_secs(text: &str) -> Result<f64, String> {
+    parse_seconds(text, tamp_host::bounded::seconds_or_zero)
+}
+
+/// A number of seconds that `rule` (one of `tamp_host::bounded`'s) accepts.
+fn parse_seconds(
+    text: &str,
+    rule: fn(f64) -> Result<std::time::Duration, String>,
+) -> Result<f64, String> {
+    let secs = text
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("\"{text}\": expected a number of seconds"))?;
+    rule(secs)
+        .map(|_| secs)
+        .map_err(|e| format!("\"{text}\": {e}"))
 }
 
 /// `8MiB`, `512KiB`, `1GiB`, `1048576`.
@@ -149,6 +167,7 @@ pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
         store_path: args.store,
         progress: None,
         require_pins: args.require_pins,
+        check_only: true,
     };
     println!(
         "ok: {}",
@@ -181,8 +200,12 @@ mod tests {
     fn seconds_must_be_positive() {
         assert_eq!(parse_secs("10").unwrap(), 10.0);
         assert_eq!(parse_secs("0.5").unwrap(), 0.5);
-        for bad in ["0", "-1", "soon", "inf", "NaN"] {
+        for bad in ["0", "-1", "soon", "inf", "NaN", "1e20", "1e300"] {
             assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_grace_secs("0").unwrap(), 0.0);
+        for bad in ["-1", "inf", "1e300"] {
+            assert!(parse_grace_secs(bad).is_err(), "{bad}");
         }
     }
 }

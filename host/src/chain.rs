@@ -566,6 +566,9 @@ pub struct FileOverrides {
     pub progress: Option<ProgressFn>,
     /// Refuse a stage without a `sha256` pin (`tamp serve --require-pins`).
     pub require_pins: bool,
+    /// Check the chain without creating anything (`tamp check-config`): a SQLite store file
+    /// that does not exist yet is not created (see [`crate::store::open_without_creating`]).
+    pub check_only: bool,
 }
 
 impl Chain {
@@ -590,7 +593,12 @@ impl Chain {
         let tokens =
             TokenCounter::new(encoding).map_err(|e| file.error(None, format!("tokenizer: {e}")))?;
         let spec = file.store_spec(overrides.store_path.as_deref())?;
-        let store = crate::store::open(&spec).map_err(|e| match &overrides.store_path {
+        let opened = if overrides.check_only {
+            crate::store::open_without_creating(&spec)
+        } else {
+            crate::store::open(&spec)
+        };
+        let store = opened.map_err(|e| match &overrides.store_path {
             // `--store`: nothing in the file to point at.
             Some(_) => ChainError::Store(e),
             None => file.store_error(e.to_string()).into(),

@@ -12,7 +12,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+use crate::bounded;
 use crate::store::StoreSpec;
+
+/// The most LLM calls a chain may have in flight at once (`provider.max_concurrency`): far
+/// above what any provider's rate limit allows, and well inside what a semaphore can count.
+pub const MAX_LLM_CONCURRENCY: usize = 100_000;
 
 /// A chain file as written.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -35,6 +40,9 @@ pub struct ChainFile {
     /// `tamp proxy`'s upstreams and fallback (ignored by the other commands).
     #[serde(default)]
     pub proxy: crate::proxy::config::ProxyConfig,
+    /// `tamp serve`'s and `tamp proxy`'s hosts beyond loopback.
+    #[serde(default)]
+    pub http: HttpConfig,
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
@@ -123,6 +131,61 @@ impl BudgetConfig {
         }
         Ok(())
     }
+}
+
+/// `[http]`: what `tamp serve` and `tamp proxy` answer beyond loopback (see
+/// `serve::access`, and docs/security.md).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Host names (or addresses) answered besides loopback and the listen address: the
+    /// names clients reach the server by (`tamp.internal`, a load balancer's name). `"*"`
+    /// answers any host (behind a reverse proxy that checks it).
+    pub allowed_hosts: Vec<String>,
+}
+
+impl HttpConfig {
+    /// Whether `host` (as [`host_name`] gives it) is listed.
+    pub fn allows(&self, host: &str) -> bool {
+        self.allowed_hosts
+            .iter()
+            .any(|h| h == "*" || host_name(h) == host)
+    }
+
+    /// Each entry a host name or address alone; the error names the entry.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        for (i, entry) in self.allowed_hosts.iter().enumerate() {
+            let ok = entry == "*"
+                || (!entry.is_empty()
+                    && entry
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-.:[]_".contains(c)));
+            if !ok {
+                return Err(FieldError::new(
+                    "http",
+                    "allowed_hosts",
+                    format!(
+                        "entry {i} ({entry:?}) must be a host name or address (with an \
+                         optional port, ignored), or \"*\"; no scheme, path or spaces"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The host of a Host value or authority, lowercased, without port, brackets or a final
+/// dot: `[::1]:7474` → `::1`, `Example.COM.:80` → `example.com`.
+pub fn host_name(authority: &str) -> String {
+    let text = authority.trim();
+    // Userinfo has no place in a Host, but an absolute URI may carry one.
+    let text = text.rsplit_once('@').map_or(text, |(_, host)| host);
+    let host = match text.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(ip, _)| ip),
+        None => text.rsplit_once(':').map_or(text, |(host, _)| host),
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
 }
 
 /// `[tokenizer]`
@@ -293,11 +356,11 @@ impl ProviderConfig {
     /// Providers that make one attempt (extractive, scripted) get `timeout_secs` alone.
     pub fn overall_timeout(&self) -> Duration {
         if !self.retries() {
-            return Duration::from_secs_f64(self.timeout_secs.max(0.0));
+            return bounded::saturating_seconds(self.timeout_secs);
         }
         let attempts = f64::from(self.max_retries) + 1.0;
         let backoff = self.retry_max_ms as f64 / 1000.0 * f64::from(self.max_retries);
-        Duration::from_secs_f64((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
+        bounded::saturating_seconds((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
     }
 }
 
@@ -436,11 +499,8 @@ impl BatchConfig {
             ("batch_timeout_secs", self.batch_timeout_secs),
             ("lease_secs", self.lease_secs),
         ] {
-            if v.is_nan() || v <= 0.0 || v > 30.0 * 86_400.0 {
-                return error(
-                    key,
-                    format!("must be a positive number of seconds (at most 30 days), got {v}"),
-                );
+            if let Err(message) = bounded::positive_seconds(v) {
+                return error(key, message);
             }
         }
         if self.max_attempts == 0 {
@@ -625,11 +685,12 @@ fn default_stage_timeout() -> f64 {
 impl StageFile {
     /// A stage's time limit when the chain file sets none.
     pub fn default_timeout() -> Duration {
-        Duration::from_secs_f64(default_stage_timeout())
+        bounded::saturating_seconds(default_stage_timeout())
     }
 
+    /// The stage's time limit (`timeout_secs`, checked when the file was read).
     pub fn timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.timeout_secs.max(0.0))
+        bounded::saturating_seconds(self.timeout_secs)
     }
 
     /// The stage config as JSON (an empty object when absent).
@@ -732,6 +793,7 @@ impl LoadedChainFile {
         self.file.store.validate().map_err(at_field)?;
         self.file.batch.validate().map_err(at_field)?;
         self.file.proxy.validate().map_err(at_field)?;
+        self.file.http.validate().map_err(at_field)?;
         if self
             .file
             .tokenizer
@@ -761,10 +823,10 @@ impl LoadedChainFile {
                     ),
                 ));
             }
-            if s.timeout_secs.is_nan() || s.timeout_secs <= 0.0 {
+            if let Err(message) = bounded::positive_seconds(s.timeout_secs) {
                 return Err(self.error(
                     line,
-                    format!("stage \"{}\": timeout_secs must be positive", s.name),
+                    format!("stage \"{}\": timeout_secs: {message}", s.name),
                 ));
             }
             if let Some(limits) = &s.wasm {
@@ -934,11 +996,17 @@ impl LoadedChainFile {
                 )
             }
         }
-        if provider.max_concurrency == 0 {
-            return fail("max_concurrency", "must be at least 1".into());
+        if provider.max_concurrency == 0 || provider.max_concurrency > MAX_LLM_CONCURRENCY {
+            return fail(
+                "max_concurrency",
+                format!(
+                    "must be between 1 and {MAX_LLM_CONCURRENCY}, got {}",
+                    provider.max_concurrency
+                ),
+            );
         }
-        if provider.timeout_secs.is_nan() || provider.timeout_secs <= 0.0 {
-            return fail("timeout_secs", "must be positive".into());
+        if let Err(message) = bounded::positive_seconds(provider.timeout_secs) {
+            return fail("timeout_secs", message);
         }
         if provider.retry_max_ms < provider.retry_initial_ms {
             return fail(
@@ -1546,6 +1614,38 @@ mod tests {
     }
 
     #[test]
+    fn allowed_hosts_compare_without_port_case_brackets_or_final_dot() {
+        assert_eq!(host_name("Example.COM.:8080"), "example.com");
+        assert_eq!(host_name("[::1]:7474"), "::1");
+        assert_eq!(host_name("[::1]"), "::1");
+        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+        assert_eq!(host_name("user@tamp.internal:1"), "tamp.internal");
+        let http = HttpConfig {
+            allowed_hosts: vec!["Tamp.Internal".into(), "10.0.0.5:7474".into()],
+        };
+        assert!(http.allows("tamp.internal") && http.allows("10.0.0.5"));
+        assert!(!http.allows("evil.example.com"));
+        let any = HttpConfig {
+            allowed_hosts: vec!["*".into()],
+        };
+        assert!(any.allows("evil.example.com"));
+        assert!(http.validate().is_ok());
+        let err = parse("[http]\nallowed_hosts = [\"ok.example\", \"http://x\"]\n").unwrap_err();
+        assert!(
+            err.message
+                .starts_with("http.allowed_hosts: entry 1 (\"http://x\")"),
+            "{err}"
+        );
+        assert_eq!(err.line, Some(2), "{err}");
+        for bad in ["", "a b", "x/y"] {
+            let http = HttpConfig {
+                allowed_hosts: vec![bad.into()],
+            };
+            assert!(http.validate().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn provider_errors_name_the_field_and_line() {
         let cases = [
             (
@@ -1590,12 +1690,23 @@ mod tests {
             ),
             (
                 "timeout_secs = 0\n",
-                "provider.timeout_secs: must be positive",
+                "provider.timeout_secs: must be a positive number of seconds",
+                2,
+            ),
+            (
+                "timeout_secs = inf\n",
+                "provider.timeout_secs: must be a positive number of seconds (at least 1 ns), \
+                 at most 2592000 (30 days), got inf",
                 2,
             ),
             (
                 "max_concurrency = 0\n",
-                "provider.max_concurrency: must be at least 1",
+                "provider.max_concurrency: must be between 1 and 100000, got 0",
+                2,
+            ),
+            (
+                "max_concurrency = 9223372036854775807\n",
+                "provider.max_concurrency: must be between 1 and 100000",
                 2,
             ),
             (

@@ -20,6 +20,7 @@
 //! the providers' own APIs with every request compacted). Off by default: `wasm`, sandboxed
 //! strategies as WebAssembly components under wasmtime, which costs minutes of build.
 
+pub mod bounded;
 pub mod chain;
 pub mod config;
 #[cfg(feature = "deferred")]

@@ -17,11 +17,20 @@ use tamp_plugin_api::{PluginModuleRef, StrategyBox, PLUGIN_API_VERSION};
 
 use crate::logging::plugin_log_sink;
 
+pub mod elf;
+
 /// Why a plugin could not be loaded or instantiated. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("plugin {path}: no such file")]
     NotFound { path: PathBuf },
+    /// Something that is there but is no regular file: a directory, a device, a FIFO.
+    #[error("plugin {path}: it is {kind}, not a plugin file (a shared library)")]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// An ELF file whose headers promise more than it holds (cut short), checked before the
+    /// dynamic linker maps it: mapped, it would kill the process with SIGBUS.
+    #[error("plugin {path}: damaged or incomplete shared library, refused, not loaded: {detail}")]
+    Damaged { path: PathBuf, detail: String },
     #[error("plugin {path}: not a tamp plugin ({detail})")]
     NotAPlugin { path: PathBuf, detail: String },
     #[error(
@@ -78,6 +87,11 @@ impl LoadError {
         let path = user_file.to_path_buf();
         match self {
             LoadError::NotFound { .. } => LoadError::NotFound { path },
+            LoadError::NotAFile { kind, .. } => LoadError::NotAFile { path, kind },
+            LoadError::Damaged { detail, .. } => LoadError::Damaged {
+                path,
+                detail: fix(detail),
+            },
             LoadError::NotAPlugin { detail, .. } => LoadError::NotAPlugin {
                 path,
                 detail: fix(detail),
@@ -160,26 +174,24 @@ impl LoadedPlugin {
     /// library already loaded from it, whatever the file holds now. Use
     /// [`load_plugin`] to load a file that may have changed since.
     pub fn load(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+        let stamp = regular_file_stamp(path)?;
         if crate::wasm::is_component_path(path) {
-            return load_component(path, path, &PluginTrust::default());
+            return load_component(path, path, stamp, &PluginTrust::default());
         }
-        let identity = FileStamp::of(path)
-            .map(|s| s.to_string())
-            .unwrap_or_default();
-        Self::load_as(path, path, identity, None)
+        Self::load_as(path, path, stamp, stamp.to_string(), None)
     }
 
+    /// Loads the library at `path`, whose stamp was `stamp` when the caller looked at it:
+    /// the file is checked first ([`check_before_mapping`]), so a file cut short, or one
+    /// that changed since, never reaches the dynamic linker.
     fn load_as(
         path: &Path,
         source: &Path,
+        stamp: FileStamp,
         identity: String,
         sha256: Option<String>,
     ) -> Result<Arc<LoadedPlugin>, LoadError> {
-        if !path.is_file() {
-            return Err(LoadError::NotFound {
-                path: path.to_path_buf(),
-            });
-        }
+        check_before_mapping(path, stamp)?;
         let module = load_module(path)?;
         let info = (module.info())()
             .into_result()
@@ -436,11 +448,7 @@ pub fn resolve_plugin(
         || crate::wasm::is_component_path(Path::new(spec))
     {
         let path = base_dir.join(spec);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(LoadError::NotFound { path })
-        };
+        return regular_file_stamp(&path).map(|_| path);
     }
     let file = format!(
         "{}{}{}",
@@ -463,6 +471,94 @@ pub fn resolve_plugin(
         })
 }
 
+/// The stamp of `path` when it is a regular file (symlinks followed); otherwise the error
+/// says what it is: missing, a directory, a device (`/dev/zero`), a FIFO or a socket. Looked
+/// at before the file is opened: reading a device or a FIFO could block or never end.
+pub fn regular_file_stamp(path: &Path) -> Result<FileStamp, LoadError> {
+    let meta = std::fs::metadata(path).map_err(|e| io_error(path, "read its metadata", e))?;
+    if let Some(kind) = not_a_file_kind(&meta.file_type()) {
+        return Err(LoadError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    Ok(FileStamp::from_metadata(&meta))
+}
+
+/// What a file type is, in words, when it is not a regular file.
+fn not_a_file_kind(file_type: &std::fs::FileType) -> Option<&'static str> {
+    if file_type.is_file() {
+        return None;
+    }
+    if file_type.is_dir() {
+        return Some("a directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if file_type.is_char_device() {
+            return Some("a character device");
+        }
+        if file_type.is_block_device() {
+            return Some("a block device");
+        }
+        if file_type.is_fifo() {
+            return Some("a FIFO (named pipe)");
+        }
+        if file_type.is_socket() {
+            return Some("a socket");
+        }
+    }
+    Some("not a regular file")
+}
+
+/// Checks the file at `path` before the dynamic linker maps it: still the regular file of
+/// `stamp`, an ELF shared library whose headers, segments and sections lie within its bytes
+/// ([`elf::check`], by plain reads of the headers), and unchanged while it was checked.
+/// A file being written (an unfinished `cp`) fails one of these and is refused with the
+/// reason; the next change event tries again.
+fn check_before_mapping(path: &Path, stamp: FileStamp) -> Result<(), LoadError> {
+    let changed = || LoadError::Other {
+        path: path.to_path_buf(),
+        detail: "the file changed while it was being read (still being written?)".into(),
+    };
+    if regular_file_stamp(path)? != stamp {
+        return Err(changed());
+    }
+    let file = std::fs::File::open(path).map_err(|e| LoadError::Other {
+        path: path.to_path_buf(),
+        detail: format!("cannot open: {e}"),
+    })?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len != stamp.len {
+        return Err(changed());
+    }
+    #[cfg(unix)]
+    let checked = elf::check(&file, len);
+    #[cfg(not(unix))]
+    let checked = std::fs::read(path)
+        .map_err(|e| elf::ElfProblem::Damaged(format!("cannot read: {e}")))
+        .and_then(|bytes| elf::check(&bytes[..], len));
+    checked.map_err(|problem| elf_error(path, problem))?;
+    if regular_file_stamp(path)? != stamp {
+        return Err(changed());
+    }
+    Ok(())
+}
+
+fn elf_error(path: &Path, problem: elf::ElfProblem) -> LoadError {
+    match problem {
+        elf::ElfProblem::NotElf(detail) => LoadError::NotAPlugin {
+            path: path.to_path_buf(),
+            detail: format!("cannot be loaded as a shared library: {detail}"),
+        },
+        elf::ElfProblem::Damaged(detail) => LoadError::Damaged {
+            path: path.to_path_buf(),
+            detail,
+        },
+    }
+}
+
 /// A file's identity on disk without reading it: device, inode, size and modification time.
 /// `cargo build` (new inode), `cp` over it (same inode, new size or time) and a rename onto
 /// the path all change it.
@@ -476,7 +572,10 @@ pub struct FileStamp {
 
 impl FileStamp {
     pub fn of(path: &Path) -> std::io::Result<FileStamp> {
-        let meta = std::fs::metadata(path)?;
+        Ok(Self::from_metadata(&std::fs::metadata(path)?))
+    }
+
+    fn from_metadata(meta: &std::fs::Metadata) -> FileStamp {
         let modified_ns = meta
             .modified()
             .ok()
@@ -489,12 +588,12 @@ impl FileStamp {
         };
         #[cfg(not(unix))]
         let (dev, ino) = (0, 0);
-        Ok(FileStamp {
+        FileStamp {
             dev,
             ino,
             len: meta.len(),
             modified_ns,
-        })
+        }
     }
 }
 
@@ -629,16 +728,24 @@ impl PluginTrust {
 /// The SHA-256 of the file at `path`, as a stage's `sha256 = "..."` takes it (64 lowercase
 /// hex digits). Reads the file only: nothing in it runs.
 pub fn sha256_of_file(path: &Path) -> Result<String, LoadError> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+    // `/dev/zero` would be read forever.
+    regular_file_stamp(path)?;
+    let bytes = std::fs::read(path).map_err(|e| io_error(path, "read", e))?;
+    Ok(sha256_hex(&bytes))
+}
+
+/// An I/O error on the plugin file `path`: [`LoadError::NotFound`] when it is not there,
+/// else `cannot <what>: <error>`.
+fn io_error(path: &Path, what: &str, e: std::io::Error) -> LoadError {
+    match e.kind() {
         std::io::ErrorKind::NotFound => LoadError::NotFound {
             path: path.to_path_buf(),
         },
         _ => LoadError::Other {
             path: path.to_path_buf(),
-            detail: format!("cannot read: {e}"),
+            detail: format!("cannot {what}: {e}"),
         },
-    })?;
-    Ok(sha256_hex(&bytes))
+    }
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -661,18 +768,18 @@ pub fn load_plugin(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
 /// copy of the very bytes that were hashed: loaded in place, the file could change between
 /// the check and the dynamic linker's read.
 pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin>, LoadError> {
+    // What the path is, before anything opens it: a device or a FIFO is named as such.
+    regular_file_stamp(path)?;
     let canonical = path.canonicalize().map_err(|_| LoadError::NotFound {
         path: path.to_path_buf(),
     })?;
     // Checked on the path this function reads, so a symlink swapped after the chain file
     // was checked cannot lead elsewhere.
     trust.check_dir(path, &canonical)?;
+    let stamp = regular_file_stamp(&canonical)?;
     if crate::wasm::is_component_path(&canonical) {
-        return load_component(path, &canonical, trust);
+        return load_component(path, &canonical, stamp, trust);
     }
-    let stamp = FileStamp::of(&canonical).map_err(|_| LoadError::NotFound {
-        path: path.to_path_buf(),
-    })?;
     // Held across the load: two chains naming the same new file load it once.
     let mut reg = registry();
     if let Some(p) = reg.by_stamp.get(&(canonical.clone(), stamp)) {
@@ -697,13 +804,18 @@ pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin
     };
     let plugin = match private_dir {
         None => {
-            let plugin = LoadedPlugin::load_as(&canonical, &canonical, stamp.to_string(), None)?;
+            let plugin =
+                LoadedPlugin::load_as(&canonical, &canonical, stamp, stamp.to_string(), None)?;
             reg.loaded_in_place.insert(canonical.clone());
             plugin
         }
         Some(dir) => {
             let (bytes, sha256) = read_stable(&canonical, stamp)?;
             trust.check_pin(path, &sha256)?;
+            // The bytes the copy will hold, checked before it is written; the copy itself is
+            // checked again before it is mapped (`load_as`).
+            elf::check(&bytes[..], bytes.len() as u64)
+                .map_err(|problem| elf_error(&canonical, problem))?;
             let key = (canonical.clone(), sha256.clone());
             if let Some(p) = reg.by_content.get(&key) {
                 let p = Arc::clone(p);
@@ -712,8 +824,10 @@ pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin
             }
             let copy = write_private_copy(&dir, &canonical, &sha256, &bytes)?;
             let identity = format!("sha256:{}", &sha256[..32]);
-            let plugin = LoadedPlugin::load_as(&copy, &canonical, identity, Some(sha256))
-                .map_err(|e| e.naming(&copy, &canonical))?;
+            let copy_stamp = regular_file_stamp(&copy).map_err(|e| e.naming(&copy, &canonical))?;
+            let plugin =
+                LoadedPlugin::load_as(&copy, &canonical, copy_stamp, identity, Some(sha256))
+                    .map_err(|e| e.naming(&copy, &canonical))?;
             reg.by_content.insert(key, Arc::clone(&plugin));
             plugin
         }
@@ -728,11 +842,9 @@ pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin
 fn load_component(
     path: &Path,
     canonical: &Path,
+    stamp: FileStamp,
     trust: &PluginTrust,
 ) -> Result<Arc<LoadedPlugin>, LoadError> {
-    let stamp = FileStamp::of(canonical).map_err(|_| LoadError::NotFound {
-        path: path.to_path_buf(),
-    })?;
     let (bytes, sha256) = read_stable(canonical, stamp)?;
     trust.check_pin(path, &sha256)?;
     #[cfg(feature = "wasm")]

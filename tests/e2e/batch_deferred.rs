@@ -791,7 +791,27 @@ fn batch_commands_explain_a_missing_model_and_help() {
     for sub in ["run-once", "status", "work"] {
         assert!(help.contains(sub), "{help}");
     }
-    // Status of an empty store.
+    // A status reads the store and never creates one (issue 32): a missing store says so.
+    let missing = Command::new(tamp_bin())
+        .current_dir(&dir)
+        .args(["batch", "status", "--store", "s.sqlite3"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such file"));
+    assert!(!dir.join("s.sqlite3").exists());
+    // Status of an empty store (one `tamp compact` made).
+    let made = Command::new(tamp_bin())
+        .current_dir(&dir)
+        .args(["compact", "--store", "s.sqlite3"])
+        .arg(tamp_e2e::workspace_root().join("examples/conversations/ponyc-4588.anthropic.json"))
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let status = Command::new(tamp_bin())
         .current_dir(&dir)
         .args(["batch", "status", "--store", "s.sqlite3"])

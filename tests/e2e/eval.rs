@@ -396,28 +396,6 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
     assert!(table.lines().next().unwrap().contains("probe"), "{table}");
 }
 
-/// The headless browser: `$TAMP_CHROMIUM`, else Debian's `chromium-headless-shell` or
-/// `chromium` on PATH (`.ci/run` installs the first).
-fn chromium() -> std::path::PathBuf {
-    if let Some(path) = std::env::var_os("TAMP_CHROMIUM") {
-        return path.into();
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for name in ["chromium-headless-shell", "chromium", "chromium-browser"] {
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    panic!(
-        "the HTML report test needs a headless Chromium: install Debian's \
-         chromium-headless-shell (apt-get install chromium-headless-shell; .ci/run does) or set \
-         TAMP_CHROMIUM to a Chromium binary"
-    );
-}
-
 /// The HTML report, opened in a real headless browser: the screenshot is not blank, and it
 /// shows the charts, drawn in each chain's color.
 #[test]
@@ -437,7 +415,8 @@ fn the_html_report_renders_its_charts_in_a_real_browser() {
     );
 
     let shot = dir.join("report.png");
-    let browser = chromium();
+    // Installed by the test support when the machine has none (support/browser.rs).
+    let browser = tamp_e2e::browser::chromium();
     let run = Command::new(&browser)
         .args([
             "--headless",

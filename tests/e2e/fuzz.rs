@@ -721,10 +721,16 @@ fn api() -> &'static Api {
         ));
         // Never shutting down (a dropped sender is no shutdown signal to the gate).
         let (_, stopping) = tokio::sync::watch::channel(false);
+        let access = tamp_host::serve::access::Access::new(
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            None,
+            tamp_host::serve::access::serve_guards,
+            Arc::clone(&slot),
+        );
         let state = Arc::new(api::AppState {
             slot,
             metrics,
-            auth_token: None,
+            access,
             in_flight: Arc::new(api::InFlight::default()),
             batch_metrics: None,
             gate: api::Gate::new(8 << 20, Duration::from_secs(30), 64, stopping),
@@ -914,4 +920,151 @@ fn percent_encode(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+// ---- the chain file's numbers ----
+
+/// Every number a chain file holds: `(table, key, float?)`. A float field takes integers
+/// too (TOML widens them); an integer field given a float is a type error, also tried.
+const CHAIN_NUMBERS: &[(&str, &str, bool)] = &[
+    ("budget", "max_tokens", false),
+    ("budget", "high_watermark", true),
+    ("budget", "low_watermark", true),
+    ("budget", "keep_recent", false),
+    ("budget", "keep_recent_tokens", false),
+    ("provider", "max_concurrency", false),
+    ("provider", "timeout_secs", true),
+    ("provider", "max_retries", false),
+    ("provider", "retry_initial_ms", false),
+    ("provider", "retry_max_ms", false),
+    ("provider.price", "input_per_mtok", true),
+    ("provider.price", "output_per_mtok", true),
+    ("provider.price", "cache_read_per_mtok", true),
+    ("provider.price", "cache_write_per_mtok", true),
+    ("provider.price", "batch_factor", true),
+    ("store", "pool_size", false),
+    ("batch", "max_batch_requests", false),
+    ("batch", "submit_interval_secs", true),
+    ("batch", "poll_interval_secs", true),
+    ("batch", "max_attempts", false),
+    ("batch", "batch_timeout_secs", true),
+    ("batch", "lease_secs", true),
+    ("threads", "ttl_secs", false),
+    ("threads", "max_threads", false),
+    ("proxy", "compaction_timeout_secs", true),
+    ("stage", "timeout_secs", true),
+];
+
+/// A number as TOML spells it, extremes first: what a duration or a count cannot hold.
+fn toml_number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "inf",
+            "-inf",
+            "nan",
+            "1e20",
+            "1e300",
+            "-1e300",
+            "5e-324",
+            "-0.0",
+            "0.0",
+            "0",
+            "-1",
+            "1",
+            "2",
+            "0.5",
+            "1e9",
+            "4294967296",
+            "9007199254740993",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "2592000",
+            "2592001",
+        ])
+        .prop_map(str::to_string),
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| format!("{f:e}")),
+        (0u32..100_000).prop_map(|n| n.to_string()),
+        (0.0f64..1.0).prop_map(|f| format!("{f}")),
+    ]
+}
+
+/// Issue 32, point 3: every number of a chain file, given any value, is a `file:line: field`
+/// error or a chain that builds, compacts and yields every duration the servers read from
+/// it; never a panic.
+#[test]
+fn the_chain_files_numbers_never_panic() {
+    let dir = scratch_dir("fuzz-numbers");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let rt = tamp_e2e::rt();
+    let conversation = tamp_e2e::fifty_message_conversation();
+    let file = dir.join("chain.toml");
+    run(
+        "chain_numbers",
+        48,
+        prop::collection::vec((0..CHAIN_NUMBERS.len(), toml_number(), any::<bool>()), 1..6),
+        |assignments| {
+            let mut tables: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+            for (field, value, as_float) in &assignments {
+                let (table, key, float) = CHAIN_NUMBERS[*field];
+                // An integer written as a float now and then (`5.0`): a type error to name.
+                let value = if *as_float && !float && !value.contains(['.', 'e', 'n', 'i']) {
+                    format!("{value}.0")
+                } else {
+                    value.clone()
+                };
+                tables
+                    .entry(table)
+                    .or_default()
+                    .push(format!("{key} = {value}"));
+            }
+            let mut text = String::from("[store]\npath = \"store.sqlite3\"\n");
+            let stage = tables.remove("stage").unwrap_or_default();
+            if let Some(lines) = tables.remove("store") {
+                text.push_str(&lines.join("\n"));
+                text.push('\n');
+            }
+            for (table, lines) in &tables {
+                // Keys set twice are a TOML error: keep the last.
+                let mut seen = std::collections::BTreeMap::new();
+                for line in lines {
+                    seen.insert(line.split(" = ").next().unwrap().to_string(), line.clone());
+                }
+                text.push_str(&format!("\n[{table}]\n"));
+                for line in seen.values() {
+                    text.push_str(line);
+                    text.push('\n');
+                }
+            }
+            text.push_str("\n[[stage]]\nname = \"a\"\nplugin = \"strategy.so\"\n");
+            if let Some(last) = stage.last() {
+                text.push_str(last);
+                text.push('\n');
+            }
+            std::fs::write(&file, &text).unwrap();
+            match tamp_host::serve::ActiveChain::build(&file, Default::default()) {
+                Err(problem) => {
+                    prop_assert_eq!(&problem.file, &file, "{}", text);
+                    prop_assert!(!problem.message.is_empty());
+                }
+                Ok(active) => {
+                    let _ = active.proxy.compaction_timeout();
+                    let options = tamp_host::chain::CompactOptions {
+                        force: true,
+                        ..Default::default()
+                    };
+                    // Whatever the budget, the compaction ends with an answer or an error.
+                    let _ = rt.block_on(active.chain.compact(conversation.clone(), &options));
+                    let chain_file = LoadedChainFile::read(&file).unwrap();
+                    let _ = chain_file.file.provider.overall_timeout();
+                    for stage in &chain_file.file.stages {
+                        let _ = stage.get_ref().timeout();
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
 }

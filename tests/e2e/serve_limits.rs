@@ -59,7 +59,11 @@ async fn send(stream: &mut TcpStream, bytes: &[u8]) {
 /// A raw `GET /healthz` whose answer keeps the connection open.
 async fn healthz_kept_alive(server: &Server) -> TcpStream {
     let mut stream = connect(server).await;
-    send(&mut stream, b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n").await;
+    send(
+        &mut stream,
+        b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n",
+    )
+    .await;
     let answer = read_answer(&mut stream, Duration::from_secs(10))
         .await
         .expect("GET /healthz answered");
@@ -95,7 +99,7 @@ async fn idle_slowloris_and_kept_alive_connections_are_closed_after_the_header_t
     let slow = connect(&server).await;
     let (mut slow_read, mut slow_write) = slow.into_split();
     let trickle = tokio::spawn(async move {
-        let mut head = b"POST /v1/compact HTTP/1.1\r\nhost: t\r\n".to_vec();
+        let mut head = b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\n".to_vec();
         head.extend(std::iter::repeat_n(b'x', 10_000));
         for byte in head {
             if slow_write.write_all(&[byte]).await.is_err() {
@@ -143,7 +147,7 @@ async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out
     let mut stream = connect(&server).await;
     send(
         &mut stream,
-        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+        b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
           content-length: 1099511627776\r\n\r\n",
     )
     .await;
@@ -164,7 +168,7 @@ async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out
     let mut stream = connect(&server).await;
     let body = format!("{{\"conversation\": \"{}\"}}", "x".repeat(200_000));
     let head = format!(
-        "POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+        "POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
          content-length: {}\r\n\r\n",
         body.len()
     );
@@ -198,7 +202,7 @@ async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out
     let mut stream = connect(&server).await;
     send(
         &mut stream,
-        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+        b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
           content-length: 100\r\n\r\n{\"convers",
     )
     .await;
@@ -281,13 +285,13 @@ async fn sigterm_closes_idle_and_half_sent_connections_and_waits_only_for_compac
     let mut half_head = connect(&server).await;
     send(
         &mut half_head,
-        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-",
+        b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-",
     )
     .await;
     let mut half_body = connect(&server).await;
     send(
         &mut half_body,
-        b"POST /v1/compact HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+        b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
           content-length: 1000\r\n\r\n{\"conversation\": ",
     )
     .await;
@@ -346,7 +350,11 @@ async fn max_connections_holds_new_connections_until_one_closes_or_is_reaped() {
 
     // A third connection is not accepted while two are open...
     let mut third = connect(&server).await;
-    send(&mut third, b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n").await;
+    send(
+        &mut third,
+        b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n",
+    )
+    .await;
     assert!(
         read_answer(&mut third, Duration::from_millis(700))
             .await

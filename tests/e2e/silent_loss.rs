@@ -456,6 +456,81 @@ async fn a_page_altered_in_postgres_is_refused_and_pages_verify_names_it() {
     );
 }
 
+/// Issue 32, point 5: a page's id covers its messages only; its seal covers the rest. A
+/// strategy name altered on disk (same length, behind SQLite's back) is named by `tamp pages
+/// verify`, which said ok before.
+#[test]
+fn a_page_whose_strategy_was_altered_on_disk_is_named_by_pages_verify() {
+    let dir = ScratchDir::new("loss-seal");
+    let (store, pages) = compacted_store(&dir);
+    let store_arg = store.to_str().unwrap();
+    assert!(patch_bytes(&store, b"custom-strategy", b"custom-strategz") > 0);
+    let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    assert!(
+        pages.iter().all(|p| stdout.contains(p)) && stdout.contains("no longer match its seal"),
+        "{stdout}"
+    );
+}
+
+/// The same on PostgreSQL, one field per page: thread, strategy, wire format, metadata and
+/// message count; and a database from before seals is sealed when a host opens it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_field_of_a_page_in_postgres_is_checked_and_an_old_database_is_sealed() {
+    use tamp_host::store::{NewPage, PageStore, PostgresStore};
+    use tamp_plugin_api::{Message, Role};
+    let server = PgServer::shared();
+    let db = "silent_loss_seals";
+    let url = server.create_database(db);
+    let store = PostgresStore::open_unshared(&url, 2).unwrap();
+    let mut ids = Vec::new();
+    for tag in [
+        "kept", "thread", "strategy", "format", "metadata", "count", "old",
+    ] {
+        let page = NewPage {
+            thread_id: Some("t1".into()),
+            strategy: "s".into(),
+            messages: vec![Message::text(Role::User, format!("the {tag} original"))],
+            metadata_json: "{\"k\":1}".into(),
+            source_format: Some("anthropic".into()),
+        };
+        ids.push(store.put_page(page).await.unwrap());
+    }
+    drop(store);
+    // An older tamp's database: no seal column, schema version 5. Reopened, it migrates and
+    // seals its pages as they are.
+    server.psql(
+        db,
+        "ALTER TABLE pages DROP COLUMN seal; DELETE FROM tamp_schema_migrations WHERE version = 6;",
+    );
+    let store = PostgresStore::open_unshared(&url, 2).unwrap();
+    let check = store.verify_pages().await.unwrap();
+    assert_eq!((check.checked, check.damaged.len()), (7, 0), "{check:?}");
+    for (sql, id) in [
+        "UPDATE pages SET thread_id = 't2'",
+        "UPDATE pages SET strategy = 'other'",
+        "UPDATE pages SET source_format = 'openai'",
+        "UPDATE pages SET metadata_json = '{\"k\":2}'",
+        "UPDATE pages SET message_count = 2",
+        "UPDATE pages SET thread_id = NULL",
+    ]
+    .iter()
+    .zip(&ids[1..])
+    {
+        server.psql(db, &format!("{sql} WHERE id = '{id}'"));
+    }
+    let check = store.verify_pages().await.unwrap();
+    let mut damaged: Vec<&str> = check.damaged.iter().map(|d| d.id.as_str()).collect();
+    damaged.sort();
+    let mut altered: Vec<&str> = ids[1..].iter().map(String::as_str).collect();
+    altered.sort();
+    assert_eq!(damaged, altered, "{check:?}");
+    assert!(store.get_page(&ids[0]).await.is_ok());
+    let err = store.get_page(&ids[5]).await.unwrap_err();
+    assert!(err.to_string().contains("message count says 2"), "{err}");
+}
+
 // ---- item 5: `tamp pages` reads without write access ----
 
 /// The store's directory is not writable by the reader (a file handed over, a read-only

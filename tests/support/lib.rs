@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 use tamp_plugin_api::Conversation;
 
+/// A headless Chromium, installed from Debian's packages when none is there.
+pub mod browser;
 /// WebAssembly guests built from source with componentize-py and componentize-js.
 pub mod guests;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.
@@ -21,7 +23,8 @@ pub mod mock_upstream;
 pub mod postgres;
 /// Starting and driving a real `tamp serve` process.
 pub mod serve_support;
-/// Tools installed once into `target/tools/`: Prism, the official Python SDKs, PostgreSQL.
+/// Tools installed once into `target/tools/`: Prism, the official Python SDKs, PostgreSQL,
+/// Chromium.
 pub mod tools;
 
 /// Packages whose artifacts the tests load or run.
@@ -98,6 +101,22 @@ pub fn plugin(lib_name: &str) -> PathBuf {
     ));
     assert!(path.is_file(), "{} was not built", path.display());
     path
+}
+
+/// Runs `tamp args...` in `dir`, stdin closed and `TAMP_LOG` unset, and waits for it.
+pub fn run_tamp(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(tamp_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .env_remove("TAMP_LOG")
+        .output()
+        .expect("run tamp")
+}
+
+/// Output bytes as text (lossy), for assertions and their messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// The built `tamp` binary.

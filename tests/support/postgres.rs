@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tamp_host::error_text::error_chain;
 
-use crate::tools::{install_once, tools_dir};
+use crate::tools::{install_once, running_as_root, tools_dir};
 
 /// How long starting (or starting again) may take before the test fails.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -788,20 +788,6 @@ fn chown(user: &str, path: &Path) {
         path.display(),
         String::from_utf8_lossy(&out.stderr).trim()
     );
-}
-
-/// Whether this process runs as root (effective uid 0).
-fn running_as_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if let Some(line) = status.lines().find(|l| l.starts_with("Uid:")) {
-        // Real, effective, saved, filesystem.
-        return line.split_whitespace().nth(2) == Some("0");
-    }
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }
 
 /// A new scratch directory; owned by the server's user when it runs as another user (under

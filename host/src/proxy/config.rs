@@ -38,7 +38,7 @@ impl Default for ProxyConfig {
 
 impl ProxyConfig {
     pub fn compaction_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.compaction_timeout_secs)
+        crate::bounded::saturating_seconds(self.compaction_timeout_secs)
     }
 
     /// Checks the table's own rules; the error names the field (`proxy.openai: ...`).
@@ -65,14 +65,8 @@ impl ProxyConfig {
                 ));
             }
         }
-        let secs = self.compaction_timeout_secs;
-        if !(secs > 0.0 && secs < 1e9) {
-            return Err(FieldError::new(
-                "proxy",
-                "compaction_timeout_secs",
-                format!("must be a positive number of seconds, got {secs}"),
-            ));
-        }
+        crate::bounded::positive_seconds(self.compaction_timeout_secs)
+            .map_err(|message| FieldError::new("proxy", "compaction_timeout_secs", message))?;
         Ok(())
     }
 }

@@ -66,22 +66,65 @@ pub fn route(method: &Method, path: &str, headers: &HeaderMap) -> Route {
     }
 }
 
-/// The upstream URL of a request: Anthropic's base URL plus the whole path (as
-/// `ANTHROPIC_BASE_URL` is spelled, without `/v1`); the OpenAI base URL plus the path less
-/// its `/v1` (as `OPENAI_BASE_URL` is spelled, with it). The query is kept as sent.
-pub fn upstream_url(config: &ProxyConfig, provider: Provider, path_and_query: &str) -> String {
-    match provider {
-        Provider::Anthropic => {
-            format!("{}{path_and_query}", config.anthropic.trim_end_matches('/'))
-        }
+/// The upstream URL of a request: only the base changes, the request target (path and
+/// query) is forwarded as the client sent it. Anthropic's base URL is spelled without `/v1`
+/// (`ANTHROPIC_BASE_URL`): the whole target follows it. The OpenAI base URL is spelled with
+/// it (`OPENAI_BASE_URL`) and stands for the proxy's `/v1`: a target under `/v1` follows it
+/// less its `/v1`, and one outside `/v1` follows the base less its `/v1`, so it arrives
+/// upstream as it was sent, never with a `/v1` put in front.
+///
+/// The HTTP client reads a URL by the WHATWG rules, which resolve `.` and `..` segments
+/// (percent-encoded ones too) and escape some characters: `/v1/../tamp/healthz` would reach
+/// the upstream as `/tamp/healthz`. A target that would not arrive as sent is an error (the
+/// message says what it would have become): forwarded as sent, or not at all.
+pub fn upstream_url(
+    config: &ProxyConfig,
+    provider: Provider,
+    target: &str,
+) -> Result<reqwest::Url, String> {
+    let (base, rest) = match provider {
+        Provider::Anthropic => (config.anthropic.as_str(), target),
         Provider::OpenAi => {
-            let rest = path_and_query
+            let base = config.openai.trim_end_matches('/');
+            let under_v1 = target
                 .strip_prefix("/v1")
-                .filter(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
-                .unwrap_or(path_and_query);
-            format!("{}{rest}", config.openai.trim_end_matches('/'))
+                .filter(|rest| rest.is_empty() || rest.starts_with(['/', '?']));
+            match (under_v1, base.strip_suffix("/v1")) {
+                (Some(rest), _) => (base, rest),
+                (None, Some(root)) => (root, target),
+                (None, None) => {
+                    return Err(format!(
+                        "{target} is outside /v1, and the OpenAI base URL ([proxy] openai = \
+                         \"{}\") does not end in /v1, so nothing says where it goes; send \
+                         OpenAI requests under /v1",
+                        config.openai
+                    ))
+                }
+            }
         }
+    };
+    let base = base.trim_end_matches('/');
+    let base_path = reqwest::Url::parse(base)
+        .map_err(|e| format!("the upstream base URL {base}: {e}"))?
+        .path()
+        .trim_end_matches('/')
+        .to_string();
+    let url = reqwest::Url::parse(&format!("{base}{rest}"))
+        .map_err(|e| format!("{target} makes no URL under {base}: {e}"))?;
+    let wanted = format!("{base_path}{rest}");
+    let arriving = match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_string(),
+    };
+    if arriving != wanted {
+        return Err(format!(
+            "the request target {target} would reach the upstream as {} (the HTTP client \
+             resolves `.` and `..` segments, percent-encoded ones too, and escapes some \
+             characters); tamp proxy forwards a target as it was sent, or not at all",
+            &arriving[base_path.len().min(arriving.len())..]
+        ));
     }
+    Ok(url)
 }
 
 /// The proxy's own request headers (`x-tamp-thread-id`, ...): read, never forwarded.
@@ -212,22 +255,57 @@ mod tests {
             openai: "http://o.test/openai/v1".into(),
             ..ProxyConfig::default()
         };
+        let url = |provider, target| upstream_url(&config, provider, target).map(String::from);
         assert_eq!(
-            upstream_url(&config, Provider::Anthropic, "/v1/messages?beta=true"),
+            url(Provider::Anthropic, "/v1/messages?beta=true").unwrap(),
             "http://a.test/v1/messages?beta=true"
         );
         assert_eq!(
-            upstream_url(&config, Provider::OpenAi, "/v1/chat/completions"),
+            url(Provider::OpenAi, "/v1/chat/completions").unwrap(),
             "http://o.test/openai/v1/chat/completions"
         );
         assert_eq!(
-            upstream_url(&config, Provider::OpenAi, "/v1?x=1"),
+            url(Provider::OpenAi, "/v1?x=1").unwrap(),
             "http://o.test/openai/v1?x=1"
         );
+        // Outside /v1: the base less its /v1, the target as sent (no /v1 put in front).
         assert_eq!(
-            upstream_url(&config, Provider::OpenAi, "/v1beta/models"),
-            "http://o.test/openai/v1/v1beta/models"
+            url(Provider::OpenAi, "/v1beta/models").unwrap(),
+            "http://o.test/openai/v1beta/models"
         );
+        assert_eq!(
+            url(Provider::OpenAi, "/models").unwrap(),
+            "http://o.test/openai/models"
+        );
+        // Targets the HTTP client would rewrite are refused, never rewritten.
+        for target in [
+            "/v1/../tamp/healthz",
+            "/v1/%2e%2e/tamp/healthz",
+            "/v1/%2E%2e/x",
+            "/v1/./messages",
+            "/v1/messages/..",
+        ] {
+            for provider in [Provider::Anthropic, Provider::OpenAi] {
+                let e = url(provider, target).unwrap_err();
+                assert!(e.contains(target) && e.contains("as it was sent"), "{e}");
+            }
+        }
+        // Odd but kept as sent.
+        for target in [
+            "//127.0.0.1:18002/v1/models",
+            "/v1/a%2Fb?q=..&r=%2e",
+            "/v1/x;y",
+        ] {
+            let got = url(Provider::Anthropic, target).unwrap();
+            assert_eq!(got, format!("http://a.test{target}"));
+        }
+        // A base without /v1 has no place for a path outside /v1.
+        let odd = ProxyConfig {
+            openai: "http://o.test/api".into(),
+            ..ProxyConfig::default()
+        };
+        let e = upstream_url(&odd, Provider::OpenAi, "/models").unwrap_err();
+        assert!(e.contains("does not end in /v1"), "{e}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::chain::FileOverrides;
+use crate::serve::access::{self, Access};
 use crate::serve::active::ActiveChain;
 use crate::serve::api::{self, ApiError, ApiErrorCode, Gate, InFlight, PageQuery};
 use crate::serve::metrics::{self, Metrics};
@@ -43,6 +44,9 @@ pub struct ProxyOptions {
     pub listen: SocketAddr,
     /// Bytes; a compacted route's larger body is answered 413.
     pub max_body: usize,
+    /// The environment variable holding the bearer token tamp's own `/tamp/` routes (but
+    /// `/tamp/healthz`) require, as `tamp serve --auth-token-env`.
+    pub auth_token_env: Option<String>,
     /// Quiet time after a change of the chain file before it is reloaded.
     pub debounce_ms: u64,
     /// A page store file instead of the chain file's.
@@ -60,6 +64,8 @@ pub struct ProxyOptions {
 /// What every handler shares.
 struct ProxyState {
     slot: Arc<ChainSlot>,
+    /// The Host check for every route, the bearer token for tamp's own.
+    access: Arc<Access>,
     metrics: Arc<Metrics>,
     proxy_metrics: Arc<ProxyMetrics>,
     in_flight: Arc<InFlight>,
@@ -69,6 +75,10 @@ struct ProxyState {
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
 pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
+    let auth_token = match &args.auth_token_env {
+        None => None,
+        Some(name) => Some(serve_mod::auth_token(name, std::env::var(name).ok())?),
+    };
     serve_mod::warn_if_over_file_limit(args.max_connections);
     // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
     crate::loader::load_from_private_copies();
@@ -101,8 +111,15 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = serve_mod::start_batch_worker(&slot, stop_rx.clone())?;
     let in_flight = Arc::new(InFlight::default());
+    let access = Access::new(
+        args.listen.ip(),
+        auth_token,
+        access::proxy_guards,
+        Arc::clone(&slot),
+    );
     let state = Arc::new(ProxyState {
         slot,
+        access,
         metrics,
         proxy_metrics: Arc::new(ProxyMetrics::default()),
         in_flight: Arc::clone(&in_flight),
@@ -110,7 +127,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         // requests would be in the way; the upstream limits its clients.
         gate: Gate::new(
             args.max_body,
-            Duration::from_secs_f64(args.body_timeout_secs),
+            crate::bounded::saturating_seconds(args.body_timeout_secs),
             1,
             stop_rx.clone(),
         ),
@@ -152,6 +169,10 @@ fn router(state: Arc<ProxyState>) -> Router {
         .route("/tamp/metrics", get(metrics_text))
         .method_not_allowed_fallback(api::method_not_allowed)
         .fallback(proxy_request)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.access),
+            access::enforce,
+        ))
         .layer(axum::middleware::from_fn(api::close_if_body_unread))
         .with_state(state)
 }
@@ -222,8 +243,15 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
     // The chain and the `[proxy]` table are taken once: a reload does not change them under
     // this request.
     let active = state.slot.current();
-    let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let url = route::upstream_url(&active.proxy, route.provider, path_and_query);
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let url = match route::upstream_url(&active.proxy, route.provider, target) {
+        Ok(url) => url,
+        Err(message) => {
+            let mut e = ProxyError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
+            e.final_answer = true;
+            return e.into_response_for(route.provider);
+        }
+    };
     let mut extra = Vec::new();
     let body = match route.compact {
         Some(format) => match compacted_body(state, &active, &parts.headers, format, body).await {
@@ -241,7 +269,7 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
     let sent = Instant::now();
     match state
         .upstreams
-        .send(parts.method, &url, headers, body)
+        .send(parts.method, url.as_str(), headers, body)
         .await
     {
         Ok(upstream) => {

@@ -11,6 +11,9 @@ use crate::chain::{Chain, ChainError, FileOverrides};
 use crate::config::{ConfigError, LoadedChainFile, Trigger};
 use crate::store::StoreSpec;
 
+/// How many stages [`ActiveChain::summary`] names before it counts the rest.
+const SUMMARY_STAGES: usize = 8;
+
 /// A chain built from the config file, ready to serve.
 pub struct ActiveChain {
     pub chain: Chain,
@@ -27,6 +30,8 @@ pub struct ActiveChain {
     pub store_location: String,
     /// The file's `[proxy]` table (`tamp proxy` reads it per request, so it reloads too).
     pub proxy: crate::proxy::config::ProxyConfig,
+    /// The file's `[http]` table: the hosts answered beyond loopback (read per request).
+    pub http: crate::config::HttpConfig,
 }
 
 /// Why a config could not become the active chain: the file, the line where known, and
@@ -158,6 +163,7 @@ impl ActiveChain {
             build_time: started.elapsed(),
             store_location: store.location(),
             proxy: file.file.proxy.clone(),
+            http: file.file.http.clone(),
         })
     }
 
@@ -188,19 +194,25 @@ impl ActiveChain {
 
     /// One line: `chain.toml: 2 stages (a: custom-strategy 0.1.0, ...), config hash ...`.
     pub fn summary(&self) -> String {
-        let stages: Vec<String> = self
-            .stages()
+        let all = self.stages();
+        // A line, not a page: past a few stages the rest is counted (GET /v1/chain lists
+        // every one).
+        let mut named: Vec<String> = all
             .iter()
+            .take(SUMMARY_STAGES)
             .map(|s| format!("{}: {} {}", s.name, s.plugin, s.version))
             .collect();
-        let stages = if stages.is_empty() {
+        if all.len() > SUMMARY_STAGES {
+            named.push(format!("and {} more", all.len() - SUMMARY_STAGES));
+        }
+        let stages = if all.is_empty() {
             "0 stages (none: nothing is compacted)".to_string()
         } else {
             format!(
                 "{} stage{} ({})",
-                stages.len(),
-                if stages.len() == 1 { "" } else { "s" },
-                stages.join(", ")
+                all.len(),
+                if all.len() == 1 { "" } else { "s" },
+                named.join(", ")
             )
         };
         format!(

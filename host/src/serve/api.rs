@@ -35,8 +35,9 @@ use crate::wire::{self, WireFormat};
 pub struct AppState {
     pub slot: Arc<ChainSlot>,
     pub metrics: Arc<Metrics>,
-    /// The bearer token every route but `/healthz` requires, when one is configured.
-    pub auth_token: Option<String>,
+    /// The Host check and the bearer token every route but `/healthz` requires, when one
+    /// is configured (`access::serve_guards`).
+    pub access: Arc<super::access::Access>,
     pub in_flight: Arc<InFlight>,
     /// The deferred-summary worker's counters, when this server runs one.
     pub batch_metrics: Option<Arc<crate::deferred::DeferredMetrics>>,
@@ -197,6 +198,7 @@ pub enum ApiErrorCode {
     BodyTimeout,
     UriTooLong,
     Unauthorized,
+    HostNotAllowed,
     NotFound,
     MethodNotAllowed,
     UnsupportedMediaType,
@@ -207,13 +209,14 @@ pub enum ApiErrorCode {
 }
 
 impl ApiErrorCode {
-    pub const ALL: [ApiErrorCode; 13] = [
+    pub const ALL: [ApiErrorCode; 14] = [
         ApiErrorCode::InvalidRequest,
         ApiErrorCode::InvalidConversation,
         ApiErrorCode::BodyTooLarge,
         ApiErrorCode::BodyTimeout,
         ApiErrorCode::UriTooLong,
         ApiErrorCode::Unauthorized,
+        ApiErrorCode::HostNotAllowed,
         ApiErrorCode::NotFound,
         ApiErrorCode::MethodNotAllowed,
         ApiErrorCode::UnsupportedMediaType,
@@ -232,6 +235,7 @@ impl ApiErrorCode {
             ApiErrorCode::BodyTimeout => "body_timeout",
             ApiErrorCode::UriTooLong => "uri_too_long",
             ApiErrorCode::Unauthorized => "unauthorized",
+            ApiErrorCode::HostNotAllowed => "host_not_allowed",
             ApiErrorCode::NotFound => "not_found",
             ApiErrorCode::MethodNotAllowed => "method_not_allowed",
             ApiErrorCode::UnsupportedMediaType => "unsupported_media_type",
@@ -321,8 +325,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(Arc::clone(&state), limit))
         .layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
-            authorize,
+            Arc::clone(&state.access),
+            super::access::enforce,
         ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -436,56 +440,6 @@ pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .trim()
         .parse()
         .ok()
-}
-
-/// Bearer-token check. The token is compared in constant time and never logged.
-async fn authorize(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let Some(expected) = &state.auth_token else {
-        return Ok(next.run(request).await);
-    };
-    // Health checks (load balancers, orchestrators) carry no credentials.
-    if request.uri().path() == "/healthz" {
-        return Ok(next.run(request).await);
-    }
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
-    match given {
-        None => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            ApiErrorCode::Unauthorized,
-            "missing bearer token: send `Authorization: Bearer <token>`",
-        )),
-        Some(token) if !constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
-            Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                ApiErrorCode::Unauthorized,
-                "wrong bearer token",
-            ))
-        }
-        Some(_) => Ok(next.run(request).await),
-    }
-}
-
-/// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive
-/// (RFC 9110, section 11.1), and any run of spaces may separate it from the token.
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
-    let token = token.trim_start_matches([' ', '\t']);
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    // `subtle` keeps the compiler from turning the comparison into an early exit; a length
-    // that differs is answered at once (the length is no secret worth the trouble).
-    use subtle::ConstantTimeEq as _;
-    a.ct_eq(b).into()
 }
 
 async fn not_found(request: Request) -> ApiError {
@@ -890,6 +844,7 @@ mod tests {
             "body_timeout",
             "uri_too_long",
             "unauthorized",
+            "host_not_allowed",
             "not_found",
             "method_not_allowed",
             "unsupported_media_type",
@@ -900,7 +855,7 @@ mod tests {
         ] {
             assert!(names.contains(&name), "{name}");
         }
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), 14);
         for code in ApiErrorCode::ALL {
             let response =
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, "m").into_response();
@@ -1000,17 +955,6 @@ mod tests {
     }
 
     #[test]
-    fn the_bearer_scheme_is_case_insensitive() {
-        assert_eq!(bearer_token("Bearer tok"), Some("tok"));
-        assert_eq!(bearer_token("BEARER tok"), Some("tok"));
-        assert_eq!(bearer_token("bearer \t tok"), Some("tok"));
-        assert_eq!(bearer_token("Bearer"), None);
-        assert_eq!(bearer_token("Bearer   "), None);
-        assert_eq!(bearer_token("Basic dG9r"), None);
-        assert_eq!(bearer_token("Bearertok"), None);
-    }
-
-    #[test]
     fn compact_takes_json_only() {
         let with = |value: &str| {
             let mut headers = HeaderMap::new();
@@ -1091,12 +1035,5 @@ mod tests {
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
         // A body all here is still read after the shutdown began.
         assert!(gate.read_body(Body::from("{}"), None).await.is_ok());
-    }
-
-    #[test]
-    fn tokens_compare_by_content() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
     }
 }

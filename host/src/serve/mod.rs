@@ -29,6 +29,7 @@ use tower::ServiceExt as _;
 
 use crate::chain::FileOverrides;
 
+pub mod access;
 pub mod active;
 pub mod api;
 pub mod metrics;
@@ -104,6 +105,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
         store_path: args.store.clone(),
         progress: None,
         require_pins: args.require_pins,
+        check_only: false,
     };
     let config = args.config.clone();
     let first = {
@@ -125,15 +127,21 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let worker = start_batch_worker(&slot, stop_rx.clone())?;
     let in_flight = Arc::new(api::InFlight::default());
+    let access = access::Access::new(
+        args.listen.ip(),
+        auth_token,
+        access::serve_guards,
+        Arc::clone(&slot),
+    );
     let state = Arc::new(api::AppState {
         slot,
         metrics,
-        auth_token,
+        access,
         in_flight: Arc::clone(&in_flight),
         batch_metrics: worker.as_ref().map(|w| w.shared_metrics()),
         gate: api::Gate::new(
             args.max_body,
-            Duration::from_secs_f64(args.body_timeout_secs),
+            crate::bounded::saturating_seconds(args.body_timeout_secs),
             args.max_concurrent as usize,
             stop_rx.clone(),
         ),
@@ -174,7 +182,7 @@ impl ConnectionLimits {
     pub(crate) fn of(max_connections: u32, header_timeout_secs: f64) -> Self {
         ConnectionLimits {
             max_connections,
-            header_timeout: Duration::from_secs_f64(header_timeout_secs),
+            header_timeout: crate::bounded::saturating_seconds(header_timeout_secs),
         }
     }
 }
@@ -218,7 +226,7 @@ pub(crate) async fn run_until_shutdown(
     // arriving is answered 503. What is left: answers being computed or sent, and
     // compactions whose client hung up, which still run on their own tasks (their pages are
     // written as they go).
-    let grace = Duration::from_secs_f64(grace_secs.max(0.0));
+    let grace = crate::bounded::saturating_seconds(grace_secs);
     let drained = async {
         connections.all_closed().await;
         in_flight.wait_idle().await;
@@ -393,6 +401,8 @@ async fn serve_connection(
     let socket = Socket {
         stream,
         write_waiting: Arc::new(AtomicBool::new(false)),
+        answering: Arc::clone(&answering),
+        rewritten: None,
     };
     let write_waiting = Arc::clone(&socket.write_waiting);
     let service = {
@@ -488,9 +498,20 @@ impl hyper::body::Body for TrackedBody {
 
 /// A connection's socket, which remembers whether its last write had to wait: hyper then
 /// still holds answer bytes it has taken from a body already dropped.
+///
+/// It also gives hyper's own answers a body. A request hyper cannot read (a malformed head,
+/// headers past its limits, a target past 64 KiB) never reaches the router: hyper answers
+/// 400, 431 or 414 itself, with an empty body, and closes the connection. Written while no
+/// request of the connection is being answered, in exactly hyper's form, such an answer is
+/// replaced by the same status with a JSON error like every other (`hyper_error_answer`).
 struct Socket {
     stream: TcpStream,
     write_waiting: Arc<AtomicBool>,
+    /// The connection's requests being answered (see [`Answering`]).
+    answering: Arc<AtomicUsize>,
+    /// A replacement answer being written, and how much of it is: hyper's buffer is
+    /// reported written once all of it is.
+    rewritten: Option<(Vec<u8>, usize)>,
 }
 
 impl Socket {
@@ -499,6 +520,85 @@ impl Socket {
             .store(poll.is_pending(), Ordering::SeqCst);
         poll
     }
+
+    /// Starts replacing `bytes` when they are hyper's own error answer.
+    fn rewrite_if_hypers_answer(&mut self, bytes: &[u8]) {
+        if self.rewritten.is_none() && self.answering.load(Ordering::SeqCst) == 0 {
+            self.rewritten = hyper_error_answer(bytes).map(|answer| (answer, 0));
+        }
+    }
+
+    /// Writes the replacement on; `Ready(Ok(consumed))` once all of it is written.
+    fn poll_rewritten(
+        &mut self,
+        cx: &mut Context<'_>,
+        consumed: usize,
+    ) -> Poll<std::io::Result<usize>> {
+        let Socket {
+            stream, rewritten, ..
+        } = self;
+        while let Some((answer, written)) = rewritten.as_mut() {
+            if *written == answer.len() {
+                *rewritten = None;
+                break;
+            }
+            match Pin::new(&mut *stream).poll_write(cx, &answer[*written..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => *written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return self.track(Poll::Pending),
+            }
+        }
+        self.track(Poll::Ready(Ok(consumed)))
+    }
+}
+
+/// hyper's own answer to a request it could not read (`HTTP/1.1 400 Bad Request`,
+/// `431 Request Header Fields Too Large` or `414 URI Too Long`, with only `connection:
+/// close`, `content-length: 0` and `date`), as the same answer with a JSON error body;
+/// `None` for anything else.
+fn hyper_error_answer(bytes: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(bytes).ok()?.strip_suffix("\r\n\r\n")?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next()?;
+    let (code, message) = match status_line {
+        "HTTP/1.1 400 Bad Request" => (
+            "invalid_request",
+            "the request could not be read as HTTP/1.1 (a malformed request line or header)",
+        ),
+        "HTTP/1.1 431 Request Header Fields Too Large" => (
+            "invalid_request",
+            "the request's headers are more or larger than the server reads (at most 100 \
+             headers, about 400 KiB in all)",
+        ),
+        "HTTP/1.1 414 URI Too Long" => (
+            "uri_too_long",
+            "the request target is longer than the server reads (64 KiB)",
+        ),
+        _ => return None,
+    };
+    let mut date = None;
+    for line in lines {
+        match line.split_once(": ")? {
+            ("connection", "close") | ("content-length", "0") => {}
+            ("date", value) => date = Some(value),
+            _ => return None,
+        }
+    }
+    let body = serde_json::json!({"error": {"code": code, "message": message}}).to_string();
+    let mut answer = format!(
+        "{status_line}\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n",
+        body.len()
+    );
+    if let Some(date) = date {
+        answer.push_str(&format!("date: {date}\r\n"));
+    }
+    answer.push_str("\r\n");
+    answer.push_str(&body);
+    Some(answer.into_bytes())
 }
 
 impl AsyncRead for Socket {
@@ -517,6 +617,10 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        self.rewrite_if_hypers_answer(buf);
+        if self.rewritten.is_some() {
+            return self.poll_rewritten(cx, buf.len());
+        }
         let poll = Pin::new(&mut self.stream).poll_write(cx, buf);
         self.track(poll)
     }
@@ -526,6 +630,15 @@ impl AsyncWrite for Socket {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        // hyper's own answers are a short head alone.
+        if total <= 512 && self.rewritten.is_none() {
+            let head: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            self.rewrite_if_hypers_answer(&head);
+        }
+        if self.rewritten.is_some() {
+            return self.poll_rewritten(cx, total);
+        }
         let poll = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
         self.track(poll)
     }
@@ -615,6 +728,27 @@ mod tests {
                 e.contains("TAMP_TOKEN") && e.contains(says),
                 "{value:?}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn hypers_own_error_answers_get_a_json_body_and_nothing_else_is_touched() {
+        let canned = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\
+                       content-length: 0\r\ndate: Thu, 26 Nov 2026 04:44:08 GMT\r\n\r\n";
+        let answer = String::from_utf8(hyper_error_answer(canned).unwrap()).unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"));
+        assert!(head.contains("content-type: application/json"));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        assert!(head.contains("date: Thu, 26 Nov 2026 04:44:08 GMT"));
+        let body: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["error"]["code"], "invalid_request");
+        for other in [
+            &b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n\r\n"[..],
+            b"HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}",
+        ] {
+            assert_eq!(hyper_error_answer(other), None);
         }
     }
 

@@ -24,6 +24,7 @@ pub mod cache;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queue;
+mod seal;
 mod sqlite;
 pub mod threads;
 
@@ -178,6 +179,39 @@ fn url_scheme_and_host(url: &str) -> String {
         }
         None => "postgres (an unparseable connection string)".to_owned(),
     }
+}
+
+/// Opens the store `spec` names as [`open`] does, but leaves nothing behind (`tamp
+/// check-config`): a SQLite file that does not exist yet is checked to be creatable (the
+/// nearest existing directory on its path is one, and a file can be made in it: one is made
+/// and removed at once) and stood in for by a store in memory.
+pub fn open_without_creating(spec: &StoreSpec) -> Result<Store, StoreError> {
+    let StoreSpec::Sqlite { path } = spec else {
+        return open(spec);
+    };
+    if path.exists() {
+        return open(spec);
+    }
+    let location = path.display().to_string();
+    let cannot = |detail: String| StoreError::backend(&location, "open", detail);
+    let mut ancestor = path.parent();
+    while let Some(dir) = ancestor.filter(|d| !d.as_os_str().is_empty()) {
+        if dir.exists() {
+            if !dir.is_dir() {
+                return Err(cannot(format!("{} is not a directory", dir.display())));
+            }
+            let probe = dir.join(format!(".tamp-check-{}", std::process::id()));
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe)
+                .map_err(|e| cannot(format!("cannot create files in {}: {e}", dir.display())))?;
+            let _ = std::fs::remove_file(&probe);
+            break;
+        }
+        ancestor = dir.parent();
+    }
+    SqliteStore::in_memory().map(Store::of)
 }
 
 /// Opens the store `spec` names for reading only (`tamp pages list/show/verify`): a SQLite

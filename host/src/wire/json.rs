@@ -92,7 +92,48 @@ impl<'p> Path<'p> {
 
 /// Parses one level of `raw`.
 pub(crate) fn level<'a>(raw: Raw<'a>, path: &Path<'_>) -> Result<Level<'a>, WireError> {
-    serde_json::from_str(raw.get()).map_err(|e| path.error(format!("invalid JSON: {e}")))
+    serde_json::from_str(raw.get()).map_err(|e| match lone_surrogate(raw.get()) {
+        // serde_json words this after the escape that follows ("unexpected end of hex
+        // escape" for `"a\ud800b"`): say what is wrong with the string.
+        Some(escape) => path.error(format!(
+            "invalid JSON: the string holds a lone surrogate escape ({escape}), which is no \
+             text; tamp reads this string, so it must be valid Unicode (a surrogate pair, \
+             or the character itself)"
+        )),
+        None => path.error(format!("invalid JSON: {e}")),
+    })
+}
+
+/// The first `\uD800`–`\uDFFF` escape in `json` that is not half of a pair (a high
+/// surrogate followed at once by a low one), as written.
+fn lone_surrogate(json: &str) -> Option<&str> {
+    let bytes = json.as_bytes();
+    let escape_at = |i: usize| -> Option<u16> {
+        let hex = json.get(i + 2..i + 6)?;
+        (bytes.get(i) == Some(&b'\\') && bytes.get(i + 1) == Some(&b'u'))
+            .then(|| u16::from_str_radix(hex, 16).ok())
+            .flatten()
+    };
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(unit) = escape_at(i) else {
+            // `\\`, `\n`, ...: the escaped character is skipped with it.
+            i += 2;
+            continue;
+        };
+        match unit {
+            0xD800..=0xDBFF if escape_at(i + 6).is_some_and(|n| (0xDC00..=0xDFFF).contains(&n)) => {
+                i += 12;
+            }
+            0xD800..=0xDFFF => return json.get(i..i + 6),
+            _ => i += 6,
+        }
+    }
+    None
 }
 
 /// `{path}: expected {what}, found {kind}`.

@@ -186,4 +186,25 @@ fn a_string_tamp_reads_that_is_not_text_is_refused_with_its_path() {
     let e = parse_str(text, None).unwrap_err();
     assert_eq!(e.path, "messages[1].content", "{e}");
     assert!(e.message.starts_with("invalid JSON"), "{e}");
+    // Issue 32: named as what it is, wherever the surrogate sits, never as "unexpected end
+    // of hex escape" (serde_json's words for the character after it).
+    for (content, escape) in [
+        (r#""a\ud800b""#, r"\ud800"),
+        (r#""\udc00""#, r"\udc00"),
+        (r#"[{"type":"text","text":"x\uDBFF\u0041"}]"#, r"\uDBFF"),
+        (
+            r#""\\ud800 is text, \ud83d\ude00 a pair, \ud83d alone""#,
+            r"\ud83d",
+        ),
+    ] {
+        let text = format!(r#"{{"messages":[{{"role":"user","content":{content}}}]}}"#);
+        let e = parse_str(&text, None).unwrap_err();
+        assert!(e.path.starts_with("messages[0].content"), "{e}");
+        assert!(
+            e.message
+                .contains(&format!("lone surrogate escape ({escape})")),
+            "{content}: {e}"
+        );
+        assert!(!e.message.contains("hex escape"), "{e}");
+    }
 }

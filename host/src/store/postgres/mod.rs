@@ -122,6 +122,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX deferred_by_lease_owner ON deferred_items (lease_owner);",
     // 4 -> 5: thread states (see `store::threads`).
     crate::store::threads::MIGRATION_POSTGRES,
+    // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
+    "ALTER TABLE pages ADD COLUMN seal TEXT;",
 ];
 
 /// The schema version this build writes and reads.
@@ -486,7 +488,47 @@ async fn migrate(mut client: deadpool_postgres::Object) -> Result<(), Failure> {
         )
         .await?;
     }
+    if found < crate::store::seal::SEALED_SINCE {
+        seal_existing_pages(&tx).await.map_err(|e| {
+            Failure::Other(format!(
+                "seal the pages already stored: {}",
+                error_chain(&e)
+            ))
+        })?;
+    }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Seals every page without a seal (those written before schema version 6), as they are.
+async fn seal_existing_pages(
+    tx: &deadpool_postgres::Transaction<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    let rows = tx
+        .query(
+            "SELECT id, thread_id, strategy, source_format, metadata_json, message_count
+             FROM pages WHERE seal IS NULL",
+            &[],
+        )
+        .await?;
+    let update = tx
+        .prepare("UPDATE pages SET seal = $1 WHERE id = $2")
+        .await?;
+    for r in &rows {
+        let (id, thread_id, strategy): (String, Option<String>, String) =
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+        let (source_format, metadata_json, message_count): (Option<String>, String, i64) =
+            (r.try_get(3)?, r.try_get(4)?, r.try_get(5)?);
+        let row = crate::store::seal::PageRow {
+            id: &id,
+            thread_id: thread_id.as_deref(),
+            strategy: &strategy,
+            source_format: source_format.as_deref(),
+            metadata_json: &metadata_json,
+            message_count,
+        };
+        tx.execute(&update, &[&row.seal(), &id]).await?;
+    }
     Ok(())
 }
 

@@ -5,9 +5,9 @@ use futures::FutureExt;
 use tamp_plugin_api::{FfiOption, Message, Page};
 
 use super::{Failure, PostgresStore, NOW_SECS};
+use crate::store::seal::PageRow;
 use crate::store::{
-    canonical_json, decode_page_messages, page_id_of_json, NewPage, PageStore, PageSummary,
-    StoreError, StoredPage,
+    canonical_json, page_id_of_json, NewPage, PageStore, PageSummary, StoreError, StoredPage,
 };
 
 /// Pages with more messages than this are encoded off the caller's executor thread.
@@ -47,10 +47,12 @@ impl PageStore for PostgresStore {
                 // Immutable: an existing page (from this host or another) stays as it is.
                 let sql = format!(
                     "INSERT INTO pages (id, thread_id, strategy, source_format, messages_json,
-                     metadata_json, message_count, created_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, {NOW_SECS})
+                     metadata_json, message_count, created_at, seal)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, {NOW_SECS}, $8)
                      ON CONFLICT (id) DO NOTHING"
                 );
+                let row = PageRow::of_new(&id, &page);
+                let (count, seal) = (row.message_count, row.seal());
                 let stmt = client.prepare_cached(&sql).await?;
                 client
                     .execute(
@@ -62,7 +64,8 @@ impl PageStore for PostgresStore {
                             &page.source_format,
                             &json,
                             &page.metadata_json,
-                            &(page.messages.len() as i64),
+                            &count,
+                            &seal,
                         ],
                     )
                     .await?;
@@ -79,7 +82,7 @@ impl PageStore for PostgresStore {
             let stmt = client
                 .prepare_cached(
                     "SELECT thread_id, strategy, source_format, messages_json, metadata_json,
-                     created_at FROM pages WHERE id = $1",
+                     created_at, message_count, seal FROM pages WHERE id = $1",
                 )
                 .await?;
             let Some(row) = client.query_opt(&stmt, &[&id]).await? else {
@@ -91,8 +94,20 @@ impl PageStore for PostgresStore {
             let messages_json: String = row.try_get(3)?;
             let metadata_json: String = row.try_get(4)?;
             let created_at: i64 = row.try_get(5)?;
-            let messages =
-                decode_page_messages(&id, &messages_json).map_err(|detail| Failure::Corrupt {
+            let message_count: i64 = row.try_get(6)?;
+            let seal: Option<String> = row.try_get(7)?;
+            let fields = PageRow {
+                id: &id,
+                thread_id: thread_id.as_deref(),
+                strategy: &strategy,
+                source_format: source_format.as_deref(),
+                metadata_json: &metadata_json,
+                message_count,
+            };
+            // The database was migrated when it was opened: every page has a seal.
+            let messages = fields
+                .check(&messages_json, Some(seal.as_deref()))
+                .map_err(|detail| Failure::Corrupt {
                     id: id.clone(),
                     detail,
                 })?;

@@ -290,14 +290,15 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
         {
             let mut insert = tx.prepare_cached(
                 "INSERT OR IGNORE INTO pages (id, thread_id, strategy, source_format,
-                 messages_json, metadata_json, message_count, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 messages_json, metadata_json, message_count, created_at, seal)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
             for write in &batch {
                 answers.push(match write {
                     Write::Page(put) => {
                         let (id, json) = &put.encoded;
                         let page = &put.page;
+                        let row = crate::store::seal::PageRow::of_new(id, page);
                         let written = insert
                             .execute(params![
                                 id,
@@ -306,8 +307,9 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
                                 page.source_format,
                                 json,
                                 page.metadata_json,
-                                to_i64(page.messages.len() as u64),
+                                row.message_count,
                                 to_i64(now_secs()),
+                                row.seal(),
                             ])
                             .map(drop)
                             .map_err(|e| {

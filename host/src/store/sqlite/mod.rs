@@ -32,9 +32,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBeha
 use tamp_plugin_api::{FfiOption, LlmResponse, Page};
 
 use super::cache::{CacheKey, SummaryCache};
-use super::{
-    decode_page_messages, NewPage, PageStore, PageSummary, StoreError, StoredPage, Written,
-};
+use super::{seal, NewPage, PageStore, PageSummary, StoreError, StoredPage, Written};
 use group_commit::WriteQueue;
 
 /// How long an operation waits for a lock held by another connection (another process on the
@@ -75,6 +73,8 @@ const MIGRATIONS: &[&str] = &[
     queue::MIGRATION_LEASES,
     // 4 -> 5: thread states (see `store::threads`).
     super::threads::MIGRATION_SQLITE,
+    // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
+    "ALTER TABLE pages ADD COLUMN seal TEXT;",
 ];
 
 /// The schema version this build writes and reads.
@@ -100,6 +100,9 @@ pub(super) struct Inner {
     writes: WriteQueue,
     /// The background checkpointer's counts (all zero for an in-memory store).
     checkpoints: Arc<checkpoint::CheckpointStats>,
+    /// Whether the schema has page seals: false only for an older file opened read-only
+    /// (not migrated), whose pages are checked without one.
+    sealed: bool,
 }
 
 impl Inner {
@@ -275,6 +278,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints: Arc::default(),
+                sealed: version >= seal::SEALED_SINCE,
             }),
         })
     }
@@ -335,6 +339,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints,
+                sealed: true,
             }),
         })
     }
@@ -407,9 +412,46 @@ fn migrate(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
             )
         })?;
     }
+    if version < seal::SEALED_SINCE {
+        seal_existing_pages(&tx).map_err(|e| fail("seal the pages already stored", e))?;
+    }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|e| fail("migrate the schema", e))?;
     tx.commit().map_err(|e| fail("migrate the schema", e))
+}
+
+/// Seals every page without a seal (those written before schema version 6), as they are.
+fn seal_existing_pages(tx: &rusqlite::Transaction<'_>) -> Result<(), rusqlite::Error> {
+    type Row = (String, Option<String>, String, Option<String>, String, i64);
+    let rows: Vec<Row> = tx
+        .prepare(
+            "SELECT id, thread_id, strategy, source_format, metadata_json, message_count
+             FROM pages WHERE seal IS NULL",
+        )?
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut update = tx.prepare("UPDATE pages SET seal = ?1 WHERE id = ?2")?;
+    for (id, thread_id, strategy, source_format, metadata_json, message_count) in &rows {
+        let row = seal::PageRow {
+            id,
+            thread_id: thread_id.as_deref(),
+            strategy,
+            source_format: source_format.as_deref(),
+            metadata_json,
+            message_count: *message_count,
+        };
+        update.execute(params![row.seal(), id])?;
+    }
+    Ok(())
 }
 
 pub(super) fn now_secs() -> u64 {
@@ -461,16 +503,29 @@ impl PageStore for SqliteStore {
         let id = id.to_owned();
         async move {
             self.run(format!("read page {id}"), move |inner| {
-                type Row = (Option<String>, String, Option<String>, String, String, i64);
+                type Row = (
+                    Option<String>,
+                    String,
+                    Option<String>,
+                    String,
+                    String,
+                    i64,
+                    i64,
+                    Option<String>,
+                );
                 let conn = inner.conn();
                 if let Some(queued) = group_commit::queued_page(&inner.writes, &id) {
                     return Ok(queued);
                 }
+                // A file of a schema before seals, opened read-only, has no seal column.
+                let seal_column = if inner.sealed { "seal" } else { "NULL" };
                 let row: Option<Row> = conn
                     .query_row(
-                        "SELECT thread_id, strategy, source_format, messages_json,
-                                metadata_json, created_at
-                         FROM pages WHERE id = ?1",
+                        &format!(
+                            "SELECT thread_id, strategy, source_format, messages_json,
+                                    metadata_json, created_at, message_count, {seal_column}
+                             FROM pages WHERE id = ?1"
+                        ),
                         [&id],
                         |r| {
                             Ok((
@@ -480,6 +535,8 @@ impl PageStore for SqliteStore {
                                 r.get(3)?,
                                 r.get(4)?,
                                 r.get(5)?,
+                                r.get(6)?,
+                                r.get(7)?,
                             ))
                         },
                     )
@@ -496,17 +553,27 @@ impl PageStore for SqliteStore {
                     messages_json,
                     metadata_json,
                     created_at,
+                    message_count,
+                    seal,
                 )) = row
                 else {
                     return Err(StoreError::NotFound(id));
                 };
-                let messages = decode_page_messages(&id, &messages_json).map_err(|detail| {
-                    StoreError::Corrupt {
+                let fields = seal::PageRow {
+                    id: &id,
+                    thread_id: thread_id.as_deref(),
+                    strategy: &strategy,
+                    source_format: source_format.as_deref(),
+                    metadata_json: &metadata_json,
+                    message_count,
+                };
+                let messages = fields
+                    .check(&messages_json, inner.sealed.then_some(seal.as_deref()))
+                    .map_err(|detail| StoreError::Corrupt {
                         location: inner.location.clone(),
                         id: id.clone(),
                         detail,
-                    }
-                })?;
+                    })?;
                 Ok(StoredPage {
                     page: Page {
                         id: id.into(),
@@ -746,7 +813,8 @@ mod tests {
         let conn = Connection::open(path).unwrap();
         conn.execute_batch(
             "DROP TABLE llm_answers; DROP TABLE range_summaries;
-             DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
+             DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
+             ALTER TABLE pages DROP COLUMN seal;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
@@ -1109,6 +1177,103 @@ mod tests {
         assert_eq!(check.checked, 2);
         assert_eq!(check.damaged.len(), 1);
         assert_eq!(check.damaged[0].id, altered);
+    }
+
+    #[tokio::test]
+    async fn every_field_of_a_page_is_checked_and_verify_names_the_altered_ones() {
+        let store = SqliteStore::in_memory().unwrap();
+        let mut ids = Vec::new();
+        for tag in [
+            "kept", "thread", "strategy", "format", "metadata", "count", "seal",
+        ] {
+            ids.push(store.put_page(new_page(conversation(tag))).await.unwrap());
+        }
+        let alterations = [
+            "UPDATE pages SET thread_id = 'thread-2' WHERE id = ?1",
+            "UPDATE pages SET strategy = 'other' WHERE id = ?1",
+            "UPDATE pages SET source_format = 'openai' WHERE id = ?1",
+            r#"UPDATE pages SET metadata_json = '{"k":2}' WHERE id = ?1"#,
+            "UPDATE pages SET message_count = message_count + 1 WHERE id = ?1",
+            "UPDATE pages SET seal = NULL WHERE id = ?1",
+        ];
+        for (sql, id) in alterations.iter().zip(&ids[1..]) {
+            store.inner.conn().execute(sql, [id]).unwrap();
+        }
+        for (id, says) in ids[1..].iter().zip([
+            "no longer match its seal",
+            "no longer match its seal",
+            "no longer match its seal",
+            "no longer match its seal",
+            "its message count says",
+            "it has no seal",
+        ]) {
+            let err = store.get_page(id).await.unwrap_err();
+            assert!(err.is_corrupt() && err.to_string().contains(says), "{err}");
+        }
+        assert!(store.get_page(&ids[0]).await.is_ok());
+        let check = store.verify_pages().await.unwrap();
+        assert_eq!(check.checked, 7);
+        let mut damaged: Vec<&str> = check.damaged.iter().map(|d| d.id.as_str()).collect();
+        damaged.sort();
+        let mut altered: Vec<&str> = ids[1..].iter().map(String::as_str).collect();
+        altered.sort();
+        assert_eq!(damaged, altered);
+    }
+
+    /// The probe's largest pages (issue 32): 100,001 messages, and one message of 10 MB,
+    /// recovered exactly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_largest_pages_are_recovered_exactly() {
+        let store = SqliteStore::in_memory().unwrap();
+        let many: Vec<Message> = (0..100_001)
+            .map(|i| {
+                Message::text(
+                    if i % 2 == 0 {
+                        Role::User
+                    } else {
+                        Role::Assistant
+                    },
+                    format!("m{i}"),
+                )
+            })
+            .collect();
+        let big = vec![Message::text(
+            Role::User,
+            "é\u{1F600}x".repeat(10 << 20 >> 3),
+        )];
+        for messages in [many, big] {
+            let id = store.put_page(new_page(messages.clone())).await.unwrap();
+            let back = store.get_page(&id).await.unwrap().page;
+            assert_eq!(back.messages.len(), messages.len());
+            assert!(back.messages.as_slice() == messages.as_slice());
+        }
+        assert_eq!(store.verify_pages().await.unwrap().damaged, []);
+    }
+
+    #[tokio::test]
+    async fn a_store_from_before_seals_is_sealed_when_it_migrates() {
+        let dir = TempDir::new("seal-migrate");
+        let path = dir.0.join("store.sqlite3");
+        let id = version_one_store(&path, conversation("old")).await;
+        // Read without migrating: nothing to check the seal against, the rest still checked.
+        let reader = SqliteStore::open_read_only(&path).unwrap();
+        assert!(reader.get_page(&id).await.is_ok());
+        assert_eq!(reader.verify_pages().await.unwrap().damaged, []);
+        drop(reader);
+        // Migrated by a writer: sealed as it is, so a later change is seen.
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.verify_pages().await.unwrap().damaged, []);
+        store
+            .inner
+            .conn()
+            .execute(
+                "UPDATE pages SET thread_id = 'elsewhere' WHERE id = ?1",
+                [&id],
+            )
+            .unwrap();
+        let check = store.verify_pages().await.unwrap();
+        assert_eq!(check.damaged.len(), 1, "{check:?}");
+        assert!(check.damaged[0].detail.contains("seal"), "{check:?}");
     }
 
     #[tokio::test]

@@ -748,7 +748,8 @@ pub(crate) mod tests {
         {
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
-                "DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;",
+                "DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
+                 ALTER TABLE pages DROP COLUMN seal;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 2).unwrap();
@@ -986,7 +987,8 @@ pub(crate) mod tests {
                 "DROP INDEX deferred_by_lease_owner;
                  ALTER TABLE deferred_items DROP COLUMN lease_owner;
                  ALTER TABLE deferred_items DROP COLUMN lease_until_ms;
-                 DROP TABLE threads;",
+                 DROP TABLE threads;
+                 ALTER TABLE pages DROP COLUMN seal;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 3).unwrap();

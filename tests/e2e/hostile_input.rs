@@ -1,0 +1,329 @@
+//! Issue 32: what a hostile-input probe found short, through the real `tamp` binary:
+//!
+//! - a huge duration in a chain file (`timeout_secs = inf`, `1e20`, `1e300`) is a
+//!   `file:line: field` error from `check-config` and `compact`, never a panic (point 3);
+//! - the smaller findings of point 7, each in its own test below.
+//!
+//! The probe's other cases, and the test that covers each, are listed in docs/security.md
+//! ("What a hostile-input probe checks").
+
+use std::process::{Command, Stdio};
+
+use tamp_e2e::serve_support::ScratchDir;
+use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
+
+#[test]
+fn a_huge_duration_is_a_field_error_never_a_panic() {
+    let dir = ScratchDir::new("huge-duration");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let input = dir.join("input.json");
+    std::fs::write(
+        &input,
+        corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
+    )
+    .unwrap();
+    for value in ["inf", "1e20", "1e300", "nan", "-1"] {
+        for (table, line) in [
+            (
+                format!("[provider]\ntimeout_secs = {value}\n"),
+                "provider.timeout_secs",
+            ),
+            (
+                format!("[proxy]\ncompaction_timeout_secs = {value}\n"),
+                "proxy.compaction_timeout_secs",
+            ),
+            (
+                format!("[batch]\nlease_secs = {value}\n"),
+                "batch.lease_secs",
+            ),
+            (String::new(), "stage \"a\": timeout_secs"),
+        ] {
+            let stage_timeout = if table.is_empty() {
+                format!("timeout_secs = {value}\n")
+            } else {
+                String::new()
+            };
+            let config = write_chain(
+                &dir,
+                &format!(
+                    "[store]\npath = \"store.sqlite3\"\n{table}\n[[stage]]\nname = \"a\"\n\
+                     plugin = \"strategy.so\"\n{stage_timeout}"
+                ),
+            );
+            let config = config.to_str().unwrap();
+            for args in [
+                vec!["check-config", config],
+                vec!["compact", input.to_str().unwrap(), "--config", config],
+            ] {
+                let out = tamp(&args, &dir);
+                let stderr = text(&out.stderr);
+                assert_eq!(out.status.code(), Some(1), "{args:?} {value}: {stderr}");
+                assert!(!stderr.contains("panicked"), "{args:?} {value}: {stderr}");
+                assert!(
+                    stderr.starts_with(&format!("error: {config}:"))
+                        && stderr
+                            .contains(&format!("{line}: must be a positive number of seconds")),
+                    "{args:?} {value}: {stderr}"
+                );
+            }
+        }
+    }
+    // And on the command line: a flag's seconds are checked by the same rule.
+    let out = tamp(
+        &[
+            "serve",
+            "--config",
+            "x.toml",
+            "--shutdown-grace-secs",
+            "1e300",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("at most 2592000"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Point 7: a lone surrogate in text tamp reads is named as what it is.
+#[test]
+fn a_lone_surrogate_in_read_text_is_named_as_such() {
+    let dir = ScratchDir::new("lone-surrogate");
+    let input = dir.join("in.json");
+    std::fs::write(
+        &input,
+        r#"{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"a\ud800b"}]}"#,
+    )
+    .unwrap();
+    let out = tamp(&["compact", input.to_str().unwrap()], &dir);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "messages[0].content: invalid JSON: the string holds a lone surrogate escape (\\ud800)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hex escape"), "{stderr}");
+}
+
+/// Point 7: logs written to a file or a pipe carry no colour codes.
+#[test]
+fn logs_to_a_file_carry_no_colour_codes() {
+    let dir = ScratchDir::new("log-colour");
+    let log = std::fs::File::create(dir.join("tamp.log")).unwrap();
+    let root = tamp_e2e::workspace_root();
+    let status = Command::new(tamp_bin())
+        .args(["compact", "--force", "--store"])
+        .arg(dir.join("s.sqlite3"))
+        .arg(root.join("examples/conversations/ponyc-4588.anthropic.json"))
+        .env("TAMP_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let written = std::fs::read_to_string(dir.join("tamp.log")).unwrap();
+    assert!(written.contains("DEBUG"), "{written}");
+    assert!(!written.contains('\u{1b}'), "escape codes in the log file");
+}
+
+/// Point 7: `check-config` of a long chain says it on one readable line, and creates no
+/// store (the default `./.tamp` of a file without `[store]`, or any other).
+#[test]
+fn check_config_summarizes_a_long_chain_and_creates_nothing() {
+    let dir = ScratchDir::new("check-long");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let stages: String = (0..2_000)
+        .map(|i| format!("[[stage]]\nname = \"stage-{i}\"\nplugin = \"strategy.so\"\n"))
+        .collect();
+    let config = write_chain(&dir, &stages);
+    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.len() < 600, "{} bytes: {stdout}", stdout.len());
+    assert!(
+        stdout.contains("2000 stages (stage-0: custom-strategy")
+            && stdout.contains("and 1992 more"),
+        "{stdout}"
+    );
+    assert!(!dir.join(".tamp").exists(), "check-config created ./.tamp");
+    let named = write_chain(&dir, "[store]\npath = \"deep/er/s.sqlite3\"\n");
+    let out = tamp(&["check-config", named.to_str().unwrap()], &dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !dir.join("deep").exists(),
+        "check-config created the store's directory"
+    );
+    // A store that could not be created is still an error.
+    std::fs::write(dir.join("file"), "").unwrap();
+    let blocked = write_chain(&dir, "[store]\npath = \"file/s.sqlite3\"\n");
+    let out = tamp(&["check-config", blocked.to_str().unwrap()], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("is not a directory"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Point 7: `tamp batch status` reads the store and never writes it: a store that is not
+/// there is an error, not a new file.
+#[test]
+fn batch_status_opens_the_store_read_only() {
+    let dir = ScratchDir::new("batch-status");
+    let store = dir.join("none/s.sqlite3");
+    let out = tamp(
+        &["batch", "status", "--store", store.to_str().unwrap()],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("no such file"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.join("none").exists(), "batch status created the store");
+}
+
+/// Point 7: the requests hyper answers itself (a malformed head, headers past its limits, a
+/// target past 64 KiB) get a JSON error body like every other, on both servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hypers_own_answers_carry_a_json_error() {
+    use tamp_e2e::serve_support::{read_answer, Server};
+    use tokio::io::AsyncWriteExt as _;
+    let dir = ScratchDir::new("hyper-answers");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let config = write_chain(
+        &dir,
+        "[store]\npath = \"s.sqlite3\"\n[[stage]]\nname = \"a\"\nplugin = \"strategy.so\"\n",
+    );
+    let serve = Server::start(&config, &[]);
+    let proxy = Server::start_command("proxy", &config, &[], &[]);
+    let big_header = format!("x-big: {}", "a".repeat(500_000));
+    let long_target = format!("/{}", "a".repeat(70_000));
+    for server in [&serve, &proxy] {
+        for (request, status, code) in [
+            (
+                "GET /healthz HTTP/1.1\r\nhost: localhost\r\nno colon here\r\n\r\n".to_string(),
+                400,
+                "invalid_request",
+            ),
+            (
+                format!("GET /healthz HTTP/1.1\r\nhost: localhost\r\n{big_header}\r\n\r\n"),
+                431,
+                "invalid_request",
+            ),
+            (
+                format!("GET {long_target} HTTP/1.1\r\nhost: localhost\r\n\r\n"),
+                414,
+                "uri_too_long",
+            ),
+        ] {
+            let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let answer = read_answer(&mut stream, std::time::Duration::from_secs(10))
+                .await
+                .expect("an answer");
+            assert_eq!(answer.status, status);
+            assert_eq!(answer.header("content-type"), Some("application/json"));
+            assert_eq!(answer.json()["error"]["code"], code);
+        }
+    }
+}
+
+/// The probe's load case, kept: 200 compactions at once on a server whose runtime has one
+/// worker thread, every answer a valid compacted conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_compactions_on_one_thread_are_all_answered() {
+    use tamp_e2e::serve_support::Server;
+    let dir = ScratchDir::new("one-thread");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let config = write_chain(
+        &dir,
+        "[budget]\nmax_tokens = 2000\nkeep_recent = 4\n[store]\npath = \"s.sqlite3\"\n\
+         [[stage]]\nname = \"a\"\nplugin = \"strategy.so\"\n",
+    );
+    let server = std::sync::Arc::new(Server::start_with_env(
+        &config,
+        &["--max-concurrent", "256"],
+        &[("TOKIO_WORKER_THREADS", "1")],
+    ));
+    let conversation: serde_json::Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let requests = (0..200).map(|i| {
+        let server = server.clone();
+        let body = serde_json::json!({"conversation": conversation, "thread_id": format!("t{i}")});
+        tokio::spawn(async move { server.compact(&body).await })
+    });
+    for answer in futures::future::join_all(requests).await {
+        let (status, body) = answer.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body["conversation"]["messages"]
+                .as_array()
+                .is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+        assert!(body["report"]["stages"][0]["status"].is_string(), "{body}");
+    }
+}
+
+/// The probe's hang-up case, kept: a client that goes away in the middle of a streamed
+/// answer releases its stream (`tamp_proxy_streams_open` back to 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_stream_releases_it() {
+    use tamp_e2e::mock_upstream::MockUpstream;
+    use tamp_e2e::serve_support::Server;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = ScratchDir::new("hang-up");
+    let upstream = MockUpstream::start();
+    let config = write_chain(
+        &dir,
+        &format!(
+            "[store]\npath = \"s.sqlite3\"\n[proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n",
+            upstream.url(),
+            upstream.openai_url()
+        ),
+    );
+    let proxy = Server::start_command("proxy", &config, &[], &[]);
+    let open_streams = || async {
+        let metrics = reqwest::get(proxy.url("/tamp/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("tamp_proxy_streams_open "))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+            .unwrap()
+    };
+    let body =
+        r#"{"model":"m","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: k\r\n\
+         anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n\
+         x-mock-deltas: 1000\r\nx-mock-delay-ms: 20\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    let mut first = [0u8; 512];
+    let n = client.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(open_streams().await, 1.0);
+    drop(client);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while open_streams().await != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream stayed open: {}",
+            proxy.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
