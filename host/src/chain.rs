@@ -972,6 +972,16 @@ impl Chain {
                 message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
                 rule: None,
             }),
+            // An error that came at the deadline is the stage's timeout: a sandboxed guest
+            // is stopped by its own deadline, which can beat this timer when the worker is
+            // busy running the guest (the timer wheel is turned between polls).
+            Ok(Ok(FfiResult::RErr(_))) if tokio::time::Instant::now() >= deadline => {
+                Err(StageFailure {
+                    kind: StageFailureKind::Timeout,
+                    message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
+                    rule: None,
+                })
+            }
             Ok(Err(payload)) => Err(StageFailure {
                 kind: StageFailureKind::Panicked,
                 message: tamp_plugin_api::strategy::panic_message(&*payload),

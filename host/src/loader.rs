@@ -252,6 +252,16 @@ impl LoadedPlugin {
         }
     }
 
+    /// For a WebAssembly component, the bytes of linear memory its live instances hold (in
+    /// every stage that runs it); `None` for a native library, whose memory is the host's.
+    pub fn sandbox_memory_in_use(&self) -> Option<usize> {
+        match &self.code {
+            Code::Native(_) => None,
+            #[cfg(feature = "wasm")]
+            Code::Component(component) => Some(component.memory_in_use()),
+        }
+    }
+
     /// The file the library was loaded from (a private copy in `tamp serve`).
     pub fn path(&self) -> &Path {
         &self.path

@@ -47,8 +47,6 @@ mod strategy;
 
 #[cfg(feature = "wasm")]
 pub use plugin::WasmComponent;
-#[cfg(feature = "wasm")]
-pub use sandbox::memory_in_use;
 
 use std::path::Path;
 

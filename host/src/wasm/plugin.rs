@@ -2,6 +2,7 @@
 //! imports, and asked what it is.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ pub struct WasmComponent {
     pub(super) pre: PluginPre<GuestState>,
     /// The strategy's name (its pages' strategy, its log events' tag).
     pub(super) name: Arc<str>,
+    /// Bytes of linear memory and tables its live instances hold.
+    pub(super) memory_in_use: Arc<AtomicUsize>,
 }
 
 impl WasmComponent {
@@ -79,6 +82,7 @@ impl WasmComponent {
         let loading = WasmComponent {
             pre,
             name: Arc::from("(loading)"),
+            memory_in_use: Arc::default(),
         };
         let info = futures::executor::block_on(loading.info())
             .map_err(|e| other(format!("its info entry point failed: {}", e.message)))?;
@@ -99,9 +103,16 @@ impl WasmComponent {
             WasmComponent {
                 pre: loading.pre,
                 name: Arc::from(meta.name.as_str()),
+                memory_in_use: loading.memory_in_use,
             },
             meta,
         ))
+    }
+
+    /// Bytes of linear memory and tables its live instances hold (idle ones included): what
+    /// the host gets back as instances are dropped (after a trap or an overrun, at once).
+    pub fn memory_in_use(&self) -> usize {
+        self.memory_in_use.load(Ordering::Relaxed)
     }
 
     async fn info(
@@ -114,6 +125,7 @@ impl WasmComponent {
             engine,
             Arc::clone(&self.name),
             (limits.memory_mib() as usize) << 20,
+            Arc::clone(&self.memory_in_use),
         );
         store.data_mut().start_call(SETUP_DEADLINE);
         let plugin = self

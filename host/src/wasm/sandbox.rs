@@ -9,15 +9,6 @@ use std::time::{Duration, Instant};
 use tamp_plugin_api::{Conversation, ErrorKind, HostServicesBox, PluginError, Shared};
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 
-/// Bytes of linear memory and tables held by every live guest instance of the process.
-static MEMORY_IN_USE: AtomicUsize = AtomicUsize::new(0);
-
-/// Bytes of linear memory and tables every live guest instance holds: what the process
-/// returns as instances are dropped (after a trap or an overrun, at once).
-pub fn memory_in_use() -> usize {
-    MEMORY_IN_USE.load(Ordering::Relaxed)
-}
-
 /// A table element's size in the cap (wasmtime keeps a pointer per element).
 const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
 
@@ -39,8 +30,14 @@ pub(super) struct CallContext {
 }
 
 impl GuestState {
-    /// A store for one instance of a component, its memory capped at `memory_bytes`.
-    pub fn store(engine: &wasmtime::Engine, plugin: Arc<str>, memory_bytes: usize) -> Store<Self> {
+    /// A store for one instance of a component, its memory capped at `memory_bytes` and
+    /// counted in `in_use` (the component's gauge: every live instance's bytes).
+    pub fn store(
+        engine: &wasmtime::Engine,
+        plugin: Arc<str>,
+        memory_bytes: usize,
+        in_use: Arc<AtomicUsize>,
+    ) -> Store<Self> {
         let mut store = Store::new(
             engine,
             GuestState {
@@ -48,6 +45,7 @@ impl GuestState {
                 memory: MemoryCap {
                     cap: memory_bytes,
                     held: 0,
+                    in_use,
                 },
                 call: None,
                 deadline: None,
@@ -77,10 +75,11 @@ impl GuestState {
     }
 }
 
-/// The linear memory (and tables) cap of one instance, and the process-wide gauge.
+/// The linear memory (and tables) cap of one instance, and its component's gauge.
 pub(super) struct MemoryCap {
     cap: usize,
     held: usize,
+    in_use: Arc<AtomicUsize>,
 }
 
 impl MemoryCap {
@@ -94,7 +93,7 @@ impl MemoryCap {
             }));
         }
         self.held = wanted;
-        MEMORY_IN_USE.fetch_add(added, Ordering::Relaxed);
+        self.in_use.fetch_add(added, Ordering::Relaxed);
         Ok(true)
     }
 }
@@ -124,7 +123,7 @@ impl ResourceLimiter for MemoryCap {
 
 impl Drop for MemoryCap {
     fn drop(&mut self) {
-        MEMORY_IN_USE.fetch_sub(self.held, Ordering::Relaxed);
+        self.in_use.fetch_sub(self.held, Ordering::Relaxed);
     }
 }
 

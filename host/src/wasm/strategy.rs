@@ -84,8 +84,12 @@ impl Stage {
     /// A new instance, its strategy built with the stage's config.
     async fn new_guest(&self) -> Result<Guest, PluginError> {
         let engine = engine().map_err(PluginError::internal)?;
-        let mut store =
-            GuestState::store(engine, Arc::clone(&self.component.name), self.memory_bytes);
+        let mut store = GuestState::store(
+            engine,
+            Arc::clone(&self.component.name),
+            self.memory_bytes,
+            Arc::clone(&self.component.memory_in_use),
+        );
         store.data_mut().start_call(self.deadline);
         let plugin = self
             .component
