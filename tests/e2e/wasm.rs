@@ -245,17 +245,6 @@ fn broken_chain(
     )
 }
 
-/// The process's resident memory, in MiB.
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 fn two_messages() -> Conversation {
     Conversation::new(vec![
         Message::text(Role::System, "You are terse."),
@@ -267,12 +256,13 @@ fn two_messages() -> Conversation {
 fn an_endless_loop_is_stopped_at_the_stage_timeout_and_its_memory_returned() {
     let rt = tamp_e2e::rt();
     let dir = ScratchDir::new("wasm-loop");
-    let wasm = component(Guest::Misbehaving);
+    let (wasm, plugin) = own_copy(&dir, Guest::Misbehaving);
     let path = broken_chain(&dir, &wasm, "loop", 1.0, 256);
     let chain = Chain::from_file(&path, Default::default()).unwrap();
     let options = CompactOptions::default();
-    let baseline = tamp_host::wasm::memory_in_use();
-    let rss_before = rss_mib();
+    // The stage's first instance, built with its config, waits idle.
+    let idle = plugin.sandbox_memory_in_use().unwrap();
+    assert!(idle > 0);
     for _ in 0..3 {
         let started = Instant::now();
         let out = rt
@@ -289,23 +279,27 @@ fn an_endless_loop_is_stopped_at_the_stage_timeout_and_its_memory_returned() {
         );
         assert_eq!(out.conversation.messages, two_messages().messages);
     }
-    // Each looping instance (48 MiB and more) was dropped with its memory.
-    assert_eq!(tamp_host::wasm::memory_in_use(), baseline);
-    let rss_after = rss_mib();
-    assert!(
-        rss_after < rss_before + 48.0,
-        "resident memory went from {rss_before:.0} to {rss_after:.0} MiB"
-    );
+    // Each looping instance (48 MiB and more) was dropped with its memory, the first one too.
+    assert_eq!(plugin.sandbox_memory_in_use(), Some(0));
+}
+
+/// A copy of `guest` in `dir`, and the component loaded from it: a plugin of its own (the
+/// loader keeps one per file), so that its memory gauge counts this test's instances alone.
+fn own_copy(dir: &Path, guest: Guest) -> (PathBuf, Arc<LoadedPlugin>) {
+    let wasm = dir.join("guest.wasm");
+    std::fs::copy(component(guest), &wasm).unwrap();
+    let plugin = load_plugin(&wasm).unwrap();
+    (wasm, plugin)
 }
 
 #[test]
 fn a_memory_bomb_stops_at_the_cap() {
     let rt = tamp_e2e::rt();
     let dir = ScratchDir::new("wasm-bomb");
-    let wasm = component(Guest::Misbehaving);
+    let (wasm, plugin) = own_copy(&dir, Guest::Misbehaving);
     let path = broken_chain(&dir, &wasm, "bomb", 60.0, 96);
     let chain = Chain::from_file(&path, Default::default()).unwrap();
-    let baseline = tamp_host::wasm::memory_in_use();
+    assert!(plugin.sandbox_memory_in_use().unwrap() > 0);
     let mut conversation = two_messages();
     conversation
         .messages
@@ -328,7 +322,8 @@ fn a_memory_bomb_stops_at_the_cap() {
         started.elapsed()
     );
     assert_eq!(out.conversation.messages, conversation.messages);
-    assert_eq!(tamp_host::wasm::memory_in_use(), baseline);
+    // The instance that hit the cap is gone with its memory.
+    assert_eq!(plugin.sandbox_memory_in_use(), Some(0));
 }
 
 /// `bytes` with every `from` replaced by `to` (the same length).
@@ -593,9 +588,10 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
         ("rolled_back", "invariant"),
         "{answer:#}"
     );
-    assert_eq!(
-        answer["report"]["stages"][0]["error"]["rule"],
-        "TAMP-INV-03"
+    let rule = answer["report"]["stages"][0]["error"]["rule"].as_str();
+    assert!(
+        rule.is_some_and(|r| r.starts_with("TAMP-INV-03 ")),
+        "{answer:#}"
     );
     // An endless loop: stopped at its 1 s timeout.
     reload_to("loop").await;

@@ -101,8 +101,27 @@ fn built(guest: Guest) -> PathBuf {
             Guest::JsTemplate => build_js(&app, &partial)?,
             _ => build_python(&app, &partial)?,
         }
-        std::fs::rename(&partial, &out).map_err(|e| format!("{}: {e}", out.display()))
+        std::fs::rename(&partial, &out).map_err(|e| format!("{}: {e}", out.display()))?;
+        remove_older_builds(&dir, guest, &key);
+        Ok(())
     })
+}
+
+/// Removes the builds of `guest` from sources other than `key`'s (some 20 MB each): a
+/// source changed since, and no test asks for them again.
+fn remove_older_builds(dir: &Path, guest: Guest, key: &str) {
+    let prefix = format!("{}-", guest.name());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let built_by_us = name.ends_with(".wasm") || name.ends_with(".compiled");
+        if built_by_us && name.starts_with(&prefix) && !name.contains(key) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// A key for the build of `sources` (files or directories, walked) with the `pins` toolchain.
@@ -218,7 +237,11 @@ fn build_python(app: &Path, out: &Path) -> Result<(), String> {
 fn build_js(app: &Path, out: &Path) -> Result<(), String> {
     let root = workspace_root();
     run(
+        // componentize-js maps its working directory to the guest's `/` while it runs the
+        // app's top level, so the app's relative imports (`../tamp-guest.js`) resolve only
+        // within it: from the root, as docs/writing-a-plugin.md builds it.
         Command::new(componentize_js())
+            .current_dir(&root)
             .arg(app.join("app.js"))
             .arg("--wit")
             .arg(root.join("plugin-abi/wit"))

@@ -6,13 +6,13 @@ sends, so that the kit fails exactly that check's rule:
 
 | `misbehave` | what it does | when | the rule it fails |
 | --- | --- | --- | --- |
-| `loop` | takes 48 MiB, then loops forever | a conversation of at most two messages | TAMP-EDGE-01 (within the time limit) |
+| `loop` | takes 48 MiB, then loops forever | a conversation of two messages (a system prompt and a user message) | TAMP-EDGE-01 (within the time limit) |
 | `bomb` | allocates without end | a message over 1 MB | TAMP-EDGE-02 |
-| `trap` | recurses until the guest's stack overflows (a trap, not a Python exception) | a conversation of more than two messages, all ASCII | TAMP-ERR-01 |
+| `trap` | calls `abort()`, which traps (`unreachable`; not a Python exception) | a conversation of more than two messages, all ASCII | TAMP-ERR-01 |
 | `break` | summarizes through the protected tail | whenever there is something to compact | TAMP-INV-03 |
 """
 
-import sys
+import os
 
 import tamp_guest as tamp
 
@@ -42,7 +42,7 @@ class Misbehaving(tamp.Strategy):
         if self.misbehave is None:
             return tamp.unchanged("a guest that returns no edits")
         messages = c.messages
-        if self.misbehave == "loop" and len(messages) <= 2:
+        if self.misbehave == "loop" and len(messages) == 2:
             held = bytearray(48 << 20)
             while held:
                 pass
@@ -51,8 +51,9 @@ class Misbehaving(tamp.Strategy):
             while True:
                 hoard.append(bytearray(8 << 20))
         if self.misbehave == "trap" and len(messages) > 2 and all(_text(m).isascii() for m in messages):
-            sys.setrecursionlimit(10_000_000)
-            _deeper(0)
+            # abort() in a WebAssembly guest executes `unreachable`: a trap, which no Python
+            # code can catch.
+            os.abort()
         if self.misbehave == "break" and len(c.compactable) > 0 and c.compactable.stop < len(messages):
             start = c.compactable.start
             return tamp.with_edits(
@@ -72,10 +73,6 @@ def _text(message) -> str:
         elif isinstance(block, tamp.ContentBlock_ToolUse):
             parts.append(block.value.input_json)
     return "".join(parts)
-
-
-def _deeper(n):
-    return _deeper(n + 1) + 1
 
 
 Strategy = tamp.export(Misbehaving)
