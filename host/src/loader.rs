@@ -859,8 +859,9 @@ fn load_component(
     trust.check_pin(path, &sha256)?;
     #[cfg(feature = "wasm")]
     {
-        static COMPONENTS: OnceLock<Mutex<HashMap<(PathBuf, String), Arc<LoadedPlugin>>>> =
-            OnceLock::new();
+        /// Components loaded, by canonical path and the SHA-256 of their bytes.
+        type Components = HashMap<(PathBuf, String), Arc<LoadedPlugin>>;
+        static COMPONENTS: OnceLock<Mutex<Components>> = OnceLock::new();
         let mut loaded = COMPONENTS
             .get_or_init(Default::default)
             .lock()

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tamp_conformance::{KitReport, Status};
+use tamp_conformance::Status;
 use tamp_e2e::guests::{component, Guest};
 use tamp_e2e::serve_support::{chain_stage_names, write_atomically, ScratchDir, Server};
 use tamp_e2e::{corpus, corpus_conversation, corpus_names, plugin, tamp_bin, write_chain};
@@ -30,29 +30,7 @@ use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Message, Role, Shared};
 
-/// Every check but the SHOULD rule and the 5 MB message, as the native broken variants are
-/// checked (`conformance.rs`).
-const ALL_BUT_SLOW: &str = "TAMP-META-01,TAMP-CFG-01,TAMP-CFG-02,TAMP-INV-01,TAMP-INV-02,\
-    TAMP-INV-03,TAMP-INV-04,TAMP-INV-05,TAMP-INV-06,TAMP-INV-07,TAMP-INV-09,TAMP-ERR-01,\
-    TAMP-EDGE-01,TAMP-EDGE-03,TAMP-CONC-01,TAMP-INV-10";
-
-fn kit_json(plugin: &Path, args: &[&str]) -> (i32, KitReport) {
-    let out = Command::new(tamp_bin())
-        .arg("conformance")
-        .arg(plugin)
-        .args(["--format", "json"])
-        .args(args)
-        .output()
-        .expect("run tamp conformance");
-    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
-    let report = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "the JSON report parses ({e}):\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().expect("tamp exits"), report)
-}
+use crate::conformance::{kit_json, ALL_BUT_SLOW};
 
 #[test]
 fn the_python_and_javascript_templates_conform() {

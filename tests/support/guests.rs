@@ -9,7 +9,7 @@ use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::tools::{install_once, tools_dir};
+use crate::tools::{install_once, python_venv, tools_dir};
 use crate::workspace_root;
 
 /// The Python guest toolchain (PyPI).
@@ -163,34 +163,12 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) {
 
 /// componentize-py in a virtual environment of its own in `target/tools/componentize-py`.
 fn componentize_py() -> PathBuf {
-    let dir = tools_dir("componentize-py");
-    let bin = dir.join("venv/bin/componentize-py");
-    let ready = dir.join("installed.txt");
-    if std::fs::read_to_string(&ready).is_ok_and(|had| had != COMPONENTIZE_PY) {
-        let _ = std::fs::remove_file(&ready);
-    }
-    install_once(&dir, &ready, COMPONENTIZE_PY, || {
-        let venv = dir.join("venv");
-        let _ = std::fs::remove_dir_all(&venv);
-        run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            "the WebAssembly guest tests need Python 3 with venv to install componentize-py",
-        )?;
-        run(
-            Command::new(venv.join("bin/python"))
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .arg(COMPONENTIZE_PY),
-            "pip install componentize-py from PyPI",
-        )?;
-        std::fs::write(&ready, COMPONENTIZE_PY).map_err(|e| e.to_string())
-    });
-    bin
+    python_venv(
+        "componentize-py",
+        &[COMPONENTIZE_PY],
+        "the WebAssembly guest tests need Python 3 with venv to install componentize-py",
+    )
+    .join("bin/componentize-py")
 }
 
 /// componentize-js installed with npm into `target/tools/componentize-js`.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};
+use wasmtime::Store;
 
 use super::bindings::{Plugin, PluginPre};
 use super::engine::engine;
@@ -115,24 +116,35 @@ impl WasmComponent {
         self.memory_in_use.load(Ordering::Relaxed)
     }
 
-    async fn info(
+    /// A new instance in a store of its own, its memory capped at `memory_bytes` and its
+    /// first call (the caller's) due within `deadline`.
+    pub(super) async fn instance(
         &self,
-    ) -> Result<super::bindings::tamp::strategy::types::PluginInfo, tamp_plugin_api::PluginError>
-    {
+        memory_bytes: usize,
+        deadline: Duration,
+    ) -> Result<(Store<GuestState>, Plugin), tamp_plugin_api::PluginError> {
         let engine = engine().map_err(tamp_plugin_api::PluginError::internal)?;
-        let limits = WasmLimits::default();
         let mut store = GuestState::store(
             engine,
             Arc::clone(&self.name),
-            (limits.memory_mib() as usize) << 20,
+            memory_bytes,
             Arc::clone(&self.memory_in_use),
         );
-        store.data_mut().start_call(SETUP_DEADLINE);
+        store.data_mut().start_call(deadline);
         let plugin = self
             .pre
             .instantiate_async(&mut store)
             .await
             .map_err(|e| failure(&e))?;
+        Ok((store, plugin))
+    }
+
+    async fn info(
+        &self,
+    ) -> Result<super::bindings::tamp::strategy::types::PluginInfo, tamp_plugin_api::PluginError>
+    {
+        let memory_bytes = (WasmLimits::default().memory_mib() as usize) << 20;
+        let (mut store, plugin) = self.instance(memory_bytes, SETUP_DEADLINE).await?;
         plugin
             .tamp_strategy_strategy()
             .call_info(&mut store)

@@ -20,7 +20,7 @@ use wasmtime::Store;
 
 use super::bindings::exports::tamp::strategy::strategy as wit;
 use super::bindings::Plugin;
-use super::engine::{engine, TICK};
+use super::engine::TICK;
 use super::plugin::WasmComponent;
 use super::sandbox::{failure, CallContext, GuestState};
 use super::{convert, WasmLimits};
@@ -83,20 +83,10 @@ impl WasmComponent {
 impl Stage {
     /// A new instance, its strategy built with the stage's config.
     async fn new_guest(&self) -> Result<Guest, PluginError> {
-        let engine = engine().map_err(PluginError::internal)?;
-        let mut store = GuestState::store(
-            engine,
-            Arc::clone(&self.component.name),
-            self.memory_bytes,
-            Arc::clone(&self.component.memory_in_use),
-        );
-        store.data_mut().start_call(self.deadline);
-        let plugin = self
+        let (mut store, plugin) = self
             .component
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| failure(&e))?;
+            .instance(self.memory_bytes, self.deadline)
+            .await?;
         plugin
             .tamp_strategy_strategy()
             .call_new_strategy(&mut store, &self.config_json)
