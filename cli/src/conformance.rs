@@ -16,8 +16,8 @@ pub enum OutputFormat {
 /// `tamp conformance` arguments.
 #[derive(Debug, Clone, Args)]
 #[command(
-    about = "Check a plugin library against tamp's plugin specification (docs/plugin-spec.md).",
-    long_about = "Check a plugin library against tamp's plugin specification \
+    about = "Check a plugin (a library or a WebAssembly component) against tamp's plugin specification (docs/plugin-spec.md).",
+    long_about = "Check a plugin (a `.so` library or a `.wasm` component) against tamp's plugin specification \
         (docs/plugin-spec.md), rule by rule. Each check runs in its own process, so a plugin \
         that aborts or hangs fails that check instead of stopping the kit. Conversations are \
         generated from --seed (both wire formats); a failure prints the rule, the message at \
@@ -26,10 +26,11 @@ pub enum OutputFormat {
         one fails, 2 on a usage error.\n\n\
         Examples:\n  tamp conformance target/debug/libtamp_custom_strategy.so\n  \
         tamp conformance libmy_plugin.so --config '{\"group_size\": 4}' --format junit > conformance.xml\n  \
-        tamp conformance libmy_plugin.so --seed 7 --only TAMP-INV-01"
+        tamp conformance libmy_plugin.so --seed 7 --only TAMP-INV-01\n  \
+        tamp conformance my_strategy.wasm --timeout 60"
 )]
 pub struct ConformanceArgs {
-    /// The plugin library to check.
+    /// The plugin to check: a library (`.so`) or a WebAssembly component (`.wasm`).
     pub plugin: PathBuf,
     /// The stage config to check the plugin with: JSON, or @file with JSON in it (default:
     /// the plugin's default config).

@@ -148,7 +148,8 @@ struct CompactArgs {
 enum PluginsCommand {
     /// Name, version, description, config schema and default config of a plugin.
     Describe {
-        /// A plugin file, or a name looked up like a chain file's `plugin = "..."`.
+        /// A plugin file (a `.so` library or a `.wasm` component), or a name looked up like a
+        /// chain file's `plugin = "..."`.
         plugin: String,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -165,7 +166,8 @@ enum PluginsCommand {
         replacement), at start and at every reload of tamp serve. See docs/security.md."
     )]
     Hash {
-        /// A plugin file, or a name looked up like a chain file's `plugin = "..."`.
+        /// A plugin file (a `.so` library or a `.wasm` component), or a name looked up like a
+        /// chain file's `plugin = "..."`.
         plugin: String,
     },
     /// List the plugins in a directory (default: next to this executable and TAMP_PLUGIN_PATH).
@@ -438,6 +440,13 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
                 out!("version:     {}", meta.version);
                 out!("description: {}", meta.description);
                 out!("plugin-api:  {}", meta.plugin_api_version);
+                out!(
+                    "kind:        {}",
+                    match p.kind() {
+                        "wasm" => "WebAssembly component (sandboxed)",
+                        _ => "native library",
+                    }
+                );
                 out!("file:        {}", p.path().display());
                 out!(
                     "default config:\n{}",
@@ -476,6 +485,7 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
                 for path in paths.iter().filter(|p| {
                     p.extension()
                         .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+                        || tamp_host::wasm::is_component_path(p)
                 }) {
                     match tamp_host::loader::load_plugin(path) {
                         Ok(p) => {

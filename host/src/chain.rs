@@ -402,22 +402,44 @@ impl ChainBuilder {
     /// Adds a stage: validates `config` against the plugin's schema, then instantiates it.
     /// The error says which field is at fault.
     pub fn stage(
-        mut self,
+        self,
         name: &str,
         plugin: Arc<LoadedPlugin>,
         config: serde_json::Value,
         trigger: Trigger,
         timeout: Duration,
     ) -> Result<Self, StageConfigError> {
+        self.sandboxed_stage(
+            name,
+            plugin,
+            config,
+            trigger,
+            timeout,
+            &crate::wasm::WasmLimits::default(),
+        )
+    }
+
+    /// [`ChainBuilder::stage`], a WebAssembly component's instances held to `limits`.
+    pub fn sandboxed_stage(
+        mut self,
+        name: &str,
+        plugin: Arc<LoadedPlugin>,
+        config: serde_json::Value,
+        trigger: Trigger,
+        timeout: Duration,
+        limits: &crate::wasm::WasmLimits,
+    ) -> Result<Self, StageConfigError> {
         validate_against_schema(&plugin.meta().config_schema, &config)?;
-        let strategy = plugin.instantiate(&config).map_err(|e| StageConfigError {
-            path: Vec::new(),
-            message: format!(
-                "plugin {} refused the config: {}",
-                plugin.meta().name,
-                e.message
-            ),
-        })?;
+        let strategy = plugin
+            .instantiate_stage(&config, limits, timeout)
+            .map_err(|e| StageConfigError {
+                path: Vec::new(),
+                message: format!(
+                    "plugin {} refused the config: {}",
+                    plugin.meta().name,
+                    e.message
+                ),
+            })?;
         self.stages.push(Stage {
             name: name.to_string(),
             config_hash: config_hash(&config),
@@ -662,13 +684,15 @@ impl Chain {
                 allow_dirs: allow_dirs.clone(),
             };
             let plugin = load_trusted(&path, &trust).map_err(|e| stage_error(&e))?;
+            let limits = stage.wasm.unwrap_or_default().over(cfg.plugins.wasm);
             builder = builder
-                .stage(
+                .sandboxed_stage(
                     &stage.name,
                     plugin,
                     stage.config_json(),
                     stage.trigger,
                     stage.timeout(),
+                    &limits,
                 )
                 .map_err(|e| {
                     file.error(
@@ -993,6 +1017,16 @@ impl Chain {
                 message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
                 rule: None,
             }),
+            // An error that came at the deadline is the stage's timeout: a sandboxed guest
+            // is stopped by its own deadline, which can beat this timer when the worker is
+            // busy running the guest (the timer wheel is turned between polls).
+            Ok(Ok(FfiResult::RErr(_))) if tokio::time::Instant::now() >= deadline => {
+                Err(StageFailure {
+                    kind: StageFailureKind::Timeout,
+                    message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
+                    rule: None,
+                })
+            }
             Ok(Err(payload)) => Err(StageFailure {
                 kind: StageFailureKind::Panicked,
                 message: tamp_plugin_api::strategy::panic_message(&*payload),

@@ -630,6 +630,9 @@ pub struct PluginsConfig {
     /// refused before it is loaded. Relative to the chain file's directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_dirs: Option<Vec<PathBuf>>,
+    /// `[plugins.wasm]`: the sandbox's limits for every WebAssembly stage.
+    #[serde(skip_serializing_if = "crate::wasm::WasmLimits::is_unset")]
+    pub wasm: crate::wasm::WasmLimits,
 }
 
 /// Whether `pin` is a SHA-256 as `tamp plugins hash` prints it: 64 hex digits.
@@ -670,6 +673,9 @@ pub struct StageFile {
     /// The plugin's config, validated against the plugin's JSON Schema.
     #[serde(default)]
     pub config: Option<Spanned<toml::Table>>,
+    /// The sandbox's limits for this stage's WebAssembly component, over `[plugins.wasm]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<crate::wasm::WasmLimits>,
 }
 
 fn default_stage_timeout() -> f64 {
@@ -677,6 +683,11 @@ fn default_stage_timeout() -> f64 {
 }
 
 impl StageFile {
+    /// A stage's time limit when the chain file sets none.
+    pub fn default_timeout() -> Duration {
+        bounded::saturating_seconds(default_stage_timeout())
+    }
+
     /// The stage's time limit (`timeout_secs`, checked when the file was read).
     pub fn timeout(&self) -> Duration {
         bounded::saturating_seconds(self.timeout_secs)
@@ -818,6 +829,31 @@ impl LoadedChainFile {
                     format!("stage \"{}\": timeout_secs: {message}", s.name),
                 ));
             }
+            if let Some(limits) = &s.wasm {
+                let index = i.to_string();
+                let at = |key: &str| {
+                    let path = ["stage", index.as_str(), "wasm", key];
+                    let path = if key.is_empty() {
+                        &path[..3]
+                    } else {
+                        &path[..]
+                    };
+                    key_line(&self.source, path).or(line)
+                };
+                if let Err(e) = limits.validate("wasm") {
+                    return Err(self.error(at(e.key), format!("stage \"{}\": {e}", s.name)));
+                }
+                if !crate::wasm::is_component_path(Path::new(&s.plugin)) {
+                    return Err(self.error(
+                        at(""),
+                        format!(
+                            "stage \"{}\": wasm: limits for a WebAssembly component, and this \
+                             stage's plugin is not one (a `.wasm` file)",
+                            s.name
+                        ),
+                    ));
+                }
+            }
             if let Some(pin) = s.sha256.as_deref().filter(|p| !is_sha256_hex(p)) {
                 return Err(self.error(
                     line,
@@ -829,6 +865,16 @@ impl LoadedChainFile {
                 ));
             }
         }
+        self.file
+            .plugins
+            .wasm
+            .validate("plugins.wasm")
+            .map_err(|e| {
+                self.error(
+                    key_line(&self.source, &["plugins", "wasm", e.key]),
+                    e.to_string(),
+                )
+            })?;
         if self
             .file
             .plugins

@@ -13,11 +13,13 @@
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
 //!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
 //! - [`eval`]: `tamp eval`, chains compared side by side.
+//! - [`wasm`]: strategies as WebAssembly components (the runtime is the `wasm` feature).
 //!
-//! Features (all on by default): `http-providers` (the Anthropic and OpenAI clients),
+//! Features (on by default): `http-providers` (the Anthropic and OpenAI clients),
 //! `postgres` (the shared PostgreSQL store), `deferred` (the Message Batches worker) and
 //! `serve` ([`serve`]: `tamp serve`, the HTTP API with hot reload; [`proxy`]: `tamp proxy`,
-//! the providers' own APIs with every request compacted).
+//! the providers' own APIs with every request compacted). Off by default: `wasm`, sandboxed
+//! strategies as WebAssembly components under wasmtime, which costs minutes of build.
 
 pub mod bounded;
 pub mod chain;
@@ -44,6 +46,7 @@ pub mod signals;
 pub mod store;
 pub mod threads;
 pub mod tokens;
+pub mod wasm;
 pub mod wire;
 
 pub use tamp_plugin_api as plugin_api;

@@ -147,7 +147,14 @@ pub struct LoadedPlugin {
     /// loading (private copies); `None` for a library loaded in place.
     sha256: Option<String>,
     meta: PluginMeta,
-    module: PluginModuleRef,
+    code: Code,
+}
+
+/// What runs a plugin's strategies: a library's root module, or a WebAssembly component.
+enum Code {
+    Native(PluginModuleRef),
+    #[cfg(feature = "wasm")]
+    Component(Arc<crate::wasm::WasmComponent>),
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -168,6 +175,9 @@ impl LoadedPlugin {
     /// [`load_plugin`] to load a file that may have changed since.
     pub fn load(path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
         let stamp = regular_file_stamp(path)?;
+        if crate::wasm::is_component_path(path) {
+            return load_component(path, path, stamp, &PluginTrust::default());
+        }
         Self::load_as(path, path, stamp, stamp.to_string(), None)
     }
 
@@ -211,8 +221,45 @@ impl LoadedPlugin {
             identity,
             sha256,
             meta,
-            module,
+            code: Code::Native(module),
         }))
+    }
+
+    /// A WebAssembly component loaded from `source` (its bytes hashed to `sha256`).
+    #[cfg(feature = "wasm")]
+    pub(crate) fn component(
+        source: &Path,
+        sha256: String,
+        meta: PluginMeta,
+        component: crate::wasm::WasmComponent,
+    ) -> Arc<LoadedPlugin> {
+        Arc::new(LoadedPlugin {
+            path: source.to_path_buf(),
+            source: source.to_path_buf(),
+            identity: format!("sha256:{}", &sha256[..32]),
+            sha256: Some(sha256),
+            meta,
+            code: Code::Component(Arc::new(component)),
+        })
+    }
+
+    /// `native` (a shared library) or `wasm` (a WebAssembly component, sandboxed).
+    pub fn kind(&self) -> &'static str {
+        match self.code {
+            Code::Native(_) => "native",
+            #[cfg(feature = "wasm")]
+            Code::Component(_) => "wasm",
+        }
+    }
+
+    /// For a WebAssembly component, the bytes of linear memory its live instances hold (in
+    /// every stage that runs it); `None` for a native library, whose memory is the host's.
+    pub fn sandbox_memory_in_use(&self) -> Option<usize> {
+        match &self.code {
+            Code::Native(_) => None,
+            #[cfg(feature = "wasm")]
+            Code::Component(component) => Some(component.memory_in_use()),
+        }
     }
 
     /// The file the library was loaded from (a private copy in `tamp serve`).
@@ -248,8 +295,28 @@ impl LoadedPlugin {
         &self,
         config: &serde_json::Value,
     ) -> Result<StrategyBox, tamp_plugin_api::PluginError> {
-        let json = config.to_string();
-        (self.module.new_strategy())(json.as_str().into()).into_result()
+        let stage_default = crate::config::StageFile::default_timeout();
+        self.instantiate_stage(config, &crate::wasm::WasmLimits::default(), stage_default)
+    }
+
+    /// [`LoadedPlugin::instantiate`] for a chain stage: a component's instances get the
+    /// sandbox's `limits` and the stage's `timeout` as each call's deadline (a native
+    /// plugin ignores both).
+    pub fn instantiate_stage(
+        &self,
+        config: &serde_json::Value,
+        limits: &crate::wasm::WasmLimits,
+        timeout: std::time::Duration,
+    ) -> Result<StrategyBox, tamp_plugin_api::PluginError> {
+        match &self.code {
+            Code::Native(module) => {
+                let _ = (limits, timeout);
+                let json = config.to_string();
+                (module.new_strategy())(json.as_str().into()).into_result()
+            }
+            #[cfg(feature = "wasm")]
+            Code::Component(component) => component.instantiate(config, limits, timeout),
+        }
     }
 }
 
@@ -281,13 +348,7 @@ fn load_module(path: &Path) -> Result<PluginModuleRef, LoadError> {
 /// than the host's (a plugin may only rely on host services this host has).
 fn check_plugin_api_version(path: &Path, plugin_version: &str) -> Result<(), LoadError> {
     let host_version = PLUGIN_API_VERSION;
-    let parse = |v: &str| semver::Version::parse(v).ok();
-    let compatible = match (parse(plugin_version), parse(host_version)) {
-        (Some(p), Some(h)) if p.major == 0 && h.major == 0 => p.minor == h.minor,
-        (Some(p), Some(h)) => p.major == h.major && p.minor <= h.minor,
-        _ => false,
-    };
-    if compatible {
+    if versions_compatible(plugin_version, host_version) {
         Ok(())
     } else {
         Err(LoadError::IncompatibleVersion {
@@ -295,6 +356,17 @@ fn check_plugin_api_version(path: &Path, plugin_version: &str) -> Result<(), Loa
             plugin_version: plugin_version.to_string(),
             host_version: host_version.to_string(),
         })
+    }
+}
+
+/// tamp's rule for a plugin built against `plugin_version` on a host of `host_version` (see
+/// `check_plugin_api_version`; a WebAssembly component's WIT world follows it too).
+pub(crate) fn versions_compatible(plugin_version: &str, host_version: &str) -> bool {
+    let parse = |v: &str| semver::Version::parse(v).ok();
+    match (parse(plugin_version), parse(host_version)) {
+        (Some(p), Some(h)) if p.major == 0 && h.major == 0 => p.minor == h.minor,
+        (Some(p), Some(h)) => p.major == h.major && p.minor <= h.minor,
+        _ => false,
     }
 }
 
@@ -373,15 +445,18 @@ pub fn plugin_search_dirs(base_dir: &Path, search_dirs: &[PathBuf]) -> Vec<PathB
     dirs
 }
 
-/// Resolves a chain file's `plugin = "..."`: a path (containing `/` or ending in `.so`,
-/// relative to `base_dir`), or a name looked up as `lib<name>.so` (dashes as underscores) in
-/// [`plugin_search_dirs`].
+/// Resolves a chain file's `plugin = "..."`: a path (containing `/` or ending in `.so` or
+/// `.wasm`, relative to `base_dir`), or a name looked up as `lib<name>.so` (dashes as
+/// underscores) in [`plugin_search_dirs`].
 pub fn resolve_plugin(
     spec: &str,
     base_dir: &Path,
     search_dirs: &[PathBuf],
 ) -> Result<PathBuf, LoadError> {
-    if spec.contains('/') || spec.ends_with(std::env::consts::DLL_SUFFIX) {
+    if spec.contains('/')
+        || spec.ends_with(std::env::consts::DLL_SUFFIX)
+        || crate::wasm::is_component_path(Path::new(spec))
+    {
         let path = base_dir.join(spec);
         return regular_file_stamp(&path).map(|_| path);
     }
@@ -648,7 +723,7 @@ impl PluginTrust {
     }
 
     /// Refuses bytes whose SHA-256 (`actual`) is not the pinned one.
-    fn check_pin(&self, path: &Path, actual: &str) -> Result<(), LoadError> {
+    pub(crate) fn check_pin(&self, path: &Path, actual: &str) -> Result<(), LoadError> {
         match &self.sha256 {
             Some(pinned) if !pinned.eq_ignore_ascii_case(actual) => Err(LoadError::PinMismatch {
                 path: path.to_path_buf(),
@@ -712,6 +787,9 @@ pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin
     // was checked cannot lead elsewhere.
     trust.check_dir(path, &canonical)?;
     let stamp = regular_file_stamp(&canonical)?;
+    if crate::wasm::is_component_path(&canonical) {
+        return load_component(path, &canonical, stamp, trust);
+    }
     // Held across the load: two chains naming the same new file load it once.
     let mut reg = registry();
     if let Some(p) = reg.by_stamp.get(&(canonical.clone(), stamp)) {
@@ -768,6 +846,47 @@ pub fn load_trusted(path: &Path, trust: &PluginTrust) -> Result<Arc<LoadedPlugin
     Ok(plugin)
 }
 
+/// A WebAssembly component: no dynamic linker is involved, so no private copy is needed. Its
+/// bytes are read and hashed (the pin is checked on them), then compiled from them
+/// (`crate::wasm`); the same bytes at the same path load once.
+fn load_component(
+    path: &Path,
+    canonical: &Path,
+    stamp: FileStamp,
+    trust: &PluginTrust,
+) -> Result<Arc<LoadedPlugin>, LoadError> {
+    let (bytes, sha256) = read_stable(canonical, stamp)?;
+    trust.check_pin(path, &sha256)?;
+    #[cfg(feature = "wasm")]
+    {
+        /// Components loaded, by canonical path and the SHA-256 of their bytes.
+        type Components = HashMap<(PathBuf, String), Arc<LoadedPlugin>>;
+        static COMPONENTS: OnceLock<Mutex<Components>> = OnceLock::new();
+        let mut loaded = COMPONENTS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = (canonical.to_path_buf(), sha256);
+        if let Some(plugin) = loaded.get(&key) {
+            return Ok(Arc::clone(plugin));
+        }
+        let (component, meta) = crate::wasm::WasmComponent::load(canonical, &bytes, &key.1)?;
+        let plugin = LoadedPlugin::component(canonical, key.1.clone(), meta, component);
+        loaded.insert(key, Arc::clone(&plugin));
+        Ok(plugin)
+    }
+    #[cfg(not(feature = "wasm"))]
+    {
+        let _ = bytes;
+        Err(LoadError::NotAPlugin {
+            path: path.to_path_buf(),
+            detail: crate::wasm::unsupported()
+                .unwrap_or("a WebAssembly component")
+                .to_string(),
+        })
+    }
+}
+
 /// The file's bytes and their SHA-256 (64 hex digits), refusing a file that changed while it
 /// was read (a `cp` still writing it): the next change event retries.
 fn read_stable(path: &Path, stamp: FileStamp) -> Result<(Vec<u8>, String), LoadError> {
@@ -788,7 +907,7 @@ fn read_stable(path: &Path, stamp: FileStamp) -> Result<(Vec<u8>, String), LoadE
 /// Creates `dir` for this user alone, or checks that it is so. Libraries are loaded from the
 /// copies in it, so whoever could write it could put other code under a pinned stage (the
 /// name under the temporary directory is predictable).
-fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};

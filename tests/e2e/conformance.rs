@@ -11,8 +11,10 @@ use tamp_conformance::{KitReport, Status};
 use tamp_e2e::{plugin, tamp_bin};
 
 /// Every check but the 5 MB message and the SHOULD rule, for the broken variants: the rules
-/// they could break by accident are all here, and the run stays short.
-const ALL_BUT_SLOW: &str = "TAMP-META-01,TAMP-CFG-01,TAMP-CFG-02,TAMP-INV-01,TAMP-INV-02,\
+/// they could break by accident are all here, and the run stays short (the WebAssembly
+/// fixtures' checks too, `wasm.rs`).
+pub(crate) const ALL_BUT_SLOW: &str =
+    "TAMP-META-01,TAMP-CFG-01,TAMP-CFG-02,TAMP-INV-01,TAMP-INV-02,\
     TAMP-INV-03,TAMP-INV-04,TAMP-INV-05,TAMP-INV-06,TAMP-INV-07,TAMP-INV-09,TAMP-ERR-01,\
     TAMP-EDGE-01,TAMP-EDGE-03,TAMP-CONC-01,TAMP-INV-10,TAMP-INV-11,TAMP-INV-12,TAMP-INV-13";
 
@@ -29,7 +31,8 @@ fn kit(plugin: &Path, args: &[&str]) -> (i32, String) {
     (code, stdout)
 }
 
-fn kit_json(plugin: &Path, args: &[&str]) -> (i32, KitReport) {
+/// `tamp conformance` with `args` and `--format json`: the exit code and the parsed report.
+pub(crate) fn kit_json(plugin: &Path, args: &[&str]) -> (i32, KitReport) {
     let mut all = vec!["--format", "json"];
     all.extend_from_slice(args);
     let (code, stdout) = kit(plugin, &all);

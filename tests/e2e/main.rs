@@ -31,4 +31,5 @@ mod silent_loss;
 mod summary_cache;
 mod threads;
 mod tool_result_clearing;
+mod wasm;
 mod wire_formats;

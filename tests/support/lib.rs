@@ -13,6 +13,8 @@ use tamp_plugin_api::Conversation;
 pub mod agent_upstream;
 /// A headless Chromium, installed from Debian's packages when none is there.
 pub mod browser;
+/// WebAssembly guests built from source with componentize-py and componentize-js.
+pub mod guests;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.
 pub mod local_server;
 /// Local servers speaking the providers' wire formats (Anthropic Messages, OpenAI Chat Completions).
@@ -83,6 +85,9 @@ pub fn ensure_built() -> &'static Path {
         for p in PACKAGES {
             cmd.args(["-p", p]);
         }
+        // The binary runs WebAssembly strategies too (the tests build tamp-host with `wasm`,
+        // so this is the same tamp-host build, not a second one).
+        cmd.args(["--features", "tamp-cli/wasm"]);
         let status = cmd.status().expect("run cargo build");
         assert!(status.success(), "cargo build of the test plugins failed");
         dir

@@ -78,25 +78,33 @@ pub const PYTHON_SDKS: &[&str] = &["anthropic==2.10.0", "openai==3.54.0"];
 /// The Python of a virtual environment in `target/tools/python-sdks` holding
 /// [`PYTHON_SDKS`], created (with `python3 -m venv`, then `pip install` from PyPI) if absent.
 pub fn python_with_sdks() -> PathBuf {
-    let dir = tools_dir("python-sdks");
-    let python = dir.join("venv/bin/python");
+    python_venv(
+        "python-sdks",
+        PYTHON_SDKS,
+        "the proxy tests need Python 3 with venv (e.g. `apt-get install python3-venv`) to \
+         install the official SDKs",
+    )
+    .join("bin/python")
+}
+
+/// A virtual environment in `target/tools/<name>/venv` holding `pins`, created (with
+/// `python3 -m venv`, then `pip install` from PyPI) if absent or made with other pins. `why`
+/// says what needs it, for a machine without Python's venv.
+pub fn python_venv(name: &str, pins: &[&str], why: &str) -> PathBuf {
+    let dir = tools_dir(name);
+    let venv = dir.join("venv");
     // Written last: a venv whose pip install died half-way is not taken for a finished one.
     let ready = dir.join("installed.txt");
-    let pins = PYTHON_SDKS.join("\n");
-    if std::fs::read_to_string(&ready).is_ok_and(|had| had != pins) {
+    let pins_text = pins.join("\n");
+    if std::fs::read_to_string(&ready).is_ok_and(|had| had != pins_text) {
         // Other versions: installed again over them.
         let _ = std::fs::remove_file(&ready);
     }
-    install_once(&dir, &ready, "the Python SDKs", || {
-        let venv = dir.join("venv");
+    install_once(&dir, &ready, &pins_text, || {
         let _ = std::fs::remove_dir_all(&venv);
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv), why)?;
         run(
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-            "the proxy tests need Python 3 with venv (e.g. `apt-get install python3-venv`) to \
-             install the official SDKs",
-        )?;
-        run(
-            Command::new(&python)
+            Command::new(venv.join("bin/python"))
                 .args([
                     "-m",
                     "pip",
@@ -104,12 +112,12 @@ pub fn python_with_sdks() -> PathBuf {
                     "--quiet",
                     "--disable-pip-version-check",
                 ])
-                .args(PYTHON_SDKS),
-            "pip install of the official SDKs from PyPI",
+                .args(pins),
+            &format!("pip install of {pins_text} from PyPI"),
         )?;
-        std::fs::write(&ready, &pins).map_err(|e| e.to_string())
+        std::fs::write(&ready, &pins_text).map_err(|e| e.to_string())
     });
-    python
+    venv
 }
 
 /// The coding agents the agent tests run through `tamp proxy`, pinned like the SDKs. Both npm

@@ -45,6 +45,9 @@ pub enum Mode {
     /// Only wait: three LLM calls at once through the host, then return the conversation
     /// unchanged (measures the async plumbing, with no work of its own).
     AwaitLlm,
+    /// Return no edits, having read no more than its compactable range (the benches' native
+    /// stage that does nothing, beside a WebAssembly one).
+    Nothing,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -143,6 +146,13 @@ impl Strategy for Misbehaving {
                 unreachable!()
             }
             Mode::Error => return Err(PluginError::internal("misbehaving: asked to fail")),
+            Mode::Nothing => {
+                return Ok(CompactOutcome::unchanged(format!(
+                    "{} of {} messages compactable; nothing done",
+                    range.len(),
+                    messages.len()
+                )))
+            }
             Mode::DropMessage => {
                 // A summary of a page that does not hold the message it stands for.
                 if range.is_empty() {

@@ -1,0 +1,306 @@
+"""tamp's guest SDK for Python: a compaction strategy as a WebAssembly component.
+
+A strategy subclasses `Strategy`, and the app module binds the class componentize-py
+looks for to `export(...)` of it::
+
+    import tamp_guest as tamp
+
+    class Noop(tamp.Strategy):
+        NAME = "noop"
+        VERSION = "0.1.0"
+        DESCRIPTION = "Leaves every conversation as it is."
+
+        def compact(self, c):
+            return tamp.unchanged("nothing to do")
+
+    Strategy = tamp.export(Noop)
+
+It is built with componentize-py against tamp's WIT package (`plugin-abi/wit`), with
+`--stub-wasi`: the host gives a guest no filesystem, network, environment or clock, only the
+functions of `tamp:strategy/host`, which this module wraps (`count_tokens`, `complete`, ...).
+See docs/writing-a-plugin.md, "A WebAssembly strategy".
+
+The conversation arrives as the WIT types of `wit_world.imports.types`, re-exported here
+(`Message`, `ContentBlock_ToolResult`, ...). `compactable` is the range of messages a stage
+may change (the native SDK's `sdk::compactable_range`, computed by the host).
+"""
+
+import json
+import sys
+import traceback
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.imports import host as _host
+from wit_world.imports import types
+from wit_world.imports.types import (  # noqa: F401  (re-exported for strategies)
+    Budget,
+    ClearEdit,
+    CompactOutcome,
+    ContentBlock_Opaque,
+    ContentBlock_Text,
+    ContentBlock_ToolResult,
+    ContentBlock_ToolUse,
+    Edit_Clear,
+    Edit_Finalize,
+    Edit_Replace,
+    Edit_Summarize,
+    ErrorKind,
+    FinalizeEdit,
+    LlmRequest,
+    LlmResponse,
+    Message,
+    ReplaceEdit,
+    Role,
+    Span,
+    StageReport,
+    SummarizeEdit,
+    SummaryStatus,
+    TextBlock,
+    ToolResult,
+    ToolResultPart_Opaque,
+    ToolResultPart_Text,
+    ToolUse,
+)
+
+from . import clearing  # noqa: F401  (tamp_guest.clearing)
+from .template import render_template  # noqa: F401
+
+
+class PluginError(Exception):
+    """An error the strategy returns: the stage is rolled back and the report says why."""
+
+    def __init__(self, kind: ErrorKind, message: str):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def invalid_config(message: str) -> PluginError:
+    return PluginError(ErrorKind.INVALID_CONFIG, message)
+
+
+def invalid_input(message: str) -> PluginError:
+    return PluginError(ErrorKind.INVALID_INPUT, message)
+
+
+def internal(message: str) -> PluginError:
+    return PluginError(ErrorKind.INTERNAL, message)
+
+
+class Compaction:
+    """A stage's input: the conversation (`messages`, `message_count`), the budget, the
+    stage's name, and `compactable`, the `range` of messages the stage may change.
+
+    The messages are copied from the host when first read (`messages` reads them all;
+    `read(start, end)` a slice): a stage that decides from the budget alone pays nothing for
+    a long conversation."""
+
+    __slots__ = ("message_count", "budget", "stage", "thread_id", "compactable", "_messages")
+
+    def __init__(self, request):
+        self.message_count = request.message_count
+        self.budget = request.budget
+        self.stage = request.stage
+        self.thread_id = request.thread_id
+        self.compactable = range(request.compactable.start, request.compactable.end)
+        self._messages = None
+
+    @property
+    def messages(self) -> list:
+        """Every input message, read from the host once."""
+        if self._messages is None:
+            self._messages = _host.input_messages(0, self.message_count)
+        return self._messages
+
+    def read(self, start: int, end: int) -> list:
+        """Input messages `start..end`."""
+        if self._messages is not None:
+            return self._messages[start:end]
+        return _host.input_messages(start, end)
+
+    def message_tokens(self, start: int, end: int) -> list:
+        """Tokens of each input message in `start..end`, as the host counts them."""
+        return _host.input_message_tokens(start, end)
+
+    def page_id(self, start: int, end: int = None) -> str:
+        """The id of the page that holds exactly input messages `start..end` (`start`
+        alone when `end` is omitted)."""
+        try:
+            return _host.input_page_id(start, start + 1 if end is None else end)
+        except Err as e:
+            raise PluginError(e.value.kind, e.value.message) from None
+
+
+class Strategy:
+    """What a strategy defines: `NAME` (lowercase letters, digits, `-`, `_`), `VERSION`
+    (semver), `DESCRIPTION`, `CONFIG_SCHEMA` (a JSON Schema, as a dict) and
+    `DEFAULT_CONFIG`; `__init__(config)` checks the config (raise `invalid_config`), and
+    `compact(compaction)` returns an outcome (`unchanged`, `with_edits`)."""
+
+    NAME = ""
+    VERSION = "0.1.0"
+    DESCRIPTION = ""
+    CONFIG_SCHEMA = {"type": "object", "additionalProperties": False}
+    DEFAULT_CONFIG = {}
+
+    def __init__(self, config: dict):
+        if config:
+            raise invalid_config(f"this strategy takes no config, got {sorted(config)}")
+
+    def compact(self, compaction: Compaction) -> CompactOutcome:
+        raise NotImplementedError
+
+
+def unchanged(reason: str) -> CompactOutcome:
+    """The stage did nothing, for `reason`."""
+    return CompactOutcome([], StageReport(False, reason, [], ""))
+
+
+def with_edits(edits, reason: str, warnings=(), details=None) -> CompactOutcome:
+    """The stage asks for `edits` (`Edit_*` values): it acted, for `reason`."""
+    details_json = (json.dumps(details, separators=(",", ":"), sort_keys=True)
+                    if details is not None else "")
+    return CompactOutcome(list(edits), StageReport(True, reason, list(warnings), details_json))
+
+
+def summarize(start: int, end: int, text: str, metadata=None) -> Edit_Summarize:
+    """Replace messages `start..end` by a final summary `text`; the host archives them."""
+    metadata_json = json.dumps(metadata, separators=(",", ":")) if metadata is not None else ""
+    return Edit_Summarize(SummarizeEdit(Span(start, end), text, SummaryStatus.FINAL, metadata_json))
+
+
+# ------------------------------------------------------------------------------------------
+# Host services. Each is valid while `compact` runs (the host traps a call at any other
+# time), but `log`, which works from `__init__` too.
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in `text`, with the chain's tokenizer."""
+    return _host.count_tokens(text)
+
+
+def count_message_tokens(messages) -> int:
+    """Tokens of `messages` as the host counts them against the budget."""
+    return _host.count_message_tokens(list(messages))
+
+
+def complete(system: str, prompt: str, max_output_tokens: int, label: str = "",
+             temperature=None, response_schema=None) -> LlmResponse:
+    """One LLM call through the host (its provider, retries, timeout and cache); raises
+    `PluginError` when it fails."""
+    schema = json.dumps(response_schema) if response_schema is not None else None
+    request = LlmRequest(system, prompt, max_output_tokens, temperature, schema, label)
+    try:
+        return _host.complete(request)
+    except Err as e:
+        raise PluginError(e.value.kind, e.value.message) from None
+
+
+def archive_page(messages, metadata=None) -> str:
+    """Archives `messages` under this strategy's name; returns the page id."""
+    metadata_json = json.dumps(metadata, separators=(",", ":")) if metadata is not None else ""
+    try:
+        return _host.archive_page(list(messages), metadata_json)
+    except Err as e:
+        raise PluginError(e.value.kind, e.value.message) from None
+
+
+def progress(done: int, total: int, message: str) -> None:
+    _host.progress(done, total, message)
+
+
+class _Log:
+    def error(self, message: str) -> None:
+        _host.log(_host.LogLevel.ERROR, message)
+
+    def warn(self, message: str) -> None:
+        _host.log(_host.LogLevel.WARN, message)
+
+    def info(self, message: str) -> None:
+        _host.log(_host.LogLevel.INFO, message)
+
+    def debug(self, message: str) -> None:
+        _host.log(_host.LogLevel.DEBUG, message)
+
+
+log = _Log()
+
+
+class _ToLog:
+    """`print` and tracebacks go to the host's log: a guest has no stdout (its WASI is
+    stubbed), and writing there would trap."""
+
+    def __init__(self, level):
+        self._level = level
+        self._line = ""
+
+    def write(self, text: str) -> int:
+        self._line += text
+        while "\n" in self._line:
+            line, self._line = self._line.split("\n", 1)
+            if line:
+                _host.log(self._level, line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------------
+# The export componentize-py calls.
+
+
+def _error(e: BaseException) -> Err:
+    """Any exception that is not a `PluginError` is a bug in the strategy: reported as
+    `panicked` with its traceback, as the native SDK reports a panic."""
+    if isinstance(e, PluginError):
+        return Err(types.PluginError(e.kind, e.message))
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__)).strip()
+    return Err(types.PluginError(ErrorKind.PANICKED, text))
+
+
+def export(strategy_class):
+    """The class componentize-py exports for `strategy_class`: bind it to `Strategy` in the
+    app module (`Strategy = tamp_guest.export(MyStrategy)`)."""
+
+    class _Export(exports.Strategy):
+        # One strategy per component instance: the host builds it once with the stage's
+        # config, then runs one `compact` at a time on this instance.
+        _instance = None
+
+        def info(self):
+            return types.PluginInfo(
+                strategy_class.NAME,
+                strategy_class.VERSION,
+                strategy_class.DESCRIPTION,
+                json.dumps(strategy_class.CONFIG_SCHEMA),
+                json.dumps(strategy_class.DEFAULT_CONFIG),
+            )
+
+        def new_strategy(self, config_json: str) -> None:
+            sys.stdout = _ToLog(_host.LogLevel.INFO)
+            sys.stderr = _ToLog(_host.LogLevel.WARN)
+            try:
+                config = json.loads(config_json)
+            except ValueError as e:
+                raise Err(types.PluginError(ErrorKind.INVALID_CONFIG, f"config is not JSON: {e}"))
+            if not isinstance(config, dict):
+                raise Err(types.PluginError(
+                    ErrorKind.INVALID_CONFIG,
+                    f"config: expected an object, got {type(config).__name__}",
+                ))
+            try:
+                _Export._instance = strategy_class(config)
+            except BaseException as e:  # noqa: BLE001 (every failure becomes an error)
+                raise _error(e) from None
+
+        def compact(self, request):
+            if _Export._instance is None:
+                raise Err(types.PluginError(ErrorKind.INTERNAL, "compact before new-strategy"))
+            try:
+                return _Export._instance.compact(Compaction(request))
+            except BaseException as e:  # noqa: BLE001
+                raise _error(e) from None
+
+    return _Export
