@@ -747,14 +747,17 @@ mod tests {
                 "chain",
                 "config",
                 "deferred",
+                "loader",
                 "providers",
                 "proxy",
                 "serve",
                 "services",
+                "wasm",
             ],
-            "config.rs assembles the sections whose types providers/ and proxy/ take from it \
-             (each section's type beside its component, point 1); proxy/ runs on serve/'s \
-             server pieces (host/src/http/, point 2)",
+            "config.rs assembles the sections whose types providers/, proxy/ and wasm/ take \
+             from it, and loader/ and wasm/ (which share the private copy of a plugin file) \
+             take the stage's defaults from it (each section's type beside its component, \
+             point 1); proxy/ runs on serve/'s server pieces (host/src/http/, point 2)",
         ),
         (
             "",
