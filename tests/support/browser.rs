@@ -13,10 +13,10 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::tools::{install_once, running_as_root, tools_dir};
+use crate::tools::{apt_install, install_once, running_as_root, tools_dir};
 
 /// Debian's package: the headless shell alone (no X11, no GTK), about 100 MB with its
 /// libraries.
@@ -93,36 +93,7 @@ fn install_debian_package() -> Result<PathBuf, String> {
         "tamp tests: no headless Chromium on PATH; installing Debian's {DEBIAN_PACKAGE} with \
          apt-get (running as root)"
     );
-    let apt = |args: &[&str]| {
-        let out = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("{how}: cannot run apt-get: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{how}: apt-get {} failed ({}): {}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    };
-    // Another apt-get (an unattended upgrade, another test run) may hold dpkg's lock.
-    let wait = "DPkg::Lock::Timeout=300";
-    apt(&["-o", wait, "update", "-qq"])?;
-    apt(&[
-        "-o",
-        wait,
-        "install",
-        "-y",
-        "-qq",
-        "--no-install-recommends",
-        DEBIAN_PACKAGE,
-    ])?;
+    apt_install(DEBIAN_PACKAGE).map_err(|e| format!("{how}: {e}"))?;
     let installed = on_path().ok_or_else(|| {
         format!("{how}: apt-get installed {DEBIAN_PACKAGE}, but no {NAMES:?} is on PATH")
     })?;

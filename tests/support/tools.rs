@@ -5,8 +5,9 @@
 //! them. Several test binaries run at once, so an install holds a lock file; the others wait
 //! for it.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 /// `target/tools/<name>`.
@@ -102,7 +103,22 @@ pub fn python_venv(name: &str, pins: &[&str], why: &str) -> PathBuf {
     }
     install_once(&dir, &ready, &pins_text, || {
         let _ = std::fs::remove_dir_all(&venv);
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv), why)?;
+        let make_venv = || run(Command::new("python3").args(["-m", "venv"]).arg(&venv), why);
+        if let Err(no_venv) = make_venv() {
+            // Debian's python3 lacks venv's ensurepip until python3-venv is installed: the
+            // tests install it themselves, as root, as they do the browser.
+            if !running_as_root() {
+                return Err(no_venv);
+            }
+            let _ = std::fs::remove_dir_all(&venv);
+            let _ = writeln!(
+                std::io::stderr(),
+                "tamp tests: python3 -m venv failed; installing Debian's python3-venv with \
+                 apt-get (running as root)"
+            );
+            apt_install("python3-venv").map_err(|e| format!("{no_venv}; then {e}"))?;
+            make_venv()?;
+        }
         run(
             Command::new(venv.join("bin/python"))
                 .args([
@@ -278,4 +294,34 @@ pub fn running_as_root() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
+}
+
+/// `apt-get update` then `apt-get install --no-install-recommends <package>`, for what the tests
+/// install from Debian's repositories when they run as root and it is missing. Waits for
+/// dpkg's lock, which another apt-get (an unattended upgrade, another test run) may hold.
+pub fn apt_install(package: &str) -> Result<(), String> {
+    if Command::new("apt-get").arg("--version").output().is_err() {
+        return Err(format!("{package}: no apt-get on this machine"));
+    }
+    let apt = |args: &[&str]| {
+        let out = Command::new("apt-get")
+            .args(["-o", "DPkg::Lock::Timeout=300"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run apt-get: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "apt-get {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    apt(&["update", "-qq"])?;
+    apt(&["install", "-y", "-qq", "--no-install-recommends", package])
 }
