@@ -131,7 +131,7 @@ impl AgentUpstream {
 
     /// `http://127.0.0.1:PORT/v1`: OpenAI's base URL.
     pub fn openai_url(&self) -> String {
-        format!("{}/v1", self.server.url())
+        self.server.openai_url()
     }
 
     /// The text the task ends with.

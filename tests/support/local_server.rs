@@ -53,6 +53,11 @@ impl LocalServer {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    /// `http://127.0.0.1:PORT/v1`: the base URL OpenAI's SDKs and agents take.
+    pub fn openai_url(&self) -> String {
+        format!("{}/v1", self.url())
+    }
 }
 
 impl Drop for LocalServer {

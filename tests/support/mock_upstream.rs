@@ -113,7 +113,7 @@ impl MockUpstream {
 
     /// `http://127.0.0.1:PORT/v1`: OpenAI's base URL.
     pub fn openai_url(&self) -> String {
-        format!("{}/v1", self.server.url())
+        self.server.openai_url()
     }
 
     pub fn received(&self) -> Vec<Received> {
