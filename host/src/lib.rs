@@ -39,6 +39,8 @@ mod module_graph;
 pub mod providers;
 pub mod proxy;
 pub mod rules;
+#[cfg(test)]
+mod scratch;
 #[cfg(feature = "serve")]
 pub mod serve;
 pub mod services;

@@ -390,14 +390,7 @@ mod tests {
     use std::sync::Arc;
 
     fn scratch(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "tamp-record-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join("answers.jsonl")
+        crate::scratch::dir(&format!("record-{tag}")).join("answers.jsonl")
     }
 
     fn structured_request() -> LlmRequest {

@@ -715,10 +715,7 @@ mod tests {
     }
 
     fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tamp-scripted-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::scratch::dir(&format!("scripted-{name}"))
     }
 
     const EXAMPLE: &str = r#"{ "default": {"text": "summary"},
