@@ -378,11 +378,10 @@ impl Ledger {
             return self;
         }
         if fixed_cost > cap_tokens {
-            // Not even the header and the note fit (a span barely larger than its summary):
-            // no ledger. Everything it would list is in this summary's page.
-            return Ledger::default();
+            // Not even the groups' headers fit (a span barely larger than its summary):
+            // every entry moves out, and the note alone says how many.
+            return self.all_moved_out(cap_tokens, count);
         }
-        let carried_counts = (self.moved, self.fixed, self.unread) != (0, 0, 0);
         let target = cap_tokens * 3 / 4;
         for kinds in [
             &[Kind::Error][..],
@@ -399,9 +398,16 @@ impl Ledger {
             }
             self.move_out_of(kinds, n);
         }
-        if self.groups.is_empty() && !carried_counts {
-            // Every entry moved out, and nothing earlier to count: its messages are in this
-            // summary's own page, and a note alone would only cost tokens.
+        self
+    }
+
+    /// Every entry moved out: the ledger is its header and the note that counts them, so the
+    /// summary still says how many entries its page holds. Only a cap too small for those two
+    /// lines leaves no ledger at all (the page holds every message either way).
+    fn all_moved_out(mut self, cap_tokens: u64, count: &dyn Fn(&str) -> u64) -> Ledger {
+        let n = self.entries().count();
+        self.move_out_of(&[Kind::Error, Kind::File, Kind::User, Kind::Decision], n);
+        if count(HEADER) + count(&self.note_with(self.moved)) > cap_tokens {
             return Ledger::default();
         }
         self
@@ -723,6 +729,26 @@ mod tests {
         let kinds: Vec<(Kind, usize)> = bounded.entries().map(|e| (e.kind, e.message)).collect();
         assert_eq!(kinds, [(Kind::Decision, 0), (Kind::User, 3)]);
         assert_eq!(bounded.moved, 3);
+    }
+
+    #[test]
+    fn when_every_entry_moves_out_the_note_still_counts_them() {
+        let messages = session(1, 6);
+        let ledger = Ledger::for_span(&messages, 0..messages.len());
+        assert_eq!(ledger.entries().count(), 6);
+        // A line a token: the header and the note fit, the group's header does not.
+        let lines = |_: &str| 1;
+        let bounded = ledger.clone().bounded(2, &lines);
+        assert_eq!((bounded.entries().count(), bounded.moved), (0, 6));
+        let text = bounded.render();
+        assert!(text.starts_with(HEADER), "{text}");
+        assert!(text.ends_with(&format!("(6 {MOVED_NOTE})")), "{text}");
+        // Read back from the summary, the count carries on.
+        let summary = attach("n", &bounded);
+        let later = vec![summary_message(&summary, "pg_a", "s", SummaryStatus::Final)];
+        assert_eq!(Ledger::for_span(&later, 0..1).moved, 6);
+        // Too small for even those two lines: no ledger.
+        assert!(ledger.bounded(1, &lines).is_empty());
     }
 
     #[test]
