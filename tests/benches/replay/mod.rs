@@ -488,7 +488,8 @@ pub fn budget() -> BudgetConfig {
 
 /// The plugins that append a ledger to their summaries (`sdk::ledger`).
 /// `TAMP_BENCH_NO_LEDGER=1` turns it off in their stages (`ledger = { enabled = false }`),
-/// to measure what it costs.
+/// to measure what it costs; `TAMP_BENCH_LEDGER_SHARE=0.1` sets its cap
+/// (`ledger = { max_share = 0.1 }`), to weigh a cap against that cost.
 pub const LEDGER_PLUGINS: [&str; 3] = [
     "tamp_map_reduce_adaptive",
     "tamp_anchored_structured",
@@ -510,10 +511,18 @@ pub fn build_chain(row: &Row, provider: Arc<dyn Provider>, store: &Arc<SqliteSto
         ))
         .llm_concurrency(16);
     let no_ledger = std::env::var_os("TAMP_BENCH_NO_LEDGER").is_some();
+    let ledger_share = std::env::var("TAMP_BENCH_LEDGER_SHARE").ok().map(|v| {
+        v.parse::<f64>()
+            .unwrap_or_else(|_| panic!("TAMP_BENCH_LEDGER_SHARE: not a number: {v}"))
+    });
     for stage in &row.stages {
         let mut config = stage.config.clone();
-        if no_ledger && LEDGER_PLUGINS.contains(&stage.lib.as_str()) {
-            config["ledger"] = json!({"enabled": false});
+        if LEDGER_PLUGINS.contains(&stage.lib.as_str()) {
+            if no_ledger {
+                config["ledger"] = json!({"enabled": false});
+            } else if let Some(share) = ledger_share {
+                config["ledger"] = json!({"max_share": share});
+            }
         }
         builder = builder
             .stage(
