@@ -29,7 +29,8 @@
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
-//! summaries' ledger off, to compare). Progress goes to stderr.
+//! summaries' ledger off, to compare; `TAMP_BENCH_ROWS=a,b` runs only the rows named;
+//! `TAMP_BENCH_NO_FORMATS=1` skips the wire formats' section). Progress goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;
@@ -46,7 +47,20 @@ const PEERS: [(&str, u64, u64); 2] = [
     ("LangChain SummarizationMiddleware", 83_972, 27),
 ];
 
+/// The rows to run: all, or those `TAMP_BENCH_ROWS` names (comma-separated), to measure one
+/// setting's effect on some rows without the whole run.
 fn rows() -> Vec<Row> {
+    let wanted = std::env::var("TAMP_BENCH_ROWS").ok();
+    let wanted: Option<Vec<&str>> = wanted
+        .as_deref()
+        .map(|v| v.split(',').map(str::trim).collect());
+    all_rows()
+        .into_iter()
+        .filter(|row| wanted.as_ref().is_none_or(|w| w.contains(&row.name)))
+        .collect()
+}
+
+fn all_rows() -> Vec<Row> {
     vec![
         single(
             "map-reduce-adaptive",
@@ -324,7 +338,9 @@ fn main() {
         );
     }
 
-    formats(&rt, &session, &counter);
+    if std::env::var_os("TAMP_BENCH_NO_FORMATS").is_none() {
+        formats(&rt, &session, &counter);
+    }
 
     println!(
         "\ncolumns: calls = summarizer calls; w/ LLM = requests during which the summarizer was \
