@@ -269,6 +269,13 @@ const NO_LEDGER: &str = "-no-ledger";
 /// `chain`'s text with `ledger = { enabled = false }` in the config of every stage that
 /// appends one, and its provider's script file made absolute (the twin is written elsewhere).
 fn without_ledger(chain: &Path) -> String {
+    let mut off = toml::Table::new();
+    off.insert("enabled".into(), false.into());
+    with_ledger(chain, off)
+}
+
+/// `chain`'s text with `ledger` as the ledger's config of every stage that has one.
+fn with_ledger(chain: &Path, ledger: toml::Table) -> String {
     let text = std::fs::read_to_string(chain).unwrap();
     let mut file: toml::Table = text
         .parse()
@@ -281,12 +288,10 @@ fn without_ledger(chain: &Path) -> String {
         let config = stage
             .entry("config")
             .or_insert_with(|| toml::Table::new().into());
-        let mut ledger = toml::Table::new();
-        ledger.insert("enabled".into(), false.into());
         config
             .as_table_mut()
             .unwrap()
-            .insert("ledger".into(), ledger.into());
+            .insert("ledger".into(), ledger.clone().into());
     }
     if let Some(script) = file.get_mut("provider").and_then(|p| p.get_mut("script")) {
         let path = chain.parent().unwrap().join(script.as_str().unwrap());
@@ -439,6 +444,20 @@ fn main() {
         .iter()
         .map(|c| workspace_root().join(format!("examples/eval/planted/{c}.toml")))
         .collect();
+    // `TAMP_BENCH_LEDGER_SHARE=0.1`: the chains with that cap instead of the default, to weigh
+    // a cap against what it keeps.
+    if let Ok(share) = std::env::var("TAMP_BENCH_LEDGER_SHARE") {
+        let share: f64 = share
+            .parse()
+            .unwrap_or_else(|_| panic!("TAMP_BENCH_LEDGER_SHARE: not a number: {share}"));
+        let mut capped = toml::Table::new();
+        capped.insert("max_share".into(), share.into());
+        for chain in &mut chains {
+            let twin = twins.join(chain.file_name().unwrap());
+            std::fs::write(&twin, with_ledger(chain, capped.clone())).unwrap();
+            *chain = twin;
+        }
+    }
     for c in CHAINS {
         let twin = twins.join(format!("{c}{NO_LEDGER}.toml"));
         std::fs::write(

@@ -30,7 +30,8 @@
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
 //! summaries' ledger off, to compare; `TAMP_BENCH_ROWS=a,b` runs only the rows named;
-//! `TAMP_BENCH_NO_FORMATS=1` skips the wire formats' section). Progress goes to stderr.
+//! `TAMP_BENCH_NO_FORMATS=1` skips the wire formats' section; `TAMP_BENCH_RAW_ONLY=1` runs
+//! the raw client alone). Progress goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;
@@ -58,6 +59,48 @@ fn rows() -> Vec<Row> {
         .into_iter()
         .filter(|row| wanted.as_ref().is_none_or(|w| w.contains(&row.name)))
         .collect()
+}
+
+/// Both clients, or the raw one alone with `TAMP_BENCH_RAW_ONLY=1` (half the time).
+fn modes() -> &'static [Mode] {
+    if std::env::var_os("TAMP_BENCH_RAW_ONLY").is_some() {
+        &[Mode::Raw]
+    } else {
+        &[Mode::Raw, Mode::KeepsOutput]
+    }
+}
+
+/// Requests in which a stage acted against the others, and whether both clients got the
+/// same answers: `results` holds each row's raw replay, then its keeps-output one.
+fn anatomy(results: &[(&str, Mode, Replay, Replay)]) {
+    println!(
+        "\nanatomy (fixed-length fake LLM, raw client): requests in which a stage acted, their \
+         mean prefix reuse and mean tokens after; the other requests' mean prefix reuse; whether \
+         the keeps-output client got the same answers, request by request"
+    );
+    println!(
+        "{:<22} {:>6} {:>12} {:>12} {:>13} {:>18}",
+        "row", "acted", "reuse acted", "tokens after", "reuse others", "keeps output"
+    );
+    for pair in results.chunks(2) {
+        let [(name, _, raw, _), (_, _, kept, _)] = pair else {
+            continue;
+        };
+        let a = &raw.anatomy;
+        println!(
+            "{:<22} {:>6} {:>12.3} {:>12.0} {:>13.3} {:>18}",
+            name,
+            a.acted,
+            a.acted_reuse / a.acted.max(1) as f64,
+            a.acted_tokens as f64 / a.acted.max(1) as f64,
+            a.others_reuse / a.others.max(1) as f64,
+            if raw.digest == kept.digest {
+                "same answers"
+            } else {
+                "DIFFERENT answers"
+            }
+        );
+    }
 }
 
 fn all_rows() -> Vec<Row> {
@@ -216,7 +259,7 @@ fn main() {
     let started = Instant::now();
     let mut results = Vec::new();
     for row in rows() {
-        for mode in [Mode::Raw, Mode::KeepsOutput] {
+        for &mode in modes() {
             let fixed = replay(&rt, &row, mode, Llm::Fixed, &session);
             let offline = replay(&rt, &row, mode, Llm::Extractive, &session);
             results.push((row.name, mode, fixed, offline));
@@ -309,33 +352,8 @@ fn main() {
             }
         }
     }
-    println!(
-        "\nanatomy (fixed-length fake LLM, raw client): requests in which a stage acted, their \
-         mean prefix reuse and mean tokens after; the other requests' mean prefix reuse; whether \
-         the keeps-output client got the same answers, request by request"
-    );
-    println!(
-        "{:<22} {:>6} {:>12} {:>12} {:>13} {:>18}",
-        "row", "acted", "reuse acted", "tokens after", "reuse others", "keeps output"
-    );
-    for pair in results.chunks(2) {
-        let [(name, _, raw, _), (_, _, kept, _)] = pair else {
-            continue;
-        };
-        let a = &raw.anatomy;
-        println!(
-            "{:<22} {:>6} {:>12.3} {:>12.0} {:>13.3} {:>18}",
-            name,
-            a.acted,
-            a.acted_reuse / a.acted.max(1) as f64,
-            a.acted_tokens as f64 / a.acted.max(1) as f64,
-            a.others_reuse / a.others.max(1) as f64,
-            if raw.digest == kept.digest {
-                "same answers"
-            } else {
-                "DIFFERENT answers"
-            }
-        );
+    if modes().len() == 2 {
+        anatomy(&results);
     }
 
     if std::env::var_os("TAMP_BENCH_NO_FORMATS").is_none() {
