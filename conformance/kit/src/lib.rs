@@ -286,6 +286,40 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_that_does_not_conform_is_a_report_that_did_not_pass() {
+        let failing = KitReport {
+            plugin: "libx.so".into(),
+            meta: None,
+            config: serde_json::json!({}),
+            seed: 1,
+            cases: 2,
+            isolated: true,
+            rules: vec![RuleResult {
+                id: "TAMP-INV-01".into(),
+                title: "nothing lost".into(),
+                level: "MUST".into(),
+                status: Status::Fail,
+                findings: vec![Finding::new("TAMP-INV-01", "input message 3 lost")],
+                notes: Vec::new(),
+                duration_ms: 1.0,
+            }],
+            perf: None,
+            passed: false,
+        };
+        // `tamp conformance` prints the report and exits 1.
+        let script = format!(
+            "printf '%s' '{}'; exit 1",
+            failing.to_json().replace('\'', "")
+        );
+        let report = run_tamp(Path::new("sh"), &["-c".into(), script]).unwrap();
+        assert!(!report.passed);
+        assert_eq!(report.failed_rules(), ["TAMP-INV-01"]);
+        let panic = std::panic::catch_unwind(|| report.assert_passed()).unwrap_err();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(message.contains("input message 3 lost"), "{message}");
+    }
+
+    #[test]
     fn a_tamp_that_gives_no_report_is_an_error_naming_it() {
         // `true` exits 0 and prints nothing: not a report.
         let e = run_tamp(Path::new("true"), &[]).unwrap_err();
