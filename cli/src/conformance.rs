@@ -1,9 +1,10 @@
-//! `tamp conformance`: the kit (crate tamp-conformance) from the command line.
+//! `tamp conformance`: the conformance kit's checks (crate tamp-conformance-engine) from the
+//! command line; the kit in a plugin's own tests (crate tamp-conformance) runs this command.
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tamp_conformance::{child, spec, Kit, KitOptions, Launcher, RULES};
+use tamp_conformance_engine::{child, spec, KitOptions, Launcher, RULES};
 
 /// Output format of `tamp conformance`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -27,6 +28,7 @@ pub enum OutputFormat {
         Examples:\n  tamp conformance target/debug/libtamp_custom_strategy.so\n  \
         tamp conformance libmy_plugin.so --config '{\"group_size\": 4}' --format junit > conformance.xml\n  \
         tamp conformance libmy_plugin.so --seed 7 --only TAMP-INV-01\n  \
+        tamp conformance libmy_plugin.so --skip TAMP-EDGE-02,PERF   # a quick run of a debug build\n  \
         tamp conformance my_strategy.wasm --timeout 60"
 )]
 pub struct ConformanceArgs {
@@ -49,6 +51,10 @@ pub struct ConformanceArgs {
     /// performance line). The load check always runs.
     #[arg(long, value_delimiter = ',', value_name = "RULE-ID")]
     pub only: Vec<String>,
+    /// Leave these checks out (rule ids, repeatable or comma-separated). The load check
+    /// always runs.
+    #[arg(long, value_delimiter = ',', value_name = "RULE-ID")]
+    pub skip: Vec<String>,
     /// Time limit of one compaction, in seconds; a check's process is killed after 4× this
     /// plus 4 s.
     #[arg(long, default_value_t = KitOptions::DEFAULT_TIMEOUT_SECS, value_name = "SECS")]
@@ -86,10 +92,15 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
         None => None,
         Some(text) => Some(parse_config_arg(text)?),
     };
-    for id in &args.only {
+    for (flag, id) in args
+        .only
+        .iter()
+        .map(|id| ("--only", id))
+        .chain(args.skip.iter().map(|id| ("--skip", id)))
+    {
         if spec::rule(id).is_none() && id != spec::PERF {
             anyhow::bail!(
-                "--only {id}: no such rule; the rules are {} (and {})",
+                "{flag} {id}: no such rule; the rules are {} (and {})",
                 RULES.iter().map(|r| r.id).collect::<Vec<_>>().join(", "),
                 spec::PERF
             );
@@ -100,21 +111,21 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
     if !args.plugin.is_file() {
         anyhow::bail!("{}: no such file", args.plugin.display());
     }
-    let mut kit = Kit::new(&args.plugin)
-        .seed(args.seed)
-        .cases(args.cases)
-        .timeout(timeout)
-        .launcher(Launcher::Tamp(std::env::current_exe()?));
-    if let Some(config) = config {
-        kit = kit.config(config);
-    }
-    for id in &args.only {
-        kit = kit.only(id);
-    }
-    if let Some(jobs) = args.jobs {
-        kit = kit.jobs(jobs);
-    }
-    let report = kit.run();
+    let options = KitOptions {
+        config,
+        seed: args.seed,
+        cases: args.cases.max(1),
+        only: args.only,
+        skip: args.skip,
+        timeout_secs: timeout.as_secs_f64(),
+        ..KitOptions::new(&args.plugin)
+    };
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    let report =
+        tamp_conformance_engine::run(&options, &Launcher::Tamp(std::env::current_exe()?), jobs);
     let text = match args.format {
         OutputFormat::Text => report.to_text(),
         OutputFormat::Json => report.to_json(),

@@ -1,5 +1,5 @@
 //! `tamp`: the command-line front of the tamp host. This crate owns every flag (clap types);
-//! the work is tamp-host's and tamp-conformance's.
+//! the work is tamp-host's and tamp-conformance-engine's.
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};

@@ -1,20 +1,13 @@
 //! Each check runs in a child process, so a plugin that aborts the process or never returns
 //! fails that check instead of taking the kit down. The child gets its request in the
-//! environment variable [`CHILD_ENV`] (JSON: the check id and the kit's options), runs the
-//! check, and prints one line: [`RESULT_MARKER`] followed by the [`CheckOutput`] as JSON.
-//!
-//! Which program the child is ([`Launcher`]):
-//! - `tamp conformance` re-executes itself (`tamp conformance <plugin> --child`).
-//! - From a plugin author's `cargo test`, the test binary re-executes itself filtered to the
-//!   running test (`<test name> --exact`): libtest names each test's thread after the test,
-//!   and [`super::Kit::run`] sees the variable and runs the check instead of starting over.
-//!   So no `tamp` binary is needed.
-//! - `TAMP_BIN` set: that `tamp` binary is used instead.
+//! environment variable [`CHILD_ENV`] (JSON: the check ids and the kit's options), runs the
+//! checks, and prints one line per check: [`RESULT_MARKER`] followed by the [`CheckResult`]
+//! as JSON. The child is `tamp conformance <plugin> --child` ([`Launcher::Tamp`]).
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -47,44 +40,11 @@ pub struct CheckResult {
 pub enum Launcher {
     /// A `tamp` binary: `tamp conformance <plugin> --child`.
     Tamp(PathBuf),
-    /// A libtest binary, filtered to one test that calls [`super::Kit::run`].
-    TestBinary { exe: PathBuf, test: String },
     /// No child: checks run in this process (no protection from aborts and hangs).
     InProcess,
 }
 
 impl Launcher {
-    /// For the library: `TAMP_BIN` if set; else, inside a libtest test, the test binary
-    /// itself; else a `tamp` on `PATH` or next to this executable; else in-process.
-    pub fn detect() -> Launcher {
-        if let Some(bin) = std::env::var_os("TAMP_BIN") {
-            return Launcher::Tamp(PathBuf::from(bin));
-        }
-        let exe = std::env::current_exe().ok();
-        let thread = std::thread::current();
-        if let (Some(exe), Some(name)) = (&exe, thread.name()) {
-            if name != "main" && !name.is_empty() {
-                return Launcher::TestBinary {
-                    exe: exe.clone(),
-                    test: name.to_string(),
-                };
-            }
-        }
-        let tamp = format!("tamp{}", std::env::consts::EXE_SUFFIX);
-        let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect())
-            .unwrap_or_default();
-        if let Some(dir) = exe.as_deref().and_then(Path::parent) {
-            dirs.push(dir.to_path_buf());
-            dirs.extend(dir.parent().map(Path::to_path_buf));
-        }
-        dirs.into_iter()
-            .map(|d| d.join(&tamp))
-            .find(|p| p.is_file())
-            .map(Launcher::Tamp)
-            .unwrap_or(Launcher::InProcess)
-    }
-
     fn command(&self, request: &ChildRequest) -> Option<Command> {
         let mut cmd = match self {
             Launcher::Tamp(bin) => {
@@ -92,11 +52,6 @@ impl Launcher {
                 c.arg("conformance")
                     .arg(&request.options.plugin)
                     .arg("--child");
-                c
-            }
-            Launcher::TestBinary { exe, test } => {
-                let mut c = Command::new(exe);
-                c.args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"]);
                 c
             }
             Launcher::InProcess => return None,
@@ -178,7 +133,7 @@ pub fn run_checks_isolated(
             run_here(&request, |r| results.push(r.clone()));
             break;
         };
-        let limit = options.child_timeout();
+        let limit = child_timeout(options);
         let mut started = Instant::now();
         let died = |check: &str, message: String, ms: f64| CheckResult {
             check: check.to_string(),
@@ -260,6 +215,12 @@ pub fn run_checks_isolated(
         results.push(died(&culprit, message, ms));
     }
     results
+}
+
+/// How long a check's process may run before it is killed: four compactions' time limits
+/// and a start-up allowance.
+pub fn child_timeout(options: &KitOptions) -> Duration {
+    Duration::from_secs_f64(options.timeout_secs * 4.0 + 4.0)
 }
 
 fn describe_exit(status: std::process::ExitStatus) -> String {

@@ -1,6 +1,6 @@
 //! `tamp-host`: loads compaction-strategy plugins, composes them into a chain, and runs
 //! conversations through it. The `tamp` binary (crate `tamp-cli`) is a thin CLI over this
-//! library, and the conformance kit (crate `tamp-conformance`) builds on its core.
+//! library, and the conformance kit's checks (crate `tamp-conformance-engine`) build on its core.
 //!
 //! The core, with no feature:
 //! - [`wire`]: Anthropic Messages and OpenAI Chat Completions JSON ⇄ the plugin-api model.

@@ -1,5 +1,5 @@
 //! The rules of `docs/plugin-spec.md`, by stable id: the one table the chain's invariant
-//! checks (`invariants::Rule::title`) and the conformance kit (`tamp-conformance`) read.
+//! checks (`invariants::Rule::title`) and the conformance kit's checks (`tamp-conformance-engine`) read.
 
 use serde::Serialize;
 

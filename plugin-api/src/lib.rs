@@ -64,7 +64,7 @@ pub mod __private {
 
 /// Everything a strategy implementation usually needs, in one `use`.
 pub mod prelude {
-    pub use crate::sdk::{self, Replacement, Unit, UnitKind};
+    pub use crate::sdk::{self, Unit, UnitKind};
     pub use crate::{
         export_plugin, Budget, CompactOutcome, Compaction, ContentBlock, Conversation, Edit,
         ErrorKind, FfiString, FfiVec, Host, LlmRequest, Message, PluginError, Role, StageReport,

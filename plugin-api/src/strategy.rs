@@ -24,19 +24,55 @@ use crate::host::Host;
 use crate::Shared;
 use crate::{CompactOutcome, CompactRequest, StrategyBox, StrategyFfi, StrategyFfi_TO};
 
-/// A compaction strategy, as a plugin author writes it.
+/// A compaction strategy, as a plugin author writes it: a config type, a constructor, and an
+/// `async fn compact` that reads the conversation and returns the [`Edit`](crate::Edit)s to
+/// make (the host checks, archives and applies them).
 ///
-/// ```ignore
-/// struct MyStrategy { config: MyConfig }
+/// ```
+/// use tamp_plugin_api::prelude::*;
+///
+/// #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+/// #[serde(crate = "tamp_plugin_api::serde", deny_unknown_fields, default)]
+/// #[schemars(crate = "tamp_plugin_api::schemars")]
+/// pub struct MyConfig {
+///     /// Old units left as they are before the one archived.
+///     pub skip_units: usize,
+/// }
+///
+/// pub struct MyStrategy {
+///     config: MyConfig,
+/// }
+///
 /// impl Strategy for MyStrategy {
 ///     type Config = MyConfig;
 ///     const NAME: &'static str = "my-strategy";
-///     const DESCRIPTION: &'static str = "Does one thing well.";
-///     fn new(config: MyConfig) -> Result<Self, PluginError> { Ok(MyStrategy { config }) }
+///     const DESCRIPTION: &'static str = "Archives one old unit behind a short note.";
+///
+///     fn new(config: MyConfig) -> Result<Self, PluginError> {
+///         Ok(MyStrategy { config })
+///     }
+///
 ///     async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
-///         Ok(CompactOutcome::unchanged(input.conversation, "nothing to do"))
+///         let messages = &input.conversation.messages;
+///         let range = sdk::compactable_range(messages, input.budget.keep_recent as usize);
+///         // A whole unit (a message, or a tool call with its results) no stage must leave.
+///         let Some(unit) = sdk::units(messages)
+///             .into_iter()
+///             .filter(|u| !u.is_pinned())
+///             .filter(|u| range.start <= u.range.start && u.range.end <= range.end)
+///             .nth(self.config.skip_units)
+///         else {
+///             return Ok(CompactOutcome::unchanged("nothing old enough"));
+///         };
+///         let note = format!("{} message(s) archived", unit.range.len());
+///         if !input.host.summary_is_smaller(&note, &messages[unit.range.clone()]) {
+///             return Ok(CompactOutcome::unchanged("the note would not be smaller"));
+///         }
+///         let report = StageReport::acted("archived one unit");
+///         Ok(CompactOutcome::with_edits([Edit::summarize(unit.range, note)], report))
 ///     }
 /// }
+///
 /// tamp_plugin_api::export_plugin!(MyStrategy);
 /// ```
 pub trait Strategy: Sized + Send + Sync + 'static {

@@ -303,7 +303,7 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
     assert_eq!(code, 1);
     assert!(junit.starts_with("<?xml"), "{junit}");
     let testcases = junit.matches("<testcase ").count();
-    assert_eq!(testcases, tamp_conformance::RULES.len(), "{junit}");
+    assert_eq!(testcases, tamp_host::rules::RULES.len(), "{junit}");
     assert_eq!(junit.matches("<failure ").count(), 1, "{junit}");
     assert!(junit.contains("failures=\"1\""), "{junit}");
     assert!(
@@ -332,9 +332,9 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
     assert_eq!(code, 2);
 }
 
-/// What a plugin's tests compile with the kit: the template plugin's normal and dev
-/// dependencies, as cargo resolves them for that package alone.
-fn plugin_test_dependencies(package: &str) -> Vec<String> {
+/// The crates of a package's build as cargo resolves them for that package alone, through
+/// the dependency `edges` (`normal`, or `normal,dev` for its tests).
+fn package_dependencies(package: &str, edges: &str) -> std::collections::BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(tamp_e2e::workspace_root())
@@ -342,7 +342,7 @@ fn plugin_test_dependencies(package: &str) -> Vec<String> {
             "tree",
             "--offline",
             "-e",
-            "normal,dev",
+            edges,
             "--prefix",
             "none",
             "-p",
@@ -362,35 +362,91 @@ fn plugin_test_dependencies(package: &str) -> Vec<String> {
         .collect()
 }
 
+/// The kit runs its checks in the `tamp` binary, so a plugin's tests compile the plugin's own
+/// crates and the kit crate, nothing else: no host, JSON Schema validator, SQLite or tokio.
 #[test]
-fn a_plugin_tested_with_the_kit_compiles_no_http_or_postgres_stack() {
-    let deps = plugin_test_dependencies("tamp-custom-strategy");
-    // The kit and the host core are there (the tree is not empty by mistake) ...
-    for wanted in [
-        "tamp-conformance",
-        "tamp-host",
-        "tamp-plugin-api",
-        "rusqlite",
-    ] {
-        assert!(
-            deps.iter().any(|d| d == wanted),
-            "{wanted} missing: {deps:?}"
-        );
+fn a_plugin_tested_with_the_kit_compiles_no_crate_but_the_kit_more() {
+    let plugin = package_dependencies("tamp-custom-strategy", "normal");
+    let tests = package_dependencies("tamp-custom-strategy", "normal,dev");
+    // The plugin's own tree is real (not empty by mistake) ...
+    for wanted in ["tamp-plugin-api", "abi_stable", "serde_json"] {
+        assert!(plugin.contains(wanted), "{wanted} missing: {plugin:?}");
     }
-    // ... and no HTTP server, HTTP client, TLS stack or PostgreSQL driver.
-    for unwanted in [
-        "axum",
-        "hyper",
-        "reqwest",
-        "rustls",
-        "tokio-postgres",
-        "deadpool-postgres",
-        "notify",
-        "clap",
+    // ... and its tests add the kit alone.
+    let added: Vec<&String> = tests.difference(&plugin).collect();
+    assert_eq!(
+        added,
+        ["tamp-conformance"],
+        "the kit brings more: {added:?}"
+    );
+}
+
+/// The fenced block of `lang` that follows `heading` in `doc` (the first after it).
+fn doc_block(doc: &str, heading: &str, lang: &str) -> String {
+    let after = &doc[doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("the guide has no {heading:?}"))..];
+    let fence = format!("```{lang}\n");
+    let start = after
+        .find(&fence)
+        .unwrap_or_else(|| panic!("no ```{lang} block after {heading:?}"))
+        + fence.len();
+    let len = after[start..].find("\n```").expect("the block ends") + 1;
+    after[start..start + len].to_string()
+}
+
+/// The author's path as docs/writing-a-plugin.md gives it: a crate outside the workspace
+/// made of the guide's own `Cargo.toml` (section 1), `src/lib.rs` (section 2) and
+/// `tests/conformance.rs` (section 7), with the two tamp dependencies pointed at this
+/// repository; its first `cargo test` builds the plugin and passes the kit's checks, run by
+/// the `tamp` binary. (Its own target directory under target/ keeps later runs quick.)
+#[test]
+fn a_plugin_written_from_the_guide_passes_its_kit_test() {
+    let root = tamp_e2e::workspace_root();
+    let guide = std::fs::read_to_string(root.join("docs/writing-a-plugin.md")).unwrap();
+    let mut manifest = doc_block(&guide, "## 1. The crate", "toml");
+    for (crate_name, dir) in [
+        ("tamp-plugin-api", "plugin-api"),
+        ("tamp-conformance", "conformance/kit"),
     ] {
-        assert!(
-            !deps.iter().any(|d| d == unwanted),
-            "a plugin's tests compile {unwanted} through the kit"
+        let versioned = format!("{crate_name} = \"0.2\"");
+        assert!(manifest.contains(&versioned), "{versioned}:\n{manifest}");
+        let path = format!(
+            "{crate_name} = {{ path = {:?} }}",
+            root.join(dir).display().to_string()
         );
+        manifest = manifest.replace(&versioned, &path);
     }
+    // A crate of its own, not a member of the workspace it sits under.
+    manifest.push_str("\n[workspace]\n");
+    let dir = tamp_e2e::artifact_dir()
+        .parent()
+        .expect("target/")
+        .join("guide-plugin");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).unwrap();
+    write("Cargo.toml", &manifest);
+    write("src/lib.rs", &doc_block(&guide, "## 2. The config", "rust"));
+    write(
+        "tests/conformance.rs",
+        &doc_block(&guide, "## 7. Testing with the conformance kit", "rust"),
+    );
+    // The workspace's versions, so the build needs no registry.
+    std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(&dir)
+        .args(["test", "--offline", "--test", "conformance"])
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env("TAMP_BIN", tamp_bin())
+        .env("CARGO_TERM_COLOR", "never")
+        .output()
+        .expect("run cargo test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("test conforms ... ok"),
+        "the guide's plugin fails its kit test:\n{stdout}\n{stderr}"
+    );
 }

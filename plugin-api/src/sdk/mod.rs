@@ -23,5 +23,6 @@ pub mod summary;
 pub use exchanges::{units, Unit, UnitKind};
 pub use prompt::{render_messages, render_template, RenderOptions};
 pub use protect::{compactable_range, compactable_range_of, protected_head};
+#[allow(deprecated)]
 pub use splice::{splice, Replacement};
 pub use summary::{cap_chars, summary_message, SUMMARY_ROLE};

@@ -1,10 +1,16 @@
-//! Replacing runs of messages with summaries.
+//! Replacing runs of messages with summaries: how a 0.1 stage built the conversation it
+//! returned. A 0.2 stage returns edits instead (`Edit::summarize`, `Edit::replace`), which the
+//! host checks, archives and applies; nothing here is needed, and both items are deprecated.
 
 use std::ops::Range;
 
 use crate::conversation::Message;
 
 /// Put `message` where the messages in `range` were.
+#[deprecated(
+    since = "0.2.0",
+    note = "return `Edit::summarize(span, text)` (or `Edit::replace`): the host splices, archives and checks; docs/writing-a-plugin.md, \"Porting a plugin from 0.1\""
+)]
 #[derive(Clone, Debug)]
 pub struct Replacement {
     pub range: Range<usize>,
@@ -13,6 +19,11 @@ pub struct Replacement {
 
 /// Applies replacements (non-overlapping, in any order) and returns the new message list;
 /// every message outside the ranges keeps its order.
+#[deprecated(
+    since = "0.2.0",
+    note = "return `Edit::summarize(span, text)` (or `Edit::replace`): the host splices, archives and checks; docs/writing-a-plugin.md, \"Porting a plugin from 0.1\""
+)]
+#[allow(deprecated)]
 pub fn splice(messages: &[Message], mut replacements: Vec<Replacement>) -> Vec<Message> {
     replacements.sort_by_key(|r| r.range.start);
     let mut out = Vec::with_capacity(messages.len());
@@ -31,6 +42,7 @@ pub fn splice(messages: &[Message], mut replacements: Vec<Replacement>) -> Vec<M
 }
 
 #[cfg(test)]
+#[allow(deprecated)]
 mod tests {
     use super::*;
     use crate::conversation::Role;
