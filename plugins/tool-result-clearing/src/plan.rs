@@ -257,6 +257,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tamp_plugin_api::sdk::pinned::{mark_opaque, Opaque};
 
     /// A word per token, and a message is its blocks' words plus 3.
     struct Words;
@@ -371,7 +372,8 @@ mod tests {
     fn an_exchange_holding_an_opaque_message_is_left_whole() {
         let mut m = session(8, 200);
         // The result of c1 (at 5) also holds a block tamp does not know: its exchange is pinned.
-        m[5].extra_json = r#"{"tamp:opaque":["block:fancy"]}"#.into();
+        let fancy = Opaque::parse("block:fancy").unwrap();
+        m[5] = mark_opaque(m[5].clone(), &fancy);
         let config = Config {
             clear_tool_inputs: true,
             ..eager()
