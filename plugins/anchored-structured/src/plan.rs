@@ -37,7 +37,7 @@ pub struct Selection {
 pub fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -> Selection {
     let range = sdk::compactable_range(messages, keep_recent);
     let render_options = RenderOptions::default();
-    let selected = sdk::span::select_span(messages, range, NAME, &render_options);
+    let mut selected = sdk::span::select_span(messages, range, NAME, &render_options);
     let (prior_pages, prior_texts) = selected
         .priors
         .iter()
@@ -50,11 +50,7 @@ pub fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -
             (page, render_messages(&[shown], &render_options))
         })
         .unzip();
-    let (piece_ranges, pieces) = selected
-        .pieces
-        .into_iter()
-        .map(|p| (p.range, p.text))
-        .unzip();
+    let (piece_ranges, pieces) = selected.take_pieces();
     Selection {
         span: selected.span,
         prior_pages,

@@ -79,7 +79,7 @@ pub fn select(messages: &[Message], keep_recent: usize, skip: usize, config: &Co
     let render = RenderOptions {
         max_block_chars: config.max_block_chars,
     };
-    let selected = sdk::span::select_span(messages, range, NAME, &render);
+    let mut selected = sdk::span::select_span(messages, range, NAME, &render);
     // The model sees a prior summary's narrative: its ledger is carried by `finish`.
     let prior: Vec<String> = selected
         .priors
@@ -87,11 +87,7 @@ pub fn select(messages: &[Message], keep_recent: usize, skip: usize, config: &Co
         .map(|&i| config.ledger.shown(&messages[i].joined_text()).to_string())
         .filter(|p| !p.trim().is_empty())
         .collect();
-    let (piece_ranges, pieces) = selected
-        .pieces
-        .into_iter()
-        .map(|p| (p.range, p.text))
-        .unzip();
+    let (piece_ranges, pieces) = selected.take_pieces();
     Selection {
         span: selected.span,
         prior: (!prior.is_empty()).then(|| prior.join("\n\n")),
