@@ -43,6 +43,7 @@ pub mod rules;
 pub mod serve;
 pub mod services;
 pub mod signals;
+pub mod stage_guard;
 pub mod store;
 pub mod threads;
 pub mod tokens;
