@@ -172,7 +172,7 @@ mod tests {
         let block = Opaque::parse("block:fancy").unwrap();
         let marked = mark_opaque(Message::text(Role::Tool, "out"), &block);
         assert!(is_pinned(&marked));
-        assert_eq!(opaque(&marked), [block.clone()]);
+        assert_eq!(opaque(&marked), std::slice::from_ref(&block));
         let role = Opaque::parse("role:critic").unwrap();
         let twice = mark_opaque(marked, &role);
         assert_eq!(opaque(&twice), [block, role]);
