@@ -5,7 +5,6 @@
 //! store and the real token counter); only the LLM is the kit's [`KitProvider`].
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,8 +12,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::FutureExt as _;
 use tamp_plugin_api::{
-    Budget, CompactOutcome, CompactRequest, Conversation, ErrorKind, FfiOption, FfiResult,
-    LlmRequest, LlmResponse, Message, PluginError, StageReport, StrategyBox, Usage,
+    Budget, CompactOutcome, CompactRequest, Conversation, ErrorKind, FfiOption, LlmRequest,
+    LlmResponse, Message, PluginError, StageReport, StrategyBox, Usage,
 };
 use tokio::sync::Semaphore;
 
@@ -23,6 +22,7 @@ use tamp_host::invariants::{stage_violations, Violation};
 use tamp_host::loader::LoadedPlugin;
 use tamp_host::providers::{ExtractiveSummarizer, Provider, ProviderError, ProviderErrorKind};
 use tamp_host::services::{HostContext, StageIdentity, StageServices};
+use tamp_host::stage_guard::{call_stage, GuardedFailure};
 use tamp_host::store::{DeferredQueue, NewPage, PageStore, SqliteStore};
 use tamp_host::tokens::TokenCounter;
 
@@ -306,19 +306,18 @@ impl Harness {
             stage: "conformance".into(),
         };
         let started = Instant::now();
-        // As the chain does: polled inline under catch_unwind, cut off by a timeout.
-        let guarded = AssertUnwindSafe(strategy.compact(request)).catch_unwind();
-        let outcome = match tokio::time::timeout(self.timeout, guarded).await {
-            Err(_) => Err(RunFailure::Timeout(self.timeout)),
-            Ok(Err(payload)) => Err(RunFailure::Panicked(
-                tamp_plugin_api::strategy::panic_message(&*payload),
-            )),
-            Ok(Ok(FfiResult::RErr(e))) if e.kind == ErrorKind::Panicked => {
-                Err(RunFailure::Panicked(e.message.to_string()))
-            }
-            Ok(Ok(FfiResult::RErr(e))) => Err(RunFailure::Error(e)),
-            Ok(Ok(FfiResult::ROk(o))) => Ok(o),
-        };
+        // Under the chain's own guard: a panic caught, a stage past its time cut off.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let outcome = call_stage(strategy.compact(request), deadline)
+            .await
+            .map_err(|failure| match failure {
+                GuardedFailure::Timeout => RunFailure::Timeout(self.timeout),
+                GuardedFailure::Unwound(message) => RunFailure::Panicked(message),
+                GuardedFailure::Error(e) if e.kind == ErrorKind::Panicked => {
+                    RunFailure::Panicked(e.message.to_string())
+                }
+                GuardedFailure::Error(e) => RunFailure::Error(e),
+            });
         let elapsed = started.elapsed();
         // Pages the stage archived itself (for a `Replace` edit), read back from the store.
         for id in services.archived_ids() {

@@ -5,18 +5,16 @@
 //! says what happened. The chain stops early once the conversation is under the low watermark.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::Either;
-use futures::FutureExt as _;
 use serde::Serialize;
 use tamp_plugin_api::sdk::{self, Unit};
 use tamp_plugin_api::{
-    Budget, CompactRequest, Conversation, FfiResult, HostServices as _, Message, Shared,
-    StageReport, StrategyBox, Usage,
+    Budget, CompactRequest, Conversation, HostServices as _, Message, Shared, StageReport,
+    StrategyBox, Usage,
 };
 use tokio::sync::Semaphore;
 
@@ -27,6 +25,7 @@ use crate::invariants::{check_no_growth, infer_format, Violation};
 use crate::loader::{load_trusted, resolve_plugin, LoadError, LoadedPlugin, PluginTrust};
 use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
+use crate::stage_guard::{self, GuardedFailure};
 use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
 use crate::threads::{
     common_prefix, continuation, prefix_hashes, remarked, ThreadKey, ThreadReport, ThreadState,
@@ -1004,45 +1003,26 @@ impl Chain {
             host: services.to_ffi(),
             stage: stage.name.as_str().into(),
         };
-        // Polled here under `catch_unwind`: a panic that escapes the plugin's future (an
-        // `FfiFuture` re-raises a plugin-side panic when polled) is caught at this frame
-        // instead of unwinding through the chain, and a stage that never finishes is cut off
-        // by the timeout and dropped. Polling inline rather than on a spawned task saves a
-        // task and a cross-thread wake per stage, which matters with thousands of
-        // compactions in flight.
-        let guarded = AssertUnwindSafe(stage.strategy.compact(request)).catch_unwind();
-        let outcome = match tokio::time::timeout_at(deadline, guarded).await {
-            Err(_) => Err(StageFailure {
-                kind: StageFailureKind::Timeout,
-                message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
-                rule: None,
-            }),
-            // An error that came at the deadline is the stage's timeout: a sandboxed guest
-            // is stopped by its own deadline, which can beat this timer when the worker is
-            // busy running the guest (the timer wheel is turned between polls).
-            Ok(Ok(FfiResult::RErr(_))) if tokio::time::Instant::now() >= deadline => {
-                Err(StageFailure {
-                    kind: StageFailureKind::Timeout,
-                    message: format!("no result within {:.1}s", stage.timeout.as_secs_f64()),
-                    rule: None,
-                })
-            }
-            Ok(Err(payload)) => Err(StageFailure {
-                kind: StageFailureKind::Panicked,
-                message: tamp_plugin_api::strategy::panic_message(&*payload),
-                rule: None,
-            }),
-            Ok(Ok(FfiResult::RErr(e))) => Err(StageFailure {
-                kind: if e.kind == tamp_plugin_api::ErrorKind::Panicked {
-                    StageFailureKind::Panicked
-                } else {
-                    StageFailureKind::Error
+        // Under the guard (`stage_guard`): a panic is caught at this frame instead of
+        // unwinding through the chain, and a stage that never finishes is cut off at the
+        // deadline and dropped.
+        let outcome = stage_guard::call_stage(stage.strategy.compact(request), deadline)
+            .await
+            .map_err(|failure| StageFailure {
+                kind: match &failure {
+                    GuardedFailure::Timeout => StageFailureKind::Timeout,
+                    failure if failure.is_panic() => StageFailureKind::Panicked,
+                    _ => StageFailureKind::Error,
                 },
-                message: e.to_string(),
+                message: match failure {
+                    GuardedFailure::Timeout => {
+                        format!("no result within {:.1}s", stage.timeout.as_secs_f64())
+                    }
+                    GuardedFailure::Unwound(message) => message,
+                    GuardedFailure::Error(e) => e.to_string(),
+                },
                 rule: None,
-            }),
-            Ok(Ok(FfiResult::ROk(outcome))) => Ok(outcome),
-        };
+            });
         // A stage that kept a handle on the conversation (a task it left running) makes
         // this a copy; otherwise the input is taken back as it was.
         let input =

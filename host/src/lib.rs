@@ -45,6 +45,7 @@ mod scratch;
 pub mod serve;
 pub mod services;
 pub mod signals;
+pub mod stage_guard;
 pub mod store;
 pub mod threads;
 pub mod tokens;

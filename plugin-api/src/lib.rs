@@ -8,8 +8,11 @@
 //!
 //! Every type that crosses the boundary lives in `tamp-plugin-abi`, whose version is the one
 //! the loader checks; this crate re-exports them, so an SDK-only release leaves built plugins
-//! loadable. A plugin author never names `abi_stable` or `async-ffi`: the wrapper types they
-//! need are re-exported here under tamp's own names ([`FfiString`], [`FfiVec`], [`FfiOption`]).
+//! loadable. A plugin author never names `abi_stable` or `async-ffi`, nor the wrapper types
+//! (re-exported here as [`FfiString`], [`FfiVec`], [`FfiOption`] for hosts and adapters): the
+//! SDK builds and reads the boundary's values from plain Rust ones ([`sdk::report`],
+//! [`sdk::structured`], [`sdk::prompt::Template`], the constructors on [`Message`] and
+//! [`ContentBlock`]).
 
 pub use tamp_plugin_abi::{
     budget, capability, conversation, edit, error, llm, page, report, services,
@@ -64,11 +67,13 @@ pub mod __private {
 
 /// Everything a strategy implementation usually needs, in one `use`.
 pub mod prelude {
-    pub use crate::sdk::{self, Unit, UnitKind};
+    pub use crate::sdk::{
+        self, ReportExt, SchemaRequest, StructuredAnswer, Template, Unit, UnitKind,
+    };
     pub use crate::{
         export_plugin, Budget, CompactOutcome, Compaction, ContentBlock, Conversation, Edit,
-        ErrorKind, FfiString, FfiVec, Host, LlmRequest, Message, PluginError, Role, StageReport,
-        Strategy, SummaryStatus, ToolResultPart,
+        ErrorKind, Host, HostError, LlmRequest, LlmResponse, Message, PluginError, Role,
+        StageReport, Strategy, SummaryStatus, ToolResultPart,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

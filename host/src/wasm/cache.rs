@@ -199,7 +199,10 @@ mod tests {
         // The entry just written is the oldest by time (a copy's time can be anything): kept.
         let new = entry(dir.as_path(), "d-1.cwasm", 100, 1000, now);
         trim(dir.as_path(), 250, &new, now);
-        assert!(!oldest.exists() && !older.exists(), "the two least recently used go");
+        assert!(
+            !oldest.exists() && !older.exists(),
+            "the two least recently used go"
+        );
         assert!(recent.exists() && new.exists());
     }
 
@@ -226,6 +229,9 @@ mod tests {
         let unrelated = entry(dir.as_path(), "notes.txt", 10_000, 10_000, now);
         trim(dir.as_path(), 1_000, &a, now);
         assert!(a.exists() && live.exists() && unrelated.exists());
-        assert!(!dead.exists(), "an hour-old partial write is a dead writer's");
+        assert!(
+            !dead.exists(),
+            "an hour-old partial write is a dead writer's"
+        );
     }
 }

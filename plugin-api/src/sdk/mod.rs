@@ -1,6 +1,7 @@
 //! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
 //! and pinned parts of a conversation ([`pinned`]: instructions, opaque units, compaction
-//! boundaries), summary messages, clearings ([`clearing`]), prompt rendering,
+//! boundaries), summary messages, clearings ([`clearing`]), prompt rendering and templates ([`prompt`]),
+//! stage reports from plain values ([`report`]), typed structured output ([`structured`]),
 //! summary lengths ([`length`]), reuse of cached summaries ([`incremental`]), and the ledger
 //! of what summaries carry verbatim ([`ledger`], read with [`statements`]).
 
@@ -15,14 +16,18 @@ pub mod lists;
 pub mod pinned;
 pub mod prompt;
 pub mod protect;
+pub mod report;
 pub mod span;
 pub mod splice;
 pub mod statements;
+pub mod structured;
 pub mod summary;
 
 pub use exchanges::{units, Unit, UnitKind};
-pub use prompt::{render_messages, render_template, RenderOptions};
+pub use prompt::{render_messages, render_template, RenderOptions, Template};
 pub use protect::{compactable_range, compactable_range_of, protected_head};
+pub use report::ReportExt;
 #[allow(deprecated)]
 pub use splice::{splice, Replacement};
+pub use structured::{SchemaRequest, StructuredAnswer, StructuredError};
 pub use summary::{cap_chars, summary_message, SUMMARY_ROLE};

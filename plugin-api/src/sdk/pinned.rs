@@ -124,6 +124,21 @@ pub fn opaque(message: &Message) -> Vec<Opaque> {
         .unwrap_or_default()
 }
 
+/// `message` marked as holding `what`, as the wire readers mark a message with something tamp
+/// does not know (added to the marks it has): to test how a strategy treats opaque units.
+pub fn mark_opaque(mut message: Message, what: &Opaque) -> Message {
+    let mut extra: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(message.extra_json.as_str()).unwrap_or_default();
+    let marks = extra
+        .entry(OPAQUE)
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if let serde_json::Value::Array(entries) = marks {
+        entries.push(what.entry().into());
+    }
+    message.extra_json = serde_json::Value::Object(extra).to_string().into();
+    message
+}
+
 /// Whether `message`'s `extra_json` has the marker key `key`. Most messages have no extras at
 /// all, so this is a length check; a text search comes before any parse.
 fn has_marker(message: &Message, key: &str) -> bool {
@@ -151,6 +166,17 @@ mod tests {
     use super::*;
     use crate::conversation::ContentBlock;
     use crate::sdk::exchanges::units;
+
+    #[test]
+    fn marking_opaque_adds_to_the_marks() {
+        let block = Opaque::parse("block:fancy").unwrap();
+        let marked = mark_opaque(Message::text(Role::Tool, "out"), &block);
+        assert!(is_pinned(&marked));
+        assert_eq!(opaque(&marked), std::slice::from_ref(&block));
+        let role = Opaque::parse("role:critic").unwrap();
+        let twice = mark_opaque(marked, &role);
+        assert_eq!(opaque(&twice), [block, role]);
+    }
 
     fn marked(role: Role, extra: &str) -> Message {
         let mut m = Message::new(role, vec![ContentBlock::Opaque { json: "{}".into() }]);

@@ -110,48 +110,156 @@ pub fn result_text(parts: &[ToolResultPart]) -> String {
 }
 
 /// Fills `{name}` placeholders in `template` from `vars`; `{{` and `}}` stand for braces.
-/// An unknown or unclosed placeholder is an error naming it, so a typo in a configured prompt
-/// is caught when the stage is built rather than sent to the LLM.
+/// An unknown or unclosed placeholder is an error naming it. A template read from a config is
+/// better made a [`Template`] once, when the stage is built, than checked on every render.
 pub fn render_template(template: &str, vars: &[(&str, &str)]) -> Result<String, PluginError> {
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
+    let names: Vec<&str> = vars.iter().map(|(name, _)| *name).collect();
+    let pieces = parse_template("prompt template", template, &names)?;
+    Ok(fill(&pieces, &names, vars))
+}
+
+/// A prompt template from a stage's config: text with `{name}` placeholders (`{{` and `}}`
+/// for literal braces), checked once, when it is made, against the placeholders the stage
+/// fills in. Every plugin's template errors read the same way, led by the config field:
+///
+/// ```
+/// use tamp_plugin_api::sdk::prompt::Template;
+///
+/// let template = Template::new("prompt_template", "Summarize {count} calls:\n{calls}", &["calls", "count"])
+///     .and_then(|t| t.require("calls"))
+///     .unwrap();
+/// assert_eq!(template.render(&[("calls", "ls → a b"), ("count", "1")]), "Summarize 1 calls:\nls → a b");
+///
+/// let typo = Template::new("prompt_template", "{cals}", &["calls", "count"]).unwrap_err();
+/// assert_eq!(typo.message, "prompt_template: unknown placeholder {cals}; known: {calls}, {count}");
+/// let missing = Template::new("prompt_template", "{count}", &["calls", "count"])
+///     .and_then(|t| t.require("calls"))
+///     .unwrap_err();
+/// assert_eq!(missing.message, "prompt_template: must contain {calls}");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    field: String,
+    text: String,
+    placeholders: Vec<String>,
+    pieces: Vec<Piece>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    /// The placeholder at this index of the known ones.
+    Slot(usize),
+}
+
+impl Template {
+    /// Parses `text`, read from the config key `field`, whose placeholders may be any of
+    /// `placeholders`. An unknown placeholder or a stray brace is an
+    /// [`InvalidConfig`](crate::ErrorKind::InvalidConfig) error naming `field` and the fault.
+    pub fn new(field: &str, text: &str, placeholders: &[&str]) -> Result<Template, PluginError> {
+        let pieces = parse_template(field, text, placeholders)?;
+        Ok(Template {
+            field: field.to_string(),
+            text: text.to_string(),
+            placeholders: placeholders.iter().map(|p| p.to_string()).collect(),
+            pieces,
+        })
+    }
+
+    /// The template, or an error when it does not use `placeholder` (the material a prompt
+    /// without it would leave out).
+    pub fn require(self, placeholder: &str) -> Result<Template, PluginError> {
+        if self.uses(placeholder) {
+            Ok(self)
+        } else {
+            Err(PluginError::invalid_config(format!(
+                "{}: must contain {{{placeholder}}}",
+                self.field
+            )))
+        }
+    }
+
+    /// Whether the template has the placeholder `name` somewhere.
+    pub fn uses(&self, name: &str) -> bool {
+        self.pieces.iter().any(|piece| match piece {
+            Piece::Slot(i) => self.placeholders[*i] == name,
+            Piece::Text(_) => false,
+        })
+    }
+
+    /// The text with each placeholder replaced by its value in `values`; a placeholder
+    /// given no value is left empty.
+    pub fn render(&self, values: &[(&str, &str)]) -> String {
+        let names: Vec<&str> = self.placeholders.iter().map(String::as_str).collect();
+        fill(&self.pieces, &names, values)
+    }
+
+    /// The template as configured.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// `text` cut into literal text and placeholders (indexes into `known`); errors are led by
+/// `field`.
+fn parse_template(field: &str, text: &str, known: &[&str]) -> Result<Vec<Piece>, PluginError> {
+    let mut pieces = Vec::new();
+    let mut literal = String::new();
+    let mut rest = text;
     while let Some(pos) = rest.find(['{', '}']) {
-        out.push_str(&rest[..pos]);
+        literal.push_str(&rest[..pos]);
         let tail = &rest[pos..];
         if let Some(after) = tail.strip_prefix("{{") {
-            out.push('{');
+            literal.push('{');
             rest = after;
         } else if let Some(after) = tail.strip_prefix("}}") {
-            out.push('}');
+            literal.push('}');
             rest = after;
         } else if tail.starts_with('}') {
-            return Err(PluginError::invalid_config(
-                "prompt template: unmatched `}` (write `}}` for a literal brace)",
-            ));
+            return Err(PluginError::invalid_config(format!(
+                "{field}: unmatched `}}` (write `}}}}` for a literal brace)"
+            )));
         } else {
             let close = tail.find('}').ok_or_else(|| {
-                PluginError::invalid_config(
-                    "prompt template: unclosed `{` (write `{{` for a literal brace)",
-                )
+                PluginError::invalid_config(format!(
+                    "{field}: unclosed `{{` (write `{{{{` for a literal brace)"
+                ))
             })?;
             let name = &tail[1..close];
-            let value = vars
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| *v)
-                .ok_or_else(|| {
-                    let known: Vec<String> = vars.iter().map(|(k, _)| format!("{{{k}}}")).collect();
-                    PluginError::invalid_config(format!(
-                        "prompt template: unknown placeholder {{{name}}}; known: {}",
-                        known.join(", ")
-                    ))
-                })?;
-            out.push_str(value);
+            let index = known.iter().position(|k| *k == name).ok_or_else(|| {
+                let listed: Vec<String> = known.iter().map(|k| format!("{{{k}}}")).collect();
+                PluginError::invalid_config(format!(
+                    "{field}: unknown placeholder {{{name}}}; known: {}",
+                    listed.join(", ")
+                ))
+            })?;
+            if !literal.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut literal)));
+            }
+            pieces.push(Piece::Slot(index));
             rest = &tail[close + 1..];
         }
     }
-    out.push_str(rest);
-    Ok(out)
+    literal.push_str(rest);
+    if !literal.is_empty() {
+        pieces.push(Piece::Text(literal));
+    }
+    Ok(pieces)
+}
+
+/// The pieces with each slot (an index into `names`) replaced by its value in `values`.
+fn fill(pieces: &[Piece], names: &[&str], values: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => out.push_str(text),
+            Piece::Slot(i) => {
+                let value = values.iter().find(|(name, _)| *name == names[*i]);
+                out.push_str(value.map_or("", |(_, v)| v));
+            }
+        }
+    }
+    out
 }
 
 /// Opens the material section of a prompt: the host's providers (the extractive summarizer,
@@ -224,6 +332,39 @@ mod tests {
         assert!(err.message.contains("{tool}"));
         assert!(render_template("a {b", &[]).is_err());
         assert!(render_template("a } b", &[]).is_err());
+    }
+
+    #[test]
+    fn templates_are_checked_once_and_render_by_name() {
+        let known = ["calls", "tools"];
+        let t = Template::new("prompt_template", "{{{tools}}}: {calls} {calls}}}", &known)
+            .unwrap()
+            .require("calls")
+            .unwrap();
+        assert_eq!(t.render(&[("tools", "ls"), ("calls", "c")]), "{ls}: c c}");
+        // A value left out renders empty; one not in the template is ignored.
+        assert_eq!(t.render(&[("calls", "c"), ("other", "x")]), "{}: c c}");
+        assert!(t.uses("tools") && !t.uses("other"));
+        assert_eq!(t.as_str(), "{{{tools}}}: {calls} {calls}}}");
+        let err = |text: &str| Template::new("note", text, &known).unwrap_err();
+        assert_eq!(
+            err("{tool}").message,
+            "note: unknown placeholder {tool}; known: {calls}, {tools}"
+        );
+        assert_eq!(err("{tool}").kind, crate::ErrorKind::InvalidConfig);
+        assert_eq!(
+            err("a {calls").message,
+            "note: unclosed `{` (write `{{` for a literal brace)"
+        );
+        assert_eq!(
+            err("a } b").message,
+            "note: unmatched `}` (write `}}` for a literal brace)"
+        );
+        let without = Template::new("note", "{tools}", &known).unwrap();
+        assert_eq!(
+            without.require("calls").unwrap_err().message,
+            "note: must contain {calls}"
+        );
     }
 
     #[test]

@@ -30,6 +30,18 @@ pub struct SpanSelection {
     pub pieces: Vec<Piece>,
 }
 
+impl SpanSelection {
+    /// The pieces taken out, as their message ranges and their texts (in order), for a
+    /// strategy that keeps the two apart (the texts to summarize, the ranges to look up a
+    /// cached summary by).
+    pub fn take_pieces(&mut self) -> (Vec<Range<usize>>, Vec<String>) {
+        std::mem::take(&mut self.pieces)
+            .into_iter()
+            .map(|p| (p.range, p.text))
+            .unzip()
+    }
+}
+
 /// Takes the span within `range` (usually `sdk::compactable_range`, or a later start): pinned
 /// units at its start are stepped over, and it stops before the next one; `strategy`'s
 /// summaries become priors.
@@ -92,6 +104,11 @@ mod tests {
         let ranges: Vec<_> = s.pieces.iter().map(|p| p.range.clone()).collect();
         assert_eq!(ranges, vec![2..3, 3..4, 4..5]);
         assert!(s.pieces[1].text.contains("u1"));
+        let mut taken = s.clone();
+        let (piece_ranges, texts) = taken.take_pieces();
+        assert_eq!(piece_ranges, ranges);
+        assert_eq!(texts[1], s.pieces[1].text);
+        assert!(taken.pieces.is_empty());
         // A pinned unit where the range starts is stepped over.
         assert_eq!(
             select_span(&m, 5..7, "me", &RenderOptions::default()).span,

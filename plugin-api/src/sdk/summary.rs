@@ -23,6 +23,15 @@ pub fn summary_message(
     message
 }
 
+/// A copy of `message` whose content is `text` alone: the same role, summary mark and wire
+/// fields (a summary shown to a model without part of its text, say).
+pub fn with_text(message: &Message, text: &str) -> Message {
+    Message {
+        content: vec![crate::ContentBlock::text(text)].into(),
+        ..message.clone()
+    }
+}
+
 /// Cuts `text` to at most `max_chars` characters, marking the cut with `…`.
 pub fn cap_chars(text: &str, max_chars: usize) -> String {
     match text.char_indices().nth(max_chars) {
@@ -76,6 +85,15 @@ pub fn bounded_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_text_keeps_the_summary_mark() {
+        let summary = summary_message("old text", "pg_1", "s", SummaryStatus::Final);
+        let shown = with_text(&summary, "new text");
+        assert_eq!(shown.joined_text(), "new text");
+        assert_eq!(shown.summary_info(), summary.summary_info());
+        assert_eq!(shown.role, summary.role);
+    }
 
     #[test]
     fn cap_counts_characters_not_bytes() {

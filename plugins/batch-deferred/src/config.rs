@@ -2,7 +2,6 @@
 
 use tamp_plugin_api::prelude::*;
 pub use tamp_plugin_api::sdk::ledger::LedgerConfig;
-use tamp_plugin_api::sdk::render_template;
 
 /// The default system text of every deferred summary request.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You condense part of an AI agent's conversation into \
@@ -94,16 +93,7 @@ impl Default for Config {
 impl Config {
     /// The checks the schema cannot express; errors name the field.
     pub fn validate(&self) -> Result<(), PluginError> {
-        if !self.prompt_template.contains("{messages}") {
-            return Err(PluginError::invalid_config(
-                "prompt_template: must contain the {messages} placeholder",
-            ));
-        }
-        render_template(
-            &self.prompt_template,
-            &[("messages", ""), ("count", ""), ("label", "")],
-        )
-        .map_err(|e| PluginError::invalid_config(format!("prompt_template: {}", e.message)))?;
+        self.prompt_template()?;
         self.ledger.validate()?;
         if self.max_page_messages < self.min_messages {
             return Err(PluginError::invalid_config(format!(
@@ -112,6 +102,17 @@ impl Config {
             )));
         }
         Ok(())
+    }
+
+    /// The prompt template, its placeholders checked (`sdk::prompt::Template`): `{messages}`
+    /// is required, since a template that drops the messages would summarize nothing.
+    pub fn prompt_template(&self) -> Result<Template, PluginError> {
+        Template::new(
+            "prompt_template",
+            &self.prompt_template,
+            &["messages", "count", "label"],
+        )?
+        .require("messages")
     }
 }
 

@@ -14,49 +14,67 @@
 //! text cut to `max_summary_chars` and never longer (in tokens) than the placeholder it
 //! replaces, so finalizing never grows the conversation. Nothing else changes.
 
-use std::collections::BTreeMap;
+//!
+//! What a run defers and finalizes is decided in [`plan`], the config is in [`config`]; this
+//! file runs the plan through the host.
+
 use std::ops::Range;
 
 use tamp_plugin_api::deferred::page_transcript_prompt;
 use tamp_plugin_api::prelude::*;
-use tamp_plugin_api::sdk::{cap_chars, ledger, render_template, summary_message};
-use tamp_plugin_api::{DeferredStatus, LlmRequest};
+use tamp_plugin_api::sdk::{cap_chars, ledger, summary_message};
+use tamp_plugin_api::DeferredStatus;
 
 pub mod config;
+pub mod plan;
 
 pub use config::{CompactWhen, Config};
+use plan::{finalizable, label_of, pending_text};
+pub use plan::{plan_pages, FINAL_HEADER, PENDING_HEADER};
 
-/// The first line of every pending summary starts with this.
-pub const PENDING_HEADER: &str = "[Pending summary: ";
-/// The first line of a finalized summary starts with this.
-pub const FINAL_HEADER: &str = "[Summary: ";
+/// The strategy's name: in pages, summary messages and logs.
+pub const NAME: &str = "batch-deferred";
 
 pub struct BatchDeferred {
     config: Config,
+    prompt_template: Template,
+}
+
+/// The report's details: how many pages went behind pending summaries and how many pending
+/// summaries were finalized.
+#[derive(Serialize)]
+#[serde(crate = "tamp_plugin_api::serde")]
+struct Details {
+    deferred: usize,
+    finalized: usize,
 }
 
 impl Strategy for BatchDeferred {
     type Config = Config;
-    const NAME: &'static str = "batch-deferred";
+    const NAME: &'static str = NAME;
     const DESCRIPTION: &'static str = "Replaces old messages by a pending summary at once and \
         lets the host summarize them later through a batch API at half price; a later run \
         swaps in the final summary at the same place.";
 
     fn new(config: Config) -> Result<Self, PluginError> {
         config.validate()?;
-        Ok(BatchDeferred { config })
+        let prompt_template = config.prompt_template()?;
+        Ok(BatchDeferred {
+            config,
+            prompt_template,
+        })
     }
 
     async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
         let host = &input.host;
         let messages = input.conversation.messages.as_slice();
-        let mut report = StageReport::acted("");
+        let mut warnings = Vec::new();
 
         // Finalized summaries replace one message each, pages a run of plain messages: the
         // edits never overlap.
         let keep_recent = input.budget.keep_recent as usize;
         let mut edits = self
-            .finalize(host, messages, keep_recent, &mut report)
+            .finalize(host, messages, keep_recent, &mut warnings)
             .await;
         let finalized = edits.len();
 
@@ -75,7 +93,13 @@ impl Strategy for BatchDeferred {
             Vec::new()
         };
         let placed = self
-            .defer(host, messages, pages, input.budget.max_tokens, &mut report)
+            .defer(
+                host,
+                messages,
+                pages,
+                input.budget.max_tokens,
+                &mut warnings,
+            )
             .await;
 
         let deferred = placed.len();
@@ -90,17 +114,18 @@ impl Strategy for BatchDeferred {
             } else {
                 "under the high watermark, and no pending summary finished".to_string()
             };
-            let mut outcome = CompactOutcome::unchanged(why);
-            outcome.report.warnings = report.warnings;
-            return Ok(outcome);
+            let report = StageReport::skipped(why).with_warnings(warnings);
+            return Ok(CompactOutcome::with_edits([], report));
         }
-        report.reason = format!(
+        let report = StageReport::acted(format!(
             "deferred {deferred} page(s) ({removed} messages) behind pending summaries; \
              finalized {finalized} pending summary(ies)"
-        )
-        .into();
-        report.details_json =
-            format!(r#"{{"deferred":{deferred},"finalized":{finalized}}}"#).into();
+        ))
+        .with_warnings(warnings)
+        .with_details(&Details {
+            deferred,
+            finalized,
+        });
         Ok(CompactOutcome::with_edits(edits, report))
     }
 }
@@ -113,7 +138,7 @@ impl BatchDeferred {
         host: &Host,
         messages: &[Message],
         keep_recent: usize,
-        report: &mut StageReport,
+        warnings: &mut Vec<String>,
     ) -> Vec<Edit> {
         let pending = finalizable(messages, keep_recent);
         if pending.is_empty() {
@@ -128,14 +153,14 @@ impl BatchDeferred {
                     let text = self.final_text(host, &messages[index], state.text.as_str());
                     finalized.push(Edit::finalize(index, text));
                 }
-                DeferredStatus::Failed => report.warn(format!(
+                DeferredStatus::Failed => warnings.push(format!(
                     "the deferred summary of {page_ref} failed ({}); it stays pending, the \
                      messages are in the page",
                     state.reason
                 )),
                 DeferredStatus::Queued | DeferredStatus::Submitted => {}
                 // `Unknown`, or a state a later host added that this plugin cannot act on.
-                status => report.warn(format!(
+                status => warnings.push(format!(
                     "the host reports {} for the deferred request of {page_ref} (another \
                      store, or a host without the deferred service); it stays pending",
                     status.as_str()
@@ -181,7 +206,7 @@ impl BatchDeferred {
         messages: &[Message],
         pages: Vec<Range<usize>>,
         max_tokens: u64,
-        report: &mut StageReport,
+        warnings: &mut Vec<String>,
     ) -> Vec<Edit> {
         // The ledgers of the pages placed by this compaction, so far: the later pages share
         // the cap with them as with the summaries already in `messages`.
@@ -210,7 +235,7 @@ impl BatchDeferred {
                     host,
                     messages,
                     range.clone(),
-                    &self.pending_text(run, &label),
+                    &pending_text(run, &label, self.config.preview_chars),
                     cap,
                 );
                 let placeholder = Message::text(sdk::SUMMARY_ROLE, finished.text.as_str());
@@ -241,14 +266,14 @@ impl BatchDeferred {
             let page_id = match id {
                 Ok(id) => id,
                 Err(e) => {
-                    report.warn(format!("cannot archive messages {range:?}: {e}"));
+                    warnings.push(format!("cannot archive messages {range:?}: {e}"));
                     continue;
                 }
             };
             let from_page = transcript_from_page.then_some(page_id.as_str());
             match self.request_for(&messages[range.clone()], &label, from_page) {
                 Ok(request) => ready.push((range, text, page_id, request)),
-                Err(e) => report.warn(format!("cannot build the request of {page_id}: {e}")),
+                Err(e) => warnings.push(format!("cannot build the request of {page_id}: {e}")),
             }
         }
         if ready.is_empty() {
@@ -261,7 +286,7 @@ impl BatchDeferred {
             })
             .unzip();
         if let Err(e) = host.defer_summaries(requests).await {
-            report.warn(format!(
+            warnings.push(format!(
                 "cannot defer {} summary request(s): {e}; messages left as they were",
                 placed.len()
             ));
@@ -272,8 +297,7 @@ impl BatchDeferred {
         placed
             .into_iter()
             .map(|(range, text, page_id)| {
-                let pending =
-                    summary_message(&text, &page_id, BatchDeferred::NAME, SummaryStatus::Pending);
+                let pending = summary_message(&text, &page_id, NAME, SummaryStatus::Pending);
                 Edit::replace(range, pending)
             })
             .collect()
@@ -296,7 +320,7 @@ impl BatchDeferred {
         let vars = [("count", count.as_str()), ("label", label)];
         let templated = match page_id {
             Some(id) => {
-                page_transcript_prompt(&self.config.prompt_template, "messages", &vars, id, &opts)?
+                page_transcript_prompt(self.prompt_template.as_str(), "messages", &vars, id, &opts)?
             }
             None => None,
         };
@@ -304,10 +328,8 @@ impl BatchDeferred {
             Some(prompt) => prompt,
             None => {
                 let rendered = sdk::render_messages(run, &opts);
-                render_template(
-                    &self.config.prompt_template,
-                    &[("messages", rendered.as_str()), vars[0], vars[1]],
-                )?
+                self.prompt_template
+                    .render(&[("messages", rendered.as_str()), vars[0], vars[1]])
             }
         };
         Ok(LlmRequest::new(
@@ -317,259 +339,6 @@ impl BatchDeferred {
         )
         .with_label(format!("deferred summary of {} messages", run.len())))
     }
-
-    /// `[Pending summary: N messages, <label>]` and the first and last messages' openings.
-    fn pending_text(&self, run: &[Message], label: &str) -> String {
-        let mut text = format!("{PENDING_HEADER}{} messages, {label}]", run.len());
-        let limit = self.config.preview_chars;
-        if limit > 0 {
-            if let Some(first) = run.first() {
-                text.push_str(&format!(
-                    "\nFirst ({}): {}",
-                    first.role.as_str(),
-                    snippet(first, limit)
-                ));
-            }
-            if let Some(last) = run.last().filter(|_| run.len() > 1) {
-                text.push_str(&format!(
-                    "\nLast ({}): {}",
-                    last.role.as_str(),
-                    snippet(last, limit)
-                ));
-            }
-        }
-        text
-    }
-}
-
-/// The message's words on one line, cut to `limit` characters: its text, or (a tool call
-/// or result without text) its rendering.
-fn snippet(message: &Message, limit: usize) -> String {
-    let text = message.joined_text();
-    let source = if text.trim().is_empty() {
-        sdk::render_messages(
-            std::slice::from_ref(message),
-            &sdk::RenderOptions {
-                max_block_chars: limit,
-            },
-        )
-    } else {
-        text
-    };
-    let one_line = source.split_whitespace().collect::<Vec<_>>().join(" ");
-    cap_chars(&one_line, limit)
-}
-
-/// What a run holds, in a few words: its tool calls by name, or its turns.
-fn label_of(run: &[Message]) -> String {
-    let mut tools: BTreeMap<&str, usize> = BTreeMap::new();
-    for message in run {
-        for block in message.content.iter() {
-            if let ContentBlock::ToolUse { name, .. } = block {
-                *tools.entry(name.as_str()).or_default() += 1;
-            }
-        }
-    }
-    if tools.is_empty() {
-        let users = run.iter().filter(|m| m.role == Role::User).count();
-        return format!("{users} user and {} other turns", run.len() - users);
-    }
-    let calls: usize = tools.values().sum();
-    let mut by_count: Vec<(&str, usize)> = tools.into_iter().collect();
-    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let names: Vec<String> = by_count
-        .iter()
-        .take(4)
-        .map(|(name, n)| match n {
-            1 => name.to_string(),
-            n => format!("{name} ×{n}"),
-        })
-        .collect();
-    let more = if by_count.len() > 4 { ", …" } else { "" };
-    format!("{calls} tool calls: {}{more}", names.join(", "))
-}
-
-/// Our pending summaries (index, page ref) that a run may finalize: those before the
-/// protected recent tail. A tail bounded in tokens can reach further back on one request than
-/// on the one before (when the newest messages are short), over a pending summary placed
-/// earlier; that one is finalized once it has left the tail again, since the tail is not
-/// changed.
-fn finalizable(messages: &[Message], keep_recent: usize) -> Vec<(usize, String)> {
-    let tail_start = sdk::compactable_range(messages, keep_recent).end;
-    messages[..tail_start]
-        .iter()
-        .enumerate()
-        .filter_map(|(i, m)| {
-            let info = m.summary_info()?;
-            (info.status == SummaryStatus::Pending && info.strategy.as_str() == BatchDeferred::NAME)
-                .then(|| (i, info.page_ref.to_string()))
-        })
-        .collect()
-}
-
-/// The pages to defer: runs of plain messages and tool exchanges (no system message, no
-/// summary) inside the compactable range, each cut at unit boundaries into pages of at most
-/// `max_page` messages (a single larger unit is a page of its own); pages shorter than
-/// `min_messages` are left alone.
-pub fn plan_pages(
-    messages: &[Message],
-    keep_recent: usize,
-    min_messages: usize,
-    max_page: usize,
-) -> Vec<Range<usize>> {
-    let range = sdk::compactable_range(messages, keep_recent);
-    let mut pages = Vec::new();
-    let mut current: Option<Range<usize>> = None;
-    let close = |current: &mut Option<Range<usize>>, pages: &mut Vec<Range<usize>>| {
-        if let Some(page) = current.take() {
-            if page.len() >= min_messages {
-                pages.push(page);
-            }
-        }
-    };
-    for unit in sdk::units(messages) {
-        if unit.range.start < range.start || unit.range.end > range.end {
-            continue;
-        }
-        match unit.kind {
-            UnitKind::System | UnitKind::Summary => close(&mut current, &mut pages),
-            UnitKind::Message | UnitKind::ToolExchange => match current.as_mut() {
-                Some(page)
-                    if page.end == unit.range.start && page.len() + unit.len() <= max_page =>
-                {
-                    page.end = unit.range.end;
-                }
-                _ => {
-                    close(&mut current, &mut pages);
-                    current = Some(unit.range.clone());
-                }
-            },
-        }
-    }
-    close(&mut current, &mut pages);
-    pages
 }
 
 export_plugin!(BatchDeferred);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn call(id: &str, name: &str) -> Message {
-        Message::new(
-            Role::Assistant,
-            vec![ContentBlock::ToolUse {
-                id: id.into(),
-                name: name.into(),
-                input_json: "{}".into(),
-                extra_json: Default::default(),
-            }],
-        )
-    }
-
-    fn result(id: &str) -> Message {
-        Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text { text: "ok".into() }].into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
-        )
-    }
-
-    #[test]
-    fn pages_keep_exchanges_whole_skip_summaries_and_respect_sizes() {
-        let mut m = vec![Message::text(Role::System, "sys")];
-        // An assistant first: no task message is pinned, so the runs start right after the
-        // system prompt.
-        for i in 0..6 {
-            let role = if i == 0 { Role::Assistant } else { Role::User };
-            m.push(Message::text(role, format!("u{i}")));
-        }
-        m.push(summary_message(
-            "s",
-            "pg_x",
-            "batch-deferred",
-            SummaryStatus::Pending,
-        ));
-        m.push(call("a", "bash"));
-        m.push(result("a"));
-        for i in 0..5 {
-            m.push(Message::text(Role::Assistant, format!("a{i}")));
-        }
-        m.push(Message::text(Role::User, "recent"));
-        // keep_recent 1: the last message is protected; the summary splits two runs.
-        assert_eq!(plan_pages(&m, 1, 2, 100), vec![1..7, 8..15]);
-        // Pages of at most 4 messages, never splitting the exchange at 8..10.
-        assert_eq!(plan_pages(&m, 1, 2, 4), vec![1..5, 5..7, 8..12, 12..15]);
-        // Too short runs are left alone.
-        assert_eq!(plan_pages(&m, 1, 7, 100), vec![8..15]);
-    }
-
-    #[test]
-    fn pending_summaries_inside_the_protected_tail_wait() {
-        let pending =
-            |page: &str| summary_message("s", page, "batch-deferred", SummaryStatus::Pending);
-        let m = vec![
-            Message::text(Role::System, "sys"),
-            Message::text(Role::User, "task"),
-            pending("pg_old"),
-            summary_message("s", "pg_other", "someone-else", SummaryStatus::Pending),
-            Message::text(Role::Assistant, "a"),
-            pending("pg_new"),
-            Message::text(Role::User, "recent"),
-        ];
-        // A tail of 2 covers pg_new: only pg_old may be finalized.
-        assert_eq!(finalizable(&m, 2), vec![(2, "pg_old".to_string())]);
-        // Once the tail no longer covers it, pg_new is finalized too.
-        assert_eq!(
-            finalizable(&m, 1),
-            vec![(2, "pg_old".to_string()), (5, "pg_new".to_string())]
-        );
-    }
-
-    #[test]
-    fn labels_name_tools_by_frequency() {
-        let run = vec![
-            call("a", "bash"),
-            result("a"),
-            call("b", "bash"),
-            result("b"),
-            call("c", "read"),
-            result("c"),
-        ];
-        assert_eq!(label_of(&run), "3 tool calls: bash ×2, read");
-        let turns = vec![
-            Message::text(Role::User, "q"),
-            Message::text(Role::Assistant, "a"),
-        ];
-        assert_eq!(label_of(&turns), "1 user and 1 other turns");
-    }
-
-    #[test]
-    fn pending_text_has_header_and_both_ends() {
-        let s = BatchDeferred::new(Config {
-            preview_chars: 10,
-            ..Config::default()
-        })
-        .unwrap();
-        let run = vec![
-            Message::text(Role::User, "first message here and more"),
-            Message::text(Role::Assistant, "middle"),
-            Message::text(Role::Assistant, "the last one\nwith lines"),
-        ];
-        let text = s.pending_text(&run, "x");
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "[Pending summary: 3 messages, x]");
-        assert!(lines[1].starts_with("First (user): "), "{text}");
-        assert!(
-            lines[1].chars().count() <= "First (user): ".len() + 10,
-            "{text}"
-        );
-        assert!(lines[2].starts_with("Last (assistant): "), "{text}");
-        assert!(!text.contains("middle"));
-    }
-}

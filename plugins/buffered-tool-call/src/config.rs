@@ -1,7 +1,6 @@
 //! The stage config (`[stage.config]` in a chain file) and its checks.
 
 use tamp_plugin_api::prelude::*;
-use tamp_plugin_api::sdk::render_template;
 
 /// The placeholders a prompt template may use, with what each stands for.
 pub const PLACEHOLDERS: [(&str, &str); 3] = [
@@ -119,28 +118,19 @@ impl Config {
                 )));
             }
         }
-        // Render once with a marker for each placeholder: unknown placeholders and stray
-        // braces are errors, and a template that drops the calls would summarize nothing.
-        let marker = "\u{1}calls\u{1}";
-        let vars = PLACEHOLDERS.map(|(name, _)| (name, if name == "calls" { marker } else { "" }));
-        let rendered = render_template(&self.prompt_template, &vars).map_err(|e| {
-            PluginError::invalid_config(format!("prompt_template: {}", strip_prefix(&e)))
-        })?;
-        if !rendered.contains(marker) {
-            return Err(PluginError::invalid_config(
-                "prompt_template: must contain {calls}, where the tool calls to summarize go",
-            ));
-        }
-        Ok(())
+        self.prompt_template().map(drop)
     }
-}
 
-/// `render_template`'s message without its own `prompt template: ` lead-in.
-fn strip_prefix(e: &PluginError) -> &str {
-    e.message
-        .as_str()
-        .strip_prefix("prompt template: ")
-        .unwrap_or(e.message.as_str())
+    /// The prompt template, its placeholders checked (`sdk::prompt::Template`): `{calls}` is
+    /// required, since a template that drops the calls would summarize nothing.
+    pub fn prompt_template(&self) -> Result<Template, PluginError> {
+        Template::new(
+            "prompt_template",
+            &self.prompt_template,
+            &PLACEHOLDERS.map(|(name, _)| name),
+        )?
+        .require("calls")
+    }
 }
 
 #[cfg(test)]

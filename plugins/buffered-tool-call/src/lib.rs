@@ -16,7 +16,7 @@ pub mod plan;
 use tamp_plugin_api::host::CallFinished;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::groups::{tool_activity, Group, ToolActivity};
-use tamp_plugin_api::sdk::prompt::{render_messages, render_template, RenderOptions};
+use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
 use tamp_plugin_api::serde_json::json;
 
 pub use config::Config;
@@ -27,6 +27,7 @@ const MIN_SUMMARY_TOKENS: u64 = 16;
 
 pub struct BufferedToolCall {
     config: Config,
+    prompt_template: Template,
 }
 
 /// What the strategy knows of a group before asking for its summary.
@@ -63,7 +64,11 @@ impl Strategy for BufferedToolCall {
 
     fn new(config: Config) -> Result<Self, PluginError> {
         config.validate()?;
-        Ok(BufferedToolCall { config })
+        let prompt_template = config.prompt_template()?;
+        Ok(BufferedToolCall {
+            config,
+            prompt_template,
+        })
     }
 
     async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
@@ -92,7 +97,7 @@ impl Strategy for BufferedToolCall {
             .collect();
         let mut fates = self
             .summarize_groups(&host, messages, &plan.groups, &facts)
-            .await?;
+            .await;
         if self.config.all_or_nothing && count_failed(&fates) > 0 {
             return Ok(self.nothing_replaced(&plan, fates));
         }
@@ -100,7 +105,7 @@ impl Strategy for BufferedToolCall {
         keep_summaries_that_do_not_shrink(&host, &plan.groups, &facts, &mut fates);
 
         let details = self.details(&plan, &fates);
-        let mut report = StageReport::default();
+        let mut warnings = Vec::new();
         let mut edits = Vec::new();
         let mut exchanges = 0;
         for (i, fate) in fates.into_iter().enumerate() {
@@ -117,31 +122,27 @@ impl Strategy for BufferedToolCall {
                     edits.push(Edit::summarize(group.range.clone(), text).with_metadata(&metadata));
                     exchanges += group.units.len();
                 }
-                kept => report.warn(kept.warning().unwrap_or_default()),
+                kept => warnings.extend(kept.warning()),
             }
         }
         let summarized = edits.len();
         if summarized == 0 {
-            let mut outcome =
-                CompactOutcome::unchanged(format!("no group replaced ({})", plan.why));
-            outcome.report.warnings = report.warnings;
-            outcome.report.details_json = details.to_string().into();
-            return Ok(outcome);
+            let report = StageReport::skipped(format!("no group replaced ({})", plan.why))
+                .with_warnings(warnings)
+                .with_details(&details);
+            return Ok(CompactOutcome::with_edits([], report));
         }
         let mut reason = format!(
             "summarized {exchanges} tool exchange(s) in {summarized} of {} group(s) ({})",
             plan.groups.len(),
             plan.why
         );
-        if !report.warnings.is_empty() {
-            reason.push_str(&format!(
-                "; {} group(s) left as they were",
-                report.warnings.len()
-            ));
+        if !warnings.is_empty() {
+            reason.push_str(&format!("; {} group(s) left as they were", warnings.len()));
         }
-        report.acted = true;
-        report.reason = reason.into();
-        report.details_json = details.to_string().into();
+        let report = StageReport::acted(reason)
+            .with_warnings(warnings)
+            .with_details(&details);
         Ok(CompactOutcome::with_edits(edits, report))
     }
 }
@@ -155,7 +156,7 @@ impl BufferedToolCall {
         messages: &[Message],
         groups: &[Group],
         facts: &[GroupFacts],
-    ) -> Result<Vec<GroupFate>, PluginError> {
+    ) -> Vec<GroupFate> {
         let total = groups.len();
         let render = RenderOptions {
             max_block_chars: self.config.max_block_chars,
@@ -169,14 +170,11 @@ impl BufferedToolCall {
             // nothing, and would be left out anyway.
             let max_output_tokens = u64::from(self.config.summary_max_tokens)
                 .min((facts.tokens / 2).max(MIN_SUMMARY_TOKENS));
-            let prompt = render_template(
-                &self.config.prompt_template,
-                &[
-                    ("calls", calls.as_str()),
-                    ("tools", tools.as_str()),
-                    ("exchanges", exchanges.as_str()),
-                ],
-            )?;
+            let prompt = self.prompt_template.render(&[
+                ("calls", calls.as_str()),
+                ("tools", tools.as_str()),
+                ("exchanges", exchanges.as_str()),
+            ]);
             requests.push(
                 LlmRequest::new(
                     self.config.system_prompt.as_str(),
@@ -203,7 +201,7 @@ impl BufferedToolCall {
         let answers = host
             .complete_all_with_progress(requests, self.config.max_concurrency, progress)
             .await;
-        Ok(answers
+        answers
             .into_iter()
             .enumerate()
             .map(|(i, answer)| {
@@ -225,7 +223,7 @@ impl BufferedToolCall {
                     )),
                 }
             })
-            .collect())
+            .collect()
     }
 
     /// The outcome when `all_or_nothing` applies: the conversation as it came, every failure
@@ -234,19 +232,14 @@ impl BufferedToolCall {
         let mut details = self.details(plan, &fates);
         details["groups_summarized"] = json!(0);
         let failed = count_failed(&fates);
-        let warnings: Vec<FfiString> = fates
-            .into_iter()
-            .filter_map(GroupFate::warning)
-            .map(FfiString::from)
-            .collect();
-        let mut outcome = CompactOutcome::unchanged(format!(
+        let report = StageReport::skipped(format!(
             "all_or_nothing: {failed} of {} group(s) failed, so nothing was replaced ({})",
             plan.groups.len(),
             plan.why
-        ));
-        outcome.report.details_json = details.to_string().into();
-        outcome.report.warnings = warnings.into();
-        outcome
+        ))
+        .with_details(&details)
+        .with_warnings(fates.into_iter().filter_map(GroupFate::warning));
+        CompactOutcome::with_edits([], report)
     }
 
     /// The report's `details`: the trigger and what became of the groups.

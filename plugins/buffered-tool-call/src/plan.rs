@@ -179,21 +179,11 @@ mod tests {
         [
             Message::new(
                 Role::Assistant,
-                vec![ContentBlock::ToolUse {
-                    id: id.as_str().into(),
-                    name: "bash".into(),
-                    input_json: "{}".into(),
-                    extra_json: Default::default(),
-                }],
+                vec![ContentBlock::tool_use(id.as_str(), "bash", "{}")],
             ),
             Message::new(
                 Role::User,
-                vec![ContentBlock::ToolResult {
-                    tool_use_id: id.as_str().into(),
-                    content: vec![ToolResultPart::Text { text: "ok".into() }].into(),
-                    is_error: false,
-                    extra_json: Default::default(),
-                }],
+                vec![ContentBlock::tool_result(id.as_str(), "ok", false)],
             ),
         ]
     }

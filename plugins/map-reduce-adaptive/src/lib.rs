@@ -28,17 +28,17 @@
 //! the same map requests for its older part.
 
 mod config;
+mod plan;
 mod prompts;
-
-use std::ops::Range;
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, pack_by_tokens};
-use tamp_plugin_api::sdk::prompt::RenderOptions;
-use tamp_plugin_api::serde_json::{json, Value};
+use tamp_plugin_api::sdk::incremental::Leading;
+use tamp_plugin_api::serde_json;
 
 pub use config::{Config, ContentType, Reuse};
-use tamp_plugin_api::sdk::incremental::Leading;
+pub use plan::Level;
+use plan::{Details, Selection, SummaryFigures};
 
 /// The strategy's name: in pages, summary messages and logs.
 pub const NAME: &str = "map-reduce-adaptive";
@@ -48,66 +48,8 @@ pub const NAME: &str = "map-reduce-adaptive";
 /// would lose more than the few extra tokens cost. Twice is far beyond any honest answer.
 const ANSWER_SLACK: u64 = 2;
 
-/// How much summarizing the content gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Level {
-    /// Too little to be worth a summary.
-    None,
-    /// One call for a one-sentence brief.
-    Brief,
-    /// Map, collapse as needed, synthesize.
-    MapReduce,
-    /// Nothing new worth a call: the cached summary of the older part is used as it is.
-    Cached,
-}
-
-impl Level {
-    /// The level for content of `tokens` tokens.
-    pub fn for_tokens(tokens: u64, config: &Config) -> Level {
-        if tokens < config.none_below {
-            Level::None
-        } else if tokens < config.brief_below {
-            Level::Brief
-        } else {
-            Level::MapReduce
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::None => "none",
-            Level::Brief => "brief",
-            Level::MapReduce => "map-reduce",
-            Level::Cached => "cached",
-        }
-    }
-}
-
 pub struct MapReduceAdaptive {
     config: Config,
-}
-
-/// The messages the stage replaces, split into the prior summary and the content.
-struct Selection {
-    /// One contiguous run of messages, replaced by one summary.
-    span: Range<usize>,
-    /// The texts of this strategy's earlier summaries in the span, joined.
-    prior: Option<String>,
-    /// The rest of the span, one rendered unit (message or tool exchange) per piece.
-    pieces: Vec<String>,
-    /// The messages of each piece.
-    piece_ranges: Vec<Range<usize>>,
-}
-
-impl Selection {
-    /// Keeps the first `n` pieces and ends the span after the last one kept.
-    fn truncate(&mut self, n: usize) {
-        if let Some(last) = n.checked_sub(1).and_then(|i| self.piece_ranges.get(i)) {
-            self.span.end = last.end;
-        }
-        self.pieces.truncate(n);
-        self.piece_ranges.truncate(n);
-    }
 }
 
 /// What the LLM calls produced.
@@ -117,6 +59,19 @@ struct Summarized {
     chunks: usize,
     depth: u32,
     warnings: Vec<String>,
+}
+
+impl Summarized {
+    /// A summary that took one call on one chunk (none, for a cached one).
+    fn single(text: String, calls: usize) -> Self {
+        Summarized {
+            text,
+            calls,
+            chunks: calls,
+            depth: 0,
+            warnings: Vec::new(),
+        }
+    }
 }
 
 impl Strategy for MapReduceAdaptive {
@@ -138,18 +93,13 @@ impl Strategy for MapReduceAdaptive {
             host,
             ..
         } = input;
-        let keep_recent = budget.keep_recent as usize;
-        let kept = self.summaries_kept(
-            &host,
-            &conversation.messages,
-            keep_recent,
-            budget.max_tokens,
-        );
-        let mut selection = self.select(&conversation.messages, keep_recent, kept);
-        let reused = self
-            .reusable(&host, &conversation.messages, &selection)
-            .await;
+        let messages = &conversation.messages[..];
+        let config = &self.config;
         let count = |text: &str| host.count_tokens(text);
+        let keep_recent = budget.keep_recent as usize;
+        let kept = plan::summaries_kept(messages, keep_recent, budget.max_tokens, config, &count);
+        let mut selection = plan::select(messages, keep_recent, kept, config);
+        let reused = self.reusable(&host, messages, &selection).await;
         let new_pieces = &selection.pieces[reused.as_ref().map_or(0, |r| r.pieces)..];
         let content = new_pieces.concat();
         let content_tokens = if content.is_empty() {
@@ -158,29 +108,30 @@ impl Strategy for MapReduceAdaptive {
             count(&content)
         };
         // With a cached summary to merge into, it is the prior summary of the new content.
-        let prior = match (&reused, self.config.reuse) {
-            (Some(r), Reuse::Merge) => Some(self.config.ledger.shown(&r.summary)),
+        let prior = match (&reused, config.reuse) {
+            (Some(r), Reuse::Merge) => Some(config.ledger.shown(&r.summary)),
             _ => selection.prior.as_deref(),
         };
         let prior_tokens = prior.map_or(0, count);
         let input_tokens = content_tokens + prior_tokens;
-        let mut level = Level::for_tokens(content_tokens, &self.config);
-        if reused.is_some() && level == Level::None {
+        let level = match Level::for_tokens(content_tokens, config) {
             // Nothing new (the whole span was cached), or too little: the cached summary
             // stands for what it covers, and any new messages stay as they are until there is
             // enough of them.
-            level = Level::Cached;
-        }
-        let mut details = json!({
-            "level": level.as_str(),
-            "content_type": self.config.content_type.as_str(),
-            "messages": selection.span.len(),
-            "content_tokens": content_tokens,
-            "prior_summary_tokens": prior_tokens,
-            "input_tokens": input_tokens,
-            "reused_messages": reused.as_ref().map_or(0, |r| r.messages),
-            "summaries_kept": kept,
-        });
+            Level::None if reused.is_some() => Level::Cached,
+            level => level,
+        };
+        let details = Details {
+            level: level.as_str(),
+            content_type: config.content_type.as_str(),
+            messages: selection.span.len(),
+            content_tokens,
+            prior_summary_tokens: prior_tokens,
+            input_tokens,
+            reused_messages: reused.as_ref().map_or(0, |r| r.messages),
+            summaries_kept: kept,
+            summary: None,
+        };
         tamp_plugin_api::tracing::debug!(
             level = level.as_str(),
             content_tokens,
@@ -190,33 +141,17 @@ impl Strategy for MapReduceAdaptive {
         );
 
         let summarized = match level {
+            Level::None => {
+                let reason = plan::level_none_reason(&selection, content_tokens, config);
+                let report = StageReport::skipped(reason).with_details(&details);
+                return Ok(CompactOutcome::with_edits([], report));
+            }
             Level::Cached => {
                 let reused = reused
                     .as_ref()
                     .expect("a cached level has a reused summary");
                 selection.truncate(reused.pieces);
-                Summarized {
-                    text: self.config.ledger.shown(&reused.summary).to_string(),
-                    calls: 0,
-                    chunks: 0,
-                    depth: 0,
-                    warnings: Vec::new(),
-                }
-            }
-            Level::None => {
-                let reason = if selection.span.is_empty() {
-                    "level none: no messages outside the system prompt and the protected recent \
-                     messages"
-                        .to_string()
-                } else {
-                    format!(
-                        "level none: {content_tokens} tokens of new content, below none_below ({})",
-                        self.config.none_below
-                    )
-                };
-                let mut outcome = CompactOutcome::unchanged(reason);
-                outcome.report.details_json = details.to_string().into();
-                return Ok(outcome);
+                Summarized::single(config.ledger.shown(&reused.summary).to_string(), 0)
             }
             Level::Brief => {
                 self.brief(&host, &content, content_tokens, prior, prior_tokens)
@@ -227,80 +162,90 @@ impl Strategy for MapReduceAdaptive {
                     .await?
             }
         };
-        let summarized = match (&reused, self.config.reuse) {
+        let summarized = match (&reused, config.reuse) {
             (Some(r), Reuse::Append) if level != Level::Cached => Summarized {
-                text: sdk::incremental::append(
-                    self.config.ledger.shown(&r.summary),
-                    &summarized.text,
-                ),
+                text: sdk::incremental::append(config.ledger.shown(&r.summary), &summarized.text),
                 ..summarized
             },
             _ => summarized,
         };
+        self.replace(
+            &host,
+            messages,
+            budget.max_tokens,
+            &selection,
+            summarized,
+            details,
+        )
+        .await
+    }
+}
+
+impl MapReduceAdaptive {
+    /// The summary's text (with the span's ledger) in the span's place, cached for the next
+    /// compaction of the same history, and the report of it all.
+    async fn replace(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        max_tokens: u64,
+        selection: &Selection,
+        summarized: Summarized,
+        mut details: Details,
+    ) -> Result<CompactOutcome, PluginError> {
         // Its own cap: the summaries kept before it fold once their ledgers pass it.
-        let cap = self.config.ledger.cap_tokens(budget.max_tokens);
+        let cap = self.config.ledger.cap_tokens(max_tokens);
         let finished = sdk::ledger::finish(
             &self.config.ledger,
-            &host,
-            &conversation.messages,
+            host,
+            messages,
             selection.span.clone(),
             &summarized.text,
             cap,
         );
         if self.config.reuse != Reuse::Off && selection.prior.is_none() {
-            let span = &conversation.messages[selection.span.clone()];
-            host.cache_summary(span, &finished.text).await;
+            host.cache_summary(&messages[selection.span.clone()], &finished.text)
+                .await;
         }
 
-        let output_tokens = count(&finished.text);
-        let ratio = output_tokens as f64 / input_tokens.max(1) as f64;
-        let fields = [
-            ("output_tokens", json!(output_tokens)),
-            (
-                "compression_ratio",
-                json!((ratio * 10_000.0).round() / 10_000.0),
-            ),
-            ("depth", json!(summarized.depth)),
-            ("calls", json!(summarized.calls)),
-            ("chunks", json!(summarized.chunks)),
-            ("ledger_entries", json!(finished.ledger.entries().count())),
-            ("ledger_moved", json!(finished.ledger.moved)),
-        ];
-        if let Value::Object(map) = &mut details {
-            for (key, value) in fields {
-                map.insert(key.to_string(), value);
-            }
-        }
-
+        let input_tokens = details.input_tokens;
+        let output_tokens = host.count_tokens(&finished.text);
+        details.summary = Some(SummaryFigures {
+            output_tokens,
+            compression_ratio: plan::compression_ratio(output_tokens, input_tokens),
+            depth: summarized.depth,
+            calls: summarized.calls,
+            chunks: summarized.chunks,
+            ledger_entries: finished.ledger.entries().count(),
+            ledger_moved: finished.ledger.moved,
+        });
         let mut report = StageReport::acted(format!(
             "level {}: {} message(s), {input_tokens} tokens → a summary of {output_tokens} \
-             tokens in {} LLM call(s) ({} chunk(s), collapse depth {})",
-            level.as_str(),
+                 tokens in {} LLM call(s) ({} chunk(s), collapse depth {})",
+            details.level,
             selection.span.len(),
             summarized.calls,
             summarized.chunks,
             summarized.depth
-        ));
-        for warning in summarized.warnings {
-            report.warn(warning);
-        }
-        if ratio > 1.0 {
+        ))
+        .with_warnings(summarized.warnings)
+        .with_details(&details);
+        if output_tokens > input_tokens.max(1) {
+            let ratio = output_tokens as f64 / input_tokens.max(1) as f64;
             report.warn(format!(
                 "compression ratio {ratio:.2} > 1: the summary ({output_tokens} tokens) is longer \
-                 than what it replaces ({input_tokens} tokens)"
+                     than what it replaces ({input_tokens} tokens)"
             ));
         }
 
         // The host archives the span as one page only once every call has succeeded, so a
         // failed stage leaves nothing behind; its metadata keeps the figures with the messages
         // they describe.
-        report.details_json = details.to_string().into();
-        let edit = Edit::summarize(selection.span.clone(), finished.text).with_metadata(&details);
+        let metadata = serde_json::to_value(&details)?;
+        let edit = Edit::summarize(selection.span.clone(), finished.text).with_metadata(&metadata);
         Ok(CompactOutcome::with_edits([edit], report))
     }
-}
 
-impl MapReduceAdaptive {
     /// The cached summary of the longest leading part of the span, when the span is plain
     /// content (no earlier summary of this strategy to merge, which the cache does not key)
     /// and the part ends on a piece boundary.
@@ -323,77 +268,6 @@ impl MapReduceAdaptive {
         .await
     }
 
-    /// How many summaries at the start of the compactable range stay where they are: all of
-    /// them while their narratives together fit in `keep_summaries_share` of the budget and
-    /// their ledgers in the ledger's cap, else none (they are folded into the new summary).
-    fn summaries_kept(
-        &self,
-        host: &Host,
-        messages: &[Message],
-        keep_recent: usize,
-        max_tokens: u64,
-    ) -> usize {
-        let range = sdk::compactable_range(messages, keep_recent);
-        let limit = (max_tokens as f64 * self.config.keep_summaries_share) as u64;
-        let leading: Vec<&Message> = messages[range]
-            .iter()
-            .take_while(|m| m.is_summary())
-            .collect();
-        // Their narratives count against the share, their ledgers against the ledger's cap:
-        // each kept summary's ledger holds what the ones before it do not, so together they
-        // are one ledger, and past its cap a fold bounds them as one. (Counting their ledgers
-        // against the share, or half the cap, folds far more often, and each fold sends the
-        // prior again: +10% and +15% summarizer tokens on the planted session.)
-        let (mut narratives, mut ledgers) = (0, 0);
-        for m in &leading {
-            let text = m.joined_text();
-            let narrative = host.count_tokens(self.config.ledger.shown(&text));
-            narratives += narrative;
-            ledgers += host.count_tokens(&text).saturating_sub(narrative);
-        }
-        if narratives <= limit && ledgers <= self.config.ledger.cap_tokens(max_tokens) {
-            leading.len()
-        } else {
-            0
-        }
-    }
-
-    /// The span to replace: from the start of the compactable range (after the `skip`
-    /// summaries kept in place) to its end or to the first system message inside it,
-    /// whichever comes first (one contiguous run, so one page and one summary; the older
-    /// part first, so what is summarized does not depend on what comes later).
-    fn select(&self, messages: &[Message], keep_recent: usize, skip: usize) -> Selection {
-        let compactable = sdk::compactable_range(messages, keep_recent);
-        let range = (compactable.start + skip).min(compactable.end)..compactable.end;
-        let render = RenderOptions {
-            max_block_chars: self.config.max_block_chars,
-        };
-        let selected = sdk::span::select_span(messages, range, NAME, &render);
-        // The model sees a prior summary's narrative: its ledger is carried by `finish`.
-        let prior: Vec<String> = selected
-            .priors
-            .iter()
-            .map(|&i| {
-                self.config
-                    .ledger
-                    .shown(&messages[i].joined_text())
-                    .to_string()
-            })
-            .filter(|p| !p.trim().is_empty())
-            .collect();
-        let (piece_ranges, pieces) = selected
-            .pieces
-            .into_iter()
-            .map(|p| (p.range, p.text))
-            .unzip();
-        Selection {
-            span: selected.span,
-            prior: (!prior.is_empty()).then(|| prior.join("\n\n")),
-            pieces,
-            piece_ranges,
-        }
-    }
-
     async fn brief(
         &self,
         host: &Host,
@@ -405,13 +279,7 @@ impl MapReduceAdaptive {
         let target = self.config.final_target(prior_tokens, content_tokens);
         let request = prompts::brief_request(self.config.content_type, content, prior, target);
         let text = self.run_batch(host, vec![request]).await?.remove(0);
-        Ok(Summarized {
-            text,
-            calls: 1,
-            chunks: 1,
-            depth: 0,
-            warnings: Vec::new(),
-        })
+        Ok(Summarized::single(text, 1))
     }
 
     async fn map_reduce(
@@ -429,13 +297,7 @@ impl MapReduceAdaptive {
             let target = config.final_target(prior_tokens, content_tokens);
             let request = prompts::update_request(config.content_type, &chunk.text, prior, target);
             let text = self.run_batch(host, vec![request]).await?.remove(0);
-            return Ok(Summarized {
-                text,
-                calls: 1,
-                chunks: 1,
-                depth: 0,
-                warnings: Vec::new(),
-            });
+            return Ok(Summarized::single(text, 1));
         }
         let requests: Vec<LlmRequest> = chunks
             .iter()
@@ -546,58 +408,6 @@ export_plugin!(MapReduceAdaptive);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tamp_plugin_api::sdk::summary_message;
-
-    #[test]
-    fn levels_at_the_thresholds() {
-        let c = Config::default();
-        assert_eq!(Level::for_tokens(0, &c), Level::None);
-        assert_eq!(Level::for_tokens(99, &c), Level::None);
-        assert_eq!(Level::for_tokens(100, &c), Level::Brief);
-        assert_eq!(Level::for_tokens(499, &c), Level::Brief);
-        assert_eq!(Level::for_tokens(500, &c), Level::MapReduce);
-    }
-
-    fn strategy() -> MapReduceAdaptive {
-        MapReduceAdaptive::new(Config::default()).unwrap()
-    }
-
-    #[test]
-    fn selection_takes_the_prior_summary_apart_and_stops_at_a_system_message() {
-        let msgs = vec![
-            Message::text(Role::System, "sys"),
-            summary_message("PRIOR", "pg_1", NAME, SummaryStatus::Final),
-            Message::text(Role::User, "hello"),
-            summary_message("OTHER", "pg_2", "buffered-tool-call", SummaryStatus::Final),
-            Message::text(Role::Assistant, "hi"),
-            Message::text(Role::System, "mid-conversation instructions"),
-            Message::text(Role::User, "later"),
-            Message::text(Role::User, "recent"),
-        ];
-        // Folding: the prior summary is taken apart from the content.
-        let s = strategy().select(&msgs, 1, 0);
-        assert_eq!(s.span, 1..5);
-        assert_eq!(s.prior.as_deref(), Some("PRIOR"));
-        assert_eq!(s.pieces.len(), 3);
-        assert_eq!(s.pieces[0], "user: hello\n");
-        assert!(s.pieces[1].contains("OTHER") && s.pieces[1].contains("pg_2"));
-        // Keeping it in place: the span starts after it.
-        let s = strategy().select(&msgs, 1, 1);
-        assert_eq!(s.span, 2..5);
-        assert_eq!(s.prior, None);
-        assert_eq!(s.pieces.len(), 3);
-    }
-
-    #[test]
-    fn nothing_to_select_outside_the_protected_tail() {
-        let msgs = vec![
-            Message::text(Role::System, "sys"),
-            Message::text(Role::User, "a"),
-        ];
-        let s = strategy().select(&msgs, 5, 0);
-        assert!(s.span.is_empty());
-        assert!(s.prior.is_none() && s.pieces.is_empty());
-    }
 
     #[test]
     fn invalid_config_is_refused() {

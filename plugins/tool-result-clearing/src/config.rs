@@ -3,7 +3,6 @@
 //! defaults where they fit a chain; when to act at all is the stage's `trigger` in the chain.
 
 use tamp_plugin_api::prelude::*;
-use tamp_plugin_api::sdk::render_template;
 
 /// The placeholders the note template may use, with what each stands for.
 pub const PLACEHOLDERS: [(&str, &str); 3] = [
@@ -60,23 +59,16 @@ impl Config {
     /// Checks what the schema cannot express, when the stage is built, so a bad template
     /// stops the chain from loading instead of failing at the first compaction.
     pub fn validate(&self) -> Result<(), PluginError> {
-        self.note("tool", 0, "pg_0").map(drop)
+        self.note_template().map(drop)
     }
 
-    /// The note for a cleared output of `tool`, `tokens` long, kept in `page`.
-    pub fn note(&self, tool: &str, tokens: u64, page: &str) -> Result<String, PluginError> {
-        let tokens = tokens.to_string();
-        render_template(
+    /// The note template, its placeholders checked (`sdk::prompt::Template`).
+    pub fn note_template(&self) -> Result<Template, PluginError> {
+        Template::new(
+            "placeholder",
             &self.placeholder,
-            &[("tool", tool), ("tokens", &tokens), ("page", page)],
+            &PLACEHOLDERS.map(|(name, _)| name),
         )
-        .map_err(|e| {
-            let message = e.message.as_str();
-            PluginError::invalid_config(format!(
-                "placeholder: {}",
-                message.strip_prefix("prompt template: ").unwrap_or(message)
-            ))
-        })
     }
 }
 
@@ -89,7 +81,7 @@ mod tests {
         let config = Config::default();
         config.validate().unwrap();
         assert_eq!(
-            config.note("bash", 1234, "pg_1").unwrap(),
+            crate::plan::note(&config.note_template().unwrap(), "bash", 1234, "pg_1"),
             "Output of bash cleared to save context (1234 tokens)."
         );
     }
@@ -109,6 +101,7 @@ mod tests {
             err.message
         );
         assert!(with("cleared {").validate().is_err());
-        assert_eq!(with("{{{page}}}").note("t", 1, "pg_9").unwrap(), "{pg_9}");
+        let braces = with("{{{page}}}").note_template().unwrap();
+        assert_eq!(crate::plan::note(&braces, "t", 1, "pg_9"), "{pg_9}");
     }
 }

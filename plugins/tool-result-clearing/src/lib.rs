@@ -22,6 +22,7 @@ use plan::{Decision, Tokens};
 
 pub struct ToolResultClearing {
     config: Config,
+    note_template: Template,
 }
 
 /// The host's tokenizer, as the decision counts.
@@ -44,8 +45,11 @@ impl Strategy for ToolResultClearing {
         by a short placeholder naming the page that keeps it, the calls and their order kept.";
 
     fn new(config: Config) -> Result<Self, PluginError> {
-        config.validate()?;
-        Ok(ToolResultClearing { config })
+        let note_template = config.note_template()?;
+        Ok(ToolResultClearing {
+            config,
+            note_template,
+        })
     }
 
     async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
@@ -57,16 +61,21 @@ impl Strategy for ToolResultClearing {
         } = input;
         let messages = &conversation.messages[..];
         let range = sdk::compactable_range(messages, budget.keep_recent as usize);
-        let (clearings, freed, results, inputs) =
-            match plan::decide(messages, range, &self.config, &HostTokens(&host))? {
-                Decision::Leave(why) => return Ok(CompactOutcome::unchanged(why)),
-                Decision::Clear {
-                    clearings,
-                    freed,
-                    results,
-                    inputs,
-                } => (clearings, freed, results, inputs),
-            };
+        let (clearings, freed, results, inputs) = match plan::decide(
+            messages,
+            range,
+            &self.config,
+            &self.note_template,
+            &HostTokens(&host),
+        ) {
+            Decision::Leave(why) => return Ok(CompactOutcome::unchanged(why)),
+            Decision::Clear {
+                clearings,
+                freed,
+                results,
+                inputs,
+            } => (clearings, freed, results, inputs),
+        };
         let messages_cleared = clearings.len();
         let edits: Vec<Edit> = clearings
             .into_iter()
@@ -76,19 +85,17 @@ impl Strategy for ToolResultClearing {
             0 => String::new(),
             n => format!(" and {n} tool input(s)"),
         };
-        let mut report = StageReport::acted(format!(
+        let report = StageReport::acted(format!(
             "cleared {results} tool result(s){inputs_note} in {messages_cleared} message(s), \
              about {freed} tokens; the {} most recent tool uses kept",
             self.config.keep
-        ));
-        report.details_json = json!({
+        ))
+        .with_details(&json!({
             "results_cleared": results,
             "inputs_cleared": inputs,
             "messages_cleared": messages_cleared,
             "tokens_freed": freed,
-        })
-        .to_string()
-        .into();
+        }));
         Ok(CompactOutcome::with_edits(edits, report))
     }
 }

@@ -111,13 +111,25 @@ fn block_tokens(m: &Message, b: usize, tokens: &dyn Tokens) -> u64 {
     }
 }
 
-/// Decides what to clear in `messages`, whose compactable range is `range`.
+/// The note inside the placeholder of a cleared output of `tool`, `tokens` long, kept in
+/// `page`; `template` is the config's [`Config::note_template`].
+pub fn note(template: &Template, tool: &str, tokens: u64, page: &str) -> String {
+    template.render(&[
+        ("tool", tool),
+        ("tokens", &tokens.to_string()),
+        ("page", page),
+    ])
+}
+
+/// Decides what to clear in `messages`, whose compactable range is `range`; `note_template`
+/// is the config's, checked when the stage was built.
 pub fn decide(
     messages: &[Message],
     range: Range<usize>,
     config: &Config,
+    note_template: &Template,
     tokens: &dyn Tokens,
-) -> Result<Decision, PluginError> {
+) -> Decision {
     let calls = Calls::of(messages, config.keep);
     let pinned: HashSet<usize> = sdk::units(messages)
         .into_iter()
@@ -174,11 +186,11 @@ pub fn decide(
         }
     }
     if targets.is_empty() {
-        return Ok(Decision::Leave(format!(
+        return Decision::Leave(format!(
             "no tool result to clear (the {} most recent tool uses are kept; results under {} \
              tokens, excluded tools and cleared ones are left)",
             config.keep, config.min_result_tokens
-        )));
+        ));
     }
     targets.extend(inputs);
 
@@ -194,7 +206,7 @@ pub fn decide(
             Some(&size) => size,
             None => {
                 let text = if t.result {
-                    let note = config.note(&t.tool, u64::MAX, &sample_page)?;
+                    let note = note(note_template, &t.tool, u64::MAX, &sample_page);
                     clearing::result_placeholder(&sample_page, &note)
                 } else {
                     clearing::input_placeholder(&sample_page)
@@ -209,9 +221,7 @@ pub fn decide(
     let results = worth.iter().filter(|(t, _)| t.result).count();
     let input_count = worth.len() - results;
     if results == 0 {
-        return Ok(Decision::Leave(
-            "no tool result is larger than its placeholder would be".into(),
-        ));
+        return Decision::Leave("no tool result is larger than its placeholder would be".into());
     }
 
     // One clearing per message, oldest first.
@@ -222,7 +232,7 @@ pub fn decide(
             .entry(t.index)
             .or_insert_with(|| Clearing::new(&messages[t.index], t.index));
         if t.result {
-            let note = config.note(&t.tool, t.tokens, clearing.page())?;
+            let note = note(note_template, &t.tool, t.tokens, clearing.page());
             clearing.clear_result(t.block, &note);
         } else {
             clearing.clear_input(t.block);
@@ -230,23 +240,24 @@ pub fn decide(
         freed += gain;
     }
     if freed < config.clear_at_least {
-        return Ok(Decision::Leave(format!(
+        return Decision::Leave(format!(
             "clearing {results} tool result(s) would free about {freed} tokens, less than \
              clear_at_least ({})",
             config.clear_at_least
-        )));
+        ));
     }
-    Ok(Decision::Clear {
+    Decision::Clear {
         clearings: by_message.into_values().collect(),
         freed,
         results,
         inputs: input_count,
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tamp_plugin_api::sdk::pinned::{mark_opaque, Opaque};
 
     /// A word per token, and a message is its blocks' words plus 3.
     struct Words;
@@ -312,6 +323,11 @@ mod tests {
         }
     }
 
+    /// The decision with `config`'s own note template.
+    fn run(m: &[Message], range: Range<usize>, config: &Config) -> Decision {
+        decide(m, range, config, &config.note_template().unwrap(), &Words)
+    }
+
     fn cleared(decision: Decision) -> Vec<(usize, Message)> {
         match decision {
             Decision::Clear { clearings, .. } => clearings
@@ -329,7 +345,7 @@ mod tests {
             exclude_tools: vec!["memory".into()],
             ..eager()
         };
-        let done = cleared(decide(&m, 2..m.len(), &config, &Words).unwrap());
+        let done = cleared(run(&m, 2..m.len(), &config));
         // 8 results at 3, 5, ..., 17: the last 3 kept, c2 (memory) excluded.
         let indices: Vec<usize> = done.iter().map(|(i, _)| *i).collect();
         assert_eq!(indices, [3, 5, 9, 11]);
@@ -356,12 +372,13 @@ mod tests {
     fn an_exchange_holding_an_opaque_message_is_left_whole() {
         let mut m = session(8, 200);
         // The result of c1 (at 5) also holds a block tamp does not know: its exchange is pinned.
-        m[5].extra_json = r#"{"tamp:opaque":["block:fancy"]}"#.into();
+        let fancy = Opaque::parse("block:fancy").unwrap();
+        m[5] = mark_opaque(m[5].clone(), &fancy);
         let config = Config {
             clear_tool_inputs: true,
             ..eager()
         };
-        let done = cleared(decide(&m, 2..m.len(), &config, &Words).unwrap());
+        let done = cleared(run(&m, 2..m.len(), &config));
         let indices: Vec<usize> = done.iter().map(|(i, _)| *i).collect();
         assert!(
             !indices.contains(&4) && !indices.contains(&5),
@@ -373,17 +390,17 @@ mod tests {
     #[test]
     fn small_results_the_protected_tail_and_clear_at_least_hold_it_back() {
         let m = session(8, 50);
-        let leave = decide(&m, 2..m.len(), &eager(), &Words).unwrap();
+        let leave = run(&m, 2..m.len(), &eager());
         assert!(
             matches!(leave, Decision::Leave(ref why) if why.contains("no tool result")),
             "{leave:?}"
         );
         let m = session(8, 200);
         // Only messages before 7 are compactable: results 3 and 5.
-        let done = cleared(decide(&m, 2..7, &eager(), &Words).unwrap());
+        let done = cleared(run(&m, 2..7, &eager()));
         assert_eq!(done.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [3, 5]);
         // The default clear_at_least (2,000) holds back the 5 results' ~1,000 tokens.
-        let leave = decide(&m, 2..m.len(), &Config::default(), &Words).unwrap();
+        let leave = run(&m, 2..m.len(), &Config::default());
         assert!(
             matches!(leave, Decision::Leave(ref why) if why.contains("clear_at_least")),
             "{leave:?}"
@@ -400,32 +417,32 @@ mod tests {
         };
         let Decision::Clear {
             results, inputs, ..
-        } = decide(&m, 2..m.len(), &config, &Words).unwrap()
+        } = run(&m, 2..m.len(), &config)
         else {
             panic!()
         };
         assert_eq!((results, inputs), (5, 5));
         let mut once = m.clone();
-        for (i, message) in cleared(decide(&m, 2..m.len(), &config, &Words).unwrap()) {
+        for (i, message) in cleared(run(&m, 2..m.len(), &config)) {
             once[i] = message;
         }
         assert!(
             clearing::is_cleared(&once[2].content[0]),
             "the first call's input"
         );
-        let again = decide(&once, 2..once.len(), &config, &Words).unwrap();
+        let again = run(&once, 2..once.len(), &config);
         assert!(matches!(again, Decision::Leave(_)), "{again:?}");
         // Grown by two exchanges: only what aged is cleared, and the rest stays byte for byte.
         let mut grown = once.clone();
         grown.extend(session(8, 200).split_off(14));
-        let done = cleared(decide(&grown, 2..grown.len(), &config, &Words).unwrap());
+        let done = cleared(run(&grown, 2..grown.len(), &config));
         assert_eq!(
             done.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
             [12, 13, 14, 15]
         );
         let mut direct = m.clone();
         direct.extend(session(8, 200).split_off(14));
-        for (i, message) in cleared(decide(&direct, 2..direct.len(), &config, &Words).unwrap()) {
+        for (i, message) in cleared(run(&direct, 2..direct.len(), &config)) {
             direct[i] = message;
         }
         for (i, message) in done {

@@ -1,0 +1,132 @@
+//! The prompts of the three calls: a chunk's prose summary, the structured summary and the
+//! prose fallback. Each depends on the material, the config and the prior alone.
+
+use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::sdk::length;
+use tamp_plugin_api::sdk::prompt::wrap_content;
+use tamp_plugin_api::serde_json;
+
+use crate::config::Config;
+use crate::schema::{
+    AnchoredSummary, LEDGER_LISTS, MAX_ENTRIES, MAX_ENTRIES_WITH_LEDGER, MAX_ENTRY_CHARS,
+    MAX_INTENT_CHARS,
+};
+
+pub const SYSTEM: &str =
+    "You summarize an AI agent's working session so that the agent can carry on \
+    from the summary alone. Only state what the material says: never invent files, decisions, \
+    questions or steps.";
+
+fn extra(config: &Config) -> String {
+    match config.extra_instruction.as_deref().map(str::trim) {
+        Some(extra) if !extra.is_empty() => format!("\nAlso: {extra}\n"),
+        _ => String::new(),
+    }
+}
+
+pub fn chunk_request(
+    config: &Config,
+    chunk: &str,
+    index: usize,
+    total: usize,
+    target: u32,
+) -> LlmRequest {
+    let prompt = format!(
+        "Summarize part {index} of {total} of an agent session in prose, in {}. Keep every \
+         file path touched, every decision with its reason, every open question and every \
+         next step it states, word for word where short.{}\n{}",
+        length::phrase(target),
+        extra(config),
+        wrap_content(chunk)
+    );
+    LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
+        .with_label(format!("chunk {index}/{total}"))
+}
+
+/// The structured call, asking for about `target` tokens in all (`sdk::length`) and
+/// capping the answer at half as much again: an answer cut there does not parse and falls
+/// back to prose, so the prompt says the length. While the ledger is on, the lists it
+/// holds are neither asked for nor shown from the prior.
+pub fn structured_request(
+    config: &Config,
+    material: &str,
+    chunked: bool,
+    prior: Option<&AnchoredSummary>,
+    target: u32,
+) -> LlmRequest {
+    let ledger = config.ledger.enabled;
+    let what = if chunked {
+        "summaries of consecutive parts of an agent session"
+    } else {
+        "an agent session"
+    };
+    let prior_text = match prior {
+        Some(prior) => {
+            let mut shown = prior.clone();
+            if ledger {
+                shown.files_modified.clear();
+                shown.decisions_made.clear();
+            }
+            let mut json = serde_json::to_value(&shown).unwrap_or_default();
+            if let (true, Some(map)) = (ledger, json.as_object_mut()) {
+                for key in LEDGER_LISTS {
+                    map.remove(key);
+                }
+            }
+            format!(
+                "\nAn earlier anchored summary of the session before this material (its \
+                 lists are carried forward by the host, so list only what the material \
+                 adds):\n{}\n",
+                serde_json::to_string_pretty(&json).unwrap_or_default()
+            )
+        }
+        None => String::new(),
+    };
+    let max_entries = if ledger {
+        MAX_ENTRIES_WITH_LEDGER
+    } else {
+        MAX_ENTRIES
+    };
+    let lists = if ledger {
+        ""
+    } else {
+        "- files_modified: each file path created, modified or deleted;\n\
+         - decisions_made: each decision, as \"Decision: X — Reason: Y\";\n"
+    };
+    let prompt = format!(
+        "Write the anchored summary of the {what} below, filling every field of the schema:\n\
+         - session_intent: what the session is trying to achieve (at most \
+         {MAX_INTENT_CHARS} characters);\n\
+         {lists}\
+         - open_questions: what is still unanswered;\n\
+         - next_steps: what is to be done next, in order.\n\
+         An empty list is the right answer when the material has nothing of that kind. \
+         Never invent anything the material does not say. Each entry at most \
+         {MAX_ENTRY_CHARS} characters, at most {max_entries} entries per list, and the \
+         whole answer {}.{}{prior_text}\
+         \n{}",
+        length::phrase(target),
+        extra(config),
+        wrap_content(material)
+    );
+    LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
+        .with_label("anchored summary")
+        .with_schema_json(&AnchoredSummary::request_schema(ledger))
+}
+
+pub fn prose_request(config: &Config, material: &str, chunked: bool, target: u32) -> LlmRequest {
+    let what = if chunked {
+        "these summaries of consecutive parts of an agent session"
+    } else {
+        "this agent session"
+    };
+    let prompt = format!(
+        "Summarize {what} so the agent can carry on from the summary alone: its intent, the \
+         files it modified, the decisions it made and why, what is still open and the next \
+         steps, in {}. Say nothing the material does not say.{}\n{}",
+        length::phrase(target),
+        extra(config),
+        wrap_content(material)
+    );
+    LlmRequest::new(SYSTEM, prompt, length::output_cap(target)).with_label("prose summary")
+}

@@ -1,0 +1,252 @@
+//! What a run defers and finalizes, and the text of a pending summary: pure functions of the
+//! conversation, tested without a host.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use tamp_plugin_api::prelude::*;
+use tamp_plugin_api::sdk::cap_chars;
+
+use crate::NAME;
+
+/// The first line of every pending summary starts with this.
+pub const PENDING_HEADER: &str = "[Pending summary: ";
+/// The first line of a finalized summary starts with this.
+pub const FINAL_HEADER: &str = "[Summary: ";
+
+/// `[Pending summary: N messages, <label>]` and the first and last messages' openings, each
+/// cut to `preview_chars` (0: no preview).
+pub fn pending_text(run: &[Message], label: &str, preview_chars: usize) -> String {
+    let mut text = format!("{PENDING_HEADER}{} messages, {label}]", run.len());
+    let limit = preview_chars;
+    if limit > 0 {
+        if let Some(first) = run.first() {
+            text.push_str(&format!(
+                "\nFirst ({}): {}",
+                first.role.as_str(),
+                snippet(first, limit)
+            ));
+        }
+        if let Some(last) = run.last().filter(|_| run.len() > 1) {
+            text.push_str(&format!(
+                "\nLast ({}): {}",
+                last.role.as_str(),
+                snippet(last, limit)
+            ));
+        }
+    }
+    text
+}
+
+/// The message's words on one line, cut to `limit` characters: its text, or (a tool call
+/// or result without text) its rendering.
+fn snippet(message: &Message, limit: usize) -> String {
+    let text = message.joined_text();
+    let source = if text.trim().is_empty() {
+        sdk::render_messages(
+            std::slice::from_ref(message),
+            &sdk::RenderOptions {
+                max_block_chars: limit,
+            },
+        )
+    } else {
+        text
+    };
+    let one_line = source.split_whitespace().collect::<Vec<_>>().join(" ");
+    cap_chars(&one_line, limit)
+}
+
+/// What a run holds, in a few words: its tool calls by name, or its turns.
+pub fn label_of(run: &[Message]) -> String {
+    let mut tools: BTreeMap<&str, usize> = BTreeMap::new();
+    for message in run {
+        for block in message.content.iter() {
+            if let ContentBlock::ToolUse { name, .. } = block {
+                *tools.entry(name.as_str()).or_default() += 1;
+            }
+        }
+    }
+    if tools.is_empty() {
+        let users = run.iter().filter(|m| m.role == Role::User).count();
+        return format!("{users} user and {} other turns", run.len() - users);
+    }
+    let calls: usize = tools.values().sum();
+    let mut by_count: Vec<(&str, usize)> = tools.into_iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let names: Vec<String> = by_count
+        .iter()
+        .take(4)
+        .map(|(name, n)| match n {
+            1 => name.to_string(),
+            n => format!("{name} ×{n}"),
+        })
+        .collect();
+    let more = if by_count.len() > 4 { ", …" } else { "" };
+    format!("{calls} tool calls: {}{more}", names.join(", "))
+}
+
+/// Our pending summaries (index, page ref) that a run may finalize: those before the
+/// protected recent tail. A tail bounded in tokens can reach further back on one request than
+/// on the one before (when the newest messages are short), over a pending summary placed
+/// earlier; that one is finalized once it has left the tail again, since the tail is not
+/// changed.
+pub fn finalizable(messages: &[Message], keep_recent: usize) -> Vec<(usize, String)> {
+    let tail_start = sdk::compactable_range(messages, keep_recent).end;
+    messages[..tail_start]
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let info = m.summary_info()?;
+            (info.status == SummaryStatus::Pending && info.strategy.as_str() == NAME)
+                .then(|| (i, info.page_ref.to_string()))
+        })
+        .collect()
+}
+
+/// The pages to defer: runs of plain messages and tool exchanges (no system message, no
+/// summary) inside the compactable range, each cut at unit boundaries into pages of at most
+/// `max_page` messages (a single larger unit is a page of its own); pages shorter than
+/// `min_messages` are left alone.
+pub fn plan_pages(
+    messages: &[Message],
+    keep_recent: usize,
+    min_messages: usize,
+    max_page: usize,
+) -> Vec<Range<usize>> {
+    let range = sdk::compactable_range(messages, keep_recent);
+    let mut pages = Vec::new();
+    let mut current: Option<Range<usize>> = None;
+    let close = |current: &mut Option<Range<usize>>, pages: &mut Vec<Range<usize>>| {
+        if let Some(page) = current.take() {
+            if page.len() >= min_messages {
+                pages.push(page);
+            }
+        }
+    };
+    for unit in sdk::units(messages) {
+        if unit.range.start < range.start || unit.range.end > range.end {
+            continue;
+        }
+        match unit.kind {
+            UnitKind::System | UnitKind::Summary => close(&mut current, &mut pages),
+            UnitKind::Message | UnitKind::ToolExchange => match current.as_mut() {
+                Some(page)
+                    if page.end == unit.range.start && page.len() + unit.len() <= max_page =>
+                {
+                    page.end = unit.range.end;
+                }
+                _ => {
+                    close(&mut current, &mut pages);
+                    current = Some(unit.range.clone());
+                }
+            },
+        }
+    }
+    close(&mut current, &mut pages);
+    pages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tamp_plugin_api::sdk::summary_message;
+
+    fn call(id: &str, name: &str) -> Message {
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(id, name, "{}")],
+        )
+    }
+
+    fn result(id: &str) -> Message {
+        Message::new(Role::User, vec![ContentBlock::tool_result(id, "ok", false)])
+    }
+
+    #[test]
+    fn pages_keep_exchanges_whole_skip_summaries_and_respect_sizes() {
+        let mut m = vec![Message::text(Role::System, "sys")];
+        // An assistant first: no task message is pinned, so the runs start right after the
+        // system prompt.
+        for i in 0..6 {
+            let role = if i == 0 { Role::Assistant } else { Role::User };
+            m.push(Message::text(role, format!("u{i}")));
+        }
+        m.push(summary_message(
+            "s",
+            "pg_x",
+            "batch-deferred",
+            SummaryStatus::Pending,
+        ));
+        m.push(call("a", "bash"));
+        m.push(result("a"));
+        for i in 0..5 {
+            m.push(Message::text(Role::Assistant, format!("a{i}")));
+        }
+        m.push(Message::text(Role::User, "recent"));
+        // keep_recent 1: the last message is protected; the summary splits two runs.
+        assert_eq!(plan_pages(&m, 1, 2, 100), vec![1..7, 8..15]);
+        // Pages of at most 4 messages, never splitting the exchange at 8..10.
+        assert_eq!(plan_pages(&m, 1, 2, 4), vec![1..5, 5..7, 8..12, 12..15]);
+        // Too short runs are left alone.
+        assert_eq!(plan_pages(&m, 1, 7, 100), vec![8..15]);
+    }
+
+    #[test]
+    fn pending_summaries_inside_the_protected_tail_wait() {
+        let pending =
+            |page: &str| summary_message("s", page, "batch-deferred", SummaryStatus::Pending);
+        let m = vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "task"),
+            pending("pg_old"),
+            summary_message("s", "pg_other", "someone-else", SummaryStatus::Pending),
+            Message::text(Role::Assistant, "a"),
+            pending("pg_new"),
+            Message::text(Role::User, "recent"),
+        ];
+        // A tail of 2 covers pg_new: only pg_old may be finalized.
+        assert_eq!(finalizable(&m, 2), vec![(2, "pg_old".to_string())]);
+        // Once the tail no longer covers it, pg_new is finalized too.
+        assert_eq!(
+            finalizable(&m, 1),
+            vec![(2, "pg_old".to_string()), (5, "pg_new".to_string())]
+        );
+    }
+
+    #[test]
+    fn labels_name_tools_by_frequency() {
+        let run = vec![
+            call("a", "bash"),
+            result("a"),
+            call("b", "bash"),
+            result("b"),
+            call("c", "read"),
+            result("c"),
+        ];
+        assert_eq!(label_of(&run), "3 tool calls: bash ×2, read");
+        let turns = vec![
+            Message::text(Role::User, "q"),
+            Message::text(Role::Assistant, "a"),
+        ];
+        assert_eq!(label_of(&turns), "1 user and 1 other turns");
+    }
+
+    #[test]
+    fn pending_text_has_header_and_both_ends() {
+        let run = vec![
+            Message::text(Role::User, "first message here and more"),
+            Message::text(Role::Assistant, "middle"),
+            Message::text(Role::Assistant, "the last one\nwith lines"),
+        ];
+        let text = pending_text(&run, "x", 10);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "[Pending summary: 3 messages, x]");
+        assert!(lines[1].starts_with("First (user): "), "{text}");
+        assert!(
+            lines[1].chars().count() <= "First (user): ".len() + 10,
+            "{text}"
+        );
+        assert!(lines[2].starts_with("Last (assistant): "), "{text}");
+        assert!(!text.contains("middle"));
+    }
+}
