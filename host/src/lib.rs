@@ -18,7 +18,8 @@
 //! Features (on by default): `http-providers` (the Anthropic and OpenAI clients),
 //! `postgres` (the shared PostgreSQL store), `deferred` (the Message Batches worker) and
 //! `serve` ([`serve`]: `tamp serve`, the HTTP API with hot reload; [`proxy`]: `tamp proxy`,
-//! the providers' own APIs with every request compacted). Off by default: `wasm`, sandboxed
+//! the providers' own APIs with every request compacted; [`http`]: what the two servers
+//! share). Off by default: `wasm`, sandboxed
 //! strategies as WebAssembly components under wasmtime, which costs minutes of build.
 
 pub mod bounded;
@@ -30,6 +31,8 @@ pub mod digest;
 pub mod edits;
 pub mod error_text;
 pub mod eval;
+#[cfg(feature = "serve")]
+pub mod http;
 pub mod invariants;
 pub mod loader;
 pub mod logging;

@@ -18,9 +18,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::chain::FileOverrides;
+use crate::http::error::{ApiError, ApiErrorCode};
 use crate::serve::access::{self, Access};
 use crate::serve::active::ActiveChain;
-use crate::serve::api::{self, ApiError, ApiErrorCode, Gate, InFlight, PageQuery};
+use crate::serve::api::{self, Gate, InFlight, PageQuery};
 use crate::serve::metrics::{self, Metrics};
 use crate::serve::reload::{self, ChainSlot};
 use crate::serve::{self as serve_mod};
