@@ -5,10 +5,14 @@
 //! The core, with no feature:
 //! - [`wire`]: Anthropic Messages and OpenAI Chat Completions JSON ⇄ the plugin-api model.
 //! - [`loader`]: loads plugin libraries through abi_stable's checked loader.
-//! - [`config`]: the chain file, validated before anything runs.
+//! - [`config`]: the chain file, validated before anything runs: it reads the file and
+//!   assembles each table's type from the component that owns it (`providers::config`,
+//!   `store::config`, `deferred::config`, [`budget`], ...; the tables of the servers that
+//!   read the assembled file, `[proxy]` and `[http]`, stay in it);
+//!   [`config_error`]: its errors, a leaf.
 //! - [`chain`]: runs stages in order; [`edits`] checks and applies what a stage returns;
 //!   [`invariants`] and [`rules`]: the rules every stage keeps.
-//! - [`threads`]: thread continuity, so a growing thread pays for what is new.
+//! - [`store::threads`]: thread continuity, so a growing thread pays for what is new.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
 //!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
@@ -23,9 +27,10 @@
 //! strategies as WebAssembly components under wasmtime, which costs minutes of build.
 
 pub mod bounded;
+pub mod budget;
 pub mod chain;
 pub mod config;
-#[cfg(feature = "deferred")]
+pub mod config_error;
 pub mod deferred;
 pub mod digest;
 pub mod edits;
@@ -40,6 +45,7 @@ pub mod logging;
 #[cfg(test)]
 mod module_graph;
 pub mod providers;
+#[cfg(feature = "serve")]
 pub mod proxy;
 pub mod rules;
 #[cfg(feature = "serve")]
@@ -47,7 +53,6 @@ pub mod serve;
 pub mod services;
 pub mod signals;
 pub mod store;
-pub mod threads;
 pub mod tokens;
 pub mod wasm;
 pub mod wire;

@@ -124,6 +124,10 @@ impl LoadError {
     }
 }
 
+/// A stage's time limit, in seconds, when the chain file sets none (`timeout_secs`), and an
+/// instance's made outside a chain ([`LoadedPlugin::instantiate`]).
+pub const DEFAULT_STAGE_TIMEOUT_SECS: f64 = 60.0;
+
 /// What a plugin says about itself (host-side copy of its `PluginInfo`).
 #[derive(Debug, Clone, Serialize)]
 pub struct PluginMeta {
@@ -295,7 +299,7 @@ impl LoadedPlugin {
         &self,
         config: &serde_json::Value,
     ) -> Result<StrategyBox, tamp_plugin_api::PluginError> {
-        let stage_default = crate::config::StageFile::default_timeout();
+        let stage_default = crate::bounded::saturating_seconds(DEFAULT_STAGE_TIMEOUT_SECS);
         self.instantiate_stage(config, &crate::wasm::WasmLimits::default(), stage_default)
     }
 

@@ -742,21 +742,10 @@ mod tests {
     /// so does one listed and no longer found (delete its line): the list only shrinks.
     const NOT_YET_TAKEN_APART: &[(&str, &[&str], &str)] = &[(
         "",
-        &[
-            "chain",
-            "config",
-            "deferred",
-            "loader",
-            "providers",
-            "proxy",
-            "serve",
-            "services",
-            "wasm",
-        ],
-        "config.rs assembles the sections whose types providers/, proxy/ and wasm/ take \
-             from it, and loader/ and wasm/ (which share the private copy of a plugin file) \
-             take the stage's defaults from it (each section's type beside its component, \
-             point 1); proxy/ runs on serve/'s server pieces (host/src/http/, point 2)",
+        &["loader", "wasm"],
+        "loader/ dispatches a `.wasm` file to wasm/, and wasm/ answers with the loader's \
+         LoadError and PluginMeta, checks the loader's API-version rule and keeps its copies \
+         in the loader's private directory: those shared pieces want a leaf of their own",
     )];
 
     #[test]

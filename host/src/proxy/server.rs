@@ -27,12 +27,12 @@ use crate::serve::reload::{self, ChainSlot};
 use crate::serve::{self as serve_mod};
 
 use super::compact::{self, COMPACTION_HEADER};
-use super::config::CompactionBy;
 use super::error::ProxyError;
 use super::forward::Upstreams;
 use super::metrics::ProxyMetrics;
 use super::server_compaction::{self, Asked};
 use super::{forward, route, session};
+use crate::config::proxy::CompactionBy;
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").

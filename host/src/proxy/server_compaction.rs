@@ -103,7 +103,7 @@ pub async fn answer(
         .map(Message::joined_text)
         .collect();
 
-    let budget = crate::config::BudgetConfig {
+    let budget = crate::budget::BudgetConfig {
         keep_recent: 0,
         ..*active.chain.budget()
     };

@@ -608,7 +608,7 @@ fn parse_compact_body(body: &[u8]) -> Result<CompactBody, ApiError> {
 impl CompactBody {
     fn into_parts(
         self,
-        chain_budget: &crate::config::BudgetConfig,
+        chain_budget: &crate::budget::BudgetConfig,
     ) -> Result<(crate::plugin_api::Conversation, WireFormat, CompactOptions), ApiError> {
         let (mut conversation, format) = wire::parse_str(self.conversation.get(), self.format)
             .map_err(|e| {
@@ -741,7 +741,7 @@ mod tests {
             )
         );
         // The caller's mistakes stay 400.
-        let budget = crate::config::BudgetConfig {
+        let budget = crate::budget::BudgetConfig {
             max_tokens: 0,
             ..Default::default()
         };
@@ -760,7 +760,7 @@ mod tests {
         )
         .unwrap();
         let e = body
-            .into_parts(&crate::config::BudgetConfig::default())
+            .into_parts(&crate::budget::BudgetConfig::default())
             .unwrap_err();
         assert_eq!(e.code, ApiErrorCode::InvalidConversation);
         assert!(
@@ -777,7 +777,7 @@ mod tests {
         )
         .unwrap();
         let e = body
-            .into_parts(&crate::config::BudgetConfig::default())
+            .into_parts(&crate::budget::BudgetConfig::default())
             .unwrap_err();
         assert!(e.message.contains("budget.high_watermark"), "{}", e.message);
     }

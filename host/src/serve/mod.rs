@@ -273,7 +273,8 @@ pub(crate) fn start_batch_worker(
         bail!("the chain has a batch-deferred stage but its store keeps no deferred queue");
     };
     let file = crate::config::LoadedChainFile::read(&active.config_path)?;
-    let worker = crate::deferred::Worker::from_chain_file(&file, queue)?
+    let worker = file
+        .batch_worker(queue)?
         .with_pages(Arc::clone(active.chain.store()));
     eprintln!("tamp: deferred-summary worker started");
     let mut stop = stop;
