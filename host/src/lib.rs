@@ -4,7 +4,8 @@
 //!
 //! The core, with no feature:
 //! - [`wire`]: Anthropic Messages and OpenAI Chat Completions JSON ⇄ the plugin-api model.
-//! - [`loader`]: loads plugin libraries through abi_stable's checked loader.
+//! - [`loader`]: loads plugin libraries through abi_stable's checked loader;
+//!   [`plugin_load`]: what it shares with the WebAssembly loader, a leaf.
 //! - [`config`]: the chain file, validated before anything runs: it reads the file and
 //!   assembles each table's type from the component that owns it (`providers::config`,
 //!   `store::config`, `deferred::config`, [`budget`], ...; the tables of the servers that
@@ -44,6 +45,7 @@ pub mod logging;
 /// The check that host modules import one another without circles (a test).
 #[cfg(test)]
 mod module_graph;
+pub mod plugin_load;
 pub mod providers;
 #[cfg(feature = "serve")]
 pub mod proxy;
