@@ -7,6 +7,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
 use serde_json::json;
 
+use crate::store::StoreError;
+
 /// An error answer's stable `code`; [`ApiErrorCode::as_str`] is its text in the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApiErrorCode {
@@ -128,6 +130,26 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
+    }
+}
+
+/// A store's error as an answer: a missing page is the caller's 404, a backend gone the
+/// server's 503, anything else a 500.
+pub(crate) fn store_failure(e: StoreError) -> ApiError {
+    match e {
+        e if e.is_not_found() => {
+            ApiError::new(StatusCode::NOT_FOUND, ApiErrorCode::NotFound, e.to_string())
+        }
+        StoreError::Backend { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ApiErrorCode::StoreUnavailable,
+            e.to_string(),
+        ),
+        e => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ApiErrorCode::InternalError,
+            e.to_string(),
+        ),
     }
 }
 

@@ -10,8 +10,9 @@
 //! - [`error`]: the proxy's own errors in each provider's error shape.
 //! - [`metrics`]: the relay's series. The chain file's `[proxy]` table is `config::proxy`.
 //!
-//! The server itself is `tamp serve`'s: its accept loop and connection limits, its body
-//! reader, its hot-reloaded `ChainSlot`, its page and health answers and its metrics.
+//! The server pieces are `crate::http`'s, shared with `tamp serve`: the accept loop and
+//! connection limits, the body reader, the hot-reloaded `ChainSlot`, the page and health
+//! answers and the metrics.
 //! See `docs/proxy.md`.
 
 pub mod compact;

@@ -18,13 +18,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::chain::FileOverrides;
+use crate::http::access::{self, Access};
+use crate::http::active::ActiveChain;
+use crate::http::answers::{self, PageQuery};
 use crate::http::error::{ApiError, ApiErrorCode};
-use crate::serve::access::{self, Access};
-use crate::serve::active::ActiveChain;
-use crate::serve::api::{self, Gate, InFlight, PageQuery};
-use crate::serve::metrics::{self, Metrics};
-use crate::serve::reload::{self, ChainSlot};
-use crate::serve::{self as serve_mod};
+use crate::http::limits::{self, Gate, InFlight};
+use crate::http::metrics::{self, Metrics};
+use crate::http::reload::{self, ChainSlot};
+use crate::http::server;
 
 use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
@@ -81,9 +82,9 @@ struct ProxyState {
 pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
     let auth_token = match &args.auth_token_env {
         None => None,
-        Some(name) => Some(serve_mod::auth_token(name, std::env::var(name).ok())?),
+        Some(name) => Some(server::auth_token(name, std::env::var(name).ok())?),
     };
-    serve_mod::warn_if_over_file_limit(args.max_connections);
+    server::warn_if_over_file_limit(args.max_connections);
     // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
     crate::loader::load_from_private_copies();
     crate::loader::remove_stale_private_copies();
@@ -113,7 +114,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
     let watcher = reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(args.debounce_ms))
         .with_context(|| format!("cannot watch {} for changes", args.config.display()))?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let worker = serve_mod::start_batch_worker(&slot, stop_rx.clone())?;
+    let worker = server::start_batch_worker(&slot, stop_rx.clone())?;
     let in_flight = Arc::new(InFlight::default());
     let access = Access::new(
         args.listen.ip(),
@@ -148,12 +149,12 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
     eprintln!("tamp proxy: serving {summary}");
     eprintln!("tamp proxy: upstreams {upstreams_line}");
 
-    serve_mod::run_until_shutdown(
+    server::run_until_shutdown(
         "tamp proxy",
         listener,
         app,
-        serve_mod::Running {
-            limits: serve_mod::ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
+        server::Running {
+            limits: server::ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
             stop: (stop_tx, stop_rx),
             in_flight,
             grace_secs: args.shutdown_grace_secs,
@@ -171,13 +172,13 @@ fn router(state: Arc<ProxyState>) -> Router {
         .route("/tamp/v1/pages/{id}", get(page))
         .route("/tamp/healthz", get(healthz))
         .route("/tamp/metrics", get(metrics_text))
-        .method_not_allowed_fallback(api::method_not_allowed)
+        .method_not_allowed_fallback(answers::method_not_allowed)
         .fallback(proxy_request)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state.access),
             access::enforce,
         ))
-        .layer(axum::middleware::from_fn(api::close_if_body_unread))
+        .layer(axum::middleware::from_fn(limits::close_if_body_unread))
         .with_state(state)
 }
 
@@ -200,11 +201,11 @@ async fn page(
             format!("query: {}", e.body_text()),
         )
     })?;
-    api::page_answer(&state.slot, &id, query.format).await
+    answers::page_answer(&state.slot, &id, query.format).await
 }
 
 async fn healthz(State(state): State<Arc<ProxyState>>) -> Response {
-    api::health_answer(&state.slot)
+    answers::health_answer(&state.slot)
 }
 
 async fn metrics_text(State(state): State<Arc<ProxyState>>) -> Response {
@@ -324,7 +325,7 @@ async fn read_body(
 ) -> Result<axum::body::Bytes, ProxyError> {
     state
         .gate
-        .read_body(body, api::declared_length(headers))
+        .read_body(body, limits::declared_length(headers))
         .await
         .map_err(ProxyError::from_api)
 }
