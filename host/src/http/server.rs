@@ -4,13 +4,15 @@
 //! variable, and the deferred-summary worker started beside the chain.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context as _};
 use axum::body::{Body, Bytes};
 use axum::Router;
 use hyper::body::{Frame, Incoming, SizeHint};
@@ -20,12 +22,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
+use super::access::Access;
+use super::active::ActiveChain;
 use super::limits::InFlight;
-use super::reload;
+use super::metrics::Metrics;
+use super::reload::{self, ChainSlot};
+use crate::chain::FileOverrides;
 
 /// The token `--auth-token-env NAME` names, refused when no request could carry it: a
 /// header value has no leading or trailing whitespace, nor control or non-ASCII characters.
-pub(crate) fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<String> {
+fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<String> {
     let Some(token) = value else {
         bail!("--auth-token-env {name}: the environment variable {name} is not set (or not UTF-8)");
     };
@@ -49,14 +55,140 @@ pub(crate) fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<St
     Ok(token)
 }
 
+/// The flags both servers start from (`tamp serve --help`, `tamp proxy --help` say what each
+/// does), and what sets them apart: their name and the paths their token guards.
+pub(crate) struct Startup {
+    /// `tamp serve` or `tamp proxy`: heads every line printed.
+    pub(crate) name: &'static str,
+    pub(crate) config: PathBuf,
+    pub(crate) overrides: FileOverrides,
+    pub(crate) listen: SocketAddr,
+    pub(crate) auth_token_env: Option<String>,
+    /// The paths that require the token ([`super::access::serve_guards`], [`super::access::proxy_guards`]).
+    pub(crate) guards: fn(&str) -> bool,
+    pub(crate) debounce_ms: u64,
+    pub(crate) max_connections: u32,
+    pub(crate) header_timeout_secs: f64,
+    pub(crate) shutdown_grace_secs: f64,
+}
+
+/// A server's chain, built and watched, and what runs beside it: what its router is made
+/// of. [`Started::serve`] then answers until the shutdown.
+pub(crate) struct Started {
+    pub(crate) slot: Arc<ChainSlot>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) access: Arc<Access>,
+    pub(crate) in_flight: Arc<InFlight>,
+    /// Turns true when the shutdown begins (a body still arriving is answered 503).
+    pub(crate) stopping: watch::Receiver<bool>,
+    /// The deferred-summary worker, when the chain has a stage that defers.
+    pub(crate) worker: Option<crate::deferred::WorkerHandle>,
+    startup: Startup,
+    stop: watch::Sender<bool>,
+    watcher: tokio::task::JoinHandle<()>,
+    summary: String,
+}
+
+impl Startup {
+    /// Reads the token, loads the chain (every plugin from a private copy), watches its file
+    /// and starts the deferred worker: the same for both servers, in the same order, so a
+    /// bad flag or chain is refused before anything listens.
+    pub(crate) async fn start(self) -> anyhow::Result<Started> {
+        let auth_token = match &self.auth_token_env {
+            None => None,
+            Some(name) => Some(auth_token(name, std::env::var(name).ok())?),
+        };
+        warn_if_over_file_limit(self.max_connections);
+        // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
+        crate::loader::load_from_private_copies();
+        crate::loader::remove_stale_private_copies();
+        let first = {
+            let (config, overrides) = (self.config.clone(), self.overrides.clone());
+            tokio::task::spawn_blocking(move || ActiveChain::build(&config, overrides)).await?
+        }
+        .map_err(|problem| anyhow::anyhow!("{problem}"))?;
+        let summary = first.summary();
+        let metrics = Arc::new(Metrics::default());
+        let slot = Arc::new(
+            ChainSlot::new(
+                first,
+                self.config.clone(),
+                self.overrides.clone(),
+                Arc::clone(&metrics),
+            )
+            .labelled(self.name),
+        );
+        let watcher =
+            reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(self.debounce_ms))
+                .with_context(|| format!("cannot watch {} for changes", self.config.display()))?;
+        let (stop, stopping) = watch::channel(false);
+        let worker = start_batch_worker(&slot, stopping.clone())?;
+        let access = Access::new(self.listen.ip(), auth_token, self.guards, Arc::clone(&slot));
+        Ok(Started {
+            slot,
+            metrics,
+            access,
+            in_flight: Arc::new(InFlight::default()),
+            stopping,
+            worker,
+            startup: self,
+            stop,
+            watcher,
+            summary,
+        })
+    }
+}
+
+impl Started {
+    /// Listens on `--listen`, prints the lines tools wait for (the address, the chain, then
+    /// `more`), and answers with `app` until SIGTERM or Ctrl-C; then drains.
+    pub(crate) async fn serve(self, app: Router, more: &[String]) -> anyhow::Result<()> {
+        let Started {
+            startup,
+            stop,
+            stopping,
+            in_flight,
+            worker,
+            watcher,
+            summary,
+            ..
+        } = self;
+        let name = startup.name;
+        let listener = TcpListener::bind(startup.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", startup.listen))?;
+        let addr = listener.local_addr()?;
+        // Tools (and the tests) wait for this line to learn the port of `--listen 127.0.0.1:0`.
+        eprintln!("{name}: listening on http://{addr}");
+        eprintln!("{name}: serving {summary}");
+        for line in more {
+            eprintln!("{name}: {line}");
+        }
+        run_until_shutdown(
+            name,
+            listener,
+            app,
+            Running {
+                limits: ConnectionLimits::of(startup.max_connections, startup.header_timeout_secs),
+                stop: (stop, stopping),
+                in_flight,
+                grace_secs: startup.shutdown_grace_secs,
+                worker,
+                watcher,
+            },
+        )
+        .await
+    }
+}
+
 /// The connection limits `tamp serve` and `tamp proxy` take from their flags.
-pub(crate) struct ConnectionLimits {
+struct ConnectionLimits {
     max_connections: u32,
     header_timeout: Duration,
 }
 
 impl ConnectionLimits {
-    pub(crate) fn of(max_connections: u32, header_timeout_secs: f64) -> Self {
+    fn of(max_connections: u32, header_timeout_secs: f64) -> Self {
         ConnectionLimits {
             max_connections,
             header_timeout: crate::bounded::saturating_seconds(header_timeout_secs),
@@ -65,18 +197,18 @@ impl ConnectionLimits {
 }
 
 /// What a server built around the chain runs with, once its router exists.
-pub(crate) struct Running {
-    pub(crate) limits: ConnectionLimits,
-    pub(crate) stop: (watch::Sender<bool>, watch::Receiver<bool>),
-    pub(crate) in_flight: Arc<InFlight>,
-    pub(crate) grace_secs: f64,
-    pub(crate) worker: Option<crate::deferred::WorkerHandle>,
-    pub(crate) watcher: tokio::task::JoinHandle<()>,
+struct Running {
+    limits: ConnectionLimits,
+    stop: (watch::Sender<bool>, watch::Receiver<bool>),
+    in_flight: Arc<InFlight>,
+    grace_secs: f64,
+    worker: Option<crate::deferred::WorkerHandle>,
+    watcher: tokio::task::JoinHandle<()>,
 }
 
 /// Accepts connections until a shutdown signal, then drains: `tamp serve` and `tamp proxy`
 /// stop the same way. `name` starts each line printed.
-pub(crate) async fn run_until_shutdown(
+async fn run_until_shutdown(
     name: &str,
     listener: TcpListener,
     app: axum::Router,
@@ -133,8 +265,8 @@ pub(crate) async fn run_until_shutdown(
 /// Starts the deferred-summary worker when the chain has a `batch-deferred` stage: its
 /// queue is the chain's store, its settings `[batch]` (read at start; a reload does not
 /// restart it). It stops when `stop` turns true.
-pub(crate) fn start_batch_worker(
-    slot: &reload::ChainSlot,
+fn start_batch_worker(
+    slot: &ChainSlot,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Option<crate::deferred::WorkerHandle>> {
     let active = slot.current();
@@ -542,7 +674,7 @@ const OWN_FILES: u64 = 64;
 /// Warns when `--max-connections` does not fit under the open-file limit: accepting would
 /// then fail (EMFILE) before the limit is reached, and the server could not answer even
 /// `/healthz` until connections close.
-pub(crate) fn warn_if_over_file_limit(max_connections: u32) {
+fn warn_if_over_file_limit(max_connections: u32) {
     let Some(limit) = std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|text| soft_open_files_limit(&text))
@@ -571,7 +703,6 @@ fn soft_open_files_limit(limits: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::SocketAddr;
 
     #[test]
     fn tokens_no_header_can_carry_are_refused_naming_the_variable() {

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use axum::body::Body;
@@ -14,8 +14,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hyper::body::Body as _;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::chain::FileOverrides;
 use crate::http::access::{self, Access};
@@ -24,8 +22,8 @@ use crate::http::answers::{self, PageQuery};
 use crate::http::error::{ApiError, ApiErrorCode};
 use crate::http::limits::{self, Gate, InFlight};
 use crate::http::metrics::{self, Metrics};
-use crate::http::reload::{self, ChainSlot};
-use crate::http::server;
+use crate::http::reload::ChainSlot;
+use crate::http::server::Startup;
 
 use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
@@ -80,89 +78,49 @@ struct ProxyState {
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
 pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
-    let auth_token = match &args.auth_token_env {
-        None => None,
-        Some(name) => Some(server::auth_token(name, std::env::var(name).ok())?),
-    };
-    server::warn_if_over_file_limit(args.max_connections);
-    // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
-    crate::loader::load_from_private_copies();
-    crate::loader::remove_stale_private_copies();
-    let overrides = FileOverrides {
-        store_path: args.store.clone(),
-        ..Default::default()
-    };
-    let config = args.config.clone();
-    let first = {
-        let overrides = overrides.clone();
-        tokio::task::spawn_blocking(move || ActiveChain::build(&config, overrides)).await?
+    let started = Startup {
+        name: "tamp proxy",
+        config: args.config,
+        overrides: FileOverrides {
+            store_path: args.store,
+            ..Default::default()
+        },
+        listen: args.listen,
+        auth_token_env: args.auth_token_env,
+        guards: access::proxy_guards,
+        debounce_ms: args.debounce_ms,
+        max_connections: args.max_connections,
+        header_timeout_secs: args.header_timeout_secs,
+        shutdown_grace_secs: args.shutdown_grace_secs,
     }
-    .map_err(|problem| anyhow::anyhow!("{problem}"))?;
-    let summary = first.summary();
-    let upstreams_line = format!(
-        "anthropic -> {}, openai -> {}{}",
-        first.proxy.anthropic,
-        first.proxy.openai,
-        if first.proxy.strict { " (strict)" } else { "" }
-    );
-
-    let metrics = Arc::new(Metrics::default());
-    let slot = Arc::new(
-        ChainSlot::new(first, args.config.clone(), overrides, Arc::clone(&metrics))
-            .labelled("tamp proxy"),
-    );
-    let watcher = reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(args.debounce_ms))
-        .with_context(|| format!("cannot watch {} for changes", args.config.display()))?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let worker = server::start_batch_worker(&slot, stop_rx.clone())?;
-    let in_flight = Arc::new(InFlight::default());
-    let access = Access::new(
-        args.listen.ip(),
-        auth_token,
-        access::proxy_guards,
-        Arc::clone(&slot),
-    );
+    .start()
+    .await?;
+    let upstreams = {
+        let proxy = &started.slot.current().proxy;
+        format!(
+            "upstreams anthropic -> {}, openai -> {}{}",
+            proxy.anthropic,
+            proxy.openai,
+            if proxy.strict { " (strict)" } else { "" }
+        )
+    };
     let state = Arc::new(ProxyState {
-        slot,
-        access,
-        metrics,
+        slot: Arc::clone(&started.slot),
+        access: Arc::clone(&started.access),
+        metrics: Arc::clone(&started.metrics),
         proxy_metrics: Arc::new(ProxyMetrics::default()),
-        in_flight: Arc::clone(&in_flight),
+        in_flight: Arc::clone(&started.in_flight),
         // The concurrency limit of `tamp serve` is not used here: a proxy that refused
         // requests would be in the way; the upstream limits its clients.
         gate: Gate::new(
             args.max_body,
             crate::bounded::saturating_seconds(args.body_timeout_secs),
             1,
-            stop_rx.clone(),
+            started.stopping.clone(),
         ),
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
     });
-    let app = router(state);
-
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addr = listener.local_addr()?;
-    // Tools (and the tests) wait for this line to learn the port of `--listen 127.0.0.1:0`.
-    eprintln!("tamp proxy: listening on http://{addr}");
-    eprintln!("tamp proxy: serving {summary}");
-    eprintln!("tamp proxy: upstreams {upstreams_line}");
-
-    server::run_until_shutdown(
-        "tamp proxy",
-        listener,
-        app,
-        server::Running {
-            limits: server::ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
-            stop: (stop_tx, stop_rx),
-            in_flight,
-            grace_secs: args.shutdown_grace_secs,
-            worker,
-            watcher,
-        },
-    )
-    .await
+    started.serve(router(state), &[upstreams]).await
 }
 
 /// tamp's own routes under `/tamp/` (no provider has that path); everything else goes

@@ -10,18 +10,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-
-use anyhow::Context as _;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::chain::FileOverrides;
-use crate::http::server::{
-    auth_token, run_until_shutdown, start_batch_worker, warn_if_over_file_limit, ConnectionLimits,
-    Running,
-};
-use crate::http::{access, limits, metrics, reload};
+use crate::http::access;
+use crate::http::limits::Gate;
+use crate::http::server::Startup;
 
 pub mod api;
 
@@ -57,83 +50,39 @@ pub struct ServeOptions {
 
 /// Runs `tamp serve` until SIGTERM or Ctrl-C.
 pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
-    let auth_token = match &args.auth_token_env {
-        None => None,
-        Some(name) => Some(auth_token(name, std::env::var(name).ok())?),
-    };
-    warn_if_over_file_limit(args.max_connections);
-    // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
-    crate::loader::load_from_private_copies();
-    crate::loader::remove_stale_private_copies();
-    let overrides = FileOverrides {
-        store_path: args.store.clone(),
-        progress: None,
-        require_pins: args.require_pins,
-        check_only: false,
-    };
-    let config = args.config.clone();
-    let first = {
-        let overrides = overrides.clone();
-        tokio::task::spawn_blocking(move || ActiveChain::build(&config, overrides)).await?
+    let started = Startup {
+        name: "tamp serve",
+        config: args.config,
+        overrides: FileOverrides {
+            store_path: args.store,
+            progress: None,
+            require_pins: args.require_pins,
+            check_only: false,
+        },
+        listen: args.listen,
+        auth_token_env: args.auth_token_env,
+        guards: access::serve_guards,
+        debounce_ms: args.debounce_ms,
+        max_connections: args.max_connections,
+        header_timeout_secs: args.header_timeout_secs,
+        shutdown_grace_secs: args.shutdown_grace_secs,
     }
-    .map_err(|problem| anyhow::anyhow!("{problem}"))?;
-    let summary = first.summary();
-
-    let metrics = Arc::new(metrics::Metrics::default());
-    let slot = Arc::new(reload::ChainSlot::new(
-        first,
-        args.config.clone(),
-        overrides,
-        Arc::clone(&metrics),
-    ));
-    let watcher = reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(args.debounce_ms))
-        .with_context(|| format!("cannot watch {} for changes", args.config.display()))?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let worker = start_batch_worker(&slot, stop_rx.clone())?;
-    let in_flight = Arc::new(limits::InFlight::default());
-    let access = access::Access::new(
-        args.listen.ip(),
-        auth_token,
-        access::serve_guards,
-        Arc::clone(&slot),
-    );
+    .start()
+    .await?;
     let state = Arc::new(api::AppState {
-        slot,
-        metrics,
-        access,
-        in_flight: Arc::clone(&in_flight),
-        batch_metrics: worker.as_ref().map(|w| w.shared_metrics()),
-        gate: limits::Gate::new(
+        slot: Arc::clone(&started.slot),
+        metrics: Arc::clone(&started.metrics),
+        access: Arc::clone(&started.access),
+        in_flight: Arc::clone(&started.in_flight),
+        batch_metrics: started.worker.as_ref().map(|w| w.shared_metrics()),
+        gate: Gate::new(
             args.max_body,
             crate::bounded::saturating_seconds(args.body_timeout_secs),
             args.max_concurrent as usize,
-            stop_rx.clone(),
+            started.stopping.clone(),
         ),
     });
-    let app = api::router(state);
-
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addr = listener.local_addr()?;
-    // Tools (and the tests) wait for this line to learn the port of `--listen 127.0.0.1:0`.
-    eprintln!("tamp serve: listening on http://{addr}");
-    eprintln!("tamp serve: serving {summary}");
-
-    run_until_shutdown(
-        "tamp serve",
-        listener,
-        app,
-        Running {
-            limits: ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
-            stop: (stop_tx, stop_rx),
-            in_flight,
-            grace_secs: args.shutdown_grace_secs,
-            worker,
-            watcher,
-        },
-    )
-    .await
+    started.serve(api::router(state), &[]).await
 }
 
 /// Validates a chain file the way a reload would, without serving: parses it, loads every
