@@ -6,7 +6,6 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use tamp_host::config::LoadedChainFile;
-use tamp_host::deferred::Worker;
 use tamp_host::store::queue::QueueStatus;
 use tamp_host::store::Store;
 
