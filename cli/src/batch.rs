@@ -6,7 +6,6 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use tamp_host::config::LoadedChainFile;
-use tamp_host::deferred::Worker;
 use tamp_host::store::queue::QueueStatus;
 use tamp_host::store::Store;
 
@@ -66,7 +65,7 @@ pub async fn run(command: BatchCommand) -> Result<()> {
         BatchCommand::RunOnce(args) => {
             let file = LoadedChainFile::read(&args.config)?;
             let store = open_store(Some(&file), args.store.as_deref())?;
-            let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
+            let worker = file.batch_worker(store.queue)?.with_pages(store.pages);
             let report = worker.run_once().await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -78,7 +77,7 @@ pub async fn run(command: BatchCommand) -> Result<()> {
         BatchCommand::Work(args) => {
             let file = LoadedChainFile::read(&args.config)?;
             let store = open_store(Some(&file), args.store.as_deref())?;
-            let worker = Worker::from_chain_file(&file, store.queue)?.with_pages(store.pages);
+            let worker = file.batch_worker(store.queue)?.with_pages(store.pages);
             let metrics = worker.metrics();
             let handle = worker.spawn(tamp_host::signals::shutdown());
             eprintln!("tamp batch: worker running; Ctrl-C or SIGTERM stops it");
@@ -126,7 +125,7 @@ fn ago(ms: u64) -> String {
 /// The text `tamp batch status` prints.
 pub fn render_status(
     status: &QueueStatus,
-    price: Option<&tamp_host::config::PriceConfig>,
+    price: Option<&tamp_host::providers::PriceConfig>,
 ) -> String {
     let mut out = format!(
         "queue: {} queued, {} submitted, {} done, {} failed\n",

@@ -521,8 +521,9 @@ impl Ctx {
     /// Runs `case` through a real chain whose LLM always fails: the caller must get the
     /// conversation back unchanged, or changed by a stage that reported the failure.
     async fn chain_keeps_input(&self, case: &Case) -> Option<Finding> {
+        use tamp_host::budget::BudgetConfig;
         use tamp_host::chain::{ChainBuilder, CompactOptions, StageStatus};
-        use tamp_host::config::{BudgetConfig, Trigger};
+        use tamp_host::config::Trigger;
         let tokens = self.harness.tokens.count_messages(&case.messages);
         let chain = ChainBuilder::new(BudgetConfig {
             max_tokens: (tokens / 2).max(1),

@@ -18,19 +18,22 @@ use tamp_plugin_api::{
 };
 use tokio::sync::Semaphore;
 
-use crate::config::{BudgetConfig, ConfigError, LoadedChainFile, PriceConfig, Trigger};
+use crate::budget::BudgetConfig;
+use crate::config::{LoadedChainFile, Trigger};
+use crate::config_error::ConfigError;
 use crate::digest::config_hash;
 use crate::edits;
 use crate::invariants::{check_no_growth, infer_format, Violation};
 use crate::loader::{load_trusted, resolve_plugin, LoadError, LoadedPlugin, PluginTrust};
+use crate::providers::PriceConfig;
 use crate::providers::{ExtractiveSummarizer, Provider};
 use crate::services::{HostContext, ProgressFn, StageIdentity, StageServices};
 use crate::stage_guard::{self, GuardedFailure};
-use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
-use crate::threads::{
+use crate::store::threads::{
     common_prefix, continuation, prefix_hashes, remarked, ThreadKey, ThreadReport, ThreadState,
     ThreadStore, ThreadsConfig,
 };
+use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
@@ -49,7 +52,7 @@ pub enum ChainError {
     /// The budget a request gave (`CompactOptions::budget`) breaks a rule: the caller's
     /// mistake.
     #[error("{0}")]
-    InvalidBudget(crate::config::FieldError),
+    InvalidBudget(crate::config_error::FieldError),
     /// The chain could not be built (its budget, threads or tokenizer).
     #[error("{0}")]
     Setup(String),
@@ -97,7 +100,7 @@ pub struct CompactOptions {
     /// Overrides the chain file's budget for this call.
     pub budget: Option<BudgetConfig>,
     /// Continue the conversation's thread from its last compaction when the chain keeps
-    /// thread states (see [`crate::threads`]). `tamp serve` and `tamp compact` set it unless
+    /// thread states (see [`crate::store::threads`]). `tamp serve` and `tamp compact` set it unless
     /// the caller opts out.
     pub thread_continuity: bool,
 }
@@ -337,7 +340,7 @@ impl ChainBuilder {
         }
     }
 
-    /// Keeps thread states in `store` (see [`crate::threads`]); without this call, or with
+    /// Keeps thread states in `store` (see [`crate::store::threads`]); without this call, or with
     /// `config.enabled` false, every call is compacted from what it sends.
     pub fn threads(mut self, store: Arc<dyn ThreadStore>, config: ThreadsConfig) -> Self {
         self.threads = config.enabled.then_some((store, config));
@@ -725,7 +728,7 @@ impl Chain {
     }
 
     /// Runs the chain on `conversation`, or, with `options.thread_continuity`, on the
-    /// thread's last answer plus what is new since (see [`crate::threads`]). An invalid
+    /// thread's last answer plus what is new since (see [`crate::store::threads`]). An invalid
     /// conversation is an error; a stage that fails is rolled back and reported, never an
     /// error of the whole call.
     ///
@@ -1351,5 +1354,23 @@ mod tests {
             .unwrap();
         assert!(refused.queue().is_none());
         assert!(!offers_deferred_summaries(&refused));
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_opened_is_located_at_its_setting() {
+        // A directory cannot be created under /proc, even by root.
+        let text = "[budget]\nmax_tokens = 100\n\n[store]\npath = \"/proc/no-such/s.sqlite3\"\n";
+        let file = LoadedChainFile::parse(Path::new("chain.toml"), text.into()).unwrap();
+        let err = match Chain::from_loaded(&file, Default::default()) {
+            Err(ChainError::Config(e)) => e,
+            Err(other) => panic!("not a config error: {other}"),
+            Ok(_) => panic!("the store opened"),
+        };
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(
+            err.message
+                .starts_with("store.path: page store /proc/no-such/s.sqlite3: cannot"),
+            "{err}"
+        );
     }
 }

@@ -711,6 +711,24 @@ mod tests {
     }
 
     #[test]
+    fn every_rule_the_chain_checks_is_in_the_table_of_rules() {
+        for r in [
+            Rule::NothingLost,
+            Rule::ToolExchangesIntact,
+            Rule::ProtectedUntouched,
+            Rule::OrderKept,
+            Rule::NoGrowth,
+            Rule::ClearingKeepsStructure,
+            Rule::InstructionsKept,
+            Rule::OpaqueKept,
+            Rule::BoundaryKept,
+        ] {
+            assert!(!r.title().is_empty(), "{}", r.code());
+            assert!(crate::rules::rule(r.code()).is_some(), "{}", r.code());
+        }
+    }
+
+    #[test]
     fn a_correct_replacement_passes() {
         let input = msgs(8);
         let summary = summary_message("s", "pg_1", "t", SummaryStatus::Final);

@@ -4,11 +4,16 @@
 //!
 //! The core, with no feature:
 //! - [`wire`]: Anthropic Messages and OpenAI Chat Completions JSON ⇄ the plugin-api model.
-//! - [`loader`]: loads plugin libraries through abi_stable's checked loader.
-//! - [`config`]: the chain file, validated before anything runs.
+//! - [`loader`]: loads plugin libraries through abi_stable's checked loader;
+//!   [`plugin_load`]: what it shares with the WebAssembly loader, a leaf.
+//! - [`config`]: the chain file, validated before anything runs: it reads the file and
+//!   assembles each table's type from the component that owns it (`providers::config`,
+//!   `store::config`, `deferred::config`, [`budget`], ...; the tables of the servers that
+//!   read the assembled file, `[proxy]` and `[http]`, stay in it);
+//!   [`config_error`]: its errors, a leaf.
 //! - [`chain`]: runs stages in order; [`edits`] checks and applies what a stage returns;
 //!   [`invariants`] and [`rules`]: the rules every stage keeps.
-//! - [`threads`]: thread continuity, so a growing thread pays for what is new.
+//! - [`store::threads`]: thread continuity, so a growing thread pays for what is new.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
 //!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
@@ -18,25 +23,31 @@
 //! Features (on by default): `http-providers` (the Anthropic and OpenAI clients),
 //! `postgres` (the shared PostgreSQL store), `deferred` (the Message Batches worker) and
 //! `serve` ([`serve`]: `tamp serve`, the HTTP API with hot reload; [`proxy`]: `tamp proxy`,
-//! the providers' own APIs with every request compacted). Off by default: `wasm`, sandboxed
+//! the providers' own APIs with every request compacted; [`http`]: what the two servers
+//! share). Off by default: `wasm`, sandboxed
 //! strategies as WebAssembly components under wasmtime, which costs minutes of build.
 
 pub mod bounded;
+pub mod budget;
 pub mod chain;
 pub mod config;
-#[cfg(feature = "deferred")]
+pub mod config_error;
 pub mod deferred;
 pub mod digest;
 pub mod edits;
 pub mod error_text;
 pub mod eval;
+#[cfg(feature = "serve")]
+pub mod http;
 pub mod invariants;
 pub mod loader;
 pub mod logging;
 /// The check that host modules import one another without circles (a test).
 #[cfg(test)]
 mod module_graph;
+pub mod plugin_load;
 pub mod providers;
+#[cfg(feature = "serve")]
 pub mod proxy;
 pub mod rules;
 #[cfg(test)]
@@ -47,7 +58,6 @@ pub mod services;
 pub mod signals;
 pub mod stage_guard;
 pub mod store;
-pub mod threads;
 pub mod tokens;
 pub mod wasm;
 pub mod wire;

@@ -101,25 +101,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_unique_and_the_chain_rules_are_among_them() {
+    fn ids_are_unique() {
         let mut ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), RULES.len());
-        use crate::invariants::Rule;
-        for r in [
-            Rule::NothingLost,
-            Rule::ToolExchangesIntact,
-            Rule::ProtectedUntouched,
-            Rule::OrderKept,
-            Rule::NoGrowth,
-            Rule::ClearingKeepsStructure,
-            Rule::InstructionsKept,
-            Rule::OpaqueKept,
-            Rule::BoundaryKept,
-        ] {
-            assert!(!r.title().is_empty(), "{}", r.code());
-            assert!(rule(r.code()).is_some(), "{}", r.code());
-        }
     }
 }

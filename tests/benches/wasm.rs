@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use tamp_e2e::guests::{component, Guest};
 use tamp_e2e::{corpus_mix, plugin};
+use tamp_host::budget::BudgetConfig;
 use tamp_host::chain::{ChainBuilder, CompactOptions};
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_host::config::Trigger;
 use tamp_host::loader::{load_plugin, LoadedPlugin};
 use tamp_host::providers::ScriptedProvider;
 use tamp_host::services::{HostContext, StageIdentity, StageServices};

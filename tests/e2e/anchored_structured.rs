@@ -9,8 +9,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, without_ledger, StageChain};
+use tamp_host::budget::BudgetConfig;
 use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus};
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_host::config::Trigger;
 use tamp_host::loader::load_plugin;
 use tamp_host::providers::{
     ExtractiveSummarizer, Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse,

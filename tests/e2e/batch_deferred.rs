@@ -268,7 +268,7 @@ fn worker(dir: &Path, chain: &Path) -> Worker {
 
 fn worker_without_pages(dir: &Path, chain: &Path) -> Worker {
     let file = LoadedChainFile::read(chain).unwrap();
-    Worker::from_chain_file(&file, queue_at(dir)).unwrap()
+    file.batch_worker(queue_at(dir)).unwrap()
 }
 
 /// A template with the transcript twice, literal braces and every placeholder; blocks cut

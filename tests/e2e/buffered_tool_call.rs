@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, plugin, scratch_dir, write_chain};
+use tamp_host::budget::BudgetConfig;
 use tamp_host::chain::{
     Chain, ChainBuilder, CompactOptions, Compacted, FileOverrides, StageRun, StageStatus,
 };
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_host::config::Trigger;
 use tamp_host::loader::load_plugin;
 use tamp_host::providers::{Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse};
 use tamp_host::store::{NewPage, PageStore, PageSummary, SqliteStore, StoreError, StoredPage};

@@ -867,7 +867,9 @@ struct Api {
 fn api() -> &'static Api {
     static API: OnceLock<Api> = OnceLock::new();
     API.get_or_init(|| {
-        use tamp_host::serve::{api, metrics::Metrics, reload::ChainSlot, ActiveChain};
+        use tamp_host::http::limits::{Gate, InFlight};
+        use tamp_host::http::{metrics::Metrics, reload::ChainSlot};
+        use tamp_host::serve::{api, ActiveChain};
         let dir = scratch_dir("fuzz-api");
         std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
         let config = tamp_e2e::write_chain(
@@ -892,19 +894,19 @@ fn api() -> &'static Api {
         ));
         // Never shutting down (a dropped sender is no shutdown signal to the gate).
         let (_, stopping) = tokio::sync::watch::channel(false);
-        let access = tamp_host::serve::access::Access::new(
+        let access = tamp_host::http::access::Access::new(
             std::net::Ipv4Addr::LOCALHOST.into(),
             None,
-            tamp_host::serve::access::serve_guards,
+            tamp_host::http::access::serve_guards,
             Arc::clone(&slot),
         );
         let state = Arc::new(api::AppState {
             slot,
             metrics,
             access,
-            in_flight: Arc::new(api::InFlight::default()),
+            in_flight: Arc::new(InFlight::default()),
             batch_metrics: None,
-            gate: api::Gate::new(8 << 20, Duration::from_secs(30), 64, stopping),
+            gate: Gate::new(8 << 20, Duration::from_secs(30), 64, stopping),
         });
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

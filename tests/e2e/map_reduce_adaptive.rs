@@ -16,8 +16,9 @@ use tamp_e2e::rt;
 use tamp_e2e::{
     assert_wire_round_trip, corpus, corpus_mix, corpus_names, plugin, without_ledger, StageChain,
 };
+use tamp_host::budget::BudgetConfig;
 use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus};
-use tamp_host::config::{BudgetConfig, Trigger};
+use tamp_host::config::Trigger;
 use tamp_host::loader::load_plugin;
 use tamp_host::providers::{
     ExtractiveSummarizer, Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse,

@@ -366,8 +366,9 @@ impl StageChain {
 
     pub fn build(self) -> tamp_host::chain::Chain {
         use std::sync::Arc;
+        use tamp_host::budget::BudgetConfig;
         use tamp_host::chain::ChainBuilder;
-        use tamp_host::config::{BudgetConfig, Trigger};
+        use tamp_host::config::Trigger;
         use tamp_host::loader::load_plugin;
         use tamp_host::tokens::TokenCounter;
         let mut builder = ChainBuilder::new(BudgetConfig {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use tamp_plugin_api::Usage;
 
-use crate::config::PriceConfig;
+use crate::providers::PriceConfig;
 
 /// A `tamp_batch_*` counter: name (without `_total`, which the encoder adds), help, and
 /// where its value is in a snapshot.

@@ -11,14 +11,21 @@
 //! - [`Worker`] sends queued items as batches and applies the results
 //!   (`providers::batches` is the API client); `tamp batch run-once|status|work` is in
 //!   tamp-cli.
-//!   `tamp serve` runs it as a task: `Worker::from_chain_file(..).with_pages(..).spawn(shutdown)`.
+//!   `tamp serve` runs it as a task: `LoadedChainFile::batch_worker(..).with_pages(..).spawn(shutdown)`.
 
+pub mod config;
+#[cfg(feature = "deferred")]
 pub mod metrics;
+#[cfg(feature = "deferred")]
 pub mod render;
+#[cfg(feature = "deferred")]
 pub mod worker;
 
 /// The name of the shipped plugin that defers its summaries; `tamp serve` starts a worker
 /// when its chain has a stage of it.
+#[cfg(feature = "deferred")]
 pub const PLUGIN_NAME: &str = "batch-deferred";
+#[cfg(feature = "deferred")]
 pub use metrics::{DeferredMetrics, MetricsSnapshot};
+#[cfg(feature = "deferred")]
 pub use worker::{PassReport, Worker, WorkerError, WorkerHandle};

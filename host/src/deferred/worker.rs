@@ -14,13 +14,16 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use serde::Serialize;
 
+use super::config::BatchConfig;
 use super::metrics::{DeferredMetrics, MetricsSnapshot};
 use super::render::{PageSource, RenderError};
-use crate::config::{BatchConfig, ConfigError, FieldError, LoadedChainFile};
+use crate::config_error::FieldError;
 use crate::providers::batches::{
     error_type_is_retryable, BatchOutcome, BatchesClient, ProcessingStatus,
 };
-use crate::providers::{self, ApiKey, ClientSettings, Provider, ProviderErrorKind, RetryPolicy};
+use crate::providers::{
+    self, ApiKey, ClientSettings, Provider, ProviderConfig, ProviderErrorKind, RetryPolicy,
+};
 use crate::store::queue::{
     Billing, DeferredQueue, Expect, Lease, QueueItem, RequeueKind, Transition, CUSTOM_ID_PREFIX,
 };
@@ -131,6 +134,48 @@ impl WorkerHandle {
     }
 }
 
+/// The Message Batches client `[batch]` (and `[provider]`) describe: model, base URL and key
+/// come from `[batch]`, else from `[provider]` when it is `anthropic`; the key is read from its
+/// environment variable now. The chain file's assembler builds the worker around it
+/// (`LoadedChainFile::batch_worker`), with the chain's provider as the sync fallback.
+pub fn batches_client(
+    batch: &BatchConfig,
+    provider: &ProviderConfig,
+) -> Result<BatchesClient, FieldError> {
+    let anthropic = provider.kind == providers::ProviderKind::Anthropic;
+    let error = |key, message: String| FieldError::new("batch", key, message);
+    let inherited = |own: &Option<String>, theirs: &Option<String>| {
+        own.clone().or_else(|| theirs.clone().filter(|_| anthropic))
+    };
+    let model = inherited(&batch.model, &provider.model).ok_or_else(|| {
+        error(
+            "model",
+            "required unless provider.kind = \"anthropic\" (whose model is used)".into(),
+        )
+    })?;
+    let key_env = inherited(&batch.api_key_env, &provider.api_key_env).ok_or_else(|| {
+        error(
+            "api_key_env",
+            "required unless provider.kind = \"anthropic\" (whose key is used)".into(),
+        )
+    })?;
+    let key = ApiKey::from_env(&key_env).map_err(|m| error("api_key_env", m))?;
+    let base_url = inherited(&batch.base_url, &provider.base_url)
+        .unwrap_or_else(|| providers::anthropic::DEFAULT_BASE_URL.to_string());
+    BatchesClient::new(
+        ClientSettings {
+            model,
+            base_url,
+            key: Some(key),
+            structured: providers::StructuredMode::parse(&provider.structured_output)
+                .unwrap_or(providers::StructuredMode::Auto),
+            timeout: crate::bounded::saturating_seconds(provider.timeout_secs),
+        },
+        RetryPolicy::from_config(provider),
+    )
+    .map_err(|m| error("model", m))
+}
+
 impl Worker {
     /// A worker over `queue`, sending through `client`; `fallback` is the provider (and its
     /// overall timeout) that answers a request the batches could not, when
@@ -166,56 +211,6 @@ impl Worker {
     pub fn with_pages(self, pages: Arc<dyn PageStore>) -> Self {
         self.inner.pages.set(pages);
         self
-    }
-
-    /// The worker a chain file's `[batch]` (and `[provider]`) describe, over `queue`. Model,
-    /// base URL and key come from `[batch]`, else from `[provider]` when it is `anthropic`;
-    /// the key is read from its environment variable now. The sync fallback is the chain's
-    /// provider.
-    pub fn from_chain_file(
-        file: &LoadedChainFile,
-        queue: Arc<dyn DeferredQueue>,
-    ) -> Result<Self, ConfigError> {
-        let batch = &file.file.batch;
-        let provider = &file.file.provider;
-        let anthropic = provider.kind == crate::config::ProviderKind::Anthropic;
-        let error = |key, message: String| file.at_field(FieldError::new("batch", key, message));
-        let inherited = |own: &Option<String>, theirs: &Option<String>| {
-            own.clone().or_else(|| theirs.clone().filter(|_| anthropic))
-        };
-        let model = inherited(&batch.model, &provider.model).ok_or_else(|| {
-            error(
-                "model",
-                "required unless provider.kind = \"anthropic\" (whose model is used)".into(),
-            )
-        })?;
-        let key_env = inherited(&batch.api_key_env, &provider.api_key_env).ok_or_else(|| {
-            error(
-                "api_key_env",
-                "required unless provider.kind = \"anthropic\" (whose key is used)".into(),
-            )
-        })?;
-        let key = ApiKey::from_env(&key_env).map_err(|m| error("api_key_env", m))?;
-        let base_url = inherited(&batch.base_url, &provider.base_url)
-            .unwrap_or_else(|| providers::anthropic::DEFAULT_BASE_URL.to_string());
-        let client = BatchesClient::new(
-            ClientSettings {
-                model,
-                base_url,
-                key: Some(key),
-                structured: providers::StructuredMode::parse(&provider.structured_output)
-                    .unwrap_or(providers::StructuredMode::Auto),
-                timeout: crate::bounded::saturating_seconds(provider.timeout_secs),
-            },
-            RetryPolicy::from_config(provider),
-        )
-        .map_err(|m| error("model", m))?;
-        let fallback = if batch.sync_fallback {
-            Some((file.provider()?, provider.overall_timeout()))
-        } else {
-            None
-        };
-        Ok(Worker::new(queue, client, fallback, batch.clone()))
     }
 
     /// The counters, shared with the running task.

@@ -30,7 +30,7 @@ use tamp_plugin_api::{Conversation, FfiOption, Message, Role};
 
 use crate::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use crate::config::LoadedChainFile;
-use crate::threads::common_prefix;
+use crate::store::threads::common_prefix;
 use crate::wire::{self, WireFormat};
 use facts::{Fact, FactsFile, Retention};
 use probe::{Judge, ProbeResult, References};

@@ -28,12 +28,13 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tamp_plugin_api::{LlmRequest, LlmResponse};
 
-use crate::config::{FieldError, ProviderConfig, ProviderKind};
+use crate::config_error::FieldError;
 
 #[cfg(feature = "http-providers")]
 pub mod anthropic;
 #[cfg(feature = "http-providers")]
 pub mod batches;
+pub mod config;
 pub mod extractive;
 #[cfg(feature = "http-providers")]
 pub mod http;
@@ -47,6 +48,7 @@ pub mod structured;
 
 #[cfg(feature = "http-providers")]
 pub use anthropic::AnthropicProvider;
+pub use config::{PriceConfig, ProviderConfig, ProviderKind};
 pub use extractive::{summarize, ExtractiveSummarizer, Summary};
 #[cfg(feature = "http-providers")]
 pub use http::{ApiKey, ClientSettings};

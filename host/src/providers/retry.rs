@@ -16,8 +16,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tamp_plugin_api::{LlmRequest, LlmResponse};
 
+use super::ProviderConfig;
 use super::{Provider, ProviderError};
-use crate::config::ProviderConfig;
 
 /// How often and how patiently [`Retrying`] retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

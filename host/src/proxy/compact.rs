@@ -12,9 +12,9 @@ use axum::http::HeaderValue;
 
 use super::session;
 use crate::chain::{ChainError, ChainReport, CompactOptions, StageStatus};
-use crate::serve::active::ActiveChain;
-use crate::serve::api::InFlight;
-use crate::serve::metrics::Metrics;
+use crate::http::active::ActiveChain;
+use crate::http::limits::InFlight;
+use crate::http::metrics::Metrics;
 use crate::wire::{self, WireFormat};
 
 /// The answer header that says what the chain did to the request.

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::route::Provider;
-use crate::serve::api::ApiError;
+use crate::http::error::ApiError;
 
 /// An error tamp answers in place of the upstream.
 #[derive(Debug)]

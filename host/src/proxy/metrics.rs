@@ -1,5 +1,5 @@
 //! `tamp proxy`'s own series, encoded after `tamp serve`'s (compactions, stages, savings,
-//! reloads and requests by route come from [`crate::serve::metrics::Metrics`]).
+//! reloads and requests by route come from [`crate::http::metrics::Metrics`]).
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::serve::metrics::{latency_family, latency_histogram, start_at_zero, LatencyFamily};
+use crate::http::metrics::{latency_family, latency_histogram, start_at_zero, LatencyFamily};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabel {
@@ -134,7 +134,7 @@ impl ProxyMetrics {
         u64::try_from(self.streams_open.get()).unwrap_or(0)
     }
 
-    /// These series, for [`Metrics::render`](crate::serve::metrics::Metrics::render).
+    /// These series, for [`Metrics::render`](crate::http::metrics::Metrics::render).
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -143,7 +143,7 @@ impl ProxyMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::metrics::Metrics;
+    use crate::http::metrics::Metrics;
 
     #[test]
     fn the_relay_series_follow_the_servers_and_count_by_route() {

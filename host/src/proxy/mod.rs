@@ -8,34 +8,21 @@
 //!   upstream that lacks it.
 //! - [`forward`]: the upstream clients and the answer's relay, chunk by chunk.
 //! - [`error`]: the proxy's own errors in each provider's error shape.
-//! - [`config`]: the chain file's `[proxy]` table; [`metrics`]: the relay's series.
+//! - [`metrics`]: the relay's series. The chain file's `[proxy]` table is `config::proxy`.
 //!
-//! The server itself is `tamp serve`'s: its accept loop and connection limits, its body
-//! reader, its hot-reloaded `ChainSlot`, its page and health answers and its metrics.
+//! The server pieces are `crate::http`'s, shared with `tamp serve`: the accept loop and
+//! connection limits, the body reader, the hot-reloaded `ChainSlot`, the page and health
+//! answers and the metrics.
 //! See `docs/proxy.md`.
-//!
-//! Without the `serve` feature only [`config`] is built: the chain file's `[proxy]` table
-//! parses, and is checked, in every build.
 
-#[cfg(feature = "serve")]
 pub mod compact;
-pub mod config;
-#[cfg(feature = "serve")]
 pub mod error;
-#[cfg(feature = "serve")]
 pub mod forward;
-#[cfg(feature = "serve")]
 pub mod metrics;
-#[cfg(feature = "serve")]
 pub mod route;
-#[cfg(feature = "serve")]
 mod server;
-#[cfg(feature = "serve")]
 pub mod server_compaction;
-#[cfg(feature = "serve")]
 pub mod session;
 
-#[cfg(feature = "serve")]
 pub use compact::COMPACTION_HEADER;
-#[cfg(feature = "serve")]
 pub use server::*;

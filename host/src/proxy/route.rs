@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderMap, HeaderName, Method};
 
-use super::config::ProxyConfig;
+use crate::config::proxy::ProxyConfig;
 use crate::wire::WireFormat;
 
 /// The two APIs the proxy speaks.

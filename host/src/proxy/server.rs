@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use axum::body::Body;
@@ -14,24 +14,24 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use hyper::body::Body as _;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::chain::FileOverrides;
-use crate::serve::access::{self, Access};
-use crate::serve::active::ActiveChain;
-use crate::serve::api::{self, ApiError, ApiErrorCode, Gate, InFlight, PageQuery};
-use crate::serve::metrics::{self, Metrics};
-use crate::serve::reload::{self, ChainSlot};
-use crate::serve::{self as serve_mod};
+use crate::http::access::{self, Access};
+use crate::http::active::ActiveChain;
+use crate::http::answers::{self, PageQuery};
+use crate::http::error::{ApiError, ApiErrorCode};
+use crate::http::limits::{self, Gate, InFlight};
+use crate::http::metrics::{self, Metrics};
+use crate::http::reload::ChainSlot;
+use crate::http::server::Startup;
 
 use super::compact::{self, COMPACTION_HEADER};
-use super::config::CompactionBy;
 use super::error::ProxyError;
 use super::forward::Upstreams;
 use super::metrics::ProxyMetrics;
 use super::server_compaction::{self, Asked};
 use super::{forward, route, session};
+use crate::config::proxy::CompactionBy;
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").
@@ -78,89 +78,49 @@ struct ProxyState {
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
 pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
-    let auth_token = match &args.auth_token_env {
-        None => None,
-        Some(name) => Some(serve_mod::auth_token(name, std::env::var(name).ok())?),
-    };
-    serve_mod::warn_if_over_file_limit(args.max_connections);
-    // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
-    crate::loader::load_from_private_copies();
-    crate::loader::remove_stale_private_copies();
-    let overrides = FileOverrides {
-        store_path: args.store.clone(),
-        ..Default::default()
-    };
-    let config = args.config.clone();
-    let first = {
-        let overrides = overrides.clone();
-        tokio::task::spawn_blocking(move || ActiveChain::build(&config, overrides)).await?
+    let started = Startup {
+        name: "tamp proxy",
+        config: args.config,
+        overrides: FileOverrides {
+            store_path: args.store,
+            ..Default::default()
+        },
+        listen: args.listen,
+        auth_token_env: args.auth_token_env,
+        guards: access::proxy_guards,
+        debounce_ms: args.debounce_ms,
+        max_connections: args.max_connections,
+        header_timeout_secs: args.header_timeout_secs,
+        shutdown_grace_secs: args.shutdown_grace_secs,
     }
-    .map_err(|problem| anyhow::anyhow!("{problem}"))?;
-    let summary = first.summary();
-    let upstreams_line = format!(
-        "anthropic -> {}, openai -> {}{}",
-        first.proxy.anthropic,
-        first.proxy.openai,
-        if first.proxy.strict { " (strict)" } else { "" }
-    );
-
-    let metrics = Arc::new(Metrics::default());
-    let slot = Arc::new(
-        ChainSlot::new(first, args.config.clone(), overrides, Arc::clone(&metrics))
-            .labelled("tamp proxy"),
-    );
-    let watcher = reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(args.debounce_ms))
-        .with_context(|| format!("cannot watch {} for changes", args.config.display()))?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let worker = serve_mod::start_batch_worker(&slot, stop_rx.clone())?;
-    let in_flight = Arc::new(InFlight::default());
-    let access = Access::new(
-        args.listen.ip(),
-        auth_token,
-        access::proxy_guards,
-        Arc::clone(&slot),
-    );
+    .start()
+    .await?;
+    let upstreams = {
+        let proxy = &started.slot.current().proxy;
+        format!(
+            "upstreams anthropic -> {}, openai -> {}{}",
+            proxy.anthropic,
+            proxy.openai,
+            if proxy.strict { " (strict)" } else { "" }
+        )
+    };
     let state = Arc::new(ProxyState {
-        slot,
-        access,
-        metrics,
+        slot: Arc::clone(&started.slot),
+        access: Arc::clone(&started.access),
+        metrics: Arc::clone(&started.metrics),
         proxy_metrics: Arc::new(ProxyMetrics::default()),
-        in_flight: Arc::clone(&in_flight),
+        in_flight: Arc::clone(&started.in_flight),
         // The concurrency limit of `tamp serve` is not used here: a proxy that refused
         // requests would be in the way; the upstream limits its clients.
         gate: Gate::new(
             args.max_body,
             crate::bounded::saturating_seconds(args.body_timeout_secs),
             1,
-            stop_rx.clone(),
+            started.stopping.clone(),
         ),
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
     });
-    let app = router(state);
-
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addr = listener.local_addr()?;
-    // Tools (and the tests) wait for this line to learn the port of `--listen 127.0.0.1:0`.
-    eprintln!("tamp proxy: listening on http://{addr}");
-    eprintln!("tamp proxy: serving {summary}");
-    eprintln!("tamp proxy: upstreams {upstreams_line}");
-
-    serve_mod::run_until_shutdown(
-        "tamp proxy",
-        listener,
-        app,
-        serve_mod::Running {
-            limits: serve_mod::ConnectionLimits::of(args.max_connections, args.header_timeout_secs),
-            stop: (stop_tx, stop_rx),
-            in_flight,
-            grace_secs: args.shutdown_grace_secs,
-            worker,
-            watcher,
-        },
-    )
-    .await
+    started.serve(router(state), &[upstreams]).await
 }
 
 /// tamp's own routes under `/tamp/` (no provider has that path); everything else goes
@@ -170,13 +130,13 @@ fn router(state: Arc<ProxyState>) -> Router {
         .route("/tamp/v1/pages/{id}", get(page))
         .route("/tamp/healthz", get(healthz))
         .route("/tamp/metrics", get(metrics_text))
-        .method_not_allowed_fallback(api::method_not_allowed)
+        .method_not_allowed_fallback(answers::method_not_allowed)
         .fallback(proxy_request)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state.access),
             access::enforce,
         ))
-        .layer(axum::middleware::from_fn(api::close_if_body_unread))
+        .layer(axum::middleware::from_fn(limits::close_if_body_unread))
         .with_state(state)
 }
 
@@ -199,11 +159,11 @@ async fn page(
             format!("query: {}", e.body_text()),
         )
     })?;
-    api::page_answer(&state.slot, &id, query.format).await
+    answers::page_answer(&state.slot, &id, query.format).await
 }
 
 async fn healthz(State(state): State<Arc<ProxyState>>) -> Response {
-    api::health_answer(&state.slot)
+    answers::health_answer(&state.slot)
 }
 
 async fn metrics_text(State(state): State<Arc<ProxyState>>) -> Response {
@@ -323,7 +283,7 @@ async fn read_body(
 ) -> Result<axum::body::Bytes, ProxyError> {
     state
         .gate
-        .read_body(body, api::declared_length(headers))
+        .read_body(body, limits::declared_length(headers))
         .await
         .map_err(ProxyError::from_api)
 }

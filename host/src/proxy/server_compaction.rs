@@ -27,9 +27,9 @@ use sha2::{Digest, Sha256};
 
 use super::error::ProxyError;
 use crate::chain::{ChainError, CompactOptions};
+use crate::http::active::ActiveChain;
+use crate::http::metrics::Metrics;
 use crate::plugin_api::{Conversation, Message, Role};
-use crate::serve::active::ActiveChain;
-use crate::serve::metrics::Metrics;
 use crate::wire::{self, WireFormat};
 
 /// What was asked for.
@@ -103,7 +103,7 @@ pub async fn answer(
         .map(Message::joined_text)
         .collect();
 
-    let budget = crate::config::BudgetConfig {
+    let budget = crate::budget::BudgetConfig {
         keep_recent: 0,
         ..*active.chain.budget()
     };

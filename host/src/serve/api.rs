@@ -1,34 +1,33 @@
-//! The HTTP routes, their JSON bodies and errors.
+//! `tamp serve`'s routes and handlers: `POST /v1/compact`, `GET /v1/pages/{id}`,
+//! `GET /v1/chain`, `/healthz`, `/metrics`, with their request bodies.
 //!
 //! Every error is `{"error": {"code": "...", "message": "..."}}` with a stable `code` (see
-//! [`ApiError`]) and a message that names the field at fault.
-//!
-//! The per-request limits live here too (see [`Gate`]): the request target's length, the
-//! declared body size, the number of requests answered at once, and the time a body may take
-//! to arrive. The per-connection ones (header timeout, connection count) are in the accept
-//! loop of [`super`].
+//! [`ApiError`]) and a message that names the field at fault. The limits put before the
+//! handlers ([`Gate`]) and the answers the proxy gives the same way are `crate::http`'s.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{MatchedPath, Path, Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::metrics::Metrics;
-use super::reload::ChainSlot;
 use crate::chain::{ChainError, CompactOptions};
-use crate::store::StoreError;
+use crate::http::access::{self, Access};
+use crate::http::answers::{
+    health_answer, json_answer, method_not_allowed, page_answer, PageQuery,
+};
+use crate::http::error::{store_failure, ApiError, ApiErrorCode};
+use crate::http::limits::{
+    close_if_body_unread, declared_length, Gate, InFlight, RequestPermit, MAX_URI_BYTES,
+};
+use crate::http::metrics::{self, Metrics};
+use crate::http::reload::ChainSlot;
 use crate::wire::{self, WireFormat};
 
 /// What every handler shares.
@@ -37,280 +36,12 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The Host check and the bearer token every route but `/healthz` requires, when one
     /// is configured (`access::serve_guards`).
-    pub access: Arc<super::access::Access>,
+    pub access: Arc<Access>,
     pub in_flight: Arc<InFlight>,
     /// The deferred-summary worker's counters, when this server runs one.
     pub batch_metrics: Option<Arc<crate::deferred::DeferredMetrics>>,
     /// The per-request limits.
     pub gate: Gate,
-}
-
-/// The longest request target (path and query) answered; longer ones get 414. Page ids are
-/// 35 bytes: this is for clients gone wrong, not a tight fit. (hyper itself answers 414,
-/// with an empty body, above 64 KiB, before a request reaches the router.)
-pub const MAX_URI_BYTES: usize = 8 << 10;
-
-/// The per-request limits of `tamp serve`, and the shutdown signal a body read listens to.
-#[derive(Debug)]
-pub struct Gate {
-    /// `--max-body`: larger bodies, declared or sent, are answered 413.
-    max_body: usize,
-    /// `--body-timeout-secs`: a body still arriving after this is answered 408.
-    body_timeout: Duration,
-    /// `--max-concurrent`: one permit per request answered (but `/healthz` and `/metrics`);
-    /// a compaction keeps its permit to its end, even when its client has hung up.
-    permits: Arc<Semaphore>,
-    max_concurrent: usize,
-    /// Turns true when the server starts shutting down: a body still arriving is answered
-    /// 503 at once, since it holds no work yet.
-    stopping: watch::Receiver<bool>,
-}
-
-/// A request's share of `--max-concurrent`, released when the last copy is dropped: the
-/// [`limit`] middleware keeps one until the answer is ready, and the request's extensions
-/// carry one that the compaction task takes along.
-#[derive(Clone)]
-struct RequestPermit {
-    _held: Arc<OwnedSemaphorePermit>,
-}
-
-impl Gate {
-    pub fn new(
-        max_body: usize,
-        body_timeout: Duration,
-        max_concurrent: usize,
-        stopping: watch::Receiver<bool>,
-    ) -> Gate {
-        Gate {
-            max_body,
-            body_timeout,
-            permits: Arc::new(Semaphore::new(max_concurrent)),
-            max_concurrent,
-            stopping,
-        }
-    }
-
-    /// Reads a whole body: at most `max_body` bytes (413 beyond), within `body_timeout` of
-    /// the start (408 after), and only until the server starts shutting down (503).
-    pub(crate) async fn read_body(
-        &self,
-        body: Body,
-        declared: Option<u64>,
-    ) -> Result<Bytes, ApiError> {
-        let max = self.max_body;
-        let read = async move {
-            let capacity = declared.map_or(0, |n| n.min(max as u64) as usize);
-            let mut bytes = Vec::with_capacity(capacity);
-            let mut stream = body.into_data_stream();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| {
-                    ApiError::invalid_request(format!("cannot read the request body: {e}"))
-                })?;
-                if bytes.len() + chunk.len() > max {
-                    return Err(ApiError::body_too_large(max));
-                }
-                bytes.extend_from_slice(&chunk);
-            }
-            Ok(Bytes::from(bytes))
-        };
-        let mut stopping = self.stopping.clone();
-        let stopped = async move {
-            // A dropped sender is no shutdown signal: wait for ever then.
-            if stopping.wait_for(|s| *s).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            // A body that is all here is read even if the shutdown began meanwhile.
-            biased;
-            read = tokio::time::timeout(self.body_timeout, read) => read.unwrap_or_else(|_| {
-                Err(ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    ApiErrorCode::BodyTimeout,
-                    format!(
-                        "the request body did not arrive within {} (tamp serve \
-                         --body-timeout-secs)",
-                        seconds(self.body_timeout)
-                    ),
-                ))
-            }),
-            () = stopped => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ApiErrorCode::ShuttingDown,
-                "the server is shutting down; send the request again (to it once restarted, \
-                 or to another replica)",
-            )),
-        }
-    }
-}
-
-/// `1.5 s`, `30 s`.
-fn seconds(d: Duration) -> String {
-    format!("{} s", d.as_secs_f64())
-}
-
-/// The compactions running now; shutdown waits for them to finish.
-#[derive(Debug, Default)]
-pub struct InFlight {
-    count: AtomicUsize,
-    idle: Notify,
-}
-
-pub struct InFlightGuard(Arc<InFlight>);
-
-impl InFlight {
-    pub fn enter(self: &Arc<Self>) -> InFlightGuard {
-        self.count.fetch_add(1, Ordering::SeqCst);
-        InFlightGuard(Arc::clone(self))
-    }
-
-    pub fn count(&self) -> usize {
-        self.count.load(Ordering::SeqCst)
-    }
-
-    /// Returns once no compaction is running.
-    pub async fn wait_idle(&self) {
-        loop {
-            // Created before the check, so a wake-up between the two is not lost.
-            let notified = self.idle.notified();
-            if self.count() == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
-}
-
-/// An error answer's stable `code`; [`ApiErrorCode::as_str`] is its text in the body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiErrorCode {
-    InvalidRequest,
-    InvalidConversation,
-    BodyTooLarge,
-    BodyTimeout,
-    UriTooLong,
-    Unauthorized,
-    HostNotAllowed,
-    NotFound,
-    MethodNotAllowed,
-    UnsupportedMediaType,
-    Overloaded,
-    ShuttingDown,
-    StoreUnavailable,
-    InternalError,
-}
-
-impl ApiErrorCode {
-    pub const ALL: [ApiErrorCode; 14] = [
-        ApiErrorCode::InvalidRequest,
-        ApiErrorCode::InvalidConversation,
-        ApiErrorCode::BodyTooLarge,
-        ApiErrorCode::BodyTimeout,
-        ApiErrorCode::UriTooLong,
-        ApiErrorCode::Unauthorized,
-        ApiErrorCode::HostNotAllowed,
-        ApiErrorCode::NotFound,
-        ApiErrorCode::MethodNotAllowed,
-        ApiErrorCode::UnsupportedMediaType,
-        ApiErrorCode::Overloaded,
-        ApiErrorCode::ShuttingDown,
-        ApiErrorCode::StoreUnavailable,
-        ApiErrorCode::InternalError,
-    ];
-
-    /// The code as the body writes it (`invalid_request`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiErrorCode::InvalidRequest => "invalid_request",
-            ApiErrorCode::InvalidConversation => "invalid_conversation",
-            ApiErrorCode::BodyTooLarge => "body_too_large",
-            ApiErrorCode::BodyTimeout => "body_timeout",
-            ApiErrorCode::UriTooLong => "uri_too_long",
-            ApiErrorCode::Unauthorized => "unauthorized",
-            ApiErrorCode::HostNotAllowed => "host_not_allowed",
-            ApiErrorCode::NotFound => "not_found",
-            ApiErrorCode::MethodNotAllowed => "method_not_allowed",
-            ApiErrorCode::UnsupportedMediaType => "unsupported_media_type",
-            ApiErrorCode::Overloaded => "overloaded",
-            ApiErrorCode::ShuttingDown => "shutting_down",
-            ApiErrorCode::StoreUnavailable => "store_unavailable",
-            ApiErrorCode::InternalError => "internal_error",
-        }
-    }
-
-    /// Whether the same request may succeed in a moment: the answer says `retry-after`.
-    fn is_momentary(self) -> bool {
-        matches!(self, ApiErrorCode::Overloaded | ApiErrorCode::ShuttingDown)
-    }
-}
-
-impl std::fmt::Display for ApiErrorCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An error answer. `code` is stable; `message` is for people.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: ApiErrorCode,
-    pub message: String,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: ApiErrorCode, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            ApiErrorCode::InvalidRequest,
-            message,
-        )
-    }
-
-    fn body_too_large(max_body: usize) -> Self {
-        Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ApiErrorCode::BodyTooLarge,
-            format!(
-                "the request body is larger than the server's limit of {max_body} bytes \
-                 (tamp serve --max-body)"
-            ),
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code.as_str(), "message": self.message}});
-        let mut response = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        if self.code.is_momentary() {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        response
-    }
 }
 
 /// The router: routes, limits, auth and request counting (outermost).
@@ -326,7 +57,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(Arc::clone(&state), limit))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state.access),
-            super::access::enforce,
+            access::enforce,
         ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
@@ -334,36 +65,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         ))
         .layer(middleware::from_fn(close_if_body_unread))
         .with_state(state)
-}
-
-/// Says `connection: close` on an answer given before the request's body was read to its
-/// end (a refused token, an oversized or late body, an unknown route, a full server).
-/// hyper cannot carry another request on such a connection and closes it after the answer;
-/// said in the answer, a keep-alive client opens a new connection for its next request
-/// instead of sending it into the closed one (the fuzzer found reqwest's next request
-/// failing with `IncompleteMessage`).
-pub(crate) async fn close_if_body_unread(request: Request, next: Next) -> Response {
-    let has_body = declared_length(request.headers()).is_some_and(|n| n > 0)
-        || request.headers().contains_key(header::TRANSFER_ENCODING);
-    if !has_body {
-        return next.run(request).await;
-    }
-    let read_to_end = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (parts, body) = request.into_parts();
-    let flag = Arc::clone(&read_to_end);
-    // The body's stream, then an empty one that marks the end when it is reached.
-    let end = futures::stream::poll_fn(move |_| {
-        flag.store(true, Ordering::Release);
-        std::task::Poll::Ready(None)
-    });
-    let body = Body::from_stream(body.into_data_stream().chain(end));
-    let mut response = next.run(Request::from_parts(parts, body)).await;
-    if !read_to_end.load(Ordering::Acquire) {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    response
 }
 
 async fn count_requests(
@@ -403,43 +104,19 @@ async fn limit(
             format!("the request target is {target} bytes; the limit is {MAX_URI_BYTES}"),
         ));
     }
-    if declared_length(request.headers()).is_some_and(|n| n > gate.max_body as u64) {
-        return Err(ApiError::body_too_large(gate.max_body));
+    if declared_length(request.headers()).is_some_and(|n| n > gate.max_body() as u64) {
+        return Err(ApiError::body_too_large(gate.max_body()));
     }
     if matches!(request.uri().path(), "/healthz" | "/metrics") {
         return Ok(next.run(request).await);
     }
-    let Ok(permit) = Arc::clone(&gate.permits).try_acquire_owned() else {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ApiErrorCode::Overloaded,
-            format!(
-                "the server is answering {} requests already (tamp serve --max-concurrent); \
-                 retry later",
-                gate.max_concurrent
-            ),
-        ));
-    };
     // Held here until the answer is ready, and by the compaction task (which takes the copy
     // in the extensions) until the compaction ends, whichever is later.
-    let permit = RequestPermit {
-        _held: Arc::new(permit),
-    };
+    let permit = gate.admit()?;
     request.extensions_mut().insert(permit.clone());
     let response = next.run(request).await;
     drop(permit);
     Ok(response)
-}
-
-/// The request's `Content-Length`, when it has one (hyper refuses a malformed one).
-pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 async fn not_found(request: Request) -> ApiError {
@@ -455,35 +132,10 @@ async fn not_found(request: Request) -> ApiError {
     )
 }
 
-pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        ApiErrorCode::MethodNotAllowed,
-        format!(
-            "{} is not allowed on {}",
-            request.method(),
-            request.uri().path()
-        ),
-    )
-}
-
 /// `200 {"status": "ok"}`, or 503 when the store can no longer keep pages (its file was
 /// deleted or replaced while open): acknowledged pages would be lost.
 async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     health_answer(&state.slot)
-}
-
-/// The `/healthz` answer of a server answering with `slot` (`tamp proxy`'s too).
-pub(crate) fn health_answer(slot: &ChainSlot) -> Response {
-    match slot.health() {
-        Ok(()) => Json(json!({"status": "ok"})).into_response(),
-        Err(e) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ApiErrorCode::StoreUnavailable,
-            e.to_string(),
-        )
-        .into_response(),
-    }
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -498,7 +150,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.in_flight.count(),
         &[&batch],
     );
-    ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response()
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
 async fn chain(State(state): State<Arc<AppState>>) -> Json<Value> {
@@ -675,25 +327,6 @@ fn compaction_error(e: ChainError) -> ApiError {
 /// A store error as an answer: a page that is not there is 404; a database or file that
 /// cannot be reached is 503, worth retrying (on another replica, or once it is back),
 /// unlike a corrupt page or a schema from a newer tamp (500).
-fn store_failure(e: StoreError) -> ApiError {
-    match e {
-        e if e.is_not_found() => {
-            ApiError::new(StatusCode::NOT_FOUND, ApiErrorCode::NotFound, e.to_string())
-        }
-        StoreError::Backend { .. } => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ApiErrorCode::StoreUnavailable,
-            e.to_string(),
-        ),
-        e => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ApiErrorCode::InternalError,
-            e.to_string(),
-        ),
-    }
-}
-
-/// A conversation error, with the path written from the request body's root.
 fn conversation_error(e: &wire::WireError) -> String {
     if e.path.is_empty() {
         format!("conversation: {}", e.message)
@@ -731,7 +364,7 @@ fn parse_compact_body(body: &[u8]) -> Result<CompactBody, ApiError> {
 impl CompactBody {
     fn into_parts(
         self,
-        chain_budget: &crate::config::BudgetConfig,
+        chain_budget: &crate::budget::BudgetConfig,
     ) -> Result<(crate::plugin_api::Conversation, WireFormat, CompactOptions), ApiError> {
         let (mut conversation, format) = wire::parse_str(self.conversation.get(), self.format)
             .map_err(|e| {
@@ -765,12 +398,6 @@ impl CompactBody {
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub(crate) struct PageQuery {
-    /// `anthropic`, `openai`, `responses` or `internal`; the page's source format by default.
-    pub(crate) format: Option<String>,
-}
-
 /// `GET /v1/pages/{id}`: the archived original messages behind a page ref.
 async fn page(
     State(state): State<Arc<AppState>>,
@@ -785,36 +412,12 @@ async fn page(
     page_answer(&state.slot, &id, query.format).await
 }
 
-/// A page as `GET /v1/pages/{id}` answers it (`tamp proxy`'s `/tamp/v1/pages/{id}` too): in
-/// `format`, else the page's source format.
-pub(crate) async fn page_answer(
-    slot: &ChainSlot,
-    id: &str,
-    format: Option<String>,
-) -> Result<Response, ApiError> {
-    let active = slot.current();
-    let stored = active
-        .chain
-        .store()
-        .get_page(id)
-        .await
-        .map_err(store_failure)?;
-    let format = format
-        .or(stored.source_format.clone())
-        .unwrap_or_else(|| "anthropic".into());
-    let view = wire::page_view(&stored.page, &format)
-        .map_err(|e| ApiError::invalid_request(e.to_string()))?;
-    Ok(json_answer(view.compact()))
-}
-
-/// A `200 OK` with a JSON body written by tamp (see [`wire::Written`]).
-pub(crate) fn json_answer(body: String) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
+
+    use crate::store::StoreError;
 
     #[test]
     fn body_errors_name_the_field() {
@@ -832,49 +435,6 @@ mod tests {
         assert!(e.message.contains("conversation"), "{}", e.message);
         let e = parse_compact_body(br#"{"conversation": {}, "format": "gemini"}"#).unwrap_err();
         assert!(e.message.starts_with("format: "), "{}", e.message);
-    }
-
-    #[tokio::test]
-    async fn an_error_body_writes_its_code_as_text_and_momentary_ones_say_retry_after() {
-        let names: Vec<&str> = ApiErrorCode::ALL.iter().map(|c| c.as_str()).collect();
-        // The codes the docs list, in their spelling.
-        for name in [
-            "invalid_request",
-            "invalid_conversation",
-            "body_too_large",
-            "body_timeout",
-            "uri_too_long",
-            "unauthorized",
-            "host_not_allowed",
-            "not_found",
-            "method_not_allowed",
-            "unsupported_media_type",
-            "overloaded",
-            "shutting_down",
-            "store_unavailable",
-            "internal_error",
-        ] {
-            assert!(names.contains(&name), "{name}");
-        }
-        assert_eq!(names.len(), 14);
-        for code in ApiErrorCode::ALL {
-            let response =
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, "m").into_response();
-            let retry = response.headers().contains_key(header::RETRY_AFTER);
-            assert_eq!(
-                retry,
-                matches!(code, ApiErrorCode::Overloaded | ApiErrorCode::ShuttingDown),
-                "{code}"
-            );
-            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-                .await
-                .unwrap();
-            let body: Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(
-                body,
-                json!({"error": {"code": code.as_str(), "message": "m"}})
-            );
-        }
     }
 
     #[test]
@@ -907,7 +467,7 @@ mod tests {
             )
         );
         // The caller's mistakes stay 400.
-        let budget = crate::config::BudgetConfig {
+        let budget = crate::budget::BudgetConfig {
             max_tokens: 0,
             ..Default::default()
         };
@@ -926,7 +486,7 @@ mod tests {
         )
         .unwrap();
         let e = body
-            .into_parts(&crate::config::BudgetConfig::default())
+            .into_parts(&crate::budget::BudgetConfig::default())
             .unwrap_err();
         assert_eq!(e.code, ApiErrorCode::InvalidConversation);
         assert!(
@@ -943,7 +503,7 @@ mod tests {
         )
         .unwrap();
         let e = body
-            .into_parts(&crate::config::BudgetConfig::default())
+            .into_parts(&crate::budget::BudgetConfig::default())
             .unwrap_err();
         assert!(e.message.contains("budget.high_watermark"), "{}", e.message);
     }
@@ -973,68 +533,5 @@ mod tests {
             .unwrap_err()
             .message
             .contains("none was sent"));
-    }
-
-    /// A body whose first chunk is `first`, then nothing until `stall` ends.
-    fn stalled_body(first: &'static [u8], stall: Duration) -> Body {
-        let chunks =
-            futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(first)) })
-                .chain(futures::stream::once(async move {
-                    tokio::time::sleep(stall).await;
-                    Ok(Bytes::from_static(b"rest"))
-                }));
-        Body::from_stream(chunks)
-    }
-
-    #[tokio::test]
-    async fn body_reads_are_bounded_in_size_time_and_by_the_shutdown() {
-        let (stop, stopping) = watch::channel(false);
-        let gate = Gate::new(16, Duration::from_millis(200), 4, stopping);
-
-        let body = gate
-            .read_body(Body::from("{\"a\": 1}"), Some(8))
-            .await
-            .unwrap();
-        assert_eq!(&body[..], b"{\"a\": 1}");
-        let e = gate
-            .read_body(Body::from("x".repeat(17)), None)
-            .await
-            .unwrap_err();
-        assert_eq!(
-            (e.status, e.code),
-            (StatusCode::PAYLOAD_TOO_LARGE, ApiErrorCode::BodyTooLarge)
-        );
-
-        let started = std::time::Instant::now();
-        let e = gate
-            .read_body(stalled_body(b"{", Duration::from_secs(60)), None)
-            .await
-            .unwrap_err();
-        assert_eq!(
-            (e.status, e.code),
-            (StatusCode::REQUEST_TIMEOUT, ApiErrorCode::BodyTimeout)
-        );
-        assert!(started.elapsed() < Duration::from_secs(5));
-
-        let slow = Gate::new(16, Duration::from_secs(60), 4, stop.subscribe());
-        let read = tokio::spawn(async move {
-            slow.read_body(stalled_body(b"{", Duration::from_secs(60)), None)
-                .await
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        stop.send(true).unwrap();
-        let e = tokio::time::timeout(Duration::from_secs(5), read)
-            .await
-            .expect("the shutdown ends a body read")
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(
-            (e.status, e.code),
-            (StatusCode::SERVICE_UNAVAILABLE, ApiErrorCode::ShuttingDown)
-        );
-        let response = e.into_response();
-        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
-        // A body all here is still read after the shutdown began.
-        assert!(gate.read_body(Body::from("{}"), None).await.is_ok());
     }
 }

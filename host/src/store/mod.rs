@@ -21,6 +21,7 @@ use serde::Serialize;
 use tamp_plugin_api::{Message, Page, PageDraft};
 
 pub mod cache;
+pub mod config;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queue;

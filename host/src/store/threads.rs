@@ -1,23 +1,279 @@
-//! Thread state: for each thread, the last compaction's result and the raw messages it
-//! stands for, so that a client that posts its whole history again starts from that result
-//! instead of from the raw history (see [`crate::threads`]).
+//! Thread continuity: a client that posts its whole history on every call pays for what is
+//! new, not for the whole history again.
 //!
-//! Both backends keep it (SQLite for one host, PostgreSQL so that replicas share it). A state
-//! expires after a time to live and the number of threads kept is bounded; both limits are
-//! applied as states are written, so the table never grows past them for long.
+//! For each thread the store keeps the last compaction's answer and a hash chain over the raw
+//! messages it stands for ([`ThreadState`]). A request whose messages start with those raw
+//! messages is compacted from that answer plus its new messages instead of from the raw
+//! history. While that stays under the high watermark no stage runs: no LLM call, and the
+//! answer starts with the previous answer byte for byte, so the main model's prompt cache
+//! hits. Past the watermark the chain compacts that conversation (earlier summaries carried),
+//! and its answer becomes the thread's new state. A request that does not extend the stored
+//! messages (history edited, truncated, branched) is compacted from scratch, where the summary
+//! cache still spares what it can.
+//!
+//! The thread is the request's `thread_id`, or else a key derived from its leading messages
+//! (the system prompt and the first user message); `[threads] derive_key = false` or a
+//! caller's opt-out turns that off.
+//!
+//! A message counts as sent again when it is the same but for its *marks* ([`unmarked`]):
+//! what a client moves from request to request without changing the message. Claude Code puts
+//! Anthropic's `cache_control` on the last block of the last message only, so the message that
+//! was last loses it on the next request (and a system message that was last goes from one
+//! cache-marked text block back to a plain string). The answer a request continues from takes
+//! the request's marks ([`remarked`]): left as they were, the old breakpoints would pile up
+//! past the four Anthropic allows.
+//!
+//! The store keeps the states (this module's [`ThreadStore`], implemented by both backends);
+//! this is the one home of the concept: the `[threads]` table, the keys, the hash chain, the
+//! marks and the stored state.
 
+use std::borrow::Cow;
+
+use abi_stable::std_types::RString;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use tamp_plugin_api::Message;
+use sha2::{Digest, Sha256};
+use tamp_plugin_api::{ContentBlock, Message, Role};
 
 use super::StoreError;
+use crate::digest::message_digest;
+
+/// `[threads]` in the chain file.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThreadsConfig {
+    /// Keep each thread's last answer and continue from it.
+    pub enabled: bool,
+    /// Without a `thread_id`, name the thread by its leading messages (the system prompt and
+    /// the first user message).
+    pub derive_key: bool,
+    /// A thread not compacted for this long starts over from its raw history (seconds).
+    pub ttl_secs: u64,
+    /// At most this many threads are kept; the least recently compacted go first.
+    pub max_threads: u64,
+}
+
+impl Default for ThreadsConfig {
+    fn default() -> Self {
+        ThreadsConfig {
+            enabled: true,
+            derive_key: true,
+            ttl_secs: 24 * 3600,
+            max_threads: 100_000,
+        }
+    }
+}
+
+impl ThreadsConfig {
+    pub fn limits(&self) -> ThreadLimits {
+        ThreadLimits {
+            ttl_secs: self.ttl_secs,
+            max_threads: self.max_threads,
+        }
+    }
+
+    /// Checks the section's own rules; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ttl_secs == 0 {
+            return Err("threads.ttl_secs: must be greater than 0".into());
+        }
+        if self.max_threads == 0 {
+            return Err("threads.max_threads: must be greater than 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// The store key of a conversation's thread, if it has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadKey {
+    pub key: String,
+    /// Derived from the leading messages rather than given.
+    pub derived: bool,
+}
+
+impl ThreadKey {
+    /// `thread_id` when given; else, with `derive`, a hash of the leading system messages and
+    /// the first user message (none when there is no user message).
+    pub fn of(thread_id: Option<&str>, messages: &[Message], derive: bool) -> Option<ThreadKey> {
+        if let Some(id) = thread_id {
+            return Some(ThreadKey {
+                key: format!("id:{id}"),
+                derived: false,
+            });
+        }
+        if !derive {
+            return None;
+        }
+        let system = messages.iter().take_while(|m| m.role == Role::System);
+        let first_user = messages.iter().find(|m| m.role == Role::User)?;
+        let mut h = Sha256::new();
+        h.update(b"tamp-thread-lead");
+        for m in system.chain(std::iter::once(first_user)) {
+            h.update(message_digest(m));
+        }
+        Some(ThreadKey {
+            key: format!("lead:{}", hex::encode(&h.finalize()[..16])),
+            derived: true,
+        })
+    }
+}
+
+/// The key of a block's or message's `extra_json` that is a mark: a client moves it between
+/// requests without changing the message.
+const MARKS: [&str; 1] = ["cache_control"];
+/// The wire reader's record of a `content` field's shape (string or array): a mark too.
+const SHAPE: &str = "tamp:content";
+
+/// `message` without its marks (see the module doc): the same message, or a copy without
+/// them when it has any.
+pub fn unmarked(message: &Message) -> Cow<'_, Message> {
+    let marked = has_key(&message.extra_json, SHAPE)
+        || message
+            .content
+            .iter()
+            .any(|b| block_extra(b).is_some_and(has_marks));
+    if !marked {
+        return Cow::Borrowed(message);
+    }
+    let mut copy = message.clone();
+    copy.extra_json = without_keys(&copy.extra_json, &[SHAPE]);
+    for block in copy.content.iter_mut() {
+        if let Some(extra) = block_extra_mut(block) {
+            *extra = without_keys(extra, &MARKS);
+        }
+    }
+    Cow::Owned(copy)
+}
+
+/// The thread's stored answer as a continuation of `request` (whose leading messages it
+/// stands for): each of its messages that `request` sends again (the same but for marks) as
+/// `request` sends it now, every other without marks.
+pub fn remarked(output: &[Message], request: &[Message]) -> Vec<Message> {
+    let sent: std::collections::HashMap<_, &Message> = request
+        .iter()
+        .map(|m| (message_digest(&unmarked(m)), m))
+        .collect();
+    output
+        .iter()
+        .map(|m| {
+            let bare = unmarked(m);
+            match sent.get(&message_digest(&bare)) {
+                Some(now) => (*now).clone(),
+                None => bare.into_owned(),
+            }
+        })
+        .collect()
+}
+
+fn block_extra(block: &ContentBlock) -> Option<&RString> {
+    match block {
+        ContentBlock::Text { extra_json, .. }
+        | ContentBlock::ToolUse { extra_json, .. }
+        | ContentBlock::ToolResult { extra_json, .. } => Some(extra_json),
+        ContentBlock::Opaque { .. } => None,
+    }
+}
+
+fn block_extra_mut(block: &mut ContentBlock) -> Option<&mut RString> {
+    match block {
+        ContentBlock::Text { extra_json, .. }
+        | ContentBlock::ToolUse { extra_json, .. }
+        | ContentBlock::ToolResult { extra_json, .. } => Some(extra_json),
+        ContentBlock::Opaque { .. } => None,
+    }
+}
+
+fn has_marks(extra: &RString) -> bool {
+    MARKS.iter().any(|key| has_key(extra, key))
+}
+
+/// Whether the JSON object text `extra` has `key` (a cheap test first: most have none).
+fn has_key(extra: &RString, key: &str) -> bool {
+    extra.contains(key)
+        && serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(extra)
+            .is_ok_and(|map| map.contains_key(key))
+}
+
+/// The JSON object text `extra` less `keys` (empty when nothing is left).
+fn without_keys(extra: &RString, keys: &[&str]) -> RString {
+    let Ok(mut map) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(extra)
+    else {
+        return extra.clone();
+    };
+    for key in keys {
+        map.remove(*key);
+    }
+    if map.is_empty() {
+        RString::new()
+    } else {
+        serde_json::Value::Object(map).to_string().into()
+    }
+}
+
+/// The hash chain over `messages`, each without its marks: entry `i` stands for the first `i`
+/// messages (entry 0 for none), so one pass gives the hash of every leading run.
+pub fn prefix_hashes(messages: &[Message]) -> Vec<String> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    let mut current: [u8; 32] = Sha256::digest(b"tamp-thread-prefix").into();
+    out.push(hex::encode(current));
+    for m in messages {
+        let mut h = Sha256::new();
+        h.update(current);
+        h.update(message_digest(&unmarked(m)));
+        current = h.finalize().into();
+        out.push(hex::encode(current));
+    }
+    out
+}
+
+/// What a request continues from: the state's answer, when the request's messages start with
+/// the raw messages it stands for.
+pub fn continuation<'s>(state: &'s ThreadState, hashes: &[String]) -> Option<&'s [Message]> {
+    let covered = usize::try_from(state.covered).ok()?;
+    (hashes.get(covered) == Some(&state.prefix_hash)).then_some(&state.output[..])
+}
+
+/// How many leading messages `a` and `b` share, marks aside (a provider's prompt cache does
+/// not hold them).
+pub fn common_prefix(a: &[Message], b: &[Message]) -> usize {
+    a.iter()
+        .zip(b)
+        .take_while(|(x, y)| x == y || unmarked(x) == unmarked(y))
+        .count()
+}
+
+/// The thread part of a compaction's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadReport {
+    /// `given` (the request's `thread_id`) or `derived` (from its leading messages).
+    pub key: &'static str,
+    /// The request extended the thread's last compaction and started from its answer.
+    pub continued: bool,
+    /// Leading messages of the request that the previous answer stood for.
+    pub messages_covered: u64,
+    /// Tokens of this answer that are an unchanged prefix of the thread's previous answer
+    /// (what the main model's prompt cache can reuse).
+    pub prefix_kept_tokens: u64,
+    /// This answer was stored for the thread's next request.
+    pub stored: bool,
+    /// Why the thread state could not be read or written, when it could not: the request
+    /// was then compacted as if the thread were new.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+// What the store keeps for each thread, and the trait both backends implement. A state
+// expires after a time to live and the number of threads kept is bounded; both limits are
+// applied as states are written, so the table never grows past them for long (SQLite for one
+// host, PostgreSQL so that replicas share it).
 
 /// What a thread's last compaction returned, and for which raw messages.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ThreadState {
     /// How many leading messages of the client's raw history `output` stands for.
     pub covered: u64,
-    /// The hash chain over those messages (see [`crate::threads::prefix_hashes`]).
+    /// The hash chain over those messages (see [`prefix_hashes`]).
     pub prefix_hash: String,
     /// The conversation tamp answered with: what a request that extends the covered messages
     /// starts from.
@@ -67,3 +323,121 @@ pub(crate) const MIGRATION_POSTGRES: &str = "CREATE TABLE threads (
         updated_at  BIGINT NOT NULL
     );
     CREATE INDEX threads_by_updated_at ON threads (updated_at);";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msgs(texts: &[(Role, &str)]) -> Vec<Message> {
+        texts.iter().map(|(r, t)| Message::text(*r, *t)).collect()
+    }
+
+    #[test]
+    fn a_given_id_names_the_thread_else_the_leading_messages_do() {
+        let a = msgs(&[
+            (Role::System, "s"),
+            (Role::User, "task"),
+            (Role::Assistant, "x"),
+        ]);
+        let b = msgs(&[
+            (Role::System, "s"),
+            (Role::User, "task"),
+            (Role::Assistant, "y"),
+        ]);
+        let c = msgs(&[(Role::System, "s"), (Role::User, "other task")]);
+        let given = ThreadKey::of(Some("t-1"), &a, true).unwrap();
+        assert_eq!(given.key, "id:t-1");
+        assert!(!given.derived);
+        let ka = ThreadKey::of(None, &a, true).unwrap();
+        assert!(ka.derived && ka.key.starts_with("lead:"));
+        assert_eq!(Some(ka.clone()), ThreadKey::of(None, &b, true));
+        assert_ne!(Some(ka), ThreadKey::of(None, &c, true));
+        assert_eq!(ThreadKey::of(None, &a, false), None);
+        assert_eq!(
+            ThreadKey::of(None, &msgs(&[(Role::System, "s")]), true),
+            None
+        );
+    }
+
+    #[test]
+    fn a_request_continues_only_when_it_starts_with_the_covered_messages() {
+        let raw = msgs(&[(Role::User, "a"), (Role::Assistant, "b"), (Role::User, "c")]);
+        let hashes = prefix_hashes(&raw);
+        assert_eq!(hashes.len(), 4);
+        let state = ThreadState {
+            covered: 2,
+            prefix_hash: hashes[2].clone(),
+            output: msgs(&[(Role::User, "summary")]),
+        };
+        assert_eq!(continuation(&state, &hashes), Some(&state.output[..]));
+        // The same messages after an edit of the second one: no continuation.
+        let edited = msgs(&[(Role::User, "a"), (Role::Assistant, "B"), (Role::User, "c")]);
+        assert_eq!(continuation(&state, &prefix_hashes(&edited)), None);
+        // Shorter than the covered messages: no continuation.
+        assert_eq!(continuation(&state, &prefix_hashes(&raw[..1])), None);
+    }
+
+    fn marked(role: Role, text: &str, cache: bool) -> Message {
+        let mut m = Message::text(role, text);
+        if cache {
+            m.content[0] = ContentBlock::Text {
+                text: text.into(),
+                extra_json: r#"{"cache_control":{"type":"ephemeral"}}"#.into(),
+            };
+            m.extra_json = r#"{"tamp:content":"array"}"#.into();
+        }
+        m
+    }
+
+    #[test]
+    fn a_message_that_only_lost_its_cache_mark_is_sent_again() {
+        // Claude Code: the last message carries the breakpoint, then the next one does.
+        let first = vec![
+            marked(Role::User, "a", false),
+            marked(Role::Assistant, "b", true),
+        ];
+        let second = vec![
+            marked(Role::User, "a", false),
+            marked(Role::Assistant, "b", false),
+            marked(Role::User, "c", true),
+        ];
+        assert_eq!(prefix_hashes(&first)[2], prefix_hashes(&second)[2]);
+        assert_eq!(common_prefix(&first, &second), 2);
+        // Other fields still count.
+        let mut cited = marked(Role::Assistant, "b", false);
+        cited.content[0] = ContentBlock::Text {
+            text: "b".into(),
+            extra_json: r#"{"cache_control":{"type":"ephemeral"},"citations":[]}"#.into(),
+        };
+        let bare = unmarked(&cited);
+        let ContentBlock::Text { extra_json, .. } = &bare.content[0] else {
+            panic!("{bare:?}")
+        };
+        assert_eq!(extra_json, r#"{"citations":[]}"#);
+        assert_ne!(*bare, first[1]);
+        let edited = vec![
+            marked(Role::User, "a", false),
+            marked(Role::Assistant, "B", false),
+        ];
+        assert_ne!(prefix_hashes(&first)[2], prefix_hashes(&edited)[2]);
+
+        // The stored answer takes the request's marks: the old breakpoint goes, a summary
+        // keeps none, a message sent again comes as it is sent now.
+        let summary = marked(Role::User, "summary", true);
+        let output = vec![summary, marked(Role::Assistant, "b", true)];
+        let now = remarked(&output, &second);
+        assert_eq!(now[0], marked(Role::User, "summary", false));
+        assert_eq!(now[1], second[1]);
+    }
+
+    #[test]
+    fn the_section_is_validated_by_field() {
+        assert!(ThreadsConfig::default().validate().is_ok());
+        let zero = ThreadsConfig {
+            ttl_secs: 0,
+            ..ThreadsConfig::default()
+        };
+        assert!(zero.validate().unwrap_err().starts_with("threads.ttl_secs"));
+        assert_eq!(common_prefix(&msgs(&[(Role::User, "a")]), &[]), 0);
+    }
+}

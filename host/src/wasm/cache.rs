@@ -165,7 +165,7 @@ fn private(dir: &Path) -> std::io::Result<()> {
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    crate::loader::ensure_private_dir(dir)
+    crate::plugin_load::ensure_private_dir(dir)
 }
 
 fn store(dir: &Path, file: &Path, component: &Component) -> std::io::Result<()> {

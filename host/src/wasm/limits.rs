@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::FieldError;
+use crate::config_error::FieldError;
 
 /// A guest's linear memory cap by default, in MiB: a componentize-py guest needs about 40
 /// to start and a componentize-js one about 20, and a 5 MB message is held a few times over

@@ -13,7 +13,7 @@ use super::bindings::{Plugin, PluginPre};
 use super::engine::engine;
 use super::sandbox::{failure, GuestState};
 use super::{cache, WasmLimits, WORLD_VERSION};
-use crate::loader::{LoadError, PluginMeta};
+use crate::plugin_load::{LoadError, PluginMeta};
 
 /// The interface a strategy component exports, and the one it may import.
 const EXPORT: &str = "tamp:strategy/strategy";
@@ -48,7 +48,7 @@ impl WasmComponent {
         };
         let (imports, exports) = outer_names(bytes).map_err(not_a_plugin)?;
         let world = check_world(exports.iter().map(String::as_str)).map_err(not_a_plugin)?;
-        if !crate::loader::versions_compatible(&world, WORLD_VERSION) {
+        if !crate::plugin_load::versions_compatible(&world, WORLD_VERSION) {
             return Err(other(format!(
                 "built against the WIT world tamp:strategy@{world}, but this host implements \
                  tamp:strategy@{WORLD_VERSION} (tamp-plugin-abi's version); rebuild it against \

@@ -8,7 +8,8 @@ use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
 use crate::chain::{Chain, ChainError, FileOverrides};
-use crate::config::{ConfigError, LoadedChainFile, Trigger};
+use crate::config::{LoadedChainFile, Trigger};
+use crate::config_error::ConfigError;
 use crate::store::StoreSpec;
 
 /// How many stages [`ActiveChain::summary`] names before it counts the rest.
@@ -29,7 +30,7 @@ pub struct ActiveChain {
     /// move them.
     pub store_location: String,
     /// The file's `[proxy]` table (`tamp proxy` reads it per request, so it reloads too).
-    pub proxy: crate::proxy::config::ProxyConfig,
+    pub proxy: crate::config::proxy::ProxyConfig,
     /// The file's `[http]` table: the hosts answered beyond loopback (read per request).
     pub http: crate::config::HttpConfig,
 }

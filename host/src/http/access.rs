@@ -21,9 +21,9 @@ use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::api::{ApiError, ApiErrorCode};
 use super::reload::ChainSlot;
 use crate::config::host_name;
+use crate::http::error::{ApiError, ApiErrorCode};
 
 /// The access rules of one server.
 pub struct Access {

@@ -1,11 +1,15 @@
 //! The chain file's `[proxy]` table: where `tamp proxy` forwards, and what it does when a
 //! compaction cannot be had. Reloaded with the chain (a request takes both at once).
+//!
+//! It lives here rather than beside the proxy because the proxy reads the assembled chain
+//! file (through the reloadable chain slot): a table the assembler takes from the module that
+//! reads the assembler would close a circle.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::FieldError;
+use crate::config_error::FieldError;
 
 /// `[proxy]`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -4,7 +4,6 @@
 //! field. Relative paths in the file are relative to the file's own directory. See
 //! `docs/configuration.md` for every key.
 
-use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,12 +11,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::bounded;
-use crate::store::StoreSpec;
+pub mod proxy;
 
-/// The most LLM calls a chain may have in flight at once (`provider.max_concurrency`): far
-/// above what any provider's rate limit allows, and well inside what a semaphore can count.
-pub const MAX_LLM_CONCURRENCY: usize = 100_000;
+use crate::bounded;
+use crate::budget::BudgetConfig;
+use crate::config_error::{is_env_var_name, ConfigError, FieldError};
+use crate::deferred::config::BatchConfig;
+use crate::providers::config::{ProviderConfig, ProviderKind, MAX_LLM_CONCURRENCY};
+use crate::store::config::{CacheConfig, StoreConfig, StoreKind, DEFAULT_STORE_PATH};
+use crate::store::StoreSpec;
+use proxy::ProxyConfig;
 
 /// A chain file as written.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -36,10 +39,10 @@ pub struct ChainFile {
     #[serde(default)]
     pub batch: BatchConfig,
     #[serde(default)]
-    pub threads: crate::threads::ThreadsConfig,
+    pub threads: crate::store::threads::ThreadsConfig,
     /// `tamp proxy`'s upstreams and fallback (ignored by the other commands).
     #[serde(default)]
-    pub proxy: crate::proxy::config::ProxyConfig,
+    pub proxy: ProxyConfig,
     /// `tamp serve`'s and `tamp proxy`'s hosts beyond loopback.
     #[serde(default)]
     pub http: HttpConfig,
@@ -51,86 +54,6 @@ pub struct ChainFile {
     pub plugins: PluginsConfig,
     #[serde(default, rename = "stage")]
     pub stages: Vec<Spanned<StageFile>>,
-}
-
-/// `[budget]`: watermarks are fractions of `max_tokens`.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct BudgetConfig {
-    pub max_tokens: u64,
-    pub high_watermark: f64,
-    pub low_watermark: f64,
-    pub keep_recent: u32,
-    /// Bounds the protected tail in tokens too: of the last `keep_recent` messages, only the
-    /// newest whole tool exchanges that fit in this many tokens are protected (the newest
-    /// exchange always is). Unset: an eighth of `max_tokens` ([`Self::tail_token_limit`]);
-    /// 0: the tail is bounded by `keep_recent` alone.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub keep_recent_tokens: Option<u64>,
-}
-
-impl Default for BudgetConfig {
-    fn default() -> Self {
-        BudgetConfig {
-            max_tokens: 128_000,
-            high_watermark: 0.75,
-            low_watermark: 0.5,
-            keep_recent: 10,
-            keep_recent_tokens: None,
-        }
-    }
-}
-
-impl BudgetConfig {
-    pub fn high_tokens(&self) -> u64 {
-        (self.max_tokens as f64 * self.high_watermark) as u64
-    }
-
-    pub fn low_tokens(&self) -> u64 {
-        (self.max_tokens as f64 * self.low_watermark) as u64
-    }
-
-    /// The most tokens the protected recent tail may hold, if bounded: `keep_recent_tokens`,
-    /// by default an eighth of `max_tokens`. A compaction brings the context down to the low
-    /// watermark; a tail of 16 long tool results can fill that alone, and then every request
-    /// compacts again. An eighth leaves the low watermark's other three quarters (at the
-    /// default 0.5) for the system prompt, the task and the summaries.
-    pub fn tail_token_limit(&self) -> Option<u64> {
-        match self.keep_recent_tokens {
-            Some(0) => None,
-            Some(limit) => Some(limit),
-            None => Some((self.max_tokens / 8).max(1)),
-        }
-    }
-
-    /// Checks the budget's own rules; the error names the field.
-    pub fn validate(&self) -> Result<(), FieldError> {
-        let error = |key, message| Err(FieldError::new("budget", key, message));
-        if self.max_tokens == 0 {
-            return error("max_tokens", "must be greater than 0".into());
-        }
-        for (key, v) in [
-            ("high_watermark", self.high_watermark),
-            ("low_watermark", self.low_watermark),
-        ] {
-            if v.is_nan() || v <= 0.0 || v > 1.0 {
-                return error(
-                    key,
-                    format!("must be a fraction of max_tokens in (0, 1], got {v}"),
-                );
-            }
-        }
-        if self.low_watermark >= self.high_watermark {
-            return error(
-                "low_watermark",
-                format!(
-                    "must be below high_watermark ({} >= {})",
-                    self.low_watermark, self.high_watermark
-                ),
-            );
-        }
-        Ok(())
-    }
 }
 
 /// `[http]`: what `tamp serve` and `tamp proxy` answer beyond loopback (see
@@ -204,424 +127,6 @@ impl Default for TokenizerConfig {
     }
 }
 
-/// The provider kinds a chain file may name: the one list the config check, the provider
-/// builder and `tamp eval`'s judge read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(try_from = "String", into = "&'static str")]
-pub enum ProviderKind {
-    /// Offline and deterministic, the default: picks sentences, calls nothing.
-    Extractive,
-    /// Answers from a script file, for tests.
-    Scripted,
-    /// Answers recorded from a real provider with `record`.
-    Replay,
-    /// Anthropic's Messages API.
-    Anthropic,
-    /// Any Chat Completions server: OpenAI, vLLM, llama.cpp, Ollama's `/v1`.
-    OpenAi,
-}
-
-impl ProviderKind {
-    pub const ALL: [ProviderKind; 5] = [
-        ProviderKind::Extractive,
-        ProviderKind::Scripted,
-        ProviderKind::Anthropic,
-        ProviderKind::OpenAi,
-        ProviderKind::Replay,
-    ];
-
-    /// The name a chain file writes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Extractive => "extractive",
-            ProviderKind::Scripted => "scripted",
-            ProviderKind::Replay => "replay",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::OpenAi => "openai",
-        }
-    }
-
-    /// The HTTP providers: called over the network, with retries and a key.
-    pub fn is_http(self) -> bool {
-        matches!(self, ProviderKind::Anthropic | ProviderKind::OpenAi)
-    }
-
-    /// Whether it answers what it is asked, as a model does (or a recording or script of
-    /// one); the extractive summarizer only picks sentences of the material.
-    pub fn answers_questions(self) -> bool {
-        self != ProviderKind::Extractive
-    }
-}
-
-impl TryFrom<String> for ProviderKind {
-    type Error = String;
-    fn try_from(name: String) -> Result<Self, String> {
-        ProviderKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == name)
-            .ok_or_else(|| {
-                let names: Vec<String> = ProviderKind::ALL
-                    .iter()
-                    .map(|k| format!("\"{}\"", k.as_str()))
-                    .collect();
-                let (last, rest) = names.split_last().expect("kinds exist");
-                format!(
-                    "unknown provider \"{name}\"; expected {} or {last}",
-                    rest.join(", ")
-                )
-            })
-    }
-}
-
-impl From<ProviderKind> for &'static str {
-    fn from(kind: ProviderKind) -> &'static str {
-        kind.as_str()
-    }
-}
-
-impl std::fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// `[provider]`: where LLM calls go.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ProviderConfig {
-    /// Which provider ([`ProviderKind`]); `extractive` by default.
-    pub kind: ProviderKind,
-    /// The scripted provider's script file.
-    pub script: Option<PathBuf>,
-    /// Append every answer, keyed by its exact request, to this JSON Lines file (any kind but
-    /// `replay`). Relative to the chain file's folder.
-    pub record: Option<PathBuf>,
-    /// The replay provider's file of recorded answers (`kind = "replay"`). Relative to the
-    /// chain file's folder.
-    pub answers: Option<PathBuf>,
-    /// The model name sent to the API (`anthropic`, `openai`).
-    pub model: Option<String>,
-    /// The API's base URL; defaults to the provider's public endpoint.
-    pub base_url: Option<String>,
-    /// The environment variable that holds the API key. The key itself never goes in the file.
-    pub api_key_env: Option<String>,
-    /// How structured answers are asked for: `auto` (the provider's native JSON-schema output),
-    /// `native`, `tool` (Anthropic: a forced tool whose input schema is the schema) or `prompt`
-    /// ("reply with JSON only", then parse; for servers without schema support).
-    pub structured_output: String,
-    /// At most this many calls in flight at once.
-    pub max_concurrency: usize,
-    /// Per-call timeout, in seconds (each attempt).
-    pub timeout_secs: f64,
-    /// Retries after the first attempt for transient failures (408, 409, 429, 5xx, 529,
-    /// connection errors).
-    pub max_retries: u32,
-    /// The first retry's backoff, in milliseconds; doubled per attempt, with jitter.
-    pub retry_initial_ms: u64,
-    /// The longest backoff between two attempts, in milliseconds.
-    pub retry_max_ms: u64,
-    /// Prices that turn token usage into an estimated cost in the report.
-    pub price: Option<PriceConfig>,
-}
-
-impl Default for ProviderConfig {
-    fn default() -> Self {
-        ProviderConfig {
-            kind: ProviderKind::Extractive,
-            script: None,
-            record: None,
-            answers: None,
-            model: None,
-            base_url: None,
-            api_key_env: None,
-            structured_output: "auto".into(),
-            max_concurrency: 16,
-            timeout_secs: 120.0,
-            max_retries: 4,
-            retry_initial_ms: 500,
-            retry_max_ms: 30_000,
-            price: None,
-        }
-    }
-}
-
-impl ProviderConfig {
-    /// Whether calls to this provider are retried (the HTTP providers are).
-    pub fn retries(&self) -> bool {
-        self.kind.is_http()
-    }
-
-    /// How long the host waits for one call, retries and their backoff included: every
-    /// attempt may take `timeout_secs`, and every retry may wait up to `retry_max_ms`.
-    /// Providers that make one attempt (extractive, scripted) get `timeout_secs` alone.
-    pub fn overall_timeout(&self) -> Duration {
-        if !self.retries() {
-            return bounded::saturating_seconds(self.timeout_secs);
-        }
-        let attempts = f64::from(self.max_retries) + 1.0;
-        let backoff = self.retry_max_ms as f64 / 1000.0 * f64::from(self.max_retries);
-        bounded::saturating_seconds((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
-    }
-}
-
-impl PriceConfig {
-    /// The estimated cost of `usage`, in US dollars, at the synchronous rate.
-    pub fn cost_of(&self, usage: &tamp_plugin_api::Usage) -> f64 {
-        let per_token = |per_mtok: f64| per_mtok / 1_000_000.0;
-        usage.input_tokens as f64 * per_token(self.input_per_mtok)
-            + usage.output_tokens as f64 * per_token(self.output_per_mtok)
-            + usage.cache_read_tokens as f64
-                * per_token(
-                    self.cache_read_per_mtok
-                        .unwrap_or(self.input_per_mtok * 0.1),
-                )
-            + usage.cache_write_tokens as f64
-                * per_token(
-                    self.cache_write_per_mtok
-                        .unwrap_or(self.input_per_mtok * 1.25),
-                )
-    }
-
-    /// The same usage billed through a batch API.
-    pub fn batch_cost_of(&self, usage: &tamp_plugin_api::Usage) -> f64 {
-        self.cost_of(usage) * self.batch_factor
-    }
-}
-
-/// `[provider.price]`: US dollars per million tokens.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct PriceConfig {
-    pub input_per_mtok: f64,
-    pub output_per_mtok: f64,
-    /// Prompt-cache reads; defaults to a tenth of the input price.
-    pub cache_read_per_mtok: Option<f64>,
-    /// Prompt-cache writes; defaults to 1.25 × the input price.
-    pub cache_write_per_mtok: Option<f64>,
-    /// The factor batch calls are billed at (0.5: half price).
-    pub batch_factor: f64,
-}
-
-impl Default for PriceConfig {
-    fn default() -> Self {
-        PriceConfig {
-            input_per_mtok: 0.0,
-            output_per_mtok: 0.0,
-            cache_read_per_mtok: None,
-            cache_write_per_mtok: None,
-            batch_factor: 0.5,
-        }
-    }
-}
-
-/// `[cache]`: the summary cache (no summary paid for twice).
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct CacheConfig {
-    /// Answer repeated LLM requests and already-summarized message ranges from the store.
-    pub enabled: bool,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig { enabled: true }
-    }
-}
-
-/// `[batch]`: the deferred-summary worker and the Message Batches API it uses (see
-/// `crate::deferred`). Model, base URL and key come from `[provider]` when it is
-/// `anthropic`; set them here to batch through another account or endpoint.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct BatchConfig {
-    /// At most this many requests per batch (the API allows 100,000).
-    pub max_batch_requests: usize,
-    /// How often queued requests are sent, in seconds (fractions allowed).
-    pub submit_interval_secs: f64,
-    /// How often open batches are polled, in seconds (fractions allowed).
-    pub poll_interval_secs: f64,
-    /// Attempts per request: an errored result (of a transient type) or a failed
-    /// submission is retried in a later batch until this many attempts were made.
-    pub max_attempts: u32,
-    /// A request whose batch result was canceled or expired twice is answered by a
-    /// synchronous call through `[provider]` instead of failing.
-    pub sync_fallback: bool,
-    /// A batch still running after this many seconds is canceled; its requests are handled
-    /// as expired.
-    pub batch_timeout_secs: f64,
-    /// The model; default `provider.model` when `provider.kind = "anthropic"`.
-    pub model: Option<String>,
-    /// The API's base URL; default `provider.base_url`, else the public endpoint.
-    pub base_url: Option<String>,
-    /// The environment variable holding the key; default `provider.api_key_env`.
-    pub api_key_env: Option<String>,
-    /// How long a worker holds the items it claimed (to submit them, or to poll their batch)
-    /// before another host's worker may take them over: the time after which the queue
-    /// work of a replica that died is picked up. Renewed on every pass; must exceed the
-    /// longest batch-creation call (provider timeout × attempts).
-    pub lease_secs: f64,
-}
-
-impl Default for BatchConfig {
-    fn default() -> Self {
-        BatchConfig {
-            max_batch_requests: 100,
-            submit_interval_secs: 60.0,
-            poll_interval_secs: 60.0,
-            max_attempts: 3,
-            sync_fallback: true,
-            batch_timeout_secs: 86_400.0,
-            model: None,
-            base_url: None,
-            api_key_env: None,
-            lease_secs: 300.0,
-        }
-    }
-}
-
-impl BatchConfig {
-    /// The checks of `[batch]` on its own; each error names the field (`batch.max_attempts:
-    /// ...`). Whether a model and key can be found is checked when a worker is built.
-    pub fn validate(&self) -> Result<(), FieldError> {
-        let error = |key, message| Err(FieldError::new("batch", key, message));
-        if self.max_batch_requests == 0 || self.max_batch_requests > 100_000 {
-            return error(
-                "max_batch_requests",
-                format!(
-                    "must be between 1 and 100000 (the API's limit), got {}",
-                    self.max_batch_requests
-                ),
-            );
-        }
-        for (key, v) in [
-            ("submit_interval_secs", self.submit_interval_secs),
-            ("poll_interval_secs", self.poll_interval_secs),
-            ("batch_timeout_secs", self.batch_timeout_secs),
-            ("lease_secs", self.lease_secs),
-        ] {
-            if let Err(message) = bounded::positive_seconds(v) {
-                return error(key, message);
-            }
-        }
-        if self.max_attempts == 0 {
-            return error("max_attempts", "must be at least 1".into());
-        }
-        if let Some(m) = &self.model {
-            if m.trim().is_empty() {
-                return error("model", "must not be empty".into());
-            }
-        }
-        if let Some(url) = &self.base_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return error(
-                    "base_url",
-                    format!("must be an http:// or https:// URL, got \"{url}\""),
-                );
-            }
-        }
-        if let Some(var) = &self.api_key_env {
-            if !is_env_var_name(var) {
-                return error("api_key_env", "must be the name of an environment variable (letters, digits and _), not the key itself".into());
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `[store]` (or `store = { ... }`): where pages, the summary cache and the deferred queue
-/// live.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct StoreConfig {
-    /// `sqlite` (the embedded default: one file, no server) or `postgres` (one database
-    /// shared by several hosts).
-    pub kind: StoreKind,
-    /// The SQLite file; default `.tamp/store.sqlite3` under the current directory.
-    pub path: Option<PathBuf>,
-    /// The environment variable holding the PostgreSQL URL (`kind = "postgres"`). The URL
-    /// itself is never written in the file: it usually carries a password.
-    pub url_env: Option<String>,
-    /// Connections kept open to PostgreSQL by each host.
-    pub pool_size: usize,
-    /// The CA certificate(s) (PEM) that sign the PostgreSQL server's certificate, relative to
-    /// the chain file's directory; the URL's `sslrootcert` says the same (one or the other).
-    /// With it, the URL's `sslmode` defaults to `verify-full`.
-    pub ca_file: Option<PathBuf>,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            kind: StoreKind::Sqlite,
-            path: None,
-            url_env: None,
-            pool_size: 8,
-            ca_file: None,
-        }
-    }
-}
-
-/// The store backends.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreKind {
-    #[default]
-    Sqlite,
-    Postgres,
-}
-
-/// The store used when no chain file names one.
-pub const DEFAULT_STORE_PATH: &str = ".tamp/store.sqlite3";
-
-impl StoreConfig {
-    /// The checks of `[store]` on its own; each error names the field. Whether the URL's
-    /// variable is set is checked when the store is opened ([`LoadedChainFile::store_spec`]).
-    pub fn validate(&self) -> Result<(), FieldError> {
-        let error = |key, message: &str| Err(FieldError::new("store", key, message));
-        match self.kind {
-            StoreKind::Sqlite => {
-                for (key, set) in [
-                    ("url_env", self.url_env.is_some()),
-                    ("ca_file", self.ca_file.is_some()),
-                ] {
-                    if set {
-                        return error(key, "only for kind = \"postgres\"");
-                    }
-                }
-            }
-            StoreKind::Postgres => {
-                if self.path.is_some() {
-                    return error(
-                        "path",
-                        "only for kind = \"sqlite\"; a PostgreSQL store is named by url_env",
-                    );
-                }
-                let Some(var) = &self.url_env else {
-                    return error("url_env", "required when kind = \"postgres\": the name of the environment variable that holds the database URL, e.g. \"TAMP_DATABASE_URL\"");
-                };
-                if !is_env_var_name(var) {
-                    return error("url_env", "must be the name of an environment variable (letters, digits and _), not the URL itself");
-                }
-            }
-        }
-        if self.pool_size == 0 || self.pool_size > 1_000 {
-            return error(
-                "pool_size",
-                &format!("must be between 1 and 1000, got {}", self.pool_size),
-            );
-        }
-        Ok(())
-    }
-}
-
-/// Whether `var` can name an environment variable. Config keys ending in `_env` take names,
-/// never secrets: an error about one never echoes its value.
-fn is_env_var_name(var: &str) -> bool {
-    !var.is_empty()
-        && !var.starts_with(|c: char| c.is_ascii_digit())
-        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 /// `[plugins]`: which plugin files a chain may load.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -679,15 +184,10 @@ pub struct StageFile {
 }
 
 fn default_stage_timeout() -> f64 {
-    60.0
+    crate::loader::DEFAULT_STAGE_TIMEOUT_SECS
 }
 
 impl StageFile {
-    /// A stage's time limit when the chain file sets none.
-    pub fn default_timeout() -> Duration {
-        bounded::saturating_seconds(default_stage_timeout())
-    }
-
     /// The stage's time limit (`timeout_secs`, checked when the file was read).
     pub fn timeout(&self) -> Duration {
         bounded::saturating_seconds(self.timeout_secs)
@@ -701,55 +201,6 @@ impl StageFile {
         }
     }
 }
-
-/// A broken rule of one key of a chain-file table, found by the table's own checks: the
-/// table and key say where it is (so its line can be found), the message what is wrong.
-/// Shown as `budget.max_tokens: must be greater than 0`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// The table (`budget`).
-    pub table: &'static str,
-    /// The key inside it (`max_tokens`).
-    pub key: &'static str,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(table: &'static str, key: &'static str, message: impl Into<String>) -> Self {
-        FieldError {
-            table,
-            key,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}: {}", self.table, self.key, self.message)
-    }
-}
-
-impl std::error::Error for FieldError {}
-
-/// A config error: the file, the line where known, and what is wrong (naming the field).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConfigError {
-    pub file: PathBuf,
-    pub line: Option<usize>,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "{}:{}: {}", self.file.display(), line, self.message),
-            None => write!(f, "{}: {}", self.file.display(), self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// A parsed chain file with what is needed to point errors at its lines.
 #[derive(Debug, Clone)]
@@ -1030,6 +481,31 @@ impl LoadedChainFile {
     /// `e`, at the line of its key.
     pub(crate) fn at_field(&self, e: FieldError) -> ConfigError {
         self.error_at_key(e.table, e.key, e.to_string())
+    }
+
+    /// The deferred-summary worker `[batch]` (and `[provider]`) describe, over `queue`
+    /// (see [`crate::deferred::worker::batches_client`]); the sync fallback is the chain's
+    /// provider, when `batch.sync_fallback`.
+    #[cfg(feature = "deferred")]
+    pub fn batch_worker(
+        &self,
+        queue: std::sync::Arc<dyn crate::store::queue::DeferredQueue>,
+    ) -> Result<crate::deferred::Worker, ConfigError> {
+        let batch = &self.file.batch;
+        let provider = &self.file.provider;
+        let client = crate::deferred::worker::batches_client(batch, provider)
+            .map_err(|e| self.at_field(e))?;
+        let fallback = if batch.sync_fallback {
+            Some((self.provider()?, provider.overall_timeout()))
+        } else {
+            None
+        };
+        Ok(crate::deferred::Worker::new(
+            queue,
+            client,
+            fallback,
+            batch.clone(),
+        ))
     }
 
     pub fn error(&self, line: Option<usize>, message: String) -> ConfigError {
@@ -1487,24 +963,6 @@ mod tests {
     }
 
     #[test]
-    fn a_store_that_cannot_be_opened_is_located_at_its_setting() {
-        // A directory cannot be created under /proc, even by root.
-        let text = "[budget]\nmax_tokens = 100\n\n[store]\npath = \"/proc/no-such/s.sqlite3\"\n";
-        let file = parse(text).unwrap();
-        let err = match crate::chain::Chain::from_loaded(&file, Default::default()) {
-            Err(crate::chain::ChainError::Config(e)) => e,
-            Err(other) => panic!("not a config error: {other}"),
-            Ok(_) => panic!("the store opened"),
-        };
-        assert_eq!(err.line, Some(5), "{err}");
-        assert!(
-            err.message
-                .starts_with("store.path: page store /proc/no-such/s.sqlite3: cannot"),
-            "{err}"
-        );
-    }
-
-    #[test]
     fn validation_errors_carry_their_table_and_key() {
         let budget = BudgetConfig {
             high_watermark: 0.4,
@@ -1796,5 +1254,52 @@ mod tests {
             "{err}"
         );
         assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_recording_paths_are_relative_to_the_chain_files_folder() {
+        let dir = std::env::temp_dir().join(format!("tamp-config-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let answers = dir.join("answers.jsonl");
+        let chain = dir.join("chain.toml");
+        let script = dir.join("script.json");
+        std::fs::write(&script, r#"{"default": {"text": "recorded"}}"#).unwrap();
+        let recorder = LoadedChainFile::parse(
+            &chain,
+            "[provider]\nkind = \"scripted\"\nscript = \"script.json\"\nrecord = \"answers.jsonl\"\n"
+                .into(),
+        )
+        .unwrap();
+        let provider = recorder.provider().unwrap();
+        assert!(!provider.cacheable());
+        let request = tamp_plugin_api::LlmRequest::new("", "hello", 10);
+        provider.complete(&request).await.unwrap();
+
+        let replayer = LoadedChainFile::parse(
+            &chain,
+            "[provider]\nkind = \"replay\"\nanswers = \"answers.jsonl\"\n".into(),
+        )
+        .unwrap();
+        let replay = replayer.provider().unwrap();
+        assert_eq!(replay.name(), "replay");
+        assert_eq!(
+            replay.complete(&request).await.unwrap().text.as_str(),
+            "recorded"
+        );
+
+        std::fs::write(&answers, "{}\n").unwrap();
+        let err = match replayer.provider() {
+            Ok(_) => panic!("a malformed recording is refused"),
+            Err(e) => e,
+        };
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(
+            err.message.starts_with(&format!(
+                "provider.answers: {}:1: not a recorded answer",
+                answers.display()
+            )),
+            "{err}"
+        );
     }
 }

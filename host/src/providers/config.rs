@@ -1,0 +1,224 @@
+//! The chain file's `[provider]` (and `[provider.price]`): which LLM backend, and how it is
+//! called. Checked as a whole by `config` (whose errors point at the key's line); built by
+//! [`super::from_config`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bounded;
+
+/// The most LLM calls a chain may have in flight at once (`provider.max_concurrency`): far
+/// above what any provider's rate limit allows, and well inside what a semaphore can count.
+pub const MAX_LLM_CONCURRENCY: usize = 100_000;
+
+/// The provider kinds a chain file may name: the one list the config check, the provider
+/// builder and `tamp eval`'s judge read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum ProviderKind {
+    /// Offline and deterministic, the default: picks sentences, calls nothing.
+    Extractive,
+    /// Answers from a script file, for tests.
+    Scripted,
+    /// Answers recorded from a real provider with `record`.
+    Replay,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// Any Chat Completions server: OpenAI, vLLM, llama.cpp, Ollama's `/v1`.
+    OpenAi,
+}
+
+impl ProviderKind {
+    pub const ALL: [ProviderKind; 5] = [
+        ProviderKind::Extractive,
+        ProviderKind::Scripted,
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::Replay,
+    ];
+
+    /// The name a chain file writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Extractive => "extractive",
+            ProviderKind::Scripted => "scripted",
+            ProviderKind::Replay => "replay",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAi => "openai",
+        }
+    }
+
+    /// The HTTP providers: called over the network, with retries and a key.
+    pub fn is_http(self) -> bool {
+        matches!(self, ProviderKind::Anthropic | ProviderKind::OpenAi)
+    }
+
+    /// Whether it answers what it is asked, as a model does (or a recording or script of
+    /// one); the extractive summarizer only picks sentences of the material.
+    pub fn answers_questions(self) -> bool {
+        self != ProviderKind::Extractive
+    }
+}
+
+impl TryFrom<String> for ProviderKind {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        ProviderKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| {
+                let names: Vec<String> = ProviderKind::ALL
+                    .iter()
+                    .map(|k| format!("\"{}\"", k.as_str()))
+                    .collect();
+                let (last, rest) = names.split_last().expect("kinds exist");
+                format!(
+                    "unknown provider \"{name}\"; expected {} or {last}",
+                    rest.join(", ")
+                )
+            })
+    }
+}
+
+impl From<ProviderKind> for &'static str {
+    fn from(kind: ProviderKind) -> &'static str {
+        kind.as_str()
+    }
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `[provider]`: where LLM calls go.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderConfig {
+    /// Which provider ([`ProviderKind`]); `extractive` by default.
+    pub kind: ProviderKind,
+    /// The scripted provider's script file.
+    pub script: Option<PathBuf>,
+    /// Append every answer, keyed by its exact request, to this JSON Lines file (any kind but
+    /// `replay`). Relative to the chain file's folder.
+    pub record: Option<PathBuf>,
+    /// The replay provider's file of recorded answers (`kind = "replay"`). Relative to the
+    /// chain file's folder.
+    pub answers: Option<PathBuf>,
+    /// The model name sent to the API (`anthropic`, `openai`).
+    pub model: Option<String>,
+    /// The API's base URL; defaults to the provider's public endpoint.
+    pub base_url: Option<String>,
+    /// The environment variable that holds the API key. The key itself never goes in the file.
+    pub api_key_env: Option<String>,
+    /// How structured answers are asked for: `auto` (the provider's native JSON-schema output),
+    /// `native`, `tool` (Anthropic: a forced tool whose input schema is the schema) or `prompt`
+    /// ("reply with JSON only", then parse; for servers without schema support).
+    pub structured_output: String,
+    /// At most this many calls in flight at once.
+    pub max_concurrency: usize,
+    /// Per-call timeout, in seconds (each attempt).
+    pub timeout_secs: f64,
+    /// Retries after the first attempt for transient failures (408, 409, 429, 5xx, 529,
+    /// connection errors).
+    pub max_retries: u32,
+    /// The first retry's backoff, in milliseconds; doubled per attempt, with jitter.
+    pub retry_initial_ms: u64,
+    /// The longest backoff between two attempts, in milliseconds.
+    pub retry_max_ms: u64,
+    /// Prices that turn token usage into an estimated cost in the report.
+    pub price: Option<PriceConfig>,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        ProviderConfig {
+            kind: ProviderKind::Extractive,
+            script: None,
+            record: None,
+            answers: None,
+            model: None,
+            base_url: None,
+            api_key_env: None,
+            structured_output: "auto".into(),
+            max_concurrency: 16,
+            timeout_secs: 120.0,
+            max_retries: 4,
+            retry_initial_ms: 500,
+            retry_max_ms: 30_000,
+            price: None,
+        }
+    }
+}
+
+impl ProviderConfig {
+    /// Whether calls to this provider are retried (the HTTP providers are).
+    pub fn retries(&self) -> bool {
+        self.kind.is_http()
+    }
+
+    /// How long the host waits for one call, retries and their backoff included: every
+    /// attempt may take `timeout_secs`, and every retry may wait up to `retry_max_ms`.
+    /// Providers that make one attempt (extractive, scripted) get `timeout_secs` alone.
+    pub fn overall_timeout(&self) -> Duration {
+        if !self.retries() {
+            return bounded::saturating_seconds(self.timeout_secs);
+        }
+        let attempts = f64::from(self.max_retries) + 1.0;
+        let backoff = self.retry_max_ms as f64 / 1000.0 * f64::from(self.max_retries);
+        bounded::saturating_seconds((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
+    }
+}
+
+impl PriceConfig {
+    /// The estimated cost of `usage`, in US dollars, at the synchronous rate.
+    pub fn cost_of(&self, usage: &tamp_plugin_api::Usage) -> f64 {
+        let per_token = |per_mtok: f64| per_mtok / 1_000_000.0;
+        usage.input_tokens as f64 * per_token(self.input_per_mtok)
+            + usage.output_tokens as f64 * per_token(self.output_per_mtok)
+            + usage.cache_read_tokens as f64
+                * per_token(
+                    self.cache_read_per_mtok
+                        .unwrap_or(self.input_per_mtok * 0.1),
+                )
+            + usage.cache_write_tokens as f64
+                * per_token(
+                    self.cache_write_per_mtok
+                        .unwrap_or(self.input_per_mtok * 1.25),
+                )
+    }
+
+    /// The same usage billed through a batch API.
+    pub fn batch_cost_of(&self, usage: &tamp_plugin_api::Usage) -> f64 {
+        self.cost_of(usage) * self.batch_factor
+    }
+}
+
+/// `[provider.price]`: US dollars per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriceConfig {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    /// Prompt-cache reads; defaults to a tenth of the input price.
+    pub cache_read_per_mtok: Option<f64>,
+    /// Prompt-cache writes; defaults to 1.25 × the input price.
+    pub cache_write_per_mtok: Option<f64>,
+    /// The factor batch calls are billed at (0.5: half price).
+    pub batch_factor: f64,
+}
+
+impl Default for PriceConfig {
+    fn default() -> Self {
+        PriceConfig {
+            input_per_mtok: 0.0,
+            output_per_mtok: 0.0,
+            cache_read_per_mtok: None,
+            cache_write_per_mtok: None,
+            batch_factor: 0.5,
+        }
+    }
+}
