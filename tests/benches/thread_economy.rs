@@ -29,7 +29,8 @@
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
-//! summaries' ledger off, to compare). Progress goes to stderr.
+//! summaries' ledger off, to compare; `-- formats` for the format comparison alone). Progress
+//! goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;
@@ -199,6 +200,10 @@ fn main() {
 
     // Built (cargo) before the clock starts.
     tamp_e2e::ensure_built();
+    if std::env::args().any(|a| a == "formats") {
+        formats(&rt, &session, &counter);
+        return;
+    }
     let started = Instant::now();
     let mut results = Vec::new();
     for row in rows() {
