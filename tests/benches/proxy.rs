@@ -193,9 +193,9 @@ async fn main() {
         .unwrap()
         .replace("\"../../.tamp/store.sqlite3\"", "\"store.sqlite3\"");
     let shipped_chain = write_chain(&shipped_dir, &format!("{shipped}\n{proxy_table}"));
-    // The shipped chain at a budget of 200,000 tokens: the 200 KB request (about 60,000
-    // tokens) is under its high watermark, but not by its length alone (one token per byte
-    // at most), so the proxy reads it, counts it, and forwards it unchanged.
+    // The shipped chain at a budget of 200,000 tokens: the 200 KB request is under its high
+    // watermark, but not by its length alone (one token per byte at most), so the proxy
+    // reads it, counts it, and forwards it unchanged.
     let reading_dir = ScratchDir::new("bench-proxy-reading");
     let reading_chain = write_chain(
         &reading_dir,

@@ -29,8 +29,8 @@
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
-//! summaries' ledger off, to compare; `-- formats` for the format comparison alone). Progress
-//! goes to stderr.
+//! summaries' ledger off, to compare; `-- formats [row...] [raw]` for the format comparison
+//! alone, of the rows named, of the raw client). Progress goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;
@@ -97,8 +97,23 @@ fn formats(rt: &tokio::runtime::Runtime, session: &Session, counter: &TokenCount
         "max",
         "constraint"
     );
-    for row in rows() {
-        for mode in [Mode::Raw, Mode::KeepsOutput] {
+    // `-- formats [row...] [raw]`: the rows whose name holds one of the words given (every
+    // row when none is), and the raw client alone with `raw`.
+    let args: Vec<String> = std::env::args()
+        .skip_while(|a| a != "formats")
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let raw_only = args.iter().any(|a| a == "raw");
+    let names: Vec<&String> = args.iter().filter(|a| *a != "raw").collect();
+    let chosen = |name: &str| names.is_empty() || names.iter().any(|n| name.contains(n.as_str()));
+    for row in rows().into_iter().filter(|r| chosen(r.name)) {
+        let modes: &[Mode] = if raw_only {
+            &[Mode::Raw]
+        } else {
+            &[Mode::Raw, Mode::KeepsOutput]
+        };
+        for &mode in modes {
             let mut figures = Vec::new();
             for (label, s) in [("chat", &chat), ("responses", &responses)] {
                 let r = replay(rt, &row, mode, Llm::Fixed, s);
