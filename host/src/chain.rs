@@ -727,6 +727,58 @@ impl Chain {
         self.ctx.queue.as_ref()
     }
 
+    /// The most tokens a conversation may have and certainly be left as it is by an unforced
+    /// [`Chain::compact`] with the chain's own budget, thread continuity aside: any number
+    /// for a chain with no stages, the high watermark when every stage triggers over budget,
+    /// `None` when a stage runs on every call.
+    pub fn unchanged_up_to(&self) -> Option<u64> {
+        self.unchanged_up_to_with(&self.budget)
+    }
+
+    /// [`Chain::unchanged_up_to`] with `budget`.
+    fn unchanged_up_to_with(&self, budget: &BudgetConfig) -> Option<u64> {
+        let mut limit = u64::MAX;
+        for stage in &self.stages {
+            match stage.trigger {
+                Trigger::OverBudget => limit = limit.min(budget.high_tokens()),
+                Trigger::Always => return None,
+            }
+        }
+        Some(limit)
+    }
+
+    /// Whether a stage could act on `messages` in a call with `options` (counting them, which
+    /// the call does anyway: the count is remembered).
+    fn may_act(&self, messages: &[Message], options: &CompactOptions) -> bool {
+        if options.force {
+            return true;
+        }
+        match self.unchanged_up_to_with(&options.budget.unwrap_or(self.budget)) {
+            None => true,
+            Some(u64::MAX) => false,
+            Some(limit) => self.ctx.tokens.count_messages(messages) > limit,
+        }
+    }
+
+    /// How the chain names threads when it keeps thread states (see [`crate::threads`]);
+    /// `None` when it keeps none.
+    pub fn thread_config(&self) -> Option<&ThreadsConfig> {
+        self.threads.as_ref().map(|(_, config)| config)
+    }
+
+    /// Whether the thread of `thread_id` has a stored answer that [`Chain::compact`] with
+    /// thread continuity would continue from. A store that cannot be read counts as having
+    /// one: the caller then takes the path that reports its error.
+    pub async fn has_thread_state(&self, thread_id: &str) -> bool {
+        let Some((store, config)) = &self.threads else {
+            return false;
+        };
+        let Some(key) = ThreadKey::of(Some(thread_id), &[], false) else {
+            return false;
+        };
+        !matches!(store.get_thread(&key.key, config.ttl_secs).await, Ok(None))
+    }
+
     /// Runs the chain on `conversation`, or, with `options.thread_continuity`, on the
     /// thread's last answer plus what is new since (see [`crate::store::threads`]). An invalid
     /// conversation is an error; a stage that fails is rolled back and reported, never an
@@ -780,7 +832,6 @@ impl Chain {
             .format
             .unwrap_or_else(|| infer_format(&conversation.messages));
         check_tool_pairing(&conversation.messages, format)?;
-        let hashes = prefix_hashes(&conversation.messages);
         let mut error = None;
         let previous = match store.get_thread(&key.key, config.ttl_secs).await {
             Ok(state) => state,
@@ -790,7 +841,15 @@ impl Chain {
                 None
             }
         };
-        let resumed = previous.as_ref().and_then(|s| continuation(s, &hashes));
+        // The request's prefix hashes (every message serialized and hashed): to continue from
+        // a stored answer, or to store this call's. Not made for a request with no stored
+        // answer that no stage can act on, as most of an agent's requests are.
+        let hashes = (previous.is_some() || self.may_act(&conversation.messages, options))
+            .then(|| prefix_hashes(&conversation.messages));
+        let resumed = previous
+            .as_ref()
+            .zip(hashes.as_ref())
+            .and_then(|(s, hashes)| continuation(s, hashes));
         let raw_len = conversation.messages.len();
         let covered = previous.as_ref().map_or(0, |s| s.covered as usize);
         let input = match resumed {
@@ -815,7 +874,8 @@ impl Chain {
             .iter()
             .any(|r| r.status == StageStatus::Acted);
         let mut stored = false;
-        if acted {
+        // `hashes` is there whenever a stage could act (`may_act`).
+        if let (true, Some(hashes)) = (acted, &hashes) {
             let state = ThreadState {
                 covered: raw_len as u64,
                 prefix_hash: hashes[raw_len].clone(),

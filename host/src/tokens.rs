@@ -291,6 +291,18 @@ impl TokenCounter {
         &self.encoding
     }
 
+    /// The most tokens [`Self::count_text`] can give per byte of text, whatever the text: 1
+    /// for the BPE encodings (every token stands for at least one byte: BPE merges bytes and
+    /// never splits one; the pieces of a large text and the panic fallback's 4 bytes per
+    /// token keep that), `max(1, 1 / N)` for `chars_per_token:N` (a character is at least a
+    /// byte; the count's rounding up adds less than one token per text).
+    pub fn max_tokens_per_byte(&self) -> f64 {
+        match self.encoding {
+            Encoding::O200kBase | Encoding::Cl100kBase => 1.0,
+            Encoding::CharsPerToken(n) => (1.0 / n).max(1.0),
+        }
+    }
+
     /// Tokens in `text`, as plain text (special-token markers such as `<|endoftext|>` count as
     /// the ordinary text they are).
     ///

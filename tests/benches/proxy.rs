@@ -4,7 +4,10 @@
 //! on a 100-message corpus conversation (thread continuity on, as agents resend it). Then the
 //! real agents' requests (`tests/fixtures/agents/`), replayed in order: Claude Code's session
 //! (Messages) and Codex's (Responses), and Codex's last request grown to 200 KB, directly and
-//! through the proxy with no stages (the requests it reads and does not compact).
+//! through the proxy with no stages (requests it does not compact, forwarded unread: see
+//! `proxy::precount`), and the 200 KB request once more through the shipped chain at a budget
+//! it is under but not by its length alone (the proxy reads and counts it, and does not
+//! compact it: the "read" row).
 //!
 //! Printed per setup: non-streaming latency p50/p99, streaming time to first byte p50/p99,
 //! and the ratio and difference to direct. Targets (issues 19 and 31): added latency <= 2 ms
@@ -190,6 +193,17 @@ async fn main() {
         .unwrap()
         .replace("\"../../.tamp/store.sqlite3\"", "\"store.sqlite3\"");
     let shipped_chain = write_chain(&shipped_dir, &format!("{shipped}\n{proxy_table}"));
+    // The shipped chain at a budget of 200,000 tokens: the 200 KB request is under its high
+    // watermark, but not by its length alone (one token per byte at most), so the proxy
+    // reads it, counts it, and forwards it unchanged.
+    let reading_dir = ScratchDir::new("bench-proxy-reading");
+    let reading_chain = write_chain(
+        &reading_dir,
+        &format!(
+            "{}\n{proxy_table}",
+            shipped.replace("max_tokens = 16000", "max_tokens = 200000")
+        ),
+    );
 
     let small = vec![Body::new(
         Api::Messages,
@@ -231,6 +245,7 @@ async fn main() {
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let idle = Server::start_command("proxy", &idle_chain, &[], &[]);
     let through = Server::start_command("proxy", &shipped_chain, &[], &[]);
+    let reading = Server::start_command("proxy", &reading_chain, &[], &[]);
 
     println!(
         "tamp proxy bench: {n} requests per row (non-streaming, then streaming), local \
@@ -286,6 +301,12 @@ async fn main() {
         (
             "proxy, no stages, Codex 200 KB",
             idle.base.clone(),
+            &codex_200k,
+            9,
+        ),
+        (
+            "proxy, read, Codex 200 KB",
+            reading.base.clone(),
             &codex_200k,
             9,
         ),
@@ -373,7 +394,7 @@ async fn main() {
         verdict(added99 <= 5.0),
         verdict(ttfb_added <= 1.0)
     );
-    for (through, direct) in [(6, 5), (8, 7), (10, 9)] {
+    for (through, direct) in [(6, 5), (8, 7), (10, 9), (11, 9)] {
         let (f, d) = (&results[through].1, &results[direct].1);
         let added50 = percentile(&f.latency, 0.5) - percentile(&d.latency, 0.5);
         let added99 = percentile(&f.latency, 0.99) - percentile(&d.latency, 0.99);

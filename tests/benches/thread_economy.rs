@@ -31,7 +31,8 @@
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
 //! summaries' ledger off, to compare; `TAMP_BENCH_ROWS=a,b` runs only the rows named;
 //! `TAMP_BENCH_NO_FORMATS=1` skips the wire formats' section; `TAMP_BENCH_RAW_ONLY=1` runs
-//! the raw client alone). Progress goes to stderr.
+//! the raw client alone; `-- formats [row...] [raw]` runs the format comparison alone, of the
+//! rows named, of the raw client). Progress goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;
@@ -153,8 +154,23 @@ fn formats(rt: &tokio::runtime::Runtime, session: &Session, counter: &TokenCount
         "max",
         "constraint"
     );
-    for row in rows() {
-        for mode in [Mode::Raw, Mode::KeepsOutput] {
+    // `-- formats [row...] [raw]`: the rows whose name holds one of the words given (every
+    // row when none is), and the raw client alone with `raw`.
+    let args: Vec<String> = std::env::args()
+        .skip_while(|a| a != "formats")
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let raw_only = args.iter().any(|a| a == "raw");
+    let names: Vec<&String> = args.iter().filter(|a| *a != "raw").collect();
+    let chosen = |name: &str| names.is_empty() || names.iter().any(|n| name.contains(n.as_str()));
+    for row in rows().into_iter().filter(|r| chosen(r.name)) {
+        let modes: &[Mode] = if raw_only {
+            &[Mode::Raw]
+        } else {
+            &[Mode::Raw, Mode::KeepsOutput]
+        };
+        for &mode in modes {
             let mut figures = Vec::new();
             for (label, s) in [("chat", &chat), ("responses", &responses)] {
                 let r = replay(rt, &row, mode, Llm::Fixed, s);
@@ -256,6 +272,10 @@ fn main() {
 
     // Built (cargo) before the clock starts.
     tamp_e2e::ensure_built();
+    if std::env::args().any(|a| a == "formats") {
+        formats(&rt, &session, &counter);
+        return;
+    }
     let started = Instant::now();
     let mut results = Vec::new();
     for row in rows() {

@@ -931,6 +931,84 @@ async fn two_sessions_of_one_agent_at_once_keep_their_own_threads() {
     );
 }
 
+/// A Messages request in thread `thread` (`x-tamp-thread-id`); its compaction and thread
+/// headers.
+async fn post_in_thread(proxy: &Server, thread: &str, body: &str) -> (String, String) {
+    let answer = reqwest::Client::new()
+        .post(proxy.url("/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .header("x-tamp-thread-id", thread)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let header = |name: &str| {
+        answer
+            .headers()
+            .get(name)
+            .map_or("", |v| v.to_str().unwrap())
+            .to_string()
+    };
+    (header("x-tamp-compaction"), header("x-tamp-thread"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_under_the_watermark_goes_unread_unless_its_thread_has_a_compaction() {
+    let dir = ScratchDir::new("proxy-precount");
+    let upstream = MockUpstream::start();
+    let conversation: Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let body = |turns: usize| {
+        json!({
+            "model": "claude-test",
+            "max_tokens": 64,
+            "system": conversation["system"],
+            "messages": conversation["messages"].as_array().unwrap()[..turns],
+        })
+        .to_string()
+    };
+    let last_body = || upstream.received().last().unwrap().body.clone();
+
+    // Budget 4,000: thread t1 is compacted, and its answer stored.
+    let chain = shipped_chain(&dir, &upstream, "");
+    let proxy = start_proxy(&chain);
+    let (compaction, thread) = post_in_thread(&proxy, "t1", &body(33)).await;
+    assert!(compaction.contains("->"), "{compaction}");
+    assert_eq!(thread, "t1");
+    // A short request is under the high watermark by its length alone: forwarded unread.
+    let short =
+        r#"{"model":"claude-test","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    let (compaction, thread) = post_in_thread(&proxy, "t0", short).await;
+    assert!(
+        compaction.starts_with("unchanged (") && compaction.ends_with("forwarded unread)"),
+        "{compaction}"
+    );
+    assert_eq!(thread, "t0");
+    assert_eq!(last_body(), short.as_bytes());
+    drop(proxy);
+
+    // The same store, a budget both threads are far under. Thread t2 has no stored answer:
+    // its request goes unread. Thread t1's compaction must be applied to its next request
+    // again: that request is read, and continues the thread.
+    let text = std::fs::read_to_string(&chain)
+        .unwrap()
+        .replace("max_tokens = 4000\n", "max_tokens = 4000000\n");
+    assert!(text.contains("max_tokens = 4000000"));
+    std::fs::write(&chain, text).unwrap();
+    let proxy = start_proxy(&chain);
+    let next = body(37);
+    let (compaction, thread) = post_in_thread(&proxy, "t2", &next).await;
+    assert!(compaction.ends_with("forwarded unread)"), "{compaction}");
+    assert_eq!(thread, "t2");
+    assert_eq!(last_body(), next.as_bytes());
+    let (compaction, thread) = post_in_thread(&proxy, "t1", &next).await;
+    assert!(compaction.contains("->"), "{compaction}");
+    assert_eq!(thread, "t1; continued");
+    assert!(last_body().len() < next.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tamp_answers_openais_server_side_compaction_for_an_upstream_that_lacks_it() {
     let dir = ScratchDir::new("proxy-own-compaction");

@@ -10,7 +10,7 @@ use abi_stable::std_types::ROption;
 use axum::body::Bytes;
 use axum::http::HeaderValue;
 
-use super::session;
+use super::{precount, session};
 use crate::chain::{ChainError, ChainReport, CompactOptions, StageStatus};
 use crate::http::active::ActiveChain;
 use crate::http::limits::InFlight;
@@ -125,6 +125,10 @@ pub struct ThreadHint {
 /// client's `x-tamp-thread-id`, else the agent session its body or headers name, else the one
 /// derived from its leading messages.
 ///
+/// A body the chain would certainly leave as it is (see [`precount`]) is not read: the
+/// outcome is `Unchanged`, and the caller forwards the original bytes. Not in `[proxy]
+/// strict` mode, where every body is read so that one tamp cannot read is refused.
+///
 /// The compaction runs on a task of its own: a client that hangs up, or a request that stops
 /// waiting after `timeout`, does not cancel it half-way (the pages it archives stay whole and
 /// the thread state it leaves is a valid start for the next request), and a panic outside
@@ -138,6 +142,16 @@ pub async fn compact(
     thread: ThreadHint,
     timeout: Duration,
 ) -> Outcome {
+    if !active.proxy.strict {
+        // The same wait as the compaction's: a thread store that hangs is not waited on longer.
+        let decided = tokio::time::timeout(
+            timeout,
+            precount::decide(&active.chain, format, &body, &thread),
+        );
+        if let Ok(Some(outcome)) = decided.await {
+            return outcome;
+        }
+    }
     let guard = in_flight.enter();
     let task = tokio::spawn({
         let metrics = Arc::clone(&metrics);
@@ -205,12 +219,7 @@ async fn run(
     };
     if format == WireFormat::Responses {
         if let Some(field) = server_side_state(conversation.metadata_json.as_str()) {
-            return Outcome::NothingToCompact {
-                reason: format!(
-                    "the request continues server-side state ({field}): its history is the \
-                     upstream's, not in the body"
-                ),
-            };
+            return nothing_to_compact(field);
         }
     }
     // The header, then a `thread_id` of the body's own (read as such by the wire reader),
@@ -306,12 +315,33 @@ fn server_side_state(metadata_json: &str) -> Option<&'static str> {
         conversation: Option<serde::de::IgnoredAny>,
     }
     let fields: Fields = serde_json::from_str(metadata_json).ok()?;
-    if fields.previous_response_id.is_some() {
+    server_side_field(
+        fields.previous_response_id.is_some(),
+        fields.conversation.is_some(),
+    )
+}
+
+/// Which of the fields that lean on server-side state a request gives (non-null).
+pub(super) fn server_side_field(
+    previous_response_id: bool,
+    conversation: bool,
+) -> Option<&'static str> {
+    if previous_response_id {
         Some("previous_response_id")
-    } else if fields.conversation.is_some() {
+    } else if conversation {
         Some("conversation")
     } else {
         None
+    }
+}
+
+/// The outcome of a request that continues server-side state through `field`.
+pub(super) fn nothing_to_compact(field: &str) -> Outcome {
+    Outcome::NothingToCompact {
+        reason: format!(
+            "the request continues server-side state ({field}): its history is the \
+             upstream's, not in the body"
+        ),
     }
 }
 

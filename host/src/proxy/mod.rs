@@ -2,7 +2,8 @@
 //! OpenAI Responses APIs that runs every conversation through the chain on its way upstream.
 //!
 //! - [`route`]: which upstream, which URL, which headers; which requests are compacted.
-//! - [`compact`]: a body through the chain, falling back to the original (never in the way).
+//! - [`compact`]: a body through the chain, falling back to the original (never in the way);
+//!   [`precount`]: a body the chain would certainly leave as it is, forwarded unread.
 //! - [`session`]: the thread of an agent's session, from what the agent sends.
 //! - [`server_compaction`]: OpenAI's server-side compaction, answered by tamp's chain for an
 //!   upstream that lacks it.
@@ -19,6 +20,7 @@ pub mod compact;
 pub mod error;
 pub mod forward;
 pub mod metrics;
+pub mod precount;
 pub mod route;
 mod server;
 pub mod server_compaction;

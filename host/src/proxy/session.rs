@@ -31,37 +31,49 @@ const SESSION_HEADERS: [&str; 2] = ["x-claude-code-session-id", "session-id"];
 /// conversation (a wire reader's `metadata_json`), or else from the session its headers name
 /// ([`header_session`]).
 pub fn thread_of(metadata_json: &str, header_session: Option<&str>) -> Option<String> {
-    from_fields(metadata_json)
-        .or_else(|| header_session.map(str::to_string))
-        .map(|id| format!("session:{id}"))
+    // Fields of other types than these (a `metadata` that is not an object, ...) are the
+    // upstream's to refuse: they name no session here.
+    let fields: Option<Fields> = serde_json::from_str(metadata_json).ok();
+    session_thread(fields.and_then(Fields::session), header_session)
 }
 
 /// The top-level fields that can name a session; every other field is skipped unread.
 #[derive(Deserialize)]
-struct Fields<'a> {
+pub(super) struct Fields<'a> {
     #[serde(borrow, default)]
-    metadata: Option<Metadata<'a>>,
+    pub metadata: Option<Metadata<'a>>,
     #[serde(borrow, default)]
-    prompt_cache_key: Option<Cow<'a, str>>,
+    pub prompt_cache_key: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
-struct Metadata<'a> {
+pub(super) struct Metadata<'a> {
     #[serde(borrow, default)]
     user_id: Option<Cow<'a, str>>,
 }
 
-fn from_fields(metadata_json: &str) -> Option<String> {
-    // Fields of other types than these (a `metadata` that is not an object, ...) are the
-    // upstream's to refuse: they name no session here.
-    let fields: Fields = serde_json::from_str(metadata_json).ok()?;
-    let claude = fields
-        .metadata
-        .and_then(|m| m.user_id)
-        .and_then(|user_id| claude_code_session(&user_id));
-    claude
-        .or_else(|| fields.prompt_cache_key.map(Cow::into_owned))
-        .filter(|id| usable(id))
+impl Fields<'_> {
+    /// The session these fields name, if any.
+    pub fn session(self) -> Option<String> {
+        let claude = self
+            .metadata
+            .and_then(|m| m.user_id)
+            .and_then(|user_id| claude_code_session(&user_id));
+        claude
+            .or_else(|| self.prompt_cache_key.map(Cow::into_owned))
+            .filter(|id| usable(id))
+    }
+}
+
+/// The thread of the session a body names (`body_session`, from its [`Fields`]), else of
+/// the one its headers name.
+pub(super) fn session_thread(
+    body_session: Option<String>,
+    header_session: Option<&str>,
+) -> Option<String> {
+    body_session
+        .or_else(|| header_session.map(str::to_string))
+        .map(|id| format!("session:{id}"))
 }
 
 /// The `session_id` of Claude Code's `metadata.user_id`, in either of its forms.

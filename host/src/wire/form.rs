@@ -42,6 +42,11 @@ pub(crate) const ITEM: &str = "tamp:item";
 /// Marker key (Responses message): the first N blocks (a decimal string) are items of their
 /// own (reasoning items) that came before the message item.
 pub(crate) const LEAD: &str = "tamp:lead";
+/// Marker key (Responses assistant message): the last N blocks (a decimal string) are items of
+/// their own that came after the message item: the calls that followed it, with the reasoning
+/// items between them. Set only when the default (the message item, then every call) would
+/// write other items: reasoning among the calls, or a message item with no parts.
+pub(crate) const TAIL: &str = "tamp:tail";
 /// Marker key (Responses text part): the part's type, when not the default for its role
 /// (`input_text`, or `output_text` for an assistant).
 pub(crate) const PART: &str = "tamp:part";

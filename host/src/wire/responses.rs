@@ -8,14 +8,18 @@
 //!   text); a `message` item is a message of its role (`developer` is a system message
 //!   marked `tamp:role`), its `input_text` / `output_text` parts text blocks, any other part
 //!   an opaque block;
-//! - consecutive `function_call` / `custom_tool_call` items are one assistant message of tool
-//!   calls (`tamp:item` `items`: each block is an item of its own), and each
-//!   `function_call_output` / `custom_tool_call_output` a tool message, paired by `call_id`;
+//! - an assistant `message` item and the `function_call` / `custom_tool_call` items right
+//!   after it are one assistant message of text and tool calls, as Chat Completions has it
+//!   (and as the writer writes such a message); consecutive calls with no message item before
+//!   them are one assistant message of tool calls (`tamp:item` `items`: each block is an item
+//!   of its own); each `function_call_output` / `custom_tool_call_output` is a tool message,
+//!   paired by `call_id`;
 //! - a `reasoning` item is an opaque block that travels with what it precedes: the first
-//!   blocks of the calls message (between calls too), or of the assistant message after it
-//!   (`tamp:lead` counts them). A span summarized takes it into the page with its call or
-//!   message, a kept call keeps it. Reasoning followed by neither is an assistant message of
-//!   its own;
+//!   blocks of the calls message, or of the assistant message after it (`tamp:lead` counts
+//!   them), or, between calls (and between a message item and its calls), the block before
+//!   its call (`tamp:tail` counts a message's calls and their reasoning when it is needed). A
+//!   span summarized takes it into the page with its call or message, a kept call keeps it.
+//!   Reasoning followed by neither is an assistant message of its own;
 //! - a `compaction` item is an opaque unit marked as a compaction boundary; an item of any
 //!   other type, or a message of an unknown role, an opaque unit (`sdk::pinned`). A
 //!   `compaction` item tamp's proxy wrote ([`OWN_COMPACTION`]) is read as the items it stands
@@ -236,28 +240,28 @@ fn read_items(
                     Vec::new()
                 };
                 let leading = messages.iter().all(|m| m.role == Role::System);
-                messages.push(parse_message(item, role, developer, lead, leading, &path)?);
                 i += 1;
+                // The calls an assistant message item is followed by (and the reasoning items
+                // before each) are the same message, as in Chat Completions: the writer writes
+                // an assistant message with text and calls as these items.
+                let mut tail = Vec::new();
+                if role == Role::Assistant {
+                    let next = next_non_reasoning(items, i);
+                    if next < items.len() && items[next].is_call() {
+                        tail.extend(items[i..next].iter().map(opaque_block));
+                        i = read_calls(items, next, input_path, &mut tail)?;
+                    }
+                }
+                let message = Parts {
+                    lead,
+                    tail,
+                    leading,
+                };
+                messages.push(parse_message(item, role, developer, message, &path)?);
             }
             Kind::Call { .. } => {
                 let mut blocks = std::mem::take(&mut pending);
-                loop {
-                    blocks.push(parse_call(&items[i], &input_path.index(i))?);
-                    i += 1;
-                    // Reasoning items before the next call, or at the very end, go with the calls.
-                    let next = items[i..]
-                        .iter()
-                        .position(|it| it.kind != Kind::Reasoning)
-                        .map_or(items.len(), |k| i + k);
-                    if next < items.len() && !items[next].is_call() {
-                        break;
-                    }
-                    blocks.extend(items[i..next].iter().map(opaque_block));
-                    i = next;
-                    if i == items.len() {
-                        break;
-                    }
-                }
+                i = read_calls(items, i, input_path, &mut blocks)?;
                 messages.push(items_message(blocks));
             }
             Kind::Output { custom } => {
@@ -288,6 +292,39 @@ fn read_items(
     }
     flush(&mut pending, messages);
     Ok(())
+}
+
+/// The index of the first item at or after `from` that is not a reasoning item.
+fn next_non_reasoning(items: &[Item<'_>], from: usize) -> usize {
+    items[from..]
+        .iter()
+        .position(|it| it.kind != Kind::Reasoning)
+        .map_or(items.len(), |k| from + k)
+}
+
+/// Reads the run of calls starting at `items[i]` (a call) into `blocks`, with the reasoning
+/// items between them, or after the last one at the very end of `input`; returns the index of
+/// the item after the run.
+fn read_calls(
+    items: &[Item<'_>],
+    mut i: usize,
+    input_path: &Path<'_>,
+    blocks: &mut Vec<ContentBlock>,
+) -> Result<usize, WireError> {
+    loop {
+        blocks.push(parse_call(&items[i], &input_path.index(i))?);
+        i += 1;
+        // Reasoning items before the next call, or at the very end, go with the calls.
+        let next = next_non_reasoning(items, i);
+        if next < items.len() && !items[next].is_call() {
+            return Ok(i);
+        }
+        blocks.extend(items[i..next].iter().map(opaque_block));
+        i = next;
+        if i == items.len() {
+            return Ok(i);
+        }
+    }
 }
 
 /// How the `encrypted_content` of a `compaction` item that tamp's proxy wrote starts (in
@@ -352,14 +389,29 @@ fn items_message(blocks: Vec<ContentBlock>) -> Message {
     finish_message(Role::Assistant, blocks, extra)
 }
 
+/// What a `message` item's message holds besides its own parts.
+struct Parts {
+    /// The reasoning items before it (an assistant message's).
+    lead: Vec<ContentBlock>,
+    /// The items after it that are the same message: the calls an assistant message item is
+    /// followed by, with the reasoning items before each.
+    tail: Vec<ContentBlock>,
+    /// Whether only system messages come before it.
+    leading: bool,
+}
+
 fn parse_message(
     item: &Item<'_>,
     role: Role,
     developer: bool,
-    lead: Vec<ContentBlock>,
-    leading: bool,
+    around: Parts,
     path: &Path<'_>,
 ) -> Result<Message, WireError> {
+    let Parts {
+        lead,
+        tail,
+        leading,
+    } = around;
     let fields = &item.fields;
     json::known_keys_once(fields.iter().map(|(k, _)| k.as_ref()), MESSAGE_KEYS, path)?;
     let mut extra = ObjText::new();
@@ -409,6 +461,16 @@ fn parse_message(
     if lead > 0 {
         extra.string(form::LEAD, &lead.to_string());
     }
+    // The writer writes the message item, then every call: a tail that is only calls after a
+    // message item with parts needs no marker (so the message is the one Chat Completions
+    // reads), any other does.
+    let only_calls = tail
+        .iter()
+        .all(|b| matches!(b, ContentBlock::ToolUse { .. }));
+    if !tail.is_empty() && (!only_calls || blocks.len() == lead) {
+        extra.string(form::TAIL, &tail.len().to_string());
+    }
+    blocks.extend(tail);
     if role == Role::System && leading {
         extra.string(form::SYSTEM, "inline");
     }
@@ -645,13 +707,17 @@ fn write_blocks<'a>(
     let mode = extra.marker(form::ITEM);
     let custom_output = mode.as_deref() == Some("custom_tool_call_output");
     let all_items = mode.as_deref() == Some("items");
-    let lead = if all_items {
-        blocks.len()
-    } else {
+    let count = |key: &str, room: usize| {
         extra
-            .marker(form::LEAD)
+            .marker(key)
             .and_then(|n| n.parse::<usize>().ok())
-            .map_or(0, |n| n.min(blocks.len()))
+            .map_or(0, |n| n.min(room))
+    };
+    let (lead, tail) = if all_items {
+        (blocks.len(), 0)
+    } else {
+        let lead = count(form::LEAD, blocks.len());
+        (lead, count(form::TAIL, blocks.len() - lead))
     };
     // A tool message's own fields (`id`, `status`, ...) go on its (first) output; any other
     // message's on its message item.
@@ -662,17 +728,12 @@ fn write_blocks<'a>(
     };
     for (b, block) in blocks[..lead].iter().enumerate() {
         at(b, out.len());
-        out.push(match block {
-            ContentBlock::Opaque { json } => Out::json_or_string(json.as_str()),
-            ContentBlock::ToolUse { .. } => call_item(block),
-            ContentBlock::ToolResult { .. } => output_item(block, None, false),
-            ContentBlock::Text { .. } => message_item(m, &[block], &Extra::default()),
-        });
+        out.push(item_of_its_own(m, block));
     }
     if all_items {
         return;
     }
-    let rest = &blocks[lead..];
+    let rest = &blocks[lead..blocks.len() - tail];
     // Results first, as in Chat Completions (a user message of Anthropic's results).
     for (b, block) in rest.iter().enumerate() {
         if matches!(block, ContentBlock::ToolResult { .. }) {
@@ -695,7 +756,7 @@ fn write_blocks<'a>(
     let has_calls = rest
         .iter()
         .any(|b| matches!(b, ContentBlock::ToolUse { .. }));
-    if !parts.is_empty() || !(has_calls || has_results || m.role == Role::Tool) {
+    if !parts.is_empty() || tail > 0 || !(has_calls || has_results || m.role == Role::Tool) {
         let item = out.len();
         for (b, block) in rest.iter().enumerate() {
             if !matches!(
@@ -713,6 +774,21 @@ fn write_blocks<'a>(
             at(lead + b, out.len());
             out.push(call_item(block));
         }
+    }
+    let first_of_tail = blocks.len() - tail;
+    for (b, block) in blocks[first_of_tail..].iter().enumerate() {
+        at(first_of_tail + b, out.len());
+        out.push(item_of_its_own(m, block));
+    }
+}
+
+/// A block of `m` that is an item of its own (a reasoning item, a call) as that item.
+fn item_of_its_own<'a>(m: &Message, block: &'a ContentBlock) -> Out<'a> {
+    match block {
+        ContentBlock::Opaque { json } => Out::json_or_string(json.as_str()),
+        ContentBlock::ToolUse { .. } => call_item(block),
+        ContentBlock::ToolResult { .. } => output_item(block, None, false),
+        ContentBlock::Text { .. } => message_item(m, &[block], &Extra::default()),
     }
 }
 

@@ -90,8 +90,7 @@ fn a_codex_request_round_trips_and_groups_into_units() {
             Role::User,      // the task
             Role::Assistant, // rs_1 + call_1
             Role::Tool,
-            Role::Assistant, // rs_2 + the message
-            Role::Assistant, // rs_3, call_2, rs_4, call_3
+            Role::Assistant, // rs_2, the message, rs_3, call_2, rs_4, call_3
             Role::Tool,
             Role::Tool,
             Role::Assistant, // the custom call
@@ -103,11 +102,17 @@ fn a_codex_request_round_trips_and_groups_into_units() {
         matches!(&m[4].content[..], [ContentBlock::Opaque { json }, ContentBlock::ToolUse { id, .. }]
         if json.contains("rs_1") && id.as_str() == "call_1")
     );
-    assert!(matches!(&m[6].content[0], ContentBlock::Opaque { json } if json.contains("rs_2")));
-    assert_eq!(m[6].joined_text(), "Looking at the test.");
-    assert_eq!(m[7].content.len(), 4);
+    // Each reasoning item stands before what it preceded: the message item, or its call.
+    let reasoning_before = |at: usize, id: &str| matches!(&m[6].content[at], ContentBlock::Opaque { json } if json.contains(id));
     assert!(
-        matches!(&m[10].content[0], ContentBlock::ToolUse { input_json, .. } if input_json.starts_with("*** Begin"))
+        reasoning_before(0, "rs_2") && reasoning_before(2, "rs_3") && reasoning_before(4, "rs_4")
+    );
+    assert_eq!(m[6].joined_text(), "Looking at the test.");
+    let calls: Vec<&str> = m[6].tool_use_ids().collect();
+    assert_eq!(calls, ["call_2", "call_3"]);
+    assert_eq!(m[6].content.len(), 6);
+    assert!(
+        matches!(&m[9].content[0], ContentBlock::ToolUse { input_json, .. } if input_json.starts_with("*** Begin"))
     );
     let kinds: Vec<(std::ops::Range<usize>, UnitKind)> =
         units(m).into_iter().map(|u| (u.range, u.kind)).collect();
@@ -119,9 +124,8 @@ fn a_codex_request_round_trips_and_groups_into_units() {
             (2..3, UnitKind::Message),
             (3..4, UnitKind::Message),
             (4..6, UnitKind::ToolExchange),
-            (6..7, UnitKind::Message),
-            (7..10, UnitKind::ToolExchange),
-            (10..12, UnitKind::ToolExchange),
+            (6..9, UnitKind::ToolExchange),
+            (9..11, UnitKind::ToolExchange),
         ]
     );
     check_tool_pairing(m, R).unwrap();
@@ -135,6 +139,65 @@ fn a_codex_request_round_trips_and_groups_into_units() {
                 .collect::<Vec<_>>()
         };
         assert_eq!(ids(&back), ids(&c), "{other}");
+    }
+}
+
+/// An assistant turn that says something and calls tools is one message in Chat Completions;
+/// written as Responses items (a message item, then the calls) it reads back as that one
+/// message, so a session is the same conversation in both formats.
+#[test]
+fn an_assistant_message_item_and_the_calls_after_it_are_one_message() {
+    let chat = json!({"messages": [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "Fix the failing test."},
+        {"role": "assistant", "content": "Running the tests first.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{\"cmd\":\"cargo test\"}"}},
+            {"id": "c2", "type": "function", "function": {"name": "shell", "arguments": "{\"cmd\":\"ls\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1 failed"},
+        {"role": "tool", "tool_call_id": "c2", "content": "src tests"},
+        {"role": "assistant", "content": "Done."}
+    ]});
+    let (from_chat, _) = parse_value(chat, Some(WireFormat::OpenAi)).unwrap();
+    let written = to_string(&from_chat, R);
+    let c = round_trip_text(&written);
+    let shape = |c: &Conversation| {
+        c.messages
+            .iter()
+            .map(|m| {
+                let calls: Vec<String> = m.tool_use_ids().map(str::to_string).collect();
+                (m.role, m.joined_text(), calls)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&c), shape(&from_chat));
+    assert_eq!(c.messages[2].content.len(), 3);
+    // No marker is needed for it: the default writing is the items it came as.
+    assert!(!c.messages[2].extra_json.contains("tamp:tail"));
+    let kinds: Vec<UnitKind> = units(&c.messages).into_iter().map(|u| u.kind).collect();
+    let chat_kinds: Vec<UnitKind> = units(&from_chat.messages)
+        .into_iter()
+        .map(|u| u.kind)
+        .collect();
+    assert_eq!(kinds, chat_kinds);
+
+    // Reasoning among the calls, or a message item with no parts, is marked, and comes back
+    // as it was; the assistant message item of a turn without calls stays a message of its own.
+    for request in [
+        json!({"input": [{"role": "user", "content": "go"},
+            {"type": "message", "role": "assistant", "content": []}, call("c1", "ls"), output("c1", "a")]}),
+        json!({"input": [{"role": "user", "content": "go"}, reasoning("rs_1"),
+            {"type": "message", "role": "assistant", "content": "say"}, reasoning("rs_2"), call("c1", "ls"),
+            reasoning("rs_3"), call("c2", "pwd"), reasoning("rs_4")]}),
+        json!({"input": [{"role": "user", "content": "go"},
+            {"type": "message", "role": "assistant", "content": "say"}, reasoning("rs_2"),
+            {"type": "message", "role": "assistant", "content": "more"}, call("c1", "ls"), output("c1", "a")]}),
+    ] {
+        let c = round_trip(&request);
+        let calls = c
+            .messages
+            .iter()
+            .filter(|m| m.tool_use_ids().next().is_some());
+        assert_eq!(calls.count(), 1, "{request}");
     }
 }
 

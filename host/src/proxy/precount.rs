@@ -1,0 +1,320 @@
+//! The pre-count: a body the chain would certainly leave as it is goes upstream unread.
+//!
+//! Reading a request into the conversation model, checking its tool pairing, counting its
+//! tokens and looking up its thread grow with the body: about 10 ms for a 200 KB Responses
+//! request, all to learn that the chain does not act on it, as it does not on most of an
+//! agent's requests (they grow by a turn at a time; compaction happens when one crosses the
+//! high watermark). So before any of that the proxy asks, from the body's length alone,
+//! whether the chain could act:
+//!
+//! - **the bound**: the chain's count of a conversation is at most
+//!   [`TokenCounter::max_tokens_per_byte`] times the length of the body it was read from.
+//!   Every counted piece (a text, a tool call's name and input, a result's text) is the
+//!   decoded content of a JSON string or the text of a JSON value in the body, never longer
+//!   than its JSON (an escape decodes to fewer bytes than it takes); an opaque block counts
+//!   a quarter of its JSON's length; and the [`MESSAGE_OVERHEAD_TOKENS`] of a message are
+//!   fewer than the bytes of JSON that frame it and are not counted (`{"role":"user",
+//!   "content":""}`, `"instructions":""`, an item's `"type"`), so the bound holds for every
+//!   message the readers make. A body whose bound is not above
+//!   [`Chain::unchanged_up_to`] (the high watermark when every stage triggers over budget;
+//!   any length for a chain with no stages) cannot be compacted;
+//! - **thread continuity**: such a request may still continue a thread whose earlier
+//!   compaction must be applied to it again. Its thread is named as the full path names it
+//!   (`x-tamp-thread-id`, the body's `thread_id`, the agent's session), from the body's
+//!   top-level fields, read without reading the conversation; when that thread has a stored
+//!   answer, or when the thread could only be derived from the leading messages (which
+//!   takes reading them), the full path decides.
+//!
+//! Not taken in strict mode (where a body tamp cannot read is refused, so every body is
+//! read), for a Responses body that may hold a compaction item of tamp's (it must be written
+//! anew), or when a stage runs on every call. A body forwarded on the pre-count is the
+//! client's bytes, with `x-tamp-compaction: unchanged (...)` saying why; one that is not a
+//! conversation at all is the upstream's to refuse.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+use super::compact::{nothing_to_compact, server_side_field, Outcome, ThreadHint};
+use super::session;
+use crate::chain::Chain;
+use crate::tokens::TokenCounter;
+#[cfg(doc)]
+use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
+use crate::wire::{self, WireFormat};
+
+/// The top-level fields that name a request's thread or say its history is the upstream's;
+/// every other field (the conversation among them) is skipped unread.
+#[derive(Deserialize)]
+struct Top<'a> {
+    #[serde(borrow, default)]
+    thread_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    metadata: Option<session::Metadata<'a>>,
+    #[serde(borrow, default)]
+    prompt_cache_key: Option<Cow<'a, str>>,
+    #[serde(default)]
+    previous_response_id: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    conversation: Option<serde::de::IgnoredAny>,
+}
+
+/// The most tokens `counter` can count in a conversation read from a body of `bytes` bytes
+/// (see the module's documentation).
+pub fn bound(counter: &TokenCounter, bytes: usize) -> u64 {
+    (bytes as f64 * counter.max_tokens_per_byte()).ceil() as u64
+}
+
+/// What becomes of `body` without reading it, if that can be known: the outcome to answer
+/// with, the body forwarded as it is; `None` when the chain must read it.
+pub async fn decide(
+    chain: &Chain,
+    format: WireFormat,
+    body: &[u8],
+    thread: &ThreadHint,
+) -> Option<Outcome> {
+    let limit = chain.unchanged_up_to()?;
+    let most = bound(chain.tokens(), body.len());
+    if most > limit {
+        return None;
+    }
+    let text = std::str::from_utf8(body).ok()?;
+    if format == WireFormat::Responses && wire::carries_own_compaction(text) {
+        return None;
+    }
+    // A body that is not an object, or whose fields have other types than these, takes the
+    // full path, which says what is wrong with it.
+    let top: Top = serde_json::from_str(text).ok()?;
+    if format == WireFormat::Responses {
+        let field = server_side_field(
+            top.previous_response_id.is_some(),
+            top.conversation.is_some(),
+        );
+        if let Some(field) = field {
+            return Some(nothing_to_compact(field));
+        }
+    }
+    // As `compact::run` names it: the header, the body's `thread_id`, the agent's session.
+    let fields = session::Fields {
+        metadata: top.metadata,
+        prompt_cache_key: top.prompt_cache_key,
+    };
+    let named = thread
+        .given
+        .clone()
+        .or_else(|| top.thread_id.map(Cow::into_owned))
+        .or_else(|| session::session_thread(fields.session(), thread.header_session.as_deref()));
+    let thread = match (chain.thread_config(), named) {
+        (None, _) => None,
+        (Some(_), Some(id)) => {
+            if chain.has_thread_state(&id).await {
+                return None;
+            }
+            Some(id)
+        }
+        (Some(config), None) if config.derive_key => return None,
+        (Some(_), None) => None,
+    };
+    let reason = if limit == u64::MAX {
+        "the chain has no stages".to_string()
+    } else {
+        format!(
+            "{} bytes hold at most {most} tokens, not above the high watermark of {limit}",
+            body.len()
+        )
+    };
+    Some(Outcome::Unchanged {
+        reason: format!("{reason}: forwarded unread"),
+        thread,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::chain::ChainBuilder;
+    use crate::config::BudgetConfig;
+    use crate::plugin_api::{Message, Role};
+    use crate::store::{SqliteStore, ThreadLimits, ThreadState, ThreadStore};
+    use crate::threads::ThreadsConfig;
+    use crate::tokens::Encoding;
+
+    fn corpus_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/corpus")
+    }
+
+    #[test]
+    fn the_bound_is_above_the_count_of_every_conversation_read_from_the_body() {
+        let counters: Vec<TokenCounter> = ["o200k_base", "cl100k_base", "chars_per_token:4"]
+            .into_iter()
+            .chain(["chars_per_token:0.3"])
+            .map(|e| TokenCounter::new(e.parse::<Encoding>().unwrap()).unwrap())
+            .collect();
+        let mut bodies = Vec::new();
+        for (dir, format) in [
+            ("anthropic", WireFormat::Anthropic),
+            ("openai", WireFormat::OpenAi),
+            ("responses", WireFormat::Responses),
+        ] {
+            for entry in std::fs::read_dir(corpus_dir().join(dir)).unwrap() {
+                let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+                bodies.push((format, text));
+            }
+        }
+        // Bodies made to count as many tokens per byte as they can: many empty messages (the
+        // overhead against the framing), text of rare characters, tiny reasoning items.
+        let empty = vec![serde_json::json!({"role": "user", "content": ""}); 500];
+        bodies.push((
+            WireFormat::OpenAi,
+            serde_json::json!({ "messages": empty }).to_string(),
+        ));
+        let rare: String = ['\u{10FFFD}', '\u{1F9E9}', 'ǅ', '\u{0378}', '\u{2028}']
+            .iter()
+            .cycle()
+            .take(3000)
+            .collect();
+        bodies.push((
+            WireFormat::Anthropic,
+            serde_json::json!({"system": "s", "messages": [{"role": "user", "content": rare}]})
+                .to_string(),
+        ));
+        let tiny = vec![serde_json::json!({"type": "reasoning", "summary": []}); 500];
+        bodies.push((
+            WireFormat::Responses,
+            serde_json::json!({ "instructions": "", "input": tiny }).to_string(),
+        ));
+        for (format, body) in &bodies {
+            let (conversation, _) = wire::parse_str(body, Some(*format)).unwrap();
+            for counter in &counters {
+                let count = counter.count_messages(&conversation.messages);
+                let bound = bound(counter, body.len());
+                assert!(
+                    count <= bound,
+                    "{format} {:?}: {count} tokens > bound {bound}",
+                    counter.encoding()
+                );
+            }
+        }
+    }
+
+    fn chain(store: &Arc<SqliteStore>, derive_key: bool) -> Chain {
+        let config = ThreadsConfig {
+            derive_key,
+            ..ThreadsConfig::default()
+        };
+        ChainBuilder::new(BudgetConfig::default())
+            .threads(Arc::clone(store) as Arc<dyn ThreadStore>, config)
+            .build()
+            .unwrap()
+    }
+
+    fn hint(given: Option<&str>, header_session: Option<&str>) -> ThreadHint {
+        ThreadHint {
+            given: given.map(str::to_string),
+            header_session: header_session.map(str::to_string),
+        }
+    }
+
+    async fn decided(chain: &Chain, format: WireFormat, body: &str, t: &ThreadHint) -> String {
+        match decide(chain, format, body.as_bytes(), t).await {
+            None => "read".to_string(),
+            Some(outcome) => format!(
+                "{} / {}",
+                outcome.header().to_str().unwrap(),
+                outcome
+                    .thread_header()
+                    .map_or("-".into(), |h| h.to_str().unwrap().to_string())
+            ),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_named_thread_with_no_stored_answer_is_forwarded_unread_and_one_with_is_read() {
+        let store = Arc::new(SqliteStore::in_memory().unwrap());
+        let chain = chain(&store, true);
+        let r = WireFormat::Responses;
+        let body =
+            r#"{"model":"m","input":[{"role":"user","content":"hi"}],"prompt_cache_key":"s1"}"#;
+        let none = hint(None, None);
+        let unread = "unchanged (the chain has no stages: forwarded unread)";
+        assert_eq!(
+            decided(&chain, r, body, &none).await,
+            format!("{unread} / session:s1")
+        );
+        // The header wins; then the body's thread id; then the session in the headers.
+        assert_eq!(
+            decided(&chain, r, body, &hint(Some("t9"), None)).await,
+            format!("{unread} / t9")
+        );
+        let with_id = r#"{"thread_id":"t8","messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(
+            decided(&chain, WireFormat::OpenAi, with_id, &hint(None, Some("h1"))).await,
+            format!("{unread} / t8")
+        );
+        let plain = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(
+            decided(&chain, WireFormat::OpenAi, plain, &hint(None, Some("h1"))).await,
+            format!("{unread} / session:h1")
+        );
+        // A thread named only by its leading messages must be read to be named.
+        assert_eq!(
+            decided(&chain, WireFormat::OpenAi, plain, &none).await,
+            "read"
+        );
+        // Unless the chain derives no keys: then it has no thread.
+        let no_derive = self::chain(&store, false);
+        assert_eq!(
+            decided(&no_derive, WireFormat::OpenAi, plain, &none).await,
+            format!("{unread} / -")
+        );
+
+        // A thread with a stored answer is continued: the chain reads the request.
+        let state = ThreadState {
+            covered: 1,
+            prefix_hash: "h".into(),
+            output: vec![Message::text(Role::User, "hi")],
+        };
+        let limits = ThreadLimits {
+            ttl_secs: 3600,
+            max_threads: 10,
+        };
+        store
+            .put_thread("id:session:s1", &state, limits)
+            .await
+            .unwrap();
+        assert_eq!(decided(&chain, r, body, &none).await, "read");
+        assert_eq!(
+            decided(&chain, r, body, &hint(Some("t9"), None)).await,
+            format!("{unread} / t9")
+        );
+    }
+
+    #[tokio::test]
+    async fn server_side_state_own_compactions_and_odd_bodies() {
+        let store = Arc::new(SqliteStore::in_memory().unwrap());
+        let chain = chain(&store, false);
+        let r = WireFormat::Responses;
+        let none = hint(None, None);
+        let continuing = r#"{"input":"go on","previous_response_id":"resp_1"}"#;
+        assert!(decided(&chain, r, continuing, &none).await.starts_with(
+            "skipped (the request continues server-side state (previous_response_id)"
+        ));
+        let own = format!(
+            r#"{{"input":[{{"type":"compaction","encrypted_content":"{}[]"}}]}}"#,
+            wire::OWN_COMPACTION
+        );
+        assert_eq!(decided(&chain, r, &own, &none).await, "read");
+        for odd in ["not json", "[1]", r#"{"thread_id":7,"input":"x"}"#] {
+            assert_eq!(decided(&chain, r, odd, &none).await, "read", "{odd}");
+        }
+        assert_eq!(
+            decide(&chain, r, b"{\"input\":\"\xff\"}", &none)
+                .await
+                .map(|_| ()),
+            None
+        );
+    }
+}
