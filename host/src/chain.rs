@@ -760,7 +760,7 @@ impl Chain {
         }
     }
 
-    /// How the chain names threads when it keeps thread states (see [`crate::threads`]);
+    /// How the chain names threads when it keeps thread states (see [`crate::store::threads`]);
     /// `None` when it keeps none.
     pub fn thread_config(&self) -> Option<&ThreadsConfig> {
         self.threads.as_ref().map(|(_, config)| config)

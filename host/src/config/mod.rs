@@ -57,7 +57,7 @@ pub struct ChainFile {
 }
 
 /// `[http]`: what `tamp serve` and `tamp proxy` answer beyond loopback (see
-/// `serve::access`, and docs/security.md).
+/// `http::access`, and docs/security.md).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {

@@ -136,10 +136,10 @@ mod tests {
 
     use super::*;
     use crate::chain::ChainBuilder;
-    use crate::config::BudgetConfig;
+    use crate::budget::BudgetConfig;
     use crate::plugin_api::{Message, Role};
     use crate::store::{SqliteStore, ThreadLimits, ThreadState, ThreadStore};
-    use crate::threads::ThreadsConfig;
+    use crate::store::threads::ThreadsConfig;
     use crate::tokens::Encoding;
 
     fn corpus_dir() -> PathBuf {
