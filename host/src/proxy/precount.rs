@@ -35,7 +35,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::compact::{nothing_to_compact, server_side_field, Outcome, ThreadHint};
+use super::outcome::{nothing_to_compact, server_side_field, Outcome, ThreadHint};
 use super::session;
 use crate::chain::Chain;
 use crate::tokens::TokenCounter;
@@ -135,11 +135,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::chain::ChainBuilder;
     use crate::budget::BudgetConfig;
+    use crate::chain::ChainBuilder;
     use crate::plugin_api::{Message, Role};
-    use crate::store::{SqliteStore, ThreadLimits, ThreadState, ThreadStore};
     use crate::store::threads::ThreadsConfig;
+    use crate::store::{SqliteStore, ThreadLimits, ThreadState, ThreadStore};
     use crate::tokens::Encoding;
 
     fn corpus_dir() -> PathBuf {

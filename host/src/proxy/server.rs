@@ -29,6 +29,7 @@ use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
 use super::forward::Upstreams;
 use super::metrics::ProxyMetrics;
+use super::outcome;
 use super::server_compaction::{self, Asked};
 use super::{forward, route, session};
 use crate::config::proxy::CompactionBy;
@@ -328,7 +329,7 @@ async fn compacted_body(
         &state.in_flight,
         format,
         bytes.clone(),
-        compact::ThreadHint {
+        outcome::ThreadHint {
             given,
             header_session: session::header_session(headers),
         },
@@ -343,11 +344,11 @@ async fn compacted_body(
         answer_headers.push((HeaderName::from_static(THREAD_ANSWER_HEADER), thread));
     }
     match outcome {
-        compact::Outcome::Compacted { body, .. } => Ok(Prepared::Forward(body, answer_headers)),
-        compact::Outcome::Unchanged { .. } | compact::Outcome::NothingToCompact { .. } => {
+        outcome::Outcome::Compacted { body, .. } => Ok(Prepared::Forward(body, answer_headers)),
+        outcome::Outcome::Unchanged { .. } | outcome::Outcome::NothingToCompact { .. } => {
             Ok(Prepared::Forward(bytes, answer_headers))
         }
-        compact::Outcome::Skipped { reason, invalid } => {
+        outcome::Outcome::Skipped { reason, invalid } => {
             if active.proxy.strict {
                 let mut e = ProxyError::new(
                     StatusCode::BAD_GATEWAY,

@@ -1,0 +1,131 @@
+//! What the proxy made of a request body ([`Outcome`], and the headers that say so) and what
+//! names its thread besides the body ([`ThreadHint`]): shared by the full read
+//! (`proxy::compact`) and the pre-count that skips it (`proxy::precount`).
+
+use axum::body::Bytes;
+use axum::http::HeaderValue;
+
+/// What the chain made of a body.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The chain changed the conversation, or continued its thread from the last answer:
+    /// forward `body`. `tokens_before` counts what the client sent.
+    Compacted {
+        body: Bytes,
+        tokens_before: u64,
+        tokens_after: u64,
+        pages: Vec<String>,
+        thread: Option<String>,
+    },
+    /// The chain ran and left the conversation as it was (under the watermark, or every
+    /// stage that ran was rolled back): the original bytes are forwarded.
+    Unchanged {
+        reason: String,
+        thread: Option<String>,
+    },
+    /// The request has nothing to compact: its history is the upstream's (a Responses
+    /// request continuing `previous_response_id` or a `conversation`). The original bytes are
+    /// forwarded, in strict mode too.
+    NothingToCompact { reason: String },
+    /// No compaction could be had: the original bytes are forwarded (or, in strict mode,
+    /// 502). `invalid` when the body itself is at fault, so the same request fails again.
+    Skipped { reason: String, invalid: bool },
+}
+
+impl Outcome {
+    /// The `x-tamp-compaction` value: `12034->4410; pages=pg_1,pg_2`, `unchanged (...)` or
+    /// `skipped (...)`. ASCII only (RFC 9110 §5.5 leaves other bytes to each client).
+    pub fn header(&self) -> HeaderValue {
+        let text = match self {
+            Outcome::Compacted {
+                tokens_before,
+                tokens_after,
+                pages,
+                ..
+            } if pages.is_empty() => format!("{tokens_before}->{tokens_after}"),
+            Outcome::Compacted {
+                tokens_before,
+                tokens_after,
+                pages,
+                ..
+            } => format!("{tokens_before}->{tokens_after}; pages={}", pages.join(",")),
+            Outcome::Unchanged { reason, .. } => format!("unchanged ({})", header_text(reason)),
+            Outcome::Skipped { reason, .. } | Outcome::NothingToCompact { reason } => {
+                format!("skipped ({})", header_text(reason))
+            }
+        };
+        HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("skipped"))
+    }
+
+    /// The `x-tamp-thread` value: the thread the request was counted under (the client's
+    /// thread id, `session:<id>` for an agent's session, or `derived` from its leading
+    /// messages), and `; continued` when it continued that thread's last answer. None when no
+    /// thread applied.
+    pub fn thread_header(&self) -> Option<HeaderValue> {
+        let thread = match self {
+            Outcome::Compacted { thread, .. } | Outcome::Unchanged { thread, .. } => thread,
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => &None,
+        };
+        HeaderValue::from_str(&header_text(thread.as_deref()?)).ok()
+    }
+
+    /// The label of `tamp_proxy_compactions_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Compacted { .. } => "compacted",
+            Outcome::Unchanged { .. } => "unchanged",
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => "skipped",
+        }
+    }
+}
+
+/// A reason as a header can carry it: printable ASCII, one line, at most 300 characters.
+fn header_text(reason: &str) -> String {
+    let mut text: String = reason
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .collect();
+    if text.len() > 300 {
+        text.truncate(297);
+        text.push_str("...");
+    }
+    text
+}
+
+/// What names a request's thread besides its body: the client's `x-tamp-thread-id`, which
+/// wins, and the agent session its headers name (see [`session`]).
+#[derive(Debug, Clone, Default)]
+pub struct ThreadHint {
+    pub given: Option<String>,
+    pub header_session: Option<String>,
+}
+
+/// Which of the fields that lean on server-side state a request gives (non-null).
+pub(super) fn server_side_field(
+    previous_response_id: bool,
+    conversation: bool,
+) -> Option<&'static str> {
+    if previous_response_id {
+        Some("previous_response_id")
+    } else if conversation {
+        Some("conversation")
+    } else {
+        None
+    }
+}
+
+/// The outcome of a request that continues server-side state through `field`.
+pub(super) fn nothing_to_compact(field: &str) -> Outcome {
+    Outcome::NothingToCompact {
+        reason: format!(
+            "the request continues server-side state ({field}): its history is the \
+             upstream's, not in the body"
+        ),
+    }
+}
