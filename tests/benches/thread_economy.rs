@@ -29,10 +29,9 @@
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
-//! summaries' ledger off, to compare; `TAMP_BENCH_ROWS=a,b` runs only the rows named;
-//! `TAMP_BENCH_NO_FORMATS=1` skips the wire formats' section; `TAMP_BENCH_RAW_ONLY=1` runs
-//! the raw client alone; `-- formats [row...] [raw]` runs the format comparison alone, of the
-//! rows named, of the raw client). Progress goes to stderr.
+//! summaries' ledger off, to compare; `TAMP_BENCH_NO_FORMATS=1` skips the wire formats'
+//! section; `-- [formats] [row...] [raw]`: the format comparison alone, only the rows whose
+//! name holds a word given, the raw client alone). Progress goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;
@@ -49,22 +48,30 @@ const PEERS: [(&str, u64, u64); 2] = [
     ("LangChain SummarizationMiddleware", 83_972, 27),
 ];
 
-/// The rows to run: all, or those `TAMP_BENCH_ROWS` names (comma-separated), to measure one
-/// setting's effect on some rows without the whole run.
-fn rows() -> Vec<Row> {
-    let wanted = std::env::var("TAMP_BENCH_ROWS").ok();
-    let wanted: Option<Vec<&str>> = wanted
-        .as_deref()
-        .map(|v| v.split(',').map(str::trim).collect());
-    all_rows()
-        .into_iter()
-        .filter(|row| wanted.as_ref().is_none_or(|w| w.contains(&row.name)))
+/// The words after `--` that pick what runs (`quick` and `formats` aside): the rows whose
+/// name holds one of them (every row when none does), and `raw` for the raw client alone.
+fn selected_words() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--") && a != "quick" && a != "formats")
         .collect()
 }
 
-/// Both clients, or the raw one alone with `TAMP_BENCH_RAW_ONLY=1` (half the time).
+/// The rows to run: all, or those the command line names (`-- map-reduce shipped`).
+fn rows() -> Vec<Row> {
+    let names: Vec<String> = selected_words()
+        .into_iter()
+        .filter(|w| w != "raw")
+        .collect();
+    all_rows()
+        .into_iter()
+        .filter(|row| names.is_empty() || names.iter().any(|n| row.name.contains(n.as_str())))
+        .collect()
+}
+
+/// Both clients, or the raw one alone with `-- raw` (half the time).
 fn modes() -> &'static [Mode] {
-    if std::env::var_os("TAMP_BENCH_RAW_ONLY").is_some() {
+    if selected_words().iter().any(|w| w == "raw") {
         &[Mode::Raw]
     } else {
         &[Mode::Raw, Mode::KeepsOutput]
@@ -154,23 +161,8 @@ fn formats(rt: &tokio::runtime::Runtime, session: &Session, counter: &TokenCount
         "max",
         "constraint"
     );
-    // `-- formats [row...] [raw]`: the rows whose name holds one of the words given (every
-    // row when none is), and the raw client alone with `raw`.
-    let args: Vec<String> = std::env::args()
-        .skip_while(|a| a != "formats")
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let raw_only = args.iter().any(|a| a == "raw");
-    let names: Vec<&String> = args.iter().filter(|a| *a != "raw").collect();
-    let chosen = |name: &str| names.is_empty() || names.iter().any(|n| name.contains(n.as_str()));
-    for row in rows().into_iter().filter(|r| chosen(r.name)) {
-        let modes: &[Mode] = if raw_only {
-            &[Mode::Raw]
-        } else {
-            &[Mode::Raw, Mode::KeepsOutput]
-        };
-        for &mode in modes {
+    for row in rows() {
+        for &mode in modes() {
             let mut figures = Vec::new();
             for (label, s) in [("chat", &chat), ("responses", &responses)] {
                 let r = replay(rt, &row, mode, Llm::Fixed, s);
