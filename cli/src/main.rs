@@ -22,6 +22,7 @@ mod eval;
 mod logging;
 mod proxy;
 mod serve;
+mod server;
 
 use tamp_host::chain::{Chain, ChainReport, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::config::{self, LoadedChainFile};
@@ -584,6 +585,160 @@ fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory as _;
+    use std::collections::BTreeSet;
+    use tamp_host::http::server::ServerOptions;
+
+    /// A command's flags, by long name (the global `--verbose` and `--help` are added later,
+    /// when clap builds the command).
+    fn flags(command: &str) -> BTreeSet<String> {
+        Cli::command()
+            .find_subcommand(command)
+            .unwrap()
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect()
+    }
+
+    /// `tamp <command> <args>`'s options, the shared server flags and those of the command.
+    fn parsed(command: &str, args: &[&str]) -> (ServerOptions, Option<(u32, bool)>) {
+        let cli = Cli::try_parse_from(["tamp", command].iter().chain(args))
+            .unwrap_or_else(|e| panic!("tamp {command} {args:?}: {e}"));
+        match cli.command {
+            Command::Serve(a) => {
+                let o = tamp_host::serve::ServeOptions::from(a);
+                (o.server, Some((o.max_concurrent, o.require_pins)))
+            }
+            Command::Proxy(a) => (tamp_host::proxy::ProxyOptions::from(a).server, None),
+            _ => unreachable!("{command}"),
+        }
+    }
+
+    #[test]
+    fn serve_and_proxy_take_the_same_server_flags_with_the_same_meaning() {
+        let serve_only: BTreeSet<String> =
+            ["max-concurrent", "require-pins"].map(String::from).into();
+        assert_eq!(
+            flags("serve")
+                .difference(&flags("proxy"))
+                .cloned()
+                .collect::<BTreeSet<_>>(),
+            serve_only
+        );
+        assert!(flags("proxy").is_subset(&flags("serve")));
+
+        let given = [
+            ("--config", "chain.toml"),
+            ("--listen", "127.0.0.1:9123"),
+            ("--max-body", "2MiB"),
+            ("--auth-token-env", "TAMP_TOKEN"),
+            ("--debounce-ms", "50"),
+            ("--store", "pages.sqlite3"),
+            ("--shutdown-grace-secs", "0"),
+            ("--header-timeout-secs", "3"),
+            ("--body-timeout-secs", "4.5"),
+            ("--max-connections", "7"),
+        ];
+        // Every shared flag is given, so a new one is tested here too.
+        let named: BTreeSet<String> = given.iter().map(|(f, _)| f[2..].to_string()).collect();
+        assert_eq!(named, flags("proxy"));
+        let args: Vec<&str> = given.iter().flat_map(|(f, v)| [*f, *v]).collect();
+        let expected = ServerOptions {
+            config: "chain.toml".into(),
+            listen: "127.0.0.1:9123".parse().unwrap(),
+            max_body: 2 << 20,
+            auth_token_env: Some("TAMP_TOKEN".into()),
+            debounce_ms: 50,
+            store: Some("pages.sqlite3".into()),
+            shutdown_grace_secs: 0.0,
+            header_timeout_secs: 3.0,
+            body_timeout_secs: 4.5,
+            max_connections: 7,
+        };
+        assert_eq!(parsed("serve", &args).0, expected);
+        assert_eq!(parsed("proxy", &args).0, expected);
+        // The same values are refused by both, with the same error.
+        for (flag, bad) in [
+            ("--max-body", "8 parsecs"),
+            ("--header-timeout-secs", "0"),
+            ("--max-connections", "0"),
+        ] {
+            let errors: Vec<String> = ["serve", "proxy"]
+                .map(
+                    |c| match Cli::try_parse_from(["tamp", c, "-c", "x", flag, bad]) {
+                        Ok(_) => panic!("tamp {c} {flag} {bad} was accepted"),
+                        Err(e) => e.to_string().replace(c, "<command>"),
+                    },
+                )
+                .into();
+            assert_eq!(errors[0], errors[1], "{flag} {bad}");
+        }
+    }
+
+    #[test]
+    fn serve_and_proxy_keep_their_own_defaults_and_say_them_in_their_help() {
+        let (serve, serve_only) = parsed("serve", &["-c", "chain.toml"]);
+        let (proxy, _) = parsed("proxy", &["-c", "chain.toml"]);
+        let defaults = |o: &ServerOptions| {
+            (
+                o.listen.to_string(),
+                o.max_body,
+                o.header_timeout_secs,
+                o.body_timeout_secs,
+                o.max_connections,
+            )
+        };
+        assert_eq!(
+            defaults(&serve),
+            ("127.0.0.1:7474".into(), 8 << 20, 10.0, 30.0, 512)
+        );
+        assert_eq!(
+            defaults(&proxy),
+            ("127.0.0.1:7475".into(), 64 << 20, 30.0, 60.0, 1024)
+        );
+        assert_eq!((serve.debounce_ms, serve.shutdown_grace_secs), (200, 60.0));
+        assert_eq!((proxy.debounce_ms, proxy.shutdown_grace_secs), (200, 60.0));
+        assert_eq!(serve_only, Some((64, false)));
+
+        for (command, shown) in [
+            (
+                "serve",
+                [
+                    "[default: 127.0.0.1:7474]",
+                    "[default: 8MiB]",
+                    "[default: 512]",
+                    "every route but /healthz",
+                    "Largest body of a request",
+                ],
+            ),
+            (
+                "proxy",
+                [
+                    "[default: 127.0.0.1:7475]",
+                    "[default: 64MiB]",
+                    "[default: 1024]",
+                    "tamp's own routes under /tamp/",
+                    "Largest body of a compacted route's request",
+                ],
+            ),
+        ] {
+            let help = Cli::command()
+                .find_subcommand_mut(command)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            for text in
+                shown
+                    .iter()
+                    .chain(&["[default: 200]", "[default: 60]", "--debounce-ms <MS>"])
+            {
+                assert!(
+                    help.contains(text),
+                    "tamp {command} --help lacks {text}:\n{help}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn input_that_is_not_utf8_is_refused_with_its_byte_offset() {

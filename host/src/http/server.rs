@@ -24,7 +24,7 @@ use tower::ServiceExt as _;
 
 use super::access::Access;
 use super::active::ActiveChain;
-use super::limits::InFlight;
+use super::limits::{Gate, InFlight};
 use super::metrics::Metrics;
 use super::reload::{self, ChainSlot};
 use crate::chain::FileOverrides;
@@ -55,21 +55,41 @@ fn auth_token(name: &str, value: Option<String>) -> anyhow::Result<String> {
     Ok(token)
 }
 
-/// The flags both servers start from (`tamp serve --help`, `tamp proxy --help` say what each
-/// does), and what sets them apart: their name and the paths their token guards.
+/// The flags `tamp serve` and `tamp proxy` share, parsed (`tamp serve --help` and `tamp proxy
+/// --help` say what each does there, and its default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerOptions {
+    /// The chain file, compacted with and watched.
+    pub config: PathBuf,
+    pub listen: SocketAddr,
+    /// Bytes; a larger body (of a route that reads its body whole) is answered 413.
+    pub max_body: usize,
+    /// The environment variable holding the bearer token the guarded routes require.
+    pub auth_token_env: Option<String>,
+    /// Quiet time after a change of the chain file before it is reloaded.
+    pub debounce_ms: u64,
+    /// A page store file instead of the chain file's.
+    pub store: Option<PathBuf>,
+    /// How long a shutdown waits for requests in flight and answers still streaming.
+    pub shutdown_grace_secs: f64,
+    /// Limit on a request head's arrival and on an idle connection.
+    pub header_timeout_secs: f64,
+    /// Limit on a request body's arrival (408 after it).
+    pub body_timeout_secs: f64,
+    /// Connections open at once (more wait to be accepted).
+    pub max_connections: u32,
+}
+
+/// How a server starts: its shared flags, and what sets it apart (its name, the paths its
+/// token guards, whether a stage must be pinned). [`Startup::start`] then builds its chain.
 pub(crate) struct Startup {
     /// `tamp serve` or `tamp proxy`: heads every line printed.
-    pub(crate) name: &'static str,
-    pub(crate) config: PathBuf,
-    pub(crate) overrides: FileOverrides,
-    pub(crate) listen: SocketAddr,
-    pub(crate) auth_token_env: Option<String>,
-    /// The paths that require the token ([`super::access::serve_guards`], [`super::access::proxy_guards`]).
-    pub(crate) guards: fn(&str) -> bool,
-    pub(crate) debounce_ms: u64,
-    pub(crate) max_connections: u32,
-    pub(crate) header_timeout_secs: f64,
-    pub(crate) shutdown_grace_secs: f64,
+    name: &'static str,
+    /// The paths that require the token ([`super::access::serve_guards`],
+    /// [`super::access::proxy_guards`]).
+    guards: fn(&str) -> bool,
+    options: ServerOptions,
+    overrides: FileOverrides,
 }
 
 /// A server's chain, built and watched, and what runs beside it: what its router is made
@@ -90,20 +110,43 @@ pub(crate) struct Started {
 }
 
 impl Startup {
+    pub(crate) fn new(
+        name: &'static str,
+        guards: fn(&str) -> bool,
+        options: ServerOptions,
+    ) -> Startup {
+        let overrides = FileOverrides {
+            store_path: options.store.clone(),
+            ..Default::default()
+        };
+        Startup {
+            name,
+            guards,
+            options,
+            overrides,
+        }
+    }
+
+    /// Refuse a chain with a stage that has no `sha256` pin, at start and at every reload.
+    pub(crate) fn require_pins(mut self, require: bool) -> Startup {
+        self.overrides.require_pins = require;
+        self
+    }
+
     /// Reads the token, loads the chain (every plugin from a private copy), watches its file
     /// and starts the deferred worker: the same for both servers, in the same order, so a
     /// bad flag or chain is refused before anything listens.
     pub(crate) async fn start(self) -> anyhow::Result<Started> {
-        let auth_token = match &self.auth_token_env {
+        let auth_token = match &self.options.auth_token_env {
             None => None,
             Some(name) => Some(auth_token(name, std::env::var(name).ok())?),
         };
-        warn_if_over_file_limit(self.max_connections);
+        warn_if_over_file_limit(self.options.max_connections);
         // See `loader::load_from_private_copies` for why every plugin is loaded from a copy.
         crate::loader::load_from_private_copies();
         crate::loader::remove_stale_private_copies();
         let first = {
-            let (config, overrides) = (self.config.clone(), self.overrides.clone());
+            let (config, overrides) = (self.options.config.clone(), self.overrides.clone());
             tokio::task::spawn_blocking(move || ActiveChain::build(&config, overrides)).await?
         }
         .map_err(|problem| anyhow::anyhow!("{problem}"))?;
@@ -112,18 +155,25 @@ impl Startup {
         let slot = Arc::new(
             ChainSlot::new(
                 first,
-                self.config.clone(),
+                self.options.config.clone(),
                 self.overrides.clone(),
                 Arc::clone(&metrics),
             )
             .labelled(self.name),
         );
-        let watcher =
-            reload::spawn_watcher(Arc::clone(&slot), Duration::from_millis(self.debounce_ms))
-                .with_context(|| format!("cannot watch {} for changes", self.config.display()))?;
+        let watcher = reload::spawn_watcher(
+            Arc::clone(&slot),
+            Duration::from_millis(self.options.debounce_ms),
+        )
+        .with_context(|| format!("cannot watch {} for changes", self.options.config.display()))?;
         let (stop, stopping) = watch::channel(false);
         let worker = start_batch_worker(&slot, stopping.clone())?;
-        let access = Access::new(self.listen.ip(), auth_token, self.guards, Arc::clone(&slot));
+        let access = Access::new(
+            self.options.listen.ip(),
+            auth_token,
+            self.guards,
+            Arc::clone(&slot),
+        );
         Ok(Started {
             slot,
             metrics,
@@ -140,6 +190,17 @@ impl Startup {
 }
 
 impl Started {
+    /// The per-request limits of `--max-body` and `--body-timeout-secs`, with `max_concurrent`
+    /// requests answered at once.
+    pub(crate) fn gate(&self, max_concurrent: usize) -> Gate {
+        Gate::new(
+            self.startup.options.max_body,
+            crate::bounded::saturating_seconds(self.startup.options.body_timeout_secs),
+            max_concurrent,
+            self.stopping.clone(),
+        )
+    }
+
     /// Listens on `--listen`, prints the lines tools wait for (the address, the chain, then
     /// `more`), and answers with `app` until SIGTERM or Ctrl-C; then drains.
     pub(crate) async fn serve(self, app: Router, more: &[String]) -> anyhow::Result<()> {
@@ -154,9 +215,9 @@ impl Started {
             ..
         } = self;
         let name = startup.name;
-        let listener = TcpListener::bind(startup.listen)
+        let listener = TcpListener::bind(startup.options.listen)
             .await
-            .with_context(|| format!("cannot listen on {}", startup.listen))?;
+            .with_context(|| format!("cannot listen on {}", startup.options.listen))?;
         let addr = listener.local_addr()?;
         // Tools (and the tests) wait for this line to learn the port of `--listen 127.0.0.1:0`.
         eprintln!("{name}: listening on http://{addr}");
@@ -169,10 +230,13 @@ impl Started {
             listener,
             app,
             Running {
-                limits: ConnectionLimits::of(startup.max_connections, startup.header_timeout_secs),
+                limits: ConnectionLimits::of(
+                    startup.options.max_connections,
+                    startup.options.header_timeout_secs,
+                ),
                 stop: (stop, stopping),
                 in_flight,
-                grace_secs: startup.shutdown_grace_secs,
+                grace_secs: startup.options.shutdown_grace_secs,
                 worker,
                 watcher,
             },

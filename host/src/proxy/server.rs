@@ -1,7 +1,5 @@
 //! The proxy's server: its state, routes and run loop.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +13,6 @@ use axum::routing::get;
 use axum::Router;
 use hyper::body::Body as _;
 
-use crate::chain::FileOverrides;
 use crate::http::access::{self, Access};
 use crate::http::active::ActiveChain;
 use crate::http::answers::{self, PageQuery};
@@ -23,7 +20,7 @@ use crate::http::error::{ApiError, ApiErrorCode};
 use crate::http::limits::{self, Gate, InFlight};
 use crate::http::metrics::{self, Metrics};
 use crate::http::reload::ChainSlot;
-use crate::http::server::Startup;
+use crate::http::server::{ServerOptions, Startup};
 
 use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
@@ -43,26 +40,9 @@ pub const THREAD_ANSWER_HEADER: &str = "x-tamp-thread";
 /// How `tamp proxy` runs: the CLI's flags, parsed (`tamp proxy --help` says what each does).
 #[derive(Debug, Clone)]
 pub struct ProxyOptions {
-    /// The chain file compacted with and watched; its `[proxy]` table names the upstreams.
-    pub config: PathBuf,
-    pub listen: SocketAddr,
-    /// Bytes; a compacted route's larger body is answered 413.
-    pub max_body: usize,
-    /// The environment variable holding the bearer token tamp's own `/tamp/` routes (but
-    /// `/tamp/healthz`) require, as `tamp serve --auth-token-env`.
-    pub auth_token_env: Option<String>,
-    /// Quiet time after a change of the chain file before it is reloaded.
-    pub debounce_ms: u64,
-    /// A page store file instead of the chain file's.
-    pub store: Option<PathBuf>,
-    /// How long a shutdown waits for answers still streaming.
-    pub shutdown_grace_secs: f64,
-    /// Limit on a request head's arrival and on an idle connection.
-    pub header_timeout_secs: f64,
-    /// Limit on a compacted route's request body's arrival (408 after it).
-    pub body_timeout_secs: f64,
-    /// Connections open at once (more wait to be accepted).
-    pub max_connections: u32,
+    /// The flags `tamp serve` has too; `max_body` and `body_timeout_secs` bound only the
+    /// compacted routes' bodies (the others stream through).
+    pub server: ServerOptions,
 }
 
 /// What every handler shares.
@@ -79,23 +59,9 @@ struct ProxyState {
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
 pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
-    let started = Startup {
-        name: "tamp proxy",
-        config: args.config,
-        overrides: FileOverrides {
-            store_path: args.store,
-            ..Default::default()
-        },
-        listen: args.listen,
-        auth_token_env: args.auth_token_env,
-        guards: access::proxy_guards,
-        debounce_ms: args.debounce_ms,
-        max_connections: args.max_connections,
-        header_timeout_secs: args.header_timeout_secs,
-        shutdown_grace_secs: args.shutdown_grace_secs,
-    }
-    .start()
-    .await?;
+    let started = Startup::new("tamp proxy", access::proxy_guards, args.server)
+        .start()
+        .await?;
     let upstreams = {
         let proxy = &started.slot.current().proxy;
         format!(
@@ -113,12 +79,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         in_flight: Arc::clone(&started.in_flight),
         // The concurrency limit of `tamp serve` is not used here: a proxy that refused
         // requests would be in the way; the upstream limits its clients.
-        gate: Gate::new(
-            args.max_body,
-            crate::bounded::saturating_seconds(args.body_timeout_secs),
-            1,
-            started.stopping.clone(),
-        ),
+        gate: started.gate(1),
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
     });
     started.serve(router(state), &[upstreams]).await
