@@ -26,12 +26,15 @@ use std::ops::Range;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, ChunkOptions};
 use tamp_plugin_api::sdk::length;
-use tamp_plugin_api::serde_json::{self, json, Value};
+use tamp_plugin_api::serde_json::{self, Value};
 use tamp_plugin_api::tracing;
 
 pub use config::{Config, LedgerConfig, Reuse};
 pub use plan::file_paths;
-use plan::{no_llm_description, prose_answer, select, structured_answer, Selection};
+use plan::{
+    no_llm_description, prose_answer, select, structured_answer, Details, MergedOver, Produced,
+    Selection,
+};
 pub use schema::{
     render, AnchoredSummary, Merge, SummaryPath, HEADER, LEDGER_LISTS, MAX_ENTRIES,
     MAX_ENTRIES_WITH_LEDGER, MAX_ENTRY_CHARS, MAX_INTENT_CHARS,
@@ -65,17 +68,6 @@ struct Reused {
     /// Messages those pieces make up.
     messages: usize,
     summary: AnchoredSummary,
-}
-
-/// What the LLM steps produced.
-struct Produced {
-    path: SummaryPath,
-    /// The summary's own JSON (structured path) or nothing.
-    structured: Option<AnchoredSummary>,
-    /// The prose answer (prose path) or the no-LLM description.
-    prose: Option<String>,
-    chunks: usize,
-    warnings: Vec<String>,
 }
 
 impl Strategy for AnchoredStructured {
@@ -112,73 +104,39 @@ impl Strategy for AnchoredStructured {
             ));
         }
         let span_messages = &messages[selection.span.clone()];
-        // The cache is keyed by the span's messages alone, so it is used only when no prior
-        // summary (whose page the key does not see) is part of the span.
-        let reused = if selection.prior_pages.is_empty() {
+        let reused = if selection.cache_keyed() {
             self.reusable(&host, messages, &selection).await
         } else {
             None
         };
-        let mut produced = match &reused {
-            Some(r) if r.pieces == selection.pieces.len() => Produced {
-                path: SummaryPath::Structured,
-                structured: Some(r.summary.clone()),
-                prose: None,
-                chunks: 0,
-                warnings: Vec::new(),
-            },
-            Some(r) => {
-                let shown = (self.config.reuse == Reuse::Merge).then_some(&r.summary);
-                self.summarize(&host, &selection.pieces[r.pieces..], shown)
-                    .await
-            }
-            None => {
-                self.summarize(&host, &selection.pieces, prior.as_ref())
-                    .await
-            }
-        };
+        let mut produced = self
+            .produce(&host, &selection, reused.as_ref(), prior.as_ref())
+            .await;
         if produced.path == SummaryPath::NoLlm {
             produced.prose = Some(no_llm_description(span_messages));
         }
         warnings.append(&mut produced.warnings);
+        let over = MergedOver::of(reused.is_some(), prior.is_some());
         // The cached summary is the prior of what follows it.
-        let prior = match &reused {
-            Some(r) => Some(r.summary.clone()),
-            None => prior,
-        };
+        let prior = reused.as_ref().map(|r| r.summary.clone()).or(prior);
 
-        let (merged, merge, stale_dropped) = plan::merge(
+        let merged = plan::merge(
             produced.structured.as_ref(),
             prior.as_ref(),
             self.config.ledger.enabled,
         );
-        if merge.dropped > 0 {
-            warnings.push(format!(
-                "{} oldest list entr(ies) dropped to stay within {MAX_ENTRIES} per list, even \
-                 packed",
-                merge.dropped
-            ));
-        }
-        if produced.path == SummaryPath::Structured
-            && self.config.reuse != Reuse::Off
-            && selection.prior_pages.is_empty()
-        {
-            // Only a structured summary is cached: it is all the next compaction needs to
-            // merge into, where a fallback's prose is not in the JSON.
-            match serde_json::to_string(&merged) {
+        warnings.extend(merged.warning());
+        if plan::caches(&produced, self.config.reuse, &selection) {
+            match serde_json::to_string(&merged.summary) {
                 Ok(json) => host.cache_summary(span_messages, &json).await,
                 Err(e) => tracing::warn!("anchored summary not cached: {e}"),
             }
         }
-        let body = plan::body(produced.path, produced.prose.as_deref(), &merged);
+        let body = plan::body(produced.path, produced.prose.as_deref(), &merged.summary);
 
         let span_tokens = host.count_message_tokens(span_messages);
-        let metadata = json!({
-            METADATA_KEY: (!merged.is_empty()).then_some(&merged),
-            "path": produced.path.as_str(),
-            "messages": span_messages.len(),
-            "span_tokens": span_tokens,
-        });
+        let metadata =
+            plan::page_metadata(&merged.summary, produced.path, span_messages, span_tokens);
         let text = self.with_ledger(
             &host,
             messages,
@@ -187,49 +145,24 @@ impl Strategy for AnchoredStructured {
             |max_chars| render(produced.path, span_messages.len(), &body, max_chars),
         );
         let summary = sdk::summary_message(&text, "", NAME, SummaryStatus::Final);
-        let summary_tokens = host.count_message_tokens(std::slice::from_ref(&summary));
-        let details = json!({
-            "path": produced.path.as_str(),
-            "chunks": produced.chunks,
-            "messages": span_messages.len(),
-            "span_tokens": span_tokens,
-            "summary_tokens": summary_tokens,
-            "summary_chars": text.chars().count(),
-            "prior_merged": prior.is_some() && reused.is_none(),
-            "stale_steps_dropped": stale_dropped,
-            "reused_messages": reused.as_ref().map_or(0, |r| r.messages),
-        });
-        if summary_tokens >= span_tokens {
-            // The conversation must not grow.
-            let reason = format!(
-                "the summary ({summary_tokens} tokens) would not be smaller than the {} \
-                 message(s) it replaces ({span_tokens} tokens)",
-                span_messages.len()
-            );
-            let report = StageReport::skipped(reason)
-                .with_warnings(warnings)
-                .with_details(&details);
-            return Ok(CompactOutcome::with_edits([], report));
-        }
-
-        let report = StageReport::acted(format!(
-            "{} message(s) of {span_tokens} tokens → an anchored summary of {summary_tokens} \
-             tokens ({} path, {} chunk(s){})",
-            span_messages.len(),
-            produced.path.as_str(),
-            produced.chunks,
-            match (&reused, &prior) {
-                (Some(_), _) => ", cached summary of its leading part merged",
-                (None, Some(_)) => ", prior summary merged",
-                (None, None) => "",
-            }
-        ))
-        .with_warnings(warnings)
-        .with_details(&details);
+        let details = Details {
+            path: produced.path.as_str(),
+            chunks: produced.chunks,
+            messages: span_messages.len(),
+            span_tokens,
+            summary_tokens: host.count_message_tokens(std::slice::from_ref(&summary)),
+            summary_chars: text.chars().count(),
+            prior_merged: over == MergedOver::Prior,
+            stale_steps_dropped: merged.stale_dropped,
+            reused_messages: reused.as_ref().map_or(0, |r| r.messages),
+        };
+        let report = plan::report(&details, over, warnings);
         // One page for everything removed, prior summary included, archived by the host only
-        // now that the summary exists: an error above leaves nothing behind.
-        let edit = Edit::summarize(selection.span.clone(), text).with_metadata(&metadata);
-        Ok(CompactOutcome::with_edits([edit], report))
+        // now that the summary exists (and is smaller): an error above leaves nothing behind.
+        let edit = report
+            .acted
+            .then(|| Edit::summarize(selection.span.clone(), text).with_metadata(&metadata));
+        Ok(CompactOutcome::with_edits(edit, report))
     }
 }
 
@@ -346,6 +279,27 @@ impl AnchoredStructured {
         })
     }
 
+    /// The summary of the pieces a cached summary does not cover (shown that summary when
+    /// `reuse = "merge"`; with no cached one, shown the prior): no call when it covers them
+    /// all.
+    async fn produce(
+        &self,
+        host: &Host,
+        selection: &Selection,
+        reused: Option<&Reused>,
+        prior: Option<&AnchoredSummary>,
+    ) -> Produced {
+        match reused {
+            Some(r) if r.pieces == selection.pieces.len() => Produced::cached(r.summary.clone()),
+            Some(r) => {
+                let shown = (self.config.reuse == Reuse::Merge).then_some(&r.summary);
+                self.summarize(host, &selection.pieces[r.pieces..], shown)
+                    .await
+            }
+            None => self.summarize(host, &selection.pieces, prior).await,
+        }
+    }
+
     /// Runs the fallback order; never fails, the last step needing no LLM.
     async fn summarize(
         &self,
@@ -390,13 +344,7 @@ impl AnchoredStructured {
                             format!("chunk {}/{total} summary failed: {reason}", i + 1),
                             "the summary built without the LLM",
                         );
-                        return Produced {
-                            path: SummaryPath::NoLlm,
-                            structured: None,
-                            prose: None,
-                            chunks,
-                            warnings,
-                        };
+                        return Produced::no_llm(chunks, warnings);
                     }
                 }
             }
@@ -413,15 +361,7 @@ impl AnchoredStructured {
             let request =
                 prompts::structured_request(&self.config, &material, chunked, prior, target);
             match structured_answer(host.complete(request).await) {
-                Ok(summary) => {
-                    return Produced {
-                        path: SummaryPath::Structured,
-                        structured: Some(summary),
-                        prose: None,
-                        chunks,
-                        warnings,
-                    }
-                }
+                Ok(summary) => return Produced::structured(summary, chunks, warnings),
                 Err(reason) => fall_back(
                     &mut warnings,
                     format!("structured summary unusable: {reason}"),
@@ -439,26 +379,18 @@ impl AnchoredStructured {
             ))
             .await,
         ) {
-            Ok(text) => Produced {
-                path: SummaryPath::Prose,
-                structured: None,
-                prose: Some(sdk::cap_chars(&text, self.config.max_summary_chars)),
+            Ok(text) => Produced::prose(
+                sdk::cap_chars(&text, self.config.max_summary_chars),
                 chunks,
                 warnings,
-            },
+            ),
             Err(reason) => {
                 fall_back(
                     &mut warnings,
                     format!("prose summary failed: {reason}"),
                     "the summary built without the LLM",
                 );
-                Produced {
-                    path: SummaryPath::NoLlm,
-                    structured: None,
-                    prose: None,
-                    chunks,
-                    warnings,
-                }
+                Produced::no_llm(chunks, warnings)
             }
         }
     }

@@ -1,6 +1,7 @@
 //! What a run replaces and what it writes, as pure functions tested without a host: the span
 //! and its prior summaries, the checks an answer must pass, the merge of the new summary over
-//! the prior, and the summary built without the LLM.
+//! the prior, the summary built without the LLM, whether it is cached, the page's metadata
+//! and the report.
 
 use std::ops::Range;
 
@@ -9,11 +10,13 @@ use tamp_plugin_api::sdk::groups::tool_activity;
 use tamp_plugin_api::sdk::prompt::{render_messages, RenderOptions};
 use tamp_plugin_api::sdk::structured;
 use tamp_plugin_api::sdk::summary::with_text;
-use tamp_plugin_api::serde_json::json;
+use tamp_plugin_api::serde_json::{json, Value};
 
-use crate::config::LedgerConfig;
-use crate::schema::{AnchoredSummary, Merge, SummaryPath, LEDGER_LISTS, MAX_ENTRIES_WITH_LEDGER};
-use crate::NAME;
+use crate::config::{LedgerConfig, Reuse};
+use crate::schema::{
+    AnchoredSummary, Merge, SummaryPath, LEDGER_LISTS, MAX_ENTRIES, MAX_ENTRIES_WITH_LEDGER,
+};
+use crate::{METADATA_KEY, NAME};
 
 /// File paths listed by the no-LLM summary.
 const MAX_PATHS_SHOWN: usize = 30;
@@ -60,27 +63,199 @@ pub fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -
     }
 }
 
+impl Selection {
+    /// Whether the summary cache may be used: it is keyed by the span's messages alone, so
+    /// only when no prior summary (whose page the key does not see) is part of the span.
+    pub fn cache_keyed(&self) -> bool {
+        self.prior_pages.is_empty()
+    }
+}
+
+/// What the LLM steps produced.
+pub struct Produced {
+    pub path: SummaryPath,
+    /// The summary's own JSON (structured path) or nothing.
+    pub structured: Option<AnchoredSummary>,
+    /// The prose answer (prose path) or the no-LLM description.
+    pub prose: Option<String>,
+    pub chunks: usize,
+    pub warnings: Vec<String>,
+}
+
+impl Produced {
+    /// A cached summary that covers the whole span: no call made.
+    pub fn cached(summary: AnchoredSummary) -> Self {
+        Produced::structured(summary, 0, Vec::new())
+    }
+
+    pub fn structured(summary: AnchoredSummary, chunks: usize, warnings: Vec<String>) -> Self {
+        Produced {
+            path: SummaryPath::Structured,
+            structured: Some(summary),
+            prose: None,
+            chunks,
+            warnings,
+        }
+    }
+
+    pub fn prose(text: String, chunks: usize, warnings: Vec<String>) -> Self {
+        Produced {
+            path: SummaryPath::Prose,
+            structured: None,
+            prose: Some(text),
+            chunks,
+            warnings,
+        }
+    }
+
+    /// The last fallback: the description of the messages is filled in by the caller, which
+    /// has them.
+    pub fn no_llm(chunks: usize, warnings: Vec<String>) -> Self {
+        Produced {
+            path: SummaryPath::NoLlm,
+            structured: None,
+            prose: None,
+            chunks,
+            warnings,
+        }
+    }
+}
+
+/// The earlier summary the new one is merged over, as the report's reason says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergedOver {
+    Nothing,
+    /// A prior anchored summary in the span.
+    Prior,
+    /// The cached summary of the span's leading part.
+    Cached,
+}
+
+impl MergedOver {
+    pub fn of(reused: bool, prior: bool) -> Self {
+        match (reused, prior) {
+            (true, _) => MergedOver::Cached,
+            (false, true) => MergedOver::Prior,
+            (false, false) => MergedOver::Nothing,
+        }
+    }
+
+    fn said(self) -> &'static str {
+        match self {
+            MergedOver::Cached => ", cached summary of its leading part merged",
+            MergedOver::Prior => ", prior summary merged",
+            MergedOver::Nothing => "",
+        }
+    }
+}
+
+/// The JSON kept with the page, and what merging it cost.
+pub struct Merged {
+    pub summary: AnchoredSummary,
+    /// How the new answer's lists met the prior's.
+    pub merge: Merge,
+    /// Short-term entries (questions, steps) dropped as older than the newest few.
+    pub stale_dropped: usize,
+}
+
+impl Merged {
+    /// The warning owed when list entries were lost to the limit.
+    pub fn warning(&self) -> Option<String> {
+        (self.merge.dropped > 0).then(|| {
+            format!(
+                "{} oldest list entr(ies) dropped to stay within {MAX_ENTRIES} per list, even \
+                 packed",
+                self.merge.dropped
+            )
+        })
+    }
+}
+
 /// The JSON kept with the page: the new answer merged over the prior, or on the fallback
 /// paths the prior alone, so its sections are never lost to a failed call. With the ledger
-/// on, questions and steps are the short-term lists: the newest few (the second count says
-/// how many older ones went).
+/// on, questions and steps are the short-term lists: the newest few.
 pub fn merge(
     new: Option<&AnchoredSummary>,
     prior: Option<&AnchoredSummary>,
     ledger: bool,
-) -> (AnchoredSummary, Merge, usize) {
-    let (mut merged, merge) = match (new, prior) {
+) -> Merged {
+    let (mut summary, merge) = match (new, prior) {
         (Some(new), Some(prior)) => new.clone().merged_over(prior),
         (Some(new), None) => (new.clone(), Merge::default()),
         (None, Some(prior)) => (prior.clone(), Merge::default()),
         (None, None) => (AnchoredSummary::default(), Merge::default()),
     };
     let stale_dropped = if ledger {
-        merged.keep_newest_steps(MAX_ENTRIES_WITH_LEDGER)
+        summary.keep_newest_steps(MAX_ENTRIES_WITH_LEDGER)
     } else {
         0
     };
-    (merged, merge, stale_dropped)
+    Merged {
+        summary,
+        merge,
+        stale_dropped,
+    }
+}
+
+/// Whether the merged summary goes into the cache. Only a structured one: it is all the next
+/// compaction needs to merge into, where a fallback's prose is not in the JSON.
+pub fn caches(produced: &Produced, reuse: Reuse, selection: &Selection) -> bool {
+    produced.path == SummaryPath::Structured && reuse != Reuse::Off && selection.cache_keyed()
+}
+
+/// The page's metadata: the merged JSON (read back as the next run's prior) and what the
+/// summary replaced.
+pub fn page_metadata(
+    merged: &AnchoredSummary,
+    path: SummaryPath,
+    span: &[Message],
+    span_tokens: u64,
+) -> Value {
+    json!({
+        METADATA_KEY: (!merged.is_empty()).then_some(merged),
+        "path": path.as_str(),
+        "messages": span.len(),
+        "span_tokens": span_tokens,
+    })
+}
+
+/// The report's details.
+#[derive(Debug, Serialize)]
+#[serde(crate = "tamp_plugin_api::serde")]
+pub struct Details {
+    pub path: &'static str,
+    pub chunks: usize,
+    pub messages: usize,
+    pub span_tokens: u64,
+    pub summary_tokens: u64,
+    pub summary_chars: usize,
+    pub prior_merged: bool,
+    pub stale_steps_dropped: usize,
+    pub reused_messages: usize,
+}
+
+/// The stage's report: acted, or skipped when the summary would not be smaller than what it
+/// replaces (the conversation must not grow).
+pub fn report(details: &Details, over: MergedOver, warnings: Vec<String>) -> StageReport {
+    let report = if details.summary_tokens >= details.span_tokens {
+        StageReport::skipped(format!(
+            "the summary ({} tokens) would not be smaller than the {} message(s) it replaces \
+             ({} tokens)",
+            details.summary_tokens, details.messages, details.span_tokens
+        ))
+    } else {
+        StageReport::acted(format!(
+            "{} message(s) of {} tokens → an anchored summary of {} tokens ({} path, {} \
+             chunk(s){})",
+            details.messages,
+            details.span_tokens,
+            details.summary_tokens,
+            details.path,
+            details.chunks,
+            over.said()
+        ))
+    };
+    report.with_warnings(warnings).with_details(details)
 }
 
 /// The summary's body: the prose (fallback paths) under its title, then the merged sections.
@@ -215,6 +390,7 @@ pub fn file_paths(text: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use tamp_plugin_api::sdk::structured::scripted_answer;
+    use tamp_plugin_api::serde_json;
 
     #[test]
     fn file_paths_are_found_once_in_order() {
@@ -253,15 +429,125 @@ mod tests {
             ..AnchoredSummary::default()
         };
         let prior = summary("old", 1);
-        let (merged, _, dropped) = merge(None, Some(&prior), false);
-        assert_eq!((merged, dropped), (prior.clone(), 0));
-        let (merged, _, _) = merge(Some(&summary("new", 1)), Some(&prior), false);
-        assert_eq!(merged.session_intent, "new");
+        let merged = merge(None, Some(&prior), false);
+        assert_eq!((merged.summary, merged.stale_dropped), (prior.clone(), 0));
+        let merged = merge(Some(&summary("new", 1)), Some(&prior), false);
+        assert_eq!(merged.summary.session_intent, "new");
+        assert_eq!(merged.warning(), None);
         let many = summary("new", MAX_ENTRIES_WITH_LEDGER + 2);
-        let (merged, _, dropped) = merge(Some(&many), None, true);
-        assert_eq!(dropped, 2);
-        assert_eq!(merged.next_steps.len(), MAX_ENTRIES_WITH_LEDGER);
-        assert!(merge(None, None, true).0.is_empty());
+        let merged = merge(Some(&many), None, true);
+        assert_eq!(merged.stale_dropped, 2);
+        assert_eq!(merged.summary.next_steps.len(), MAX_ENTRIES_WITH_LEDGER);
+        assert!(merge(None, None, true).summary.is_empty());
+    }
+
+    #[test]
+    fn entries_lost_to_the_limit_are_warned_of() {
+        let merged = Merged {
+            summary: AnchoredSummary::default(),
+            merge: Merge {
+                packed: 4,
+                dropped: 3,
+            },
+            stale_dropped: 0,
+        };
+        let warning = merged.warning().unwrap();
+        assert!(
+            warning.starts_with(&format!(
+                "3 oldest list entr(ies) dropped to stay within {MAX_ENTRIES}"
+            )),
+            "{warning}"
+        );
+    }
+
+    fn details(span_tokens: u64, summary_tokens: u64) -> Details {
+        Details {
+            path: SummaryPath::Structured.as_str(),
+            chunks: 1,
+            messages: 4,
+            span_tokens,
+            summary_tokens,
+            summary_chars: 300,
+            prior_merged: false,
+            stale_steps_dropped: 0,
+            reused_messages: 2,
+        }
+    }
+
+    #[test]
+    fn the_report_acts_only_on_a_smaller_summary_and_says_what_it_merged() {
+        let warnings = vec!["w".to_string()];
+        let acted = report(&details(1_000, 120), MergedOver::Cached, warnings.clone());
+        assert!(acted.acted);
+        assert_eq!(
+            acted.reason.as_str(),
+            "4 message(s) of 1000 tokens → an anchored summary of 120 tokens (structured path, \
+             1 chunk(s), cached summary of its leading part merged)"
+        );
+        assert_eq!(acted.warnings.len(), 1);
+        let shown: Value = serde_json::from_str(acted.details_json.as_str()).unwrap();
+        assert_eq!(shown["reused_messages"], 2);
+        assert_eq!(shown["summary_tokens"], 120);
+        assert!(report(&details(1_000, 120), MergedOver::Prior, Vec::new())
+            .reason
+            .ends_with("1 chunk(s), prior summary merged)"));
+
+        let grown = report(&details(100, 100), MergedOver::Nothing, warnings);
+        assert!(!grown.acted);
+        assert_eq!(
+            grown.reason.as_str(),
+            "the summary (100 tokens) would not be smaller than the 4 message(s) it replaces \
+             (100 tokens)"
+        );
+        assert_eq!(grown.warnings.len(), 1);
+        assert!(!grown.details_json.is_empty());
+        assert_eq!(MergedOver::of(true, true), MergedOver::Cached);
+        assert_eq!(MergedOver::of(false, true), MergedOver::Prior);
+        assert_eq!(MergedOver::of(false, false), MergedOver::Nothing);
+    }
+
+    #[test]
+    fn only_a_structured_summary_of_a_span_without_priors_is_cached() {
+        let mut selection = Selection {
+            span: 1..3,
+            prior_pages: Vec::new(),
+            prior_texts: Vec::new(),
+            pieces: vec!["a".into(), "b".into()],
+            piece_ranges: vec![1..2, 2..3],
+        };
+        let structured = Produced::cached(AnchoredSummary::default());
+        let prose = Produced::prose("p".into(), 1, Vec::new());
+        assert!(caches(&structured, Reuse::Merge, &selection));
+        assert!(!caches(&structured, Reuse::Off, &selection));
+        assert!(!caches(&prose, Reuse::Merge, &selection));
+        assert!(!caches(
+            &Produced::no_llm(1, Vec::new()),
+            Reuse::Merge,
+            &selection
+        ));
+        selection.prior_pages.push("pg_1".into());
+        assert!(!selection.cache_keyed());
+        assert!(!caches(&structured, Reuse::Merge, &selection));
+    }
+
+    #[test]
+    fn the_page_keeps_the_merged_json_unless_it_is_empty() {
+        let span = [
+            Message::text(Role::User, "a"),
+            Message::text(Role::User, "b"),
+        ];
+        let empty = page_metadata(&AnchoredSummary::default(), SummaryPath::NoLlm, &span, 9);
+        assert_eq!(
+            empty,
+            json!({METADATA_KEY: null, "path": "no_llm", "messages": 2, "span_tokens": 9})
+        );
+        let summary = AnchoredSummary {
+            session_intent: "x".into(),
+            ..AnchoredSummary::default()
+        };
+        let kept = page_metadata(&summary, SummaryPath::Structured, &span, 9);
+        assert_eq!(kept[METADATA_KEY]["session_intent"], "x");
+        assert_eq!(kept["path"], "structured");
     }
 
     #[test]
