@@ -1,7 +1,9 @@
 //! What `tamp serve` and `tamp proxy` share as HTTP servers; `serve/` and `proxy/` hold only
 //! their own routes and handlers.
 //!
-//! - [`server`]: the accept loop, connection limits and shutdown; the token; the worker.
+//! - [`server`]: the flags both take ([`server::ServerOptions`]) and the one startup path
+//!   (`Startup::start`, then `Started::serve`): the accept loop, connection limits and
+//!   shutdown; the token; the worker.
 //! - [`limits`]: the per-request limits ([`limits::Gate`]) and the requests in flight.
 //! - [`error`]: the error answer (`{"error": {"code", "message"}}`) and its stable codes.
 //! - [`answers`]: the page, health and 405 answers both give.
