@@ -29,7 +29,9 @@
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
-//! summaries' ledger off, to compare; `TAMP_BENCH_NO_FORMATS=1` skips the wire formats'
+//! summaries' ledger off, to compare; `TAMP_BENCH_DUMP=1` prints, at every compaction, each
+//! summary's narrative and ledger tokens, and the last answer's summaries in full;
+//! `TAMP_BENCH_NO_FORMATS=1` skips the wire formats'
 //! section; `-- [formats] [row...] [raw]`: the format comparison alone, only the rows whose
 //! name holds a word given, the raw client alone). Progress goes to stderr.
 

@@ -777,7 +777,27 @@ pub fn replay(
         if mode == Mode::KeepsOutput {
             held = answer.clone();
         }
+        if acted && std::env::var_os("TAMP_BENCH_DUMP").is_some() {
+            let summaries: Vec<(u64, u64)> = answer
+                .iter()
+                .filter(|m| m.is_summary())
+                .map(|m| {
+                    let t = m.joined_text();
+                    let n = tamp_plugin_api::sdk::ledger::narrative(&t);
+                    (
+                        tokens.count_text(n),
+                        tokens.count_text(&t) - tokens.count_text(n),
+                    )
+                })
+                .collect();
+            eprintln!("DUMP {tag} req {i}: context {answer_tokens}, summaries (narrative, ledger) {summaries:?}");
+        }
         if i + 1 == session.requests.len() {
+            if std::env::var_os("TAMP_BENCH_DUMP").is_some() {
+                for m in answer.iter().filter(|m| m.is_summary()) {
+                    eprintln!("DUMPTEXT {tag}:\n{}\n----", m.joined_text());
+                }
+            }
             out.constraint_kept = contains_constraint(&answer);
             out.final_context = answer_tokens;
         }

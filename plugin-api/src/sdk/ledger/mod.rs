@@ -32,9 +32,11 @@
 //!   before it already carries. An error a later call fixes leaves the ledger.
 //! - **Bounded** ([`Ledger::bounded`]): past its cap (a share of the budget,
 //!   [`LedgerConfig::max_share`]; shared by the summaries before it where they never fold,
-//!   [`LedgerConfig::cap_before`]) entries move out to the pages, where their messages are:
-//!   the oldest errors first, then files, then the oldest of the rest, never silently (the
-//!   note line counts them). Open errors keep the newest [`MAX_OPEN_ERRORS`].
+//!   [`LedgerConfig::cap_before`]) the oldest errors move out to the pages, where their
+//!   messages are; then the oldest of what the user said and what was decided are packed to
+//!   their first [`PACKED_CHARS`] characters; then files move out, then the oldest of the
+//!   rest, never silently (the note line counts what moved and what was packed). Open errors
+//!   keep the newest [`MAX_OPEN_ERRORS`].
 //! - **Not a prompt**: a strategy sends the model its prior summary's narrative only
 //!   ([`narrative`]); the ledger never reaches a request, so requests stay as they were.
 //!
@@ -53,6 +55,7 @@ use serde::{Deserialize, Serialize};
 use crate::conversation::Message;
 use crate::error::PluginError;
 use crate::host::Host;
+use crate::sdk::summary::cap_chars;
 
 pub use extract::{call_signature, extract, one_line, Extracted};
 pub use writes::{shell_writes, writes, Write};
@@ -69,6 +72,11 @@ pub const MAX_ENTRY_CHARS: usize = 300;
 pub const MAX_INPUT_CHARS: usize = 80;
 /// Open errors kept; older ones move out like any entry past the cap.
 pub const MAX_OPEN_ERRORS: usize = 5;
+/// Past the cap, the oldest entries of what the user said and what was decided are packed to
+/// this many characters (marked `…`; their messages, in the pages, hold the rest) before any
+/// of them moves out: most of a fact is in its first words, and a packed entry is packed the
+/// same way in every later summary.
+pub const PACKED_CHARS: usize = 120;
 
 /// The `[stage.config] ledger` table of the strategies that write one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -285,6 +293,8 @@ pub struct Ledger {
     pub groups: Vec<Group>,
     /// Entries moved out to the pages to stay within the cap.
     pub moved: usize,
+    /// Entries packed to [`PACKED_CHARS`] to stay within the cap (the pages hold the rest).
+    pub packed: usize,
     /// Errors listed once and fixed by a later call.
     pub fixed: usize,
     /// The assistant's statements in a language whose decisions are not read.
@@ -292,6 +302,7 @@ pub struct Ledger {
 }
 
 const MOVED_NOTE: &str = "older entries moved out to this summary's page or the pages before it";
+const PACKED_NOTE: &str = "older entries packed to their first words (the pages hold the rest)";
 const FIXED_NOTE: &str = "listed errors fixed later";
 const UNREAD_NOTE: &str =
     "of the assistant's statements are in a language the ledger reads no decisions in";
@@ -299,7 +310,11 @@ const UNREAD_NOTE: &str =
 impl Ledger {
     /// Whether it has nothing to say (no entry and nothing counted).
     pub fn is_empty(&self) -> bool {
-        self.entries().next().is_none() && self.moved == 0 && self.fixed == 0 && self.unread == 0
+        self.entries().next().is_none()
+            && self.moved == 0
+            && self.packed == 0
+            && self.fixed == 0
+            && self.unread == 0
     }
 
     /// Every entry, oldest first.
@@ -332,6 +347,7 @@ impl Ledger {
                     }
                 }
                 ledger.moved += carried.moved;
+                ledger.packed += carried.packed;
                 ledger.fixed += carried.fixed;
                 ledger.unread += carried.unread;
             }
@@ -361,18 +377,20 @@ impl Ledger {
     }
 
     /// Within `cap_tokens` (as `count` counts the rendering's lines): past
-    /// [`MAX_OPEN_ERRORS`] open errors the oldest move out, and past the cap entries move
-    /// out until the ledger takes three quarters of it (so the next few summaries need not
-    /// move any, and keep their ledgers' prefix): the oldest errors first, then the oldest
-    /// files, then the oldest of the rest. A re-run and the repository tell an error and a
-    /// file again; nothing tells again what the user said or what was decided. Moved entries
-    /// are counted.
+    /// [`MAX_OPEN_ERRORS`] open errors the oldest move out, and past the cap the ledger is
+    /// brought to three quarters of it (so the next few summaries need not touch it, and keep
+    /// their ledgers' prefix): the oldest errors move out first, then the oldest of what the
+    /// user said and what was decided are packed ([`PACKED_CHARS`]), then the oldest files
+    /// move out, then the oldest of the rest. A re-run and the repository tell an error and a
+    /// file again; nothing tells again what the user said or what was decided, so those are
+    /// shortened before any of them goes. Moved and packed entries are counted.
     pub fn bounded(mut self, cap_tokens: u64, count: &dyn Fn(&str) -> u64) -> Ledger {
         let errors = self.entries().filter(|e| e.kind == Kind::Error).count();
         self.move_out(Kind::Error, errors.saturating_sub(MAX_OPEN_ERRORS));
+        let entry_count = self.entries().count();
         let fixed_cost = count(HEADER)
             + self.groups.iter().map(|g| count(&g.header())).sum::<u64>()
-            + count(&self.note_with(self.moved + self.entries().count()));
+            + count(&self.note_with(self.moved + entry_count, self.packed + entry_count));
         let mut total = fixed_cost + self.entries().map(|e| count(&e.line())).sum::<u64>();
         if total <= cap_tokens {
             return self;
@@ -383,22 +401,56 @@ impl Ledger {
             return self.all_moved_out(cap_tokens, count);
         }
         let target = cap_tokens * 3 / 4;
-        for kinds in [
-            &[Kind::Error][..],
-            &[Kind::File],
-            &[Kind::User, Kind::Decision],
-        ] {
-            let mut n = 0;
-            for entry in self.entries().filter(|e| kinds.contains(&e.kind)) {
-                if total <= target {
-                    break;
-                }
-                total -= count(&entry.line());
-                n += 1;
-            }
-            self.move_out_of(kinds, n);
-        }
+        total = self.move_out_until(&[Kind::Error], total, target, count);
+        total = self.pack_until(total, target, count);
+        total = self.move_out_until(&[Kind::File], total, target, count);
+        self.move_out_until(&[Kind::User, Kind::Decision], total, target, count);
         self
+    }
+
+    /// Moves the oldest entries of `kinds` out while `total` (the rendering's tokens) is above
+    /// `target`; the total after.
+    fn move_out_until(
+        &mut self,
+        kinds: &[Kind],
+        mut total: u64,
+        target: u64,
+        count: &dyn Fn(&str) -> u64,
+    ) -> u64 {
+        let mut n = 0;
+        for entry in self.entries().filter(|e| kinds.contains(&e.kind)) {
+            if total <= target {
+                break;
+            }
+            total -= count(&entry.line());
+            n += 1;
+        }
+        self.move_out_of(kinds, n);
+        total
+    }
+
+    /// Packs the oldest entries of what the user said and what was decided to
+    /// [`PACKED_CHARS`] while `total` is above `target`; the total after.
+    fn pack_until(&mut self, mut total: u64, target: u64, count: &dyn Fn(&str) -> u64) -> u64 {
+        for group in &mut self.groups {
+            for entry in &mut group.entries {
+                if total <= target {
+                    return total;
+                }
+                if !matches!(entry.kind, Kind::User | Kind::Decision) {
+                    continue;
+                }
+                let packed = cap_chars(&entry.text, PACKED_CHARS);
+                if packed.len() >= entry.text.len() {
+                    continue;
+                }
+                let before = count(&entry.line());
+                entry.text = packed;
+                total = total.saturating_sub(before) + count(&entry.line());
+                self.packed += 1;
+            }
+        }
+        total
     }
 
     /// Every entry moved out: the ledger is its header and the note that counts them, so the
@@ -407,7 +459,7 @@ impl Ledger {
     fn all_moved_out(mut self, cap_tokens: u64, count: &dyn Fn(&str) -> u64) -> Ledger {
         let n = self.entries().count();
         self.move_out_of(&[Kind::Error, Kind::File, Kind::User, Kind::Decision], n);
-        if count(HEADER) + count(&self.note_with(self.moved)) > cap_tokens {
+        if count(HEADER) + count(&self.note_with(self.moved, self.packed)) > cap_tokens {
             return Ledger::default();
         }
         self
@@ -432,11 +484,15 @@ impl Ledger {
         self.groups.retain(|g| !g.entries.is_empty());
     }
 
-    /// The note line for `moved` entries moved out (and the other counts as they are).
-    fn note_with(&self, moved: usize) -> String {
+    /// The note line for `moved` entries moved out and `packed` packed (and the other
+    /// counts as they are).
+    fn note_with(&self, moved: usize, packed: usize) -> String {
         let mut parts = Vec::new();
         if moved > 0 {
             parts.push(format!("{moved} {MOVED_NOTE}"));
+        }
+        if packed > 0 {
+            parts.push(format!("{packed} {PACKED_NOTE}"));
         }
         if self.fixed > 0 {
             parts.push(format!("{} {FIXED_NOTE}", self.fixed));
@@ -466,7 +522,7 @@ impl Ledger {
                 out.push_str(&entry.line());
             }
         }
-        let note = self.note_with(self.moved);
+        let note = self.note_with(self.moved, self.packed);
         if !note.is_empty() {
             out.push('\n');
             out.push_str(&note);
@@ -505,6 +561,7 @@ impl Ledger {
                     };
                     match what {
                         MOVED_NOTE => ledger.moved = n,
+                        PACKED_NOTE => ledger.packed = n,
                         FIXED_NOTE => ledger.fixed = n,
                         UNREAD_NOTE => ledger.unread = n,
                         _ => {}
@@ -602,6 +659,7 @@ mod tests {
                 },
             ],
             moved: 4,
+            packed: 3,
             fixed: 1,
             unread: 2,
         };
@@ -610,8 +668,9 @@ mod tests {
         assert!(text.contains("\npage pg_1:\n- m3 user: Use Decimal: never float.\n"));
         assert!(text.ends_with(
             "this summary's page:\n- m0 file: src/a.py (sed -i)\n(4 older entries moved out to \
-             this summary's page or the pages before it; 1 listed errors fixed later; 2 of the \
-             assistant's statements are in a language the ledger reads no decisions in)"
+             this summary's page or the pages before it; 3 older entries packed to their first \
+             words (the pages hold the rest); 1 listed errors fixed later; 2 of the assistant's \
+             statements are in a language the ledger reads no decisions in)"
         ));
         let (narrative, parsed) = split(&text);
         assert_eq!(narrative, "The agent fixed the totals.");
@@ -729,6 +788,66 @@ mod tests {
         let kinds: Vec<(Kind, usize)> = bounded.entries().map(|e| (e.kind, e.message)).collect();
         assert_eq!(kinds, [(Kind::Decision, 0), (Kind::User, 3)]);
         assert_eq!(bounded.moved, 3);
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_words_are_packed_before_files_move_out() {
+        let long = |n: usize| {
+            format!(
+                "Instruction {n}: {}",
+                "keep the totals in Decimal ".repeat(20)
+            )
+        };
+        let mut entries: Vec<Entry> = (0..4)
+            .map(|n| Entry {
+                kind: if n % 2 == 0 {
+                    Kind::User
+                } else {
+                    Kind::Decision
+                },
+                message: n,
+                text: long(n),
+            })
+            .collect();
+        entries.push(Entry {
+            kind: Kind::File,
+            message: 4,
+            text: "src/a.py (sed -i)".into(),
+        });
+        let ledger = Ledger {
+            groups: vec![Group {
+                page: None,
+                entries,
+            }],
+            ..Ledger::default()
+        };
+        let all = words(&ledger.render());
+        // Packing the two oldest is enough to come under three quarters of this cap.
+        let bounded = ledger.clone().bounded(all - 10, &words);
+        assert!(
+            words(&bounded.render()) <= (all - 10) * 3 / 4,
+            "{}",
+            bounded.render()
+        );
+        assert_eq!((bounded.packed, bounded.moved), (2, 0));
+        let texts: Vec<&str> = bounded.entries().map(|e| e.text.as_str()).collect();
+        assert_eq!(texts[0], cap_chars(&long(0), PACKED_CHARS));
+        assert!(texts[0].ends_with('…') && texts[0].chars().count() == PACKED_CHARS);
+        assert_eq!(
+            texts[2..],
+            [long(2).as_str(), &long(3), "src/a.py (sed -i)"]
+        );
+        // Carried into a later summary, a packed entry reads the same and stays counted.
+        let summary = attach("n", &bounded);
+        let later = vec![summary_message(&summary, "pg_p", "s", SummaryStatus::Final)];
+        let carried = Ledger::for_span(&later, 0..1);
+        assert_eq!(carried.packed, 2);
+        assert_eq!(carried.entries().next().unwrap().text, texts[0]);
+        // Packed again, a packed entry does not change.
+        let again = carried
+            .clone()
+            .bounded(words(&carried.render()) - 1, &words);
+        assert!(again.entries().any(|e| e.text == texts[0]));
     }
 
     #[test]
