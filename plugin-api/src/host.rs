@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use abi_stable::std_types::{RResult, RString, RVec};
 
-use futures::StreamExt as _;
+use futures_util::StreamExt as _;
 
 use crate::conversation::Message;
 use crate::deferred::{DeferredRequest, DeferredState};
@@ -80,7 +80,7 @@ impl Host {
         };
         let mut answers: Vec<Option<Result<LlmResponse, HostError>>> =
             (0..total).map(|_| None).collect();
-        let mut finishing = futures::stream::iter(requests.into_iter().enumerate())
+        let mut finishing = futures_util::stream::iter(requests.into_iter().enumerate())
             .map(|(index, request)| async move { (index, self.complete(request).await) })
             .buffer_unordered(limit);
         let mut done = 0;
@@ -133,7 +133,7 @@ impl Host {
         &self,
         pages: Vec<(Vec<Message>, Option<serde_json::Value>)>,
     ) -> Vec<Result<String, HostError>> {
-        futures::future::join_all(pages.into_iter().map(|(messages, metadata)| async move {
+        futures_util::future::join_all(pages.into_iter().map(|(messages, metadata)| async move {
             self.archive_page(messages, metadata.as_ref()).await
         }))
         .await

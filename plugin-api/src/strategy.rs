@@ -12,7 +12,7 @@ use std::sync::Arc;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::RResult;
 use async_ffi::{FfiFuture, FutureExt as _};
-use futures::FutureExt as _;
+use futures_util::FutureExt as _;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

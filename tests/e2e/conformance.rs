@@ -379,6 +379,21 @@ fn a_plugin_tested_with_the_kit_compiles_no_crate_but_the_kit_more() {
         ["tamp-conformance"],
         "the kit brings more: {added:?}"
     );
+    // Nor does plugin-api bring what no plugin uses (docs/benchmarks.md, "The conformance
+    // kit in a plugin's tests"): tracing's `#[instrument]` proc macro, the `futures` facade's
+    // async-await macro, executor, io and sinks, abi_stable's channels.
+    let unused = [
+        "tracing-attributes",
+        "futures-macro",
+        "futures-executor",
+        "futures-io",
+        "futures-sink",
+        "futures-channel",
+        "crossbeam-channel",
+        "const-oid",
+    ];
+    let pulled: Vec<&str> = unused.into_iter().filter(|c| plugin.contains(*c)).collect();
+    assert!(pulled.is_empty(), "a plugin's build compiles {pulled:?}");
 }
 
 /// The fenced block of `lang` that follows `heading` in `doc` (the first after it).
@@ -448,5 +463,15 @@ fn a_plugin_written_from_the_guide_passes_its_kit_test() {
     assert!(
         out.status.success() && stdout.contains("test conforms ... ok"),
         "the guide's plugin fails its kit test:\n{stdout}\n{stderr}"
+    );
+    // The guide's `crate-type = ["cdylib", "rlib"]` has `cargo test` build the library the
+    // kit loads, in the same profile, so the kit's own `cargo build --lib` (its output goes
+    // to this stderr) finds it up to date rather than compiling the plugin a second time.
+    let kit_build = &stderr[stderr
+        .find("Running tests/conformance.rs")
+        .expect("cargo ran the conformance test")..];
+    assert!(
+        !kit_build.contains("Compiling"),
+        "the kit compiled the plugin again for its cdylib:\n{stderr}"
     );
 }

@@ -107,9 +107,10 @@ impl Kit {
         }
     }
 
-    /// Checks the library of the crate whose tests are running: builds its `cdylib` first
-    /// (`cargo build --lib`, in the test's profile; quick when it is up to date), since
-    /// `cargo test` links a crate into its tests but does not build its `cdylib`.
+    /// Checks the library of the crate whose tests are running: asks cargo for its `cdylib`
+    /// (`cargo build --lib`, in the test's profile). With `crate-type = ["cdylib", "rlib"]`,
+    /// `cargo test` has built it already and this finds it up to date; with `cdylib` alone,
+    /// `cargo test` does not build it, and this compiles the crate once more.
     ///
     /// # Panics
     /// When not run by `cargo test` (no `CARGO_MANIFEST_DIR`), or the build fails or makes
