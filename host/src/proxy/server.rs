@@ -28,6 +28,7 @@ use crate::http::server::Startup;
 use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
 use super::forward::Upstreams;
+use super::last_read::LastReads;
 use super::metrics::ProxyMetrics;
 use super::outcome;
 use super::server_compaction::{self, Asked};
@@ -75,6 +76,8 @@ struct ProxyState {
     in_flight: Arc<InFlight>,
     gate: Gate,
     upstreams: Upstreams,
+    /// Each thread's last request read, to bound the next one's tokens unread.
+    last_reads: Arc<LastReads>,
 }
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
@@ -120,6 +123,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
             started.stopping.clone(),
         ),
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
+        last_reads: Arc::default(),
     });
     started.serve(router(state), &[upstreams]).await
 }
@@ -334,6 +338,7 @@ async fn compacted_body(
             header_session: session::header_session(headers),
         },
         active.proxy.compaction_timeout(),
+        Arc::clone(&state.last_reads),
     )
     .await;
     state
