@@ -6,8 +6,10 @@
 //! (Messages) and Codex's (Responses), and Codex's last request grown to 200 KB, directly and
 //! through the proxy with no stages (requests it does not compact, forwarded unread: see
 //! `proxy::precount`), and the 200 KB request once more through the shipped chain at a budget
-//! it is under but not by its length alone (the proxy reads and counts it, and does not
-//! compact it: the "read" row).
+//! it is under but not by its length alone: in one thread (the "read" row: the proxy reads
+//! and counts the first, and bounds each later one from it, see `proxy::last_read`), and in a
+//! new thread each time (the "new threads" row: every request read and counted whole; not
+//! held to the target).
 //!
 //! Printed per setup: non-streaming latency p50/p99, streaming time to first byte p50/p99,
 //! and the ratio and difference to direct. Targets (issues 19 and 31): added latency <= 2 ms
@@ -49,6 +51,8 @@ struct Body {
     api: Api,
     plain: String,
     stream: String,
+    /// Sent in a new thread each time (else all in one thread).
+    new_thread: bool,
 }
 
 impl Body {
@@ -60,6 +64,17 @@ impl Body {
             api,
             plain,
             stream: body.to_string(),
+            new_thread: false,
+        }
+    }
+
+    /// The same body, sent in a new thread each time.
+    fn in_new_threads(&self) -> Body {
+        Body {
+            api: self.api,
+            plain: self.plain.clone(),
+            stream: self.stream.clone(),
+            new_thread: true,
         }
     }
 }
@@ -67,6 +82,11 @@ impl Body {
 /// Sends each of `bodies` in turn, `n` times in all, non-streaming then streaming.
 async fn measure(client: &reqwest::Client, base: &str, bodies: &[Body], n: usize) -> Figures {
     let request = |i: usize, stream: bool| {
+        let thread = if bodies[i % bodies.len()].new_thread {
+            format!("bench-{i}-{stream}")
+        } else {
+            "bench".to_string()
+        };
         let body = &bodies[i % bodies.len()];
         let text = if stream { &body.stream } else { &body.plain };
         let builder = match body.api {
@@ -80,7 +100,7 @@ async fn measure(client: &reqwest::Client, base: &str, bodies: &[Body], n: usize
         };
         builder
             .header("content-type", "application/json")
-            .header("x-tamp-thread-id", "bench")
+            .header("x-tamp-thread-id", thread)
             .body(text.clone())
     };
     // Warm-up: connections, the first compaction of the thread, caches.
@@ -229,6 +249,7 @@ async fn main() {
         Api::Responses,
         grown_codex_request(codex_session.last().unwrap().clone(), 200 * 1024),
     )];
+    let codex_200k_new: Vec<Body> = codex_200k.iter().map(Body::in_new_threads).collect();
     let codex: Vec<Body> = codex_session
         .into_iter()
         .map(|b| Body::new(Api::Responses, b))
@@ -308,6 +329,12 @@ async fn main() {
             "proxy, read, Codex 200 KB",
             reading.base.clone(),
             &codex_200k,
+            9,
+        ),
+        (
+            "proxy, read, 200 KB, new threads",
+            reading.base.clone(),
+            &codex_200k_new,
             9,
         ),
     ];
