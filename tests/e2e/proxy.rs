@@ -1147,7 +1147,7 @@ async fn a_request_that_repeats_its_threads_last_read_one_goes_unread() {
         })
         .to_string()
     };
-    let first = body(37, "Hi, I need to change my flight.");
+    let first = body(33, "Hi, I need to change my flight.");
     // A high watermark just under the request's length: its length does not bound its
     // tokens under it, its count does.
     let max_tokens = (first.len() - 1) * 4 / 3;
@@ -1169,8 +1169,8 @@ async fn a_request_that_repeats_its_threads_last_read_one_goes_unread() {
         "{compaction}"
     );
     assert_eq!(thread, "t1");
-    // The same request again, then one with three messages more: bounded from the first.
-    let grown = body(40, "Hi, I need to change my flight.");
+    // The same request again, then one with four messages more: bounded from the first.
+    let grown = body(37, "Hi, I need to change my flight.");
     for next in [&first, &grown] {
         let (compaction, thread) = post_in_thread(&proxy, "t1", next).await;
         assert!(
@@ -1182,7 +1182,7 @@ async fn a_request_that_repeats_its_threads_last_read_one_goes_unread() {
         assert_eq!(last_body(), next.as_bytes());
     }
     // An earlier message edited, or another thread: read again.
-    let edited = body(40, "Hi, I need to change my flight!");
+    let edited = body(37, "Hi, I need to change my flight!");
     let (compaction, _) = post_in_thread(&proxy, "t1", &edited).await;
     assert!(!compaction.contains("unread"), "{compaction}");
     assert_eq!(last_body(), edited.as_bytes());
