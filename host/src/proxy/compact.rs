@@ -4,7 +4,6 @@
 //! `x-tamp-compaction` says why.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use abi_stable::std_types::ROption;
 use axum::body::Bytes;
@@ -32,9 +31,10 @@ pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
 /// request, to bound the next one.
 ///
 /// The compaction runs on a task of its own: a client that hangs up, or a request that stops
-/// waiting after `timeout`, does not cancel it half-way (the pages it archives stay whole and
-/// the thread state it leaves is a valid start for the next request), and a panic outside
-/// the plugins' containment is caught here rather than taking the request down.
+/// waiting after `[proxy] compaction_timeout_secs`, does not cancel it half-way (the pages it
+/// archives stay whole and the thread state it leaves is a valid start for the next
+/// request), and a panic outside the plugins' containment is caught here rather than taking
+/// the request down.
 pub async fn compact(
     active: Arc<ActiveChain>,
     metrics: Arc<Metrics>,
@@ -42,9 +42,9 @@ pub async fn compact(
     format: WireFormat,
     body: Bytes,
     thread: ThreadHint,
-    timeout: Duration,
     last: Arc<LastReads>,
 ) -> Outcome {
+    let timeout = active.proxy.compaction_timeout();
     if !active.proxy.strict {
         // The same wait as the compaction's: a thread store that hangs is not waited on longer.
         let decided = tokio::time::timeout(

@@ -337,7 +337,6 @@ async fn compacted_body(
             given,
             header_session: session::header_session(headers),
         },
-        active.proxy.compaction_timeout(),
         Arc::clone(&state.last_reads),
     )
     .await;
