@@ -1,7 +1,7 @@
 //! Each thread's last request read and counted, so that the next request of the thread, which
 //! repeats it and adds a few items, can be bounded without being read.
 //!
-//! The pre-count ([`super::precount`]) bounds a body's tokens by its length, which leaves a
+//! The pre-count (`proxy::precount`) bounds a body's tokens by its length, which leaves a
 //! large request (an agent's, 200 KB after an hour) to be read and counted whole even when its
 //! count is far under the high watermark: about 5 ms a request in a release build, most of it
 //! the wire reader. But an agent's request is its thread's previous request plus what is new.
@@ -11,7 +11,7 @@
 //! `prefix` bytes are those same bytes, followed by `,` or `]`, holds every element of that
 //! list and every field before it unchanged, so its count is at most
 //!
-//! > the count kept + [`bound`](super::precount::bound) of the bytes after the prefix.
+//! > the count kept + the pre-count's bound (`precount::bound`) of the bytes after the prefix.
 //!
 //! Why: each piece of text the chain counts comes from one element of the list or one
 //! top-level field. Those inside the prefix are the same text as in the kept request, and
@@ -39,8 +39,6 @@ use axum::body::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::precount;
-use crate::tokens::TokenCounter;
 #[cfg(doc)]
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
 use crate::wire::WireFormat;
@@ -64,11 +62,10 @@ struct Kept {
     used: u64,
 }
 
-/// The bound of a request from its thread's last read request.
+/// What bounds a request from its thread's last read request: its tokens are at most
+/// `counted` plus the pre-count's bound of its bytes after `repeated`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bound {
-    /// At most this many tokens.
-    pub tokens: u64,
     /// The tokens counted in the last read request.
     pub counted: u64,
     /// The bytes this request repeats of it.
@@ -142,15 +139,14 @@ impl LastReads {
         );
     }
 
-    /// The most tokens `counter` can count in `body`, from `thread`'s last read request, if
-    /// `body` repeats its list and what comes before it; `None` otherwise.
+    /// What bounds `body`'s tokens from `thread`'s last read request, if `body` repeats its
+    /// list and what comes before it; `None` otherwise.
     pub fn bound(
         &self,
         thread: &str,
         config_hash: &str,
         format: WireFormat,
         body: &[u8],
-        counter: &TokenCounter,
     ) -> Option<Bound> {
         let (kept, prefix, counted) = {
             let mut state = self.lock();
@@ -172,7 +168,6 @@ impl LastReads {
             return None;
         }
         Some(Bound {
-            tokens: counted.saturating_add(precount::bound(counter, body.len() - prefix)),
             counted,
             repeated: prefix,
         })
@@ -219,8 +214,15 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::tokens::Encoding;
+    use crate::tokens::{Encoding, TokenCounter};
     use crate::wire;
+
+    /// The bound's tokens, as the pre-count takes them (its bound of the bytes after the
+    /// prefix, written out: this module does not import the pre-count, which imports it).
+    fn tokens(bound: Bound, counter: &TokenCounter, len: usize) -> u64 {
+        let after = (len - bound.repeated) as f64 * counter.max_tokens_per_byte();
+        bound.counted + after.ceil() as u64
+    }
 
     fn counters() -> Vec<TokenCounter> {
         [
@@ -317,14 +319,15 @@ mod tests {
                         let counted = counter.count_messages(kept_messages);
                         reads.record("t", "h", format, &kept, counted);
                         let bound = reads
-                            .bound("t", "h", format, grown.as_bytes(), counter)
+                            .bound("t", "h", format, grown.as_bytes())
                             .unwrap_or_else(|| panic!("{format} cut at {n} then {m}: no bound"));
                         let full = counter.count_messages(grown_messages);
+                        let most = tokens(bound, counter, grown.len());
                         assert!(
-                            full <= bound.tokens,
+                            full <= most,
                             "{format} {:?} cut at {n} then {m}: {full} > {}",
                             counter.encoding(),
-                            bound.tokens
+                            most
                         );
                         assert_eq!(bound.counted, counted);
                         checked += 1;
@@ -337,12 +340,11 @@ mod tests {
 
     #[test]
     fn an_edited_truncated_or_reordered_body_has_no_bound_from_the_kept_one() {
-        let counter = &counters()[0];
         let (format, body) = corpus().pop().unwrap();
         let kept = Bytes::from(cut(&body, format, 10));
         let reads = LastReads::default();
         reads.record("t", "h", format, &kept, 100);
-        let bound = |text: &str| reads.bound("t", "h", format, text.as_bytes(), counter);
+        let bound = |text: &str| reads.bound("t", "h", format, text.as_bytes());
         assert!(bound(&cut(&body, format, 12)).is_some());
 
         // An earlier element edited, by one character.
@@ -369,19 +371,10 @@ mod tests {
 
         // Another thread, chain or format.
         let grown = cut(&body, format, 12);
-        assert_eq!(
-            reads.bound("u", "h", format, grown.as_bytes(), counter),
-            None
-        );
-        assert_eq!(
-            reads.bound("t", "h2", format, grown.as_bytes(), counter),
-            None
-        );
+        assert_eq!(reads.bound("u", "h", format, grown.as_bytes()), None);
+        assert_eq!(reads.bound("t", "h2", format, grown.as_bytes()), None);
         let other = WireFormat::OpenAi;
-        assert_eq!(
-            reads.bound("t", "h", other, grown.as_bytes(), counter),
-            None
-        );
+        assert_eq!(reads.bound("t", "h", other, grown.as_bytes()), None);
     }
 
     #[test]
@@ -395,12 +388,16 @@ mod tests {
         let grown = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}],"model":"m"}"#;
         let prefix = r#"{"messages":[{"role":"user","content":"hi"}"#.len();
         assert_eq!(
-            reads.bound("t", "h", format, grown.as_bytes(), &counter),
+            reads.bound("t", "h", format, grown.as_bytes()),
             Some(Bound {
-                tokens: 5 + (grown.len() - prefix) as u64,
                 counted: 5,
                 repeated: prefix,
             })
+        );
+        let bound = reads.bound("t", "h", format, grown.as_bytes()).unwrap();
+        assert_eq!(
+            tokens(bound, &counter, grown.len()),
+            5 + (grown.len() - prefix) as u64
         );
         // A body with no list elements is not kept, and takes the place of the last one.
         reads.record(
@@ -410,15 +407,11 @@ mod tests {
             &Bytes::from_static(br#"{"messages":[]}"#),
             0,
         );
-        assert_eq!(
-            reads.bound("t", "h", format, grown.as_bytes(), &counter),
-            None
-        );
+        assert_eq!(reads.bound("t", "h", format, grown.as_bytes()), None);
     }
 
     #[test]
     fn the_least_recently_used_thread_goes_first() {
-        let counter = TokenCounter::new(Encoding::O200kBase).unwrap();
         let format = WireFormat::OpenAi;
         let body = Bytes::from_static(br#"{"messages":[{"role":"user","content":"hi"}]}"#);
         let reads = LastReads::default();
@@ -426,11 +419,11 @@ mod tests {
             reads.record(&format!("t{i}"), "h", format, &body, 5);
         }
         // t0 used: t1 is now the least recently used.
-        assert!(reads.bound("t0", "h", format, &body, &counter).is_some());
+        assert!(reads.bound("t0", "h", format, &body).is_some());
         reads.record("new", "h", format, &body, 5);
-        assert!(reads.bound("t1", "h", format, &body, &counter).is_none());
+        assert!(reads.bound("t1", "h", format, &body).is_none());
         for thread in ["t0", "t2", "new"] {
-            assert!(reads.bound(thread, "h", format, &body, &counter).is_some());
+            assert!(reads.bound(thread, "h", format, &body).is_some());
         }
         let state = reads.lock();
         assert_eq!(state.threads.len(), MAX_THREADS);

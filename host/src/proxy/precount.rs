@@ -112,19 +112,18 @@ pub async fn decide(
             )
         }
     } else {
-        let from_last = last.bound(named.as_deref()?, config_hash, format, body, chain.tokens())?;
-        if from_last.tokens > limit {
+        let from_last = last.bound(named.as_deref()?, config_hash, format, body)?;
+        let after = body.len() - from_last.repeated;
+        let new = bound(chain.tokens(), after);
+        let most = from_last.counted.saturating_add(new);
+        if most > limit {
             return None;
         }
         format!(
-            "at most {} tokens: {} counted in the thread's last request read, whose first {} \
-             bytes it repeats, and at most {} in the {} bytes after them; not above the high \
-             watermark of {limit}",
-            from_last.tokens,
-            from_last.counted,
-            from_last.repeated,
-            from_last.tokens - from_last.counted,
-            body.len() - from_last.repeated
+            "at most {most} tokens: {} counted in the thread's last request read, whose first \
+             {} bytes it repeats, and at most {new} in the {after} bytes after them; not above \
+             the high watermark of {limit}",
+            from_last.counted, from_last.repeated,
         )
     };
     let thread = match (chain.thread_config(), named) {
