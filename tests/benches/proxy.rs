@@ -6,8 +6,10 @@
 //! (Messages) and Codex's (Responses), and Codex's last request grown to 200 KB, directly and
 //! through the proxy with no stages (requests it does not compact, forwarded unread: see
 //! `proxy::precount`), and the 200 KB request once more through the shipped chain at a budget
-//! it is under but not by its length alone (the proxy reads and counts it, and does not
-//! compact it: the "read" row).
+//! it is under but not by its length alone: in one thread (the "read" row: the proxy reads
+//! and counts the first, and bounds each later one from it, see `proxy::last_read`), and in a
+//! new thread each time (the "new threads" row: every request read and counted whole; not
+//! held to the target).
 //!
 //! Printed per setup: non-streaming latency p50/p99, streaming time to first byte p50/p99,
 //! and the ratio and difference to direct. Targets (issues 19 and 31): added latency <= 2 ms
@@ -49,6 +51,8 @@ struct Body {
     api: Api,
     plain: String,
     stream: String,
+    /// Sent in a new thread each time (else all in one thread).
+    new_thread: bool,
 }
 
 impl Body {
@@ -60,6 +64,17 @@ impl Body {
             api,
             plain,
             stream: body.to_string(),
+            new_thread: false,
+        }
+    }
+
+    /// The same body, sent in a new thread each time.
+    fn in_new_threads(&self) -> Body {
+        Body {
+            api: self.api,
+            plain: self.plain.clone(),
+            stream: self.stream.clone(),
+            new_thread: true,
         }
     }
 }
@@ -67,6 +82,14 @@ impl Body {
 /// Sends each of `bodies` in turn, `n` times in all, non-streaming then streaming.
 async fn measure(client: &reqwest::Client, base: &str, bodies: &[Body], n: usize) -> Figures {
     let request = |i: usize, stream: bool| {
+        // An agent streams all its requests or none: the streaming ones are a thread of
+        // their own (`stream` may come before the conversation, as in Codex's requests, and a
+        // thread's requests repeat each other's first bytes).
+        let thread = if bodies[i % bodies.len()].new_thread {
+            format!("bench-{i}-{stream}")
+        } else {
+            format!("bench-{stream}")
+        };
         let body = &bodies[i % bodies.len()];
         let text = if stream { &body.stream } else { &body.plain };
         let builder = match body.api {
@@ -80,18 +103,20 @@ async fn measure(client: &reqwest::Client, base: &str, bodies: &[Body], n: usize
         };
         builder
             .header("content-type", "application/json")
-            .header("x-tamp-thread-id", "bench")
+            .header("x-tamp-thread-id", thread)
             .body(text.clone())
     };
-    // Warm-up: connections, the first compaction of the thread, caches.
+    // Warm-up: connections, the first compaction of each thread, caches.
     for i in 0..10 {
-        request(i, false)
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        for stream in [false, true] {
+            request(i, stream)
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+        }
     }
     let mut latency = Vec::with_capacity(n);
     let mut ttfb = Vec::with_capacity(n);
@@ -229,6 +254,7 @@ async fn main() {
         Api::Responses,
         grown_codex_request(codex_session.last().unwrap().clone(), 200 * 1024),
     )];
+    let codex_200k_new: Vec<Body> = codex_200k.iter().map(Body::in_new_threads).collect();
     let codex: Vec<Body> = codex_session
         .into_iter()
         .map(|b| Body::new(Api::Responses, b))
@@ -305,6 +331,12 @@ async fn main() {
             9,
         ),
         (
+            "proxy, read, 200 KB, new threads",
+            reading.base.clone(),
+            &codex_200k_new,
+            9,
+        ),
+        (
             "proxy, read, Codex 200 KB",
             reading.base.clone(),
             &codex_200k,
@@ -315,6 +347,22 @@ async fn main() {
     for (name, base, bodies, _) in &rows {
         results.push((*name, measure(&client, base, bodies, n).await));
     }
+    // What the reading proxy made of the 200 KB request, in the read row's thread (the
+    // last row: the new threads' row before it pushed that thread out).
+    let said = client
+        .post(format!("{}/v1/responses", reading.base))
+        .header("authorization", format!("Bearer {KEY}"))
+        .header("content-type", "application/json")
+        .header("x-tamp-thread-id", "bench-false")
+        .body(codex_200k[0].plain.clone())
+        .send()
+        .await
+        .unwrap();
+    let said = said
+        .headers()
+        .get("x-tamp-compaction")
+        .map_or("", |v| v.to_str().unwrap())
+        .to_string();
     // The compaction's own time, as the proxy's metrics saw it (mean wait per request).
     let metrics = client
         .get(through.url("/tamp/metrics"))
@@ -376,6 +424,7 @@ async fn main() {
     let shipped = &results[4].1;
     let direct = &results[2].1;
     println!();
+    println!("read row, x-tamp-compaction: {said}");
     println!(
         "shipped chain: mean compaction wait {compaction_ms:.3} ms per request (thread \
          continued, summaries cached); p50 beyond direct and that wait: {:+.3} ms",
@@ -394,7 +443,7 @@ async fn main() {
         verdict(added99 <= 5.0),
         verdict(ttfb_added <= 1.0)
     );
-    for (through, direct) in [(6, 5), (8, 7), (10, 9), (11, 9)] {
+    for (through, direct) in [(6, 5), (8, 7), (10, 9), (12, 9)] {
         let (f, d) = (&results[through].1, &results[direct].1);
         let added50 = percentile(&f.latency, 0.5) - percentile(&d.latency, 0.5);
         let added99 = percentile(&f.latency, 0.99) - percentile(&d.latency, 0.99);

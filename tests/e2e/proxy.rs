@@ -1129,3 +1129,67 @@ async fn tamp_answers_openais_server_side_compaction_for_an_upstream_that_lacks_
     );
     assert_key_kept_out(&proxy, &dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_repeats_its_threads_last_read_one_goes_unread() {
+    let dir = ScratchDir::new("proxy-last-read");
+    let upstream = MockUpstream::start();
+    let conversation: Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let body = |turns: usize, first: &str| {
+        let mut messages = conversation["messages"].as_array().unwrap()[..turns].to_vec();
+        messages[0]["content"] = json!(first);
+        json!({
+            "model": "claude-test",
+            "max_tokens": 64,
+            "system": conversation["system"],
+            "messages": messages,
+        })
+        .to_string()
+    };
+    let first = body(33, "Hi, I need to change my flight.");
+    // A high watermark just under the request's length: its length does not bound its
+    // tokens under it, its count does.
+    let max_tokens = (first.len() - 1) * 4 / 3;
+    let text = std::fs::read_to_string(shipped_chain(&dir, &upstream, ""))
+        .unwrap()
+        .replace(
+            "max_tokens = 4000\n",
+            &format!("max_tokens = {max_tokens}\n"),
+        );
+    let chain = tamp_e2e::write_chain(&dir, &text);
+    let proxy = start_proxy(&chain);
+    let last_body = || upstream.received().last().unwrap().body.clone();
+
+    // Read and counted.
+    let (compaction, thread) = post_in_thread(&proxy, "t1", &first).await;
+    assert!(
+        compaction.contains("tokens, not above the high watermark")
+            && !compaction.contains("unread"),
+        "{compaction}"
+    );
+    assert_eq!(thread, "t1");
+    // The same request again, then one with four messages more: bounded from the first.
+    let grown = body(37, "Hi, I need to change my flight.");
+    for next in [&first, &grown] {
+        let (compaction, thread) = post_in_thread(&proxy, "t1", next).await;
+        assert!(
+            compaction.contains("counted in the thread's last request read")
+                && compaction.ends_with("forwarded unread)"),
+            "{compaction}"
+        );
+        assert_eq!(thread, "t1");
+        assert_eq!(last_body(), next.as_bytes());
+    }
+    // An earlier message edited, or another thread: read again.
+    let edited = body(37, "Hi, I need to change my flight!");
+    let (compaction, _) = post_in_thread(&proxy, "t1", &edited).await;
+    assert!(!compaction.contains("unread"), "{compaction}");
+    assert_eq!(last_body(), edited.as_bytes());
+    let (compaction, thread) = post_in_thread(&proxy, "t2", &grown).await;
+    assert!(!compaction.contains("unread"), "{compaction}");
+    assert_eq!(thread, "t2");
+    // The edited request is now t1's last read one.
+    let (compaction, _) = post_in_thread(&proxy, "t1", &edited).await;
+    assert!(compaction.ends_with("forwarded unread)"), "{compaction}");
+}

@@ -4,11 +4,11 @@
 //! `x-tamp-compaction` says why.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use abi_stable::std_types::ROption;
 use axum::body::Bytes;
 
+use super::last_read::LastReads;
 use super::outcome::{nothing_to_compact, server_side_field, Outcome, ThreadHint};
 use super::{precount, session};
 use crate::chain::{ChainError, ChainReport, CompactOptions, StageStatus};
@@ -26,12 +26,15 @@ pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
 ///
 /// A body the chain would certainly leave as it is (see [`precount`]) is not read: the
 /// outcome is `Unchanged`, and the caller forwards the original bytes. Not in `[proxy]
-/// strict` mode, where every body is read so that one tamp cannot read is refused.
+/// strict` mode, where every body is read so that one tamp cannot read is refused. A body
+/// read and left as it is, in a named thread, is kept in `last` as that thread's last read
+/// request, to bound the next one.
 ///
 /// The compaction runs on a task of its own: a client that hangs up, or a request that stops
-/// waiting after `timeout`, does not cancel it half-way (the pages it archives stay whole and
-/// the thread state it leaves is a valid start for the next request), and a panic outside
-/// the plugins' containment is caught here rather than taking the request down.
+/// waiting after `[proxy] compaction_timeout_secs`, does not cancel it half-way (the pages it
+/// archives stay whole and the thread state it leaves is a valid start for the next
+/// request), and a panic outside the plugins' containment is caught here rather than taking
+/// the request down.
 pub async fn compact(
     active: Arc<ActiveChain>,
     metrics: Arc<Metrics>,
@@ -39,13 +42,21 @@ pub async fn compact(
     format: WireFormat,
     body: Bytes,
     thread: ThreadHint,
-    timeout: Duration,
+    last: Arc<LastReads>,
 ) -> Outcome {
+    let timeout = active.proxy.compaction_timeout();
     if !active.proxy.strict {
         // The same wait as the compaction's: a thread store that hangs is not waited on longer.
         let decided = tokio::time::timeout(
             timeout,
-            precount::decide(&active.chain, format, &body, &thread),
+            precount::decide(
+                &active.chain,
+                format,
+                &body,
+                &thread,
+                &last,
+                &active.config_hash,
+            ),
         );
         if let Ok(Some(outcome)) = decided.await {
             return outcome;
@@ -57,7 +68,7 @@ pub async fn compact(
         let body = body.clone();
         async move {
             let _guard = guard;
-            run(&active, &metrics, format, &body, thread).await
+            run(&active, &metrics, format, &body, thread, &last).await
         }
     });
     match tokio::time::timeout(timeout, task).await {
@@ -92,8 +103,9 @@ async fn run(
     active: &ActiveChain,
     metrics: &Metrics,
     format: WireFormat,
-    body: &[u8],
+    body: &Bytes,
     thread: ThreadHint,
+    last: &LastReads,
 ) -> Outcome {
     let invalid = |reason: String| {
         metrics.compaction_failed("invalid");
@@ -177,6 +189,11 @@ async fn run(
         tracing::debug!("the request counts under thread {thread}");
     }
     if !acted(report) && !continued && !expanded {
+        // Counted as sent (the thread was not continued): the next request of the thread
+        // that repeats this one is bounded from this count.
+        if let Some(id) = &named {
+            last.record(id, &active.config_hash, format, body, report.tokens_before);
+        }
         return Outcome::Unchanged {
             reason: unchanged_reason(report),
             thread,

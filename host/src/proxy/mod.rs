@@ -3,7 +3,8 @@
 //!
 //! - [`route`]: which upstream, which URL, which headers; which requests are compacted.
 //! - [`compact`]: a body through the chain, falling back to the original (never in the way);
-//!   [`precount`]: a body the chain would certainly leave as it is, forwarded unread.
+//!   [`precount`]: a body the chain would certainly leave as it is, forwarded unread;
+//!   [`last_read`]: each thread's last request read, which bounds the next one's tokens.
 //! - [`outcome`]: what the proxy made of a body, and the headers that say so.
 //! - [`session`]: the thread of an agent's session, from what the agent sends.
 //! - [`server_compaction`]: OpenAI's server-side compaction, answered by tamp's chain for an
@@ -20,6 +21,7 @@
 pub mod compact;
 pub mod error;
 pub mod forward;
+pub mod last_read;
 pub mod metrics;
 pub mod outcome;
 pub mod precount;

@@ -35,6 +35,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use super::last_read::LastReads;
 use super::outcome::{nothing_to_compact, server_side_field, Outcome, ThreadHint};
 use super::session;
 use crate::chain::Chain;
@@ -66,16 +67,21 @@ pub fn bound(counter: &TokenCounter, bytes: usize) -> u64 {
 }
 
 /// What becomes of `body` without reading it, if that can be known: the outcome to answer
-/// with, the body forwarded as it is; `None` when the chain must read it.
+/// with, the body forwarded as it is; `None` when the chain must read it. `last` holds the
+/// threads' last read requests (see [`super::last_read`]), read by the chain of
+/// `config_hash`: a body over the bound of its length may be under the bound from its
+/// thread's last request.
 pub async fn decide(
     chain: &Chain,
     format: WireFormat,
     body: &[u8],
     thread: &ThreadHint,
+    last: &LastReads,
+    config_hash: &str,
 ) -> Option<Outcome> {
     let limit = chain.unchanged_up_to()?;
-    let most = bound(chain.tokens(), body.len());
-    if most > limit {
+    let by_length = bound(chain.tokens(), body.len());
+    if by_length > limit && last.is_empty() {
         return None;
     }
     let text = std::str::from_utf8(body).ok()?;
@@ -94,16 +100,32 @@ pub async fn decide(
             return Some(nothing_to_compact(field));
         }
     }
-    // As `compact::run` names it: the header, the body's `thread_id`, the agent's session.
-    let fields = session::Fields {
-        metadata: top.metadata,
-        prompt_cache_key: top.prompt_cache_key,
+    let named = thread_name(top.thread_id, top.metadata, top.prompt_cache_key, thread);
+    let reason = if by_length <= limit {
+        if limit == u64::MAX {
+            "the chain has no stages".to_string()
+        } else {
+            format!(
+                "{} bytes hold at most {by_length} tokens, not above the high watermark of \
+                 {limit}",
+                body.len()
+            )
+        }
+    } else {
+        let from_last = last.bound(named.as_deref()?, config_hash, format, body)?;
+        let after = body.len() - from_last.repeated;
+        let new = bound(chain.tokens(), after);
+        let most = from_last.counted.saturating_add(new);
+        if most > limit {
+            return None;
+        }
+        format!(
+            "at most {most} tokens: {} counted in the thread's last request read, whose first \
+             {} bytes it repeats, and at most {new} in the {after} bytes after them; not above \
+             the high watermark of {limit}",
+            from_last.counted, from_last.repeated,
+        )
     };
-    let named = thread
-        .given
-        .clone()
-        .or_else(|| top.thread_id.map(Cow::into_owned))
-        .or_else(|| session::session_thread(fields.session(), thread.header_session.as_deref()));
     let thread = match (chain.thread_config(), named) {
         (None, _) => None,
         (Some(_), Some(id)) => {
@@ -115,18 +137,28 @@ pub async fn decide(
         (Some(config), None) if config.derive_key => return None,
         (Some(_), None) => None,
     };
-    let reason = if limit == u64::MAX {
-        "the chain has no stages".to_string()
-    } else {
-        format!(
-            "{} bytes hold at most {most} tokens, not above the high watermark of {limit}",
-            body.len()
-        )
-    };
     Some(Outcome::Unchanged {
         reason: format!("{reason}: forwarded unread"),
         thread,
     })
+}
+
+/// The thread a request names, as `compact::run` names it: the header, the body's
+/// `thread_id`, the agent's session.
+fn thread_name(
+    thread_id: Option<Cow<'_, str>>,
+    metadata: Option<session::Metadata<'_>>,
+    prompt_cache_key: Option<Cow<'_, str>>,
+    hint: &ThreadHint,
+) -> Option<String> {
+    let fields = session::Fields {
+        metadata,
+        prompt_cache_key,
+    };
+    hint.given
+        .clone()
+        .or_else(|| thread_id.map(Cow::into_owned))
+        .or_else(|| session::session_thread(fields.session(), hint.header_session.as_deref()))
 }
 
 #[cfg(test)]
@@ -219,7 +251,16 @@ mod tests {
     }
 
     async fn decided(chain: &Chain, format: WireFormat, body: &str, t: &ThreadHint) -> String {
-        match decide(chain, format, body.as_bytes(), t).await {
+        match decide(
+            chain,
+            format,
+            body.as_bytes(),
+            t,
+            &LastReads::default(),
+            "h",
+        )
+        .await
+        {
             None => "read".to_string(),
             Some(outcome) => format!(
                 "{} / {}",
@@ -311,9 +352,16 @@ mod tests {
             assert_eq!(decided(&chain, r, odd, &none).await, "read", "{odd}");
         }
         assert_eq!(
-            decide(&chain, r, b"{\"input\":\"\xff\"}", &none)
-                .await
-                .map(|_| ()),
+            decide(
+                &chain,
+                r,
+                b"{\"input\":\"\xff\"}",
+                &none,
+                &LastReads::default(),
+                "h"
+            )
+            .await
+            .map(|_| ()),
             None
         );
     }

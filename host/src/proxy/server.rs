@@ -25,6 +25,7 @@ use crate::http::server::{ServerOptions, Startup};
 use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
 use super::forward::Upstreams;
+use super::last_read::LastReads;
 use super::metrics::ProxyMetrics;
 use super::outcome;
 use super::server_compaction::{self, Asked};
@@ -55,6 +56,8 @@ struct ProxyState {
     in_flight: Arc<InFlight>,
     gate: Gate,
     upstreams: Upstreams,
+    /// Each thread's last request read, to bound the next one's tokens unread.
+    last_reads: Arc<LastReads>,
 }
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
@@ -81,6 +84,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         // requests would be in the way; the upstream limits its clients.
         gate: started.gate(1),
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
+        last_reads: Arc::default(),
     });
     started.serve(router(state), &[upstreams]).await
 }
@@ -294,7 +298,7 @@ async fn compacted_body(
             given,
             header_session: session::header_session(headers),
         },
-        active.proxy.compaction_timeout(),
+        Arc::clone(&state.last_reads),
     )
     .await;
     state
