@@ -281,6 +281,49 @@ fn ledger_of(texts: &[(Role, &str)]) -> ledger::Ledger {
 }
 
 #[test]
+fn map_reduce_asks_a_narrative_shorter_by_what_its_ledger_says_word_for_word() {
+    let decisions: Vec<String> = (1..=6)
+        .map(|n| {
+            format!(
+                "Decision D-{n:03}: we will keep the exporter's column order {n}, because \
+                 consumers depend on it."
+            )
+        })
+        .collect();
+    let texts: Vec<(Role, &str)> = decisions
+        .iter()
+        .map(|d| (Role::Assistant, d.as_str()))
+        .collect();
+    // The same span summarized with the ledger on and off: the requests' output limits.
+    let asked = |ledger: bool| {
+        let provider = Arc::new(ScriptedProvider::always("The agent worked on the report."));
+        let chain = StageChain::new(
+            "tamp_map_reduce_adaptive",
+            json!({"none_below": 1, "brief_below": 2, "ledger": {"enabled": ledger}}),
+            provider.clone(),
+        )
+        .keep_recent(2)
+        .without_cache()
+        .build();
+        let out = rt()
+            .block_on(chain.compact(conversation(&texts), &CompactOptions::default()))
+            .unwrap();
+        assert_eq!(out.report.stages[0].status, StageStatus::Acted, "{out:?}");
+        let requests = provider.requests();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        requests[0].max_output_tokens
+    };
+    let (with, without) = (asked(true), asked(false));
+    // Six decision lines of about 25 tokens: the narrative is asked for less, never under
+    // half of what it would be without the ledger.
+    assert!(with < without, "with the ledger {with}, without {without}");
+    assert!(
+        with >= without / 2,
+        "with the ledger {with}, without {without}"
+    );
+}
+
+#[test]
 fn decisions_are_read_in_the_assistant_s_language_and_the_unreadable_are_counted() {
     let read = ledger_of(&[
         (

@@ -61,6 +61,15 @@ struct Summarized {
     warnings: Vec<String>,
 }
 
+/// The new content a run summarizes.
+struct Material<'a> {
+    /// One rendered unit (message or tool exchange) per piece.
+    pieces: &'a [String],
+    tokens: u64,
+    /// What the summary's ledger will say of it (`sdk::ledger::tokens_found`).
+    ledger_tokens: u64,
+}
+
 impl Summarized {
     /// A summary that took one call on one chunk (none, for a cached one).
     fn single(text: String, calls: usize) -> Self {
@@ -114,6 +123,17 @@ impl Strategy for MapReduceAdaptive {
         };
         let prior_tokens = prior.map_or(0, count);
         let input_tokens = content_tokens + prior_tokens;
+        // What the summary's ledger will say of the new content word for word: the narrative
+        // is asked for that much less.
+        let new_start = selection
+            .piece_ranges
+            .get(reused.as_ref().map_or(0, |r| r.pieces))
+            .map_or(selection.span.end, |r| r.start);
+        let ledger_tokens = if config.ledger.enabled {
+            sdk::ledger::tokens_found(&messages[new_start..selection.span.end], &count)
+        } else {
+            0
+        };
         let level = match Level::for_tokens(content_tokens, config) {
             // Nothing new (the whole span was cached), or too little: the cached summary
             // stands for what it covers, and any new messages stay as they are until there is
@@ -154,11 +174,17 @@ impl Strategy for MapReduceAdaptive {
                 Summarized::single(config.ledger.shown(&reused.summary).to_string(), 0)
             }
             Level::Brief => {
-                self.brief(&host, &content, content_tokens, prior, prior_tokens)
-                    .await?
+                let target = config.final_target(prior_tokens, content_tokens);
+                let target = config.ledger.narrative_target(target, ledger_tokens);
+                self.brief(&host, &content, prior, target).await?
             }
             Level::MapReduce => {
-                self.map_reduce(&host, new_pieces, content_tokens, prior, prior_tokens)
+                let material = Material {
+                    pieces: new_pieces,
+                    tokens: content_tokens,
+                    ledger_tokens,
+                };
+                self.map_reduce(&host, material, prior, prior_tokens)
                     .await?
             }
         };
@@ -272,11 +298,9 @@ impl MapReduceAdaptive {
         &self,
         host: &Host,
         content: &str,
-        content_tokens: u64,
         prior: Option<&str>,
-        prior_tokens: u64,
+        target: u32,
     ) -> Result<Summarized, PluginError> {
-        let target = self.config.final_target(prior_tokens, content_tokens);
         let request = prompts::brief_request(self.config.content_type, content, prior, target);
         let text = self.run_batch(host, vec![request]).await?.remove(0);
         Ok(Summarized::single(text, 1))
@@ -285,17 +309,21 @@ impl MapReduceAdaptive {
     async fn map_reduce(
         &self,
         host: &Host,
-        pieces: &[String],
-        content_tokens: u64,
+        material: Material<'_>,
         prior: Option<&str>,
         prior_tokens: u64,
     ) -> Result<Summarized, PluginError> {
         let config = &self.config;
         let count = |text: &str| host.count_tokens(text);
-        let chunks = chunk_pieces(pieces, &config.chunk_options(), &count);
+        let chunks = chunk_pieces(material.pieces, &config.chunk_options(), &count);
+        // The final summary's length: the narrative leaves to the ledger what it says.
+        let final_target = config.ledger.narrative_target(
+            config.final_target(prior_tokens, material.tokens),
+            material.ledger_tokens,
+        );
         if let ([chunk], Some(prior)) = (chunks.as_slice(), prior) {
-            let target = config.final_target(prior_tokens, content_tokens);
-            let request = prompts::update_request(config.content_type, &chunk.text, prior, target);
+            let request =
+                prompts::update_request(config.content_type, &chunk.text, prior, final_target);
             let text = self.run_batch(host, vec![request]).await?.remove(0);
             return Ok(Summarized::single(text, 1));
         }
@@ -306,12 +334,20 @@ impl MapReduceAdaptive {
                 // The prior summary goes to the synthesis only: every map request then
                 // depends on its chunk alone, and is the same request (a cache hit) however
                 // the prior changes.
+                // A lone chunk's summary is the final one (no synthesis follows).
+                let target = match (chunks.len(), prior) {
+                    (1, None) => config.ledger.narrative_target(
+                        config.summary_target(chunk.tokens),
+                        material.ledger_tokens,
+                    ),
+                    _ => config.summary_target(chunk.tokens),
+                };
                 prompts::map_request(
                     config.content_type,
                     i + 1,
                     &chunk.text,
                     chunk.has_overlap(),
-                    config.summary_target(chunk.tokens),
+                    target,
                 )
             })
             .collect();
@@ -362,9 +398,8 @@ impl MapReduceAdaptive {
         let text = if summaries.len() == 1 && prior.is_none() {
             summaries.remove(0)
         } else {
-            let target = config.final_target(prior_tokens, content_tokens);
             let request =
-                prompts::synthesis_request(config.content_type, &summaries, prior, target);
+                prompts::synthesis_request(config.content_type, &summaries, prior, final_target);
             calls += 1;
             self.run_batch(host, vec![request]).await?.remove(0)
         };

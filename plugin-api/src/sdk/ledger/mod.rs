@@ -121,6 +121,19 @@ impl LedgerConfig {
         }
     }
 
+    /// The length to ask of the narrative of a summary whose ledger takes `ledger_tokens`
+    /// (see [`tokens_found`]): the summary's `target` less what its ledger already says word
+    /// for word, and never under half of it, for the narrative still tells the story. So a
+    /// summary with its ledger is about as long as one without, and a context does not fill
+    /// up sooner for carrying the facts verbatim. `target` itself when the ledger is off.
+    pub fn narrative_target(&self, target: u32, ledger_tokens: u64) -> u32 {
+        if !self.enabled {
+            return target;
+        }
+        let left = u64::from(target).saturating_sub(ledger_tokens);
+        u32::try_from(left).unwrap_or(target).max(target / 2)
+    }
+
     /// The cap of the ledger of a summary placed at `messages[start]`: the share of a budget
     /// of `max_tokens`, less what the ledgers of the summaries before it take, so that the
     /// ledgers in a context stay within the share together.
@@ -180,6 +193,18 @@ pub fn finish(
         text: attach(narrative, &ledger),
         ledger,
     }
+}
+
+/// The tokens that the entries found in `messages` take as ledger lines (`count` counts a
+/// text): what a summary of them carries verbatim. Read from the messages alone, not less
+/// what earlier summaries already carry, so that a request whose length follows it depends
+/// on its material only (the same chunk, the same request: a cache hit).
+pub fn tokens_found(messages: &[Message], count: &dyn Fn(&str) -> u64) -> u64 {
+    extract(messages)
+        .entries
+        .iter()
+        .map(|e| count(&e.line()))
+        .sum()
 }
 
 /// The tokens of the ledgers in the summaries among `messages`.
@@ -635,6 +660,30 @@ mod tests {
             messages.push(Message::text(Role::Assistant, decision(n)));
         }
         messages
+    }
+
+    #[test]
+    fn a_narrative_is_asked_for_what_its_ledger_does_not_say_and_at_least_half() {
+        let on = LedgerConfig::default();
+        // Instruction 1, then two decisions: three lines of 5, 17 and 17 words.
+        let found = tokens_found(&session(1, 3), &words);
+        assert_eq!(found, 5 + 17 + 17);
+        assert_eq!(on.narrative_target(300, found), 300 - found as u32);
+        assert_eq!(on.narrative_target(60, found), 30);
+        assert_eq!(on.narrative_target(300, 0), 300);
+        assert_eq!(on.narrative_target(300, u64::MAX), 150);
+        let off = LedgerConfig {
+            enabled: false,
+            ..LedgerConfig::default()
+        };
+        assert_eq!(off.narrative_target(60, found), 60);
+        // A summary in the messages is carried, not found again.
+        let mut messages = session(1, 3);
+        messages.insert(
+            0,
+            summary_message("Earlier.", "pg_1", "s", SummaryStatus::Final),
+        );
+        assert_eq!(tokens_found(&messages, &words), found);
     }
 
     #[test]
