@@ -182,7 +182,8 @@ enum PluginsCommand {
 enum PagesCommand {
     /// Print the original messages of a page.
     Show {
-        /// The page id, as in a summary's page ref (pg_...).
+        /// The page id, as in a summary's page ref (pg_ and 32 hex digits), or its short ref as
+        /// a ledger names it (pg_ and the first 12).
         id: String,
         #[command(flatten)]
         store: StoreArgs,

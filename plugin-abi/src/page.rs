@@ -64,10 +64,60 @@ pub fn page_id_of_json(json: &[u8]) -> String {
     id
 }
 
+/// Hex digits in a page's short ref: `pg_` and the first 12 of its id's 32 (48 bits, so two
+/// pages of one store are told apart in all but about one store in ten thousand of a hundred
+/// thousand pages; a store that holds two says so). A ledger names the earlier pages it points
+/// into by their short refs: full ids took a quarter of its tokens.
+pub const SHORT_REF_HEX_LEN: usize = 12;
+
+/// The short ref of the page id `id`; any other ref (a test's `pg_1`) as it is.
+pub fn short_ref(id: &str) -> &str {
+    if prefix_ref(id).is_some() || id.len() == 3 + PAGE_ID_HEX_LEN && is_hex_ref(id) {
+        &id[..(3 + SHORT_REF_HEX_LEN).min(id.len())]
+    } else {
+        id
+    }
+}
+
+/// `reference` when it is a short ref (`pg_` and [`SHORT_REF_HEX_LEN`] to 31 lowercase hex
+/// digits): a start of a page id, for a store to look the page up by.
+pub fn prefix_ref(reference: &str) -> Option<&str> {
+    let hex = reference.len().checked_sub(3)?;
+    ((SHORT_REF_HEX_LEN..PAGE_ID_HEX_LEN).contains(&hex) && is_hex_ref(reference))
+        .then_some(reference)
+}
+
+/// `pg_` and lowercase hex digits.
+fn is_hex_ref(reference: &str) -> bool {
+    reference.strip_prefix("pg_").is_some_and(|hex| {
+        hex.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::conversation::Role;
+
+    #[test]
+    fn a_short_ref_is_the_start_of_a_page_id() {
+        let id = page_id(&[]);
+        assert_eq!(short_ref(&id), "pg_4f53cda18c2b");
+        assert_eq!(prefix_ref(short_ref(&id)), Some("pg_4f53cda18c2b"));
+        assert_eq!(short_ref(short_ref(&id)), "pg_4f53cda18c2b");
+        // Longer starts are prefixes too; a whole id, a shorter start or other refs are not.
+        assert!(prefix_ref(&id[..30]).is_some());
+        assert_eq!(prefix_ref(&id), None);
+        assert_eq!(prefix_ref("pg_4f53cda18c2"), None);
+        assert_eq!(prefix_ref("pg_4F53CDA18C2B"), None);
+        assert_eq!(prefix_ref("pg_4f53cda18c2_"), None);
+        assert_eq!(short_ref("pg_1"), "pg_1");
+        assert_eq!(
+            short_ref("pg_4F53CDA18C2BAA0C0354BB5F9A3ECBE5"),
+            "pg_4F53CDA18C2BAA0C0354BB5F9A3ECBE5"
+        );
+    }
 
     #[test]
     fn page_id_is_prefixed_hex_and_content_addressed() {

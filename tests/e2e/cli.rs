@@ -87,6 +87,21 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
             "not an original: {m}"
         );
     }
+    // The short ref a ledger names the page by shows the same page.
+    let short = tamp(
+        &[
+            "pages",
+            "show",
+            &page[..15],
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert!(short.status.success(), "{}", text(&short.stderr));
+    let short: serde_json::Value = serde_json::from_slice(&short.stdout).unwrap();
+    assert_eq!(short["id"], page.as_str());
+    assert_eq!(short["messages"].as_array(), Some(archived));
 }
 
 /// Values `serde_json::Value` cannot hold (a lone surrogate escape, integers wider than 64 bits

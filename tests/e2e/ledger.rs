@@ -13,7 +13,7 @@ use tamp_e2e::{ensure_built, rt, scratch_dir, workspace_root, StageChain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::eval::{model_calls, EvalOptions, Mode, Plan, Run};
 use tamp_host::providers::ScriptedProvider;
-use tamp_host::store::SqliteStore;
+use tamp_host::store::{short_ref, SqliteStore};
 use tamp_host::wire;
 use tamp_plugin_api::sdk::ledger::{self, Kind};
 use tamp_plugin_api::{ContentBlock, Conversation, FfiOption, Message, Role};
@@ -171,7 +171,7 @@ fn assert_entries_are_carried_as_written(written: &[(String, String)]) {
         let Some(group) = later_ledger
             .groups
             .iter()
-            .position(|g| g.page.as_deref() == Some(page))
+            .position(|g| g.page.as_deref() == Some(short_ref(page)))
         else {
             continue;
         };
@@ -200,7 +200,7 @@ fn assert_entries_are_carried_as_written(written: &[(String, String)]) {
                 assert_eq!(before.entries, after.entries, "{later}");
                 assert_eq!(
                     after.page.as_deref(),
-                    before.page.as_deref().or(Some(page.as_str()))
+                    before.page.as_deref().or(Some(short_ref(page)))
                 );
             }
         }

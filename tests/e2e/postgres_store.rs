@@ -19,7 +19,7 @@ use tamp_host::store::queue::{
     QueueState, QueueStatus, RequeueKind, Transition,
 };
 use tamp_host::store::{
-    self, page_id, NewPage, PageStore, PostgresStore, SqliteStore, StoreError, StoreSpec,
+    self, page_id, short_ref, NewPage, PageStore, PostgresStore, SqliteStore, StoreError, StoreSpec,
 };
 use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Message, Role, Usage};
 
@@ -112,6 +112,18 @@ async fn pages_are_content_addressed_and_shared_between_two_replicas() {
     assert_eq!(id, page_id(&written), "the same id as every store gives");
     let read = b.get_page(&id).await.unwrap();
     assert_eq!(read.page.messages.as_slice(), written.as_slice());
+    // Found by its short ref too, as a ledger names it.
+    let by_short_ref = b.get_page(short_ref(&id)).await.unwrap();
+    assert_eq!(by_short_ref.page.id.as_str(), id);
+    let unknown = if id.starts_with("pg_000000000000") {
+        "pg_ffffffffffff"
+    } else {
+        "pg_000000000000"
+    };
+    assert!(matches!(
+        b.get_page(unknown).await.unwrap_err(),
+        StoreError::NotFound(_)
+    ));
     assert_eq!(
         serde_json::to_vec(&read.page.messages).unwrap(),
         serde_json::to_vec(&written).unwrap(),

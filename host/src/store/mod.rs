@@ -447,7 +447,21 @@ pub(crate) fn decode_page_messages(id: &str, messages_json: &str) -> Result<Vec<
 
 // Page ids are made by the ABI crate: plugins name pages too (a clearing's placeholder, a
 // `Replace`), so host and plugin must agree on them.
-pub use tamp_plugin_api::page::{canonical_json, page_id, page_id_of_json, PAGE_ID_HEX_LEN};
+pub use tamp_plugin_api::page::{
+    canonical_json, page_id, page_id_of_json, prefix_ref, short_ref, PAGE_ID_HEX_LEN,
+    SHORT_REF_HEX_LEN,
+};
+
+/// The page a short ref names, from the (at most two) records whose ids start with it: none,
+/// the one, or an error when two pages share the start (`reference` names it).
+pub(crate) fn one_page<T>(mut records: Vec<T>, reference: &str) -> Result<Option<T>, StoreError> {
+    if records.len() > 1 {
+        return Err(StoreError::NotFound(format!(
+            "{reference} (more than one page's id starts with it: give more of the id)"
+        )));
+    }
+    Ok(records.pop())
+}
 
 #[cfg(test)]
 mod tests {
@@ -468,6 +482,18 @@ mod tests {
         assert!(
             e.contains("db.example:5432") && !e.contains("s3cret"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_short_ref_that_two_pages_share_names_neither() {
+        assert_eq!(one_page(Vec::<u8>::new(), "pg_0123456789ab").unwrap(), None);
+        assert_eq!(one_page(vec![1], "pg_0123456789ab").unwrap(), Some(1));
+        let err = one_page(vec![1, 2], "pg_0123456789ab").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("pg_0123456789ab (more than one page's id starts with it"),
+            "{err}"
         );
     }
 

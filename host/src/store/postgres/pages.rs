@@ -8,7 +8,7 @@ use crate::store::rows::{
     self, encode_messages, NewPageRow, PageRecord, ENCODE_INLINE_MAX, PAGE_COLUMNS,
     PAGE_INSERT_COLUMNS, PAGE_INSERT_VALUES, SUMMARY_COLUMNS,
 };
-use crate::store::{NewPage, PageStore, PageSummary, StoreError, StoredPage};
+use crate::store::{one_page, prefix_ref, NewPage, PageStore, PageSummary, StoreError, StoredPage};
 
 impl PageStore for PostgresStore {
     fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>> {
@@ -51,16 +51,39 @@ impl PageStore for PostgresStore {
     fn get_page(&self, id: &str) -> BoxFuture<'_, Result<StoredPage, StoreError>> {
         let id = id.to_owned();
         self.run(format!("read page {id}"), move |client| async move {
-            let stmt = client
-                .prepare_cached(&format!(
-                    "SELECT {PAGE_COLUMNS}, seal FROM pages WHERE id = $1"
-                ))
-                .await?;
-            let Some(row) = client.query_opt(&stmt, &[&id]).await? else {
+            let record = match prefix_ref(&id) {
+                // A short ref: the one page whose id starts with it.
+                Some(prefix) => {
+                    let stmt = client
+                        .prepare_cached(&format!(
+                            "SELECT {PAGE_COLUMNS}, seal FROM pages
+                             WHERE substr(id, 1, length($1)) = $1 LIMIT 2"
+                        ))
+                        .await?;
+                    let rows = client.query(&stmt, &[&prefix]).await?;
+                    let records = rows
+                        .iter()
+                        .map(|row| PageRecord::read(row))
+                        .collect::<Result<_, _>>()?;
+                    one_page(records, &id).map_err(Failure::Store)?
+                }
+                None => {
+                    let stmt = client
+                        .prepare_cached(&format!(
+                            "SELECT {PAGE_COLUMNS}, seal FROM pages WHERE id = $1"
+                        ))
+                        .await?;
+                    match client.query_opt(&stmt, &[&id]).await? {
+                        Some(row) => Some(PageRecord::read(&row)?),
+                        None => None,
+                    }
+                }
+            };
+            let Some(record) = record else {
                 return Err(Failure::Store(StoreError::NotFound(id)));
             };
             // The database was migrated when it was opened: every page has a seal.
-            PageRecord::read(&row)?
+            record
                 .into_page(true)
                 .map_err(|detail| Failure::Corrupt { id, detail })
         })

@@ -6,7 +6,9 @@ use futures::FutureExt;
 
 use super::{group_commit, select, select_first, to_i64, SqliteStore};
 use crate::store::rows::{self, PageRecord, PAGE_COLUMNS, SUMMARY_COLUMNS};
-use crate::store::{NewPage, PageStore, PageSummary, StoreError, StoredPage, Written};
+use crate::store::{
+    one_page, prefix_ref, NewPage, PageStore, PageSummary, StoreError, StoredPage, Written,
+};
 
 impl PageStore for SqliteStore {
     /// Written through the group commit (see [`group_commit`]): concurrent puts share one
@@ -48,13 +50,31 @@ impl PageStore for SqliteStore {
                 }
                 // A file of a schema before seals, opened read-only, has no seal column.
                 let seal_column = if inner.sealed { "seal" } else { "NULL AS seal" };
-                let record = select_first(
-                    &conn,
-                    &format!("SELECT {PAGE_COLUMNS}, {seal_column} FROM pages WHERE id = ?1"),
-                    [&id],
-                    PageRecord::read,
-                )
-                .map_err(|e| StoreError::backend(&inner.location, format!("read page {id}"), e))?;
+                let backend =
+                    |e| StoreError::backend(&inner.location, format!("read page {id}"), e);
+                let record = match prefix_ref(&id) {
+                    // A short ref: the one page whose id starts with it.
+                    Some(prefix) => one_page(
+                        select(
+                            &conn,
+                            &format!(
+                                "SELECT {PAGE_COLUMNS}, {seal_column} FROM pages
+                             WHERE substr(id, 1, length(?1)) = ?1 LIMIT 2"
+                            ),
+                            [prefix],
+                            PageRecord::read,
+                        )
+                        .map_err(backend)?,
+                        &id,
+                    )?,
+                    None => select_first(
+                        &conn,
+                        &format!("SELECT {PAGE_COLUMNS}, {seal_column} FROM pages WHERE id = ?1"),
+                        [&id],
+                        PageRecord::read,
+                    )
+                    .map_err(backend)?,
+                };
                 // Checking and parsing the page need no connection.
                 drop(conn);
                 let Some(record) = record else {
@@ -108,8 +128,8 @@ mod tests {
     use tamp_plugin_api::{ContentBlock, Message, Role};
 
     use super::*;
-    use crate::store::page_id;
     use crate::store::sqlite::tests::{conversation, count_rows, new_page, TempDir};
+    use crate::store::{page_id, short_ref};
 
     #[tokio::test]
     async fn put_get_round_trip() {
@@ -167,6 +187,35 @@ mod tests {
         // Immutable: the first write wins.
         let stored = store.get_page(&first).await.unwrap();
         assert_eq!(stored.page.strategy.as_str(), "anchored-structured");
+    }
+
+    #[tokio::test]
+    async fn a_page_is_found_by_its_short_ref_as_a_ledger_names_it() {
+        let store = SqliteStore::in_memory().unwrap();
+        let a = store.put_page(new_page(conversation("a"))).await.unwrap();
+        let b = store.put_page(new_page(conversation("b"))).await.unwrap();
+        for (id, other) in [(&a, &b), (&b, &a)] {
+            for reference in [short_ref(id), &id[..20], id.as_str()] {
+                let stored = store.get_page(reference).await.unwrap();
+                assert_eq!(stored.page.id.as_str(), id.as_str(), "{reference}");
+                assert_ne!(stored.page.id.as_str(), other.as_str());
+            }
+        }
+        // A start no page's id has, and one too short to be a short ref, are not found.
+        let unknown = if a.starts_with("pg_000000000000") {
+            "pg_ffffffffffff"
+        } else {
+            "pg_000000000000"
+        };
+        let err = store.get_page(unknown).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::NotFound(id) if id == unknown),
+            "{err}"
+        );
+        assert!(matches!(
+            store.get_page(&a[..10]).await.unwrap_err(),
+            StoreError::NotFound(_)
+        ));
     }
 
     #[tokio::test]

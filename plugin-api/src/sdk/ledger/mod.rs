@@ -55,6 +55,7 @@ use serde::{Deserialize, Serialize};
 use crate::conversation::Message;
 use crate::error::PluginError;
 use crate::host::Host;
+use crate::page;
 use crate::sdk::summary::cap_chars;
 
 pub use extract::{call_signature, extract, one_line, Extracted};
@@ -365,7 +366,9 @@ impl Ledger {
             };
             if let (_, Some(carried)) = split(&message.joined_text()) {
                 for mut group in carried.groups {
-                    group.page.get_or_insert_with(|| info.page_ref.to_string());
+                    group
+                        .page
+                        .get_or_insert_with(|| page::short_ref(&info.page_ref).to_string());
                     group.entries.retain(|e| known.insert(e.key()));
                     if !group.entries.is_empty() {
                         ledger.groups.push(group);
