@@ -84,6 +84,16 @@ pub async fn decide(
     if by_length > limit && last.is_empty() {
         return None;
     }
+    // The store is asked about the header's thread (which wins over any the body names)
+    // while the body is scanned: the answer, from the store's blocking pool, is then
+    // usually in by the time it is needed, rather than waited for after the scan.
+    let mut given_stored = std::pin::pin!(futures::future::maybe_done(async {
+        match (&thread.given, chain.thread_config()) {
+            (Some(id), Some(_)) => Some(chain.has_thread_state(id).await),
+            _ => None,
+        }
+    }));
+    let _ = futures::poll!(given_stored.as_mut());
     let text = std::str::from_utf8(body).ok()?;
     if format == WireFormat::Responses && wire::carries_own_compaction(text) {
         return None;
@@ -129,7 +139,12 @@ pub async fn decide(
     let thread = match (chain.thread_config(), named) {
         (None, _) => None,
         (Some(_), Some(id)) => {
-            if chain.has_thread_state(&id).await {
+            given_stored.as_mut().await;
+            let stored = match given_stored.as_mut().take_output().flatten() {
+                Some(stored) => stored,
+                None => chain.has_thread_state(&id).await,
+            };
+            if stored {
                 return None;
             }
             Some(id)
@@ -330,6 +345,12 @@ mod tests {
         assert_eq!(
             decided(&chain, r, body, &hint(Some("t9"), None)).await,
             format!("{unread} / t9")
+        );
+        // The header's thread, looked up while the body is scanned: read once it has one.
+        store.put_thread("id:t9", &state, limits).await.unwrap();
+        assert_eq!(
+            decided(&chain, r, body, &hint(Some("t9"), None)).await,
+            "read"
         );
     }
 
