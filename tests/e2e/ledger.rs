@@ -324,6 +324,65 @@ fn map_reduce_asks_a_narrative_shorter_by_what_its_ledger_says_word_for_word() {
 }
 
 #[test]
+fn anchored_asks_a_structured_summary_shorter_by_what_its_ledger_says_word_for_word() {
+    // Enough material that a tenth of it is above the structured answer's floor, and six
+    // decisions the ledger will carry word for word.
+    let notes: Vec<String> = (1..=40)
+        .map(|n| {
+            format!(
+                "Line {n} of src/report.py adds the rows of table {n} to the running total, \
+                 then the loop moves to the next table of the nightly report and reads its \
+                 header, its rows and its footer before the totals are printed."
+            )
+        })
+        .collect();
+    let decisions: Vec<String> = (1..=6)
+        .map(|n| {
+            format!(
+                "Decision D-{n:03}: we will keep the exporter's column order {n}, because \
+                 consumers depend on it."
+            )
+        })
+        .collect();
+    let texts: Vec<(Role, &str)> = notes
+        .iter()
+        .chain(&decisions)
+        .map(|t| (Role::Assistant, t.as_str()))
+        .collect();
+    let asked = |ledger: bool| {
+        let provider = Arc::new(ScriptedProvider::always("The agent worked on the report."));
+        let chain = StageChain::new(
+            "tamp_anchored_structured",
+            json!({"ledger": {"enabled": ledger}}),
+            provider.clone(),
+        )
+        .keep_recent(2)
+        .without_cache()
+        .build();
+        let out = rt()
+            .block_on(chain.compact(conversation(&texts), &CompactOptions::default()))
+            .unwrap();
+        assert_eq!(out.report.stages[0].status, StageStatus::Acted, "{out:?}");
+        // The structured request comes first (the scripted prose answer then takes the
+        // fallback's second request).
+        let requests = provider.requests();
+        assert!(!requests.is_empty(), "{requests:?}");
+        assert!(
+            requests[0].response_schema_json.is_some(),
+            "{:?}",
+            requests[0]
+        );
+        requests[0].max_output_tokens
+    };
+    let (with, without) = (asked(true), asked(false));
+    assert!(with < without, "with the ledger {with}, without {without}");
+    assert!(
+        with >= without / 2,
+        "with the ledger {with}, without {without}"
+    );
+}
+
+#[test]
 fn decisions_are_read_in_the_assistant_s_language_and_the_unreadable_are_counted() {
     let read = ledger_of(&[
         (

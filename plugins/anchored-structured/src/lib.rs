@@ -109,8 +109,26 @@ impl Strategy for AnchoredStructured {
         } else {
             None
         };
+        // What the summary's ledger will say of the new content word for word: the summary is
+        // asked for that much less, as the ledger carries the lists that made the JSON long.
+        let ledger_tokens = if self.config.ledger.enabled {
+            let new_start = reused
+                .as_ref()
+                .and_then(|r| selection.piece_ranges.get(r.pieces))
+                .map_or(selection.span.start, |r| r.start);
+            let count = |text: &str| host.count_tokens(text);
+            sdk::ledger::tokens_found(&messages[new_start..selection.span.end], &count)
+        } else {
+            0
+        };
         let mut produced = self
-            .produce(&host, &selection, reused.as_ref(), prior.as_ref())
+            .produce(
+                &host,
+                &selection,
+                reused.as_ref(),
+                prior.as_ref(),
+                ledger_tokens,
+            )
             .await;
         if produced.path == SummaryPath::NoLlm {
             produced.prose = Some(no_llm_description(span_messages));
@@ -288,25 +306,33 @@ impl AnchoredStructured {
         selection: &Selection,
         reused: Option<&Reused>,
         prior: Option<&AnchoredSummary>,
+        ledger_tokens: u64,
     ) -> Produced {
         match reused {
             Some(r) if r.pieces == selection.pieces.len() => Produced::cached(r.summary.clone()),
             Some(r) => {
                 let shown = (self.config.reuse == Reuse::Merge).then_some(&r.summary);
-                self.summarize(host, &selection.pieces[r.pieces..], shown)
+                self.summarize(host, &selection.pieces[r.pieces..], shown, ledger_tokens)
                     .await
             }
-            None => self.summarize(host, &selection.pieces, prior).await,
+            None => {
+                self.summarize(host, &selection.pieces, prior, ledger_tokens)
+                    .await
+            }
         }
     }
 
-    /// Runs the fallback order; never fails, the last step needing no LLM.
+    /// Runs the fallback order; never fails, the last step needing no LLM. The last call's
+    /// length target leaves out `ledger_tokens`, what the summary's ledger will say of the
+    /// pieces word for word (see `LedgerConfig::narrative_target`).
     async fn summarize(
         &self,
         host: &Host,
         pieces: &[String],
         prior: Option<&AnchoredSummary>,
+        ledger_tokens: u64,
     ) -> Produced {
+        let ledger = &self.config.ledger;
         let mut warnings = Vec::new();
         let count = |text: &str| host.count_tokens(text);
         let content = pieces.concat();
@@ -353,11 +379,17 @@ impl AnchoredStructured {
         let material = material.unwrap_or(content);
 
         if self.config.structured {
-            let target = length::target(
-                count(&material),
-                MIN_STRUCTURED_TOKENS,
-                MAX_STRUCTURED_TOKENS,
-            );
+            // Never under the floor: a JSON object needs room for its keys whatever it says.
+            let target = ledger
+                .narrative_target(
+                    length::target(
+                        count(&material),
+                        MIN_STRUCTURED_TOKENS,
+                        MAX_STRUCTURED_TOKENS,
+                    ),
+                    ledger_tokens,
+                )
+                .max(MIN_STRUCTURED_TOKENS);
             let request =
                 prompts::structured_request(&self.config, &material, chunked, prior, target);
             match structured_answer(host.complete(request).await) {
@@ -369,7 +401,10 @@ impl AnchoredStructured {
                 ),
             }
         }
-        let target = length::target(count(&material), MIN_PROSE_TOKENS, PROSE_OUTPUT_TOKENS);
+        let target = ledger.narrative_target(
+            length::target(count(&material), MIN_PROSE_TOKENS, PROSE_OUTPUT_TOKENS),
+            ledger_tokens,
+        );
         match prose_answer(
             host.complete(prompts::prose_request(
                 &self.config,
