@@ -280,42 +280,64 @@ fn ledger_of(texts: &[(Role, &str)]) -> ledger::Ledger {
         .unwrap_or_default()
 }
 
-#[test]
-fn map_reduce_asks_a_narrative_shorter_by_what_its_ledger_says_word_for_word() {
-    let decisions: Vec<String> = (1..=6)
+/// Six decisions the ledger carries word for word, each of about 25 tokens.
+fn six_decisions() -> Vec<String> {
+    (1..=6)
         .map(|n| {
             format!(
                 "Decision D-{n:03}: we will keep the exporter's column order {n}, because \
                  consumers depend on it."
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The output limits of the first request `plugin` (configured by `config` plus the ledger
+/// on or off) makes to summarize `texts`, with the ledger and without it.
+fn output_limits_with_and_without_the_ledger(
+    plugin: &'static str,
+    config: Value,
+    texts: &[(Role, &str)],
+) -> (u32, u32) {
+    let asked = |ledger: bool| {
+        let mut config = config.clone();
+        config["ledger"] = json!({ "enabled": ledger });
+        let provider = Arc::new(ScriptedProvider::always("The agent worked on the report."));
+        let chain = StageChain::new(plugin, config, provider.clone())
+            .keep_recent(2)
+            .without_cache()
+            .build();
+        let out = rt()
+            .block_on(chain.compact(conversation(texts), &CompactOptions::default()))
+            .unwrap();
+        assert_eq!(out.report.stages[0].status, StageStatus::Acted, "{out:?}");
+        let requests = provider.requests();
+        assert!(!requests.is_empty(), "{requests:?}");
+        requests[0].clone()
+    };
+    let (with, without) = (asked(true), asked(false));
+    // The same request but for its length.
+    assert_eq!(
+        with.response_schema_json.is_some(),
+        without.response_schema_json.is_some()
+    );
+    (with.max_output_tokens, without.max_output_tokens)
+}
+
+#[test]
+fn map_reduce_asks_a_narrative_shorter_by_what_its_ledger_says_word_for_word() {
+    let decisions = six_decisions();
     let texts: Vec<(Role, &str)> = decisions
         .iter()
         .map(|d| (Role::Assistant, d.as_str()))
         .collect();
-    // The same span summarized with the ledger on and off: the requests' output limits.
-    let asked = |ledger: bool| {
-        let provider = Arc::new(ScriptedProvider::always("The agent worked on the report."));
-        let chain = StageChain::new(
-            "tamp_map_reduce_adaptive",
-            json!({"none_below": 1, "brief_below": 2, "ledger": {"enabled": ledger}}),
-            provider.clone(),
-        )
-        .keep_recent(2)
-        .without_cache()
-        .build();
-        let out = rt()
-            .block_on(chain.compact(conversation(&texts), &CompactOptions::default()))
-            .unwrap();
-        assert_eq!(out.report.stages[0].status, StageStatus::Acted, "{out:?}");
-        let requests = provider.requests();
-        assert_eq!(requests.len(), 1, "{requests:?}");
-        requests[0].max_output_tokens
-    };
-    let (with, without) = (asked(true), asked(false));
-    // Six decision lines of about 25 tokens: the narrative is asked for less, never under
-    // half of what it would be without the ledger.
+    let (with, without) = output_limits_with_and_without_the_ledger(
+        "tamp_map_reduce_adaptive",
+        json!({"none_below": 1, "brief_below": 2}),
+        &texts,
+    );
+    // The narrative is asked for less, never under half of what it would be without the
+    // ledger.
     assert!(with < without, "with the ledger {with}, without {without}");
     assert!(
         with >= without / 2,
@@ -325,8 +347,8 @@ fn map_reduce_asks_a_narrative_shorter_by_what_its_ledger_says_word_for_word() {
 
 #[test]
 fn anchored_asks_a_structured_summary_shorter_by_what_its_ledger_says_word_for_word() {
-    // Enough material that a tenth of it is above the structured answer's floor, and six
-    // decisions the ledger will carry word for word.
+    // Enough material that a tenth of it is above the structured answer's floor, then the
+    // decisions.
     let notes: Vec<String> = (1..=40)
         .map(|n| {
             format!(
@@ -336,45 +358,16 @@ fn anchored_asks_a_structured_summary_shorter_by_what_its_ledger_says_word_for_w
             )
         })
         .collect();
-    let decisions: Vec<String> = (1..=6)
-        .map(|n| {
-            format!(
-                "Decision D-{n:03}: we will keep the exporter's column order {n}, because \
-                 consumers depend on it."
-            )
-        })
-        .collect();
+    let decisions = six_decisions();
     let texts: Vec<(Role, &str)> = notes
         .iter()
         .chain(&decisions)
         .map(|t| (Role::Assistant, t.as_str()))
         .collect();
-    let asked = |ledger: bool| {
-        let provider = Arc::new(ScriptedProvider::always("The agent worked on the report."));
-        let chain = StageChain::new(
-            "tamp_anchored_structured",
-            json!({"ledger": {"enabled": ledger}}),
-            provider.clone(),
-        )
-        .keep_recent(2)
-        .without_cache()
-        .build();
-        let out = rt()
-            .block_on(chain.compact(conversation(&texts), &CompactOptions::default()))
-            .unwrap();
-        assert_eq!(out.report.stages[0].status, StageStatus::Acted, "{out:?}");
-        // The structured request comes first (the scripted prose answer then takes the
-        // fallback's second request).
-        let requests = provider.requests();
-        assert!(!requests.is_empty(), "{requests:?}");
-        assert!(
-            requests[0].response_schema_json.is_some(),
-            "{:?}",
-            requests[0]
-        );
-        requests[0].max_output_tokens
-    };
-    let (with, without) = (asked(true), asked(false));
+    // The first request is the structured one (the scripted prose answer then takes the
+    // fallback's).
+    let (with, without) =
+        output_limits_with_and_without_the_ledger("tamp_anchored_structured", json!({}), &texts);
     assert!(with < without, "with the ledger {with}, without {without}");
     assert!(
         with >= without / 2,
