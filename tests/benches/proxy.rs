@@ -25,7 +25,7 @@
 //! and after relaying a short and a long stream (the relay must copy no whole answer: flat in
 //! the stream's length).
 //!
-//! `cargo bench -p tamp-e2e --bench proxy` (about five minutes); `-- quick` for fewer
+//! `cargo bench -p tamp-e2e --bench proxy` (three to four minutes); `-- quick` for fewer
 //! requests; any other argument runs only the rows whose name contains it (and no relay
 //! memory), e.g. `-- "200 KB"` for the 200 KB rows.
 
