@@ -74,8 +74,8 @@ struct Shared {
     fail_counts: Mutex<HashMap<String, u32>>,
     next_id: AtomicU64,
     started: Option<Instant>,
-    /// Record request bodies (off for load tests, where only the count matters).
-    record_bodies: bool,
+    /// Record requests (off for load tests and benches, where only the count matters).
+    record: bool,
 }
 
 /// The running upstream; stopped when dropped.
@@ -89,15 +89,18 @@ impl MockUpstream {
         Self::start_with(true)
     }
 
-    /// An upstream that records requests without their bodies (for load and benches).
+    /// An upstream that keeps no record of its requests, only their count (for load tests
+    /// and benches). A record per request, over ten thousand by the end of the proxy
+    /// bench, made this process slower at taking in a 200 KB body as the run went on (the
+    /// direct request's p50 from 5.1 to 8.3 ms; 4.3 to 4.6 without them).
     pub fn start_unrecorded() -> Self {
         Self::start_with(false)
     }
 
-    fn start_with(record_bodies: bool) -> Self {
+    fn start_with(record: bool) -> Self {
         let shared = Arc::new(Shared {
             started: Some(Instant::now()),
-            record_bodies,
+            record,
             ..Shared::default()
         });
         let state = Arc::clone(&shared);
@@ -116,12 +119,18 @@ impl MockUpstream {
         self.server.openai_url()
     }
 
+    /// The requests received, in order (none for an upstream started unrecorded).
     pub fn received(&self) -> Vec<Received> {
         self.shared.received.lock().unwrap().clone()
     }
 
+    /// How many requests were received.
     pub fn count(&self) -> usize {
-        self.shared.received.lock().unwrap().len()
+        if self.shared.record {
+            self.shared.received.lock().unwrap().len()
+        } else {
+            self.shared.next_id.load(Ordering::Relaxed) as usize
+        }
     }
 }
 
@@ -138,29 +147,27 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let received = Received {
-        method: method.to_string(),
-        target: uri
-            .path_and_query()
-            .map_or(uri.path(), |pq| pq.as_str())
-            .to_string(),
-        headers: headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: if shared.record_bodies {
-            body.clone()
-        } else {
-            Bytes::new()
-        },
-        at: shared.started.map_or(Duration::ZERO, |s| s.elapsed()),
-    };
-    shared.received.lock().unwrap().push(received);
+    if shared.record {
+        let received = Received {
+            method: method.to_string(),
+            target: uri
+                .path_and_query()
+                .map_or(uri.path(), |pq| pq.as_str())
+                .to_string(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body: body.clone(),
+            at: shared.started.map_or(Duration::ZERO, |s| s.elapsed()),
+        };
+        shared.received.lock().unwrap().push(received);
+    }
     let n = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let path = uri.path();
