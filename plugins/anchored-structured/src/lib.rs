@@ -109,26 +109,8 @@ impl Strategy for AnchoredStructured {
         } else {
             None
         };
-        // What the summary's ledger will say of the new content word for word: the summary is
-        // asked for that much less, as the ledger carries the lists that made the JSON long.
-        let ledger_tokens = if self.config.ledger.enabled {
-            let new_start = reused
-                .as_ref()
-                .and_then(|r| selection.piece_ranges.get(r.pieces))
-                .map_or(selection.span.start, |r| r.start);
-            let count = |text: &str| host.count_tokens(text);
-            sdk::ledger::tokens_found(&messages[new_start..selection.span.end], &count)
-        } else {
-            0
-        };
         let mut produced = self
-            .produce(
-                &host,
-                &selection,
-                reused.as_ref(),
-                prior.as_ref(),
-                ledger_tokens,
-            )
+            .produce(&host, messages, &selection, reused.as_ref(), prior.as_ref())
             .await;
         if produced.path == SummaryPath::NoLlm {
             produced.prose = Some(no_llm_description(span_messages));
@@ -303,23 +285,47 @@ impl AnchoredStructured {
     async fn produce(
         &self,
         host: &Host,
+        messages: &[Message],
         selection: &Selection,
         reused: Option<&Reused>,
         prior: Option<&AnchoredSummary>,
-        ledger_tokens: u64,
     ) -> Produced {
         match reused {
             Some(r) if r.pieces == selection.pieces.len() => Produced::cached(r.summary.clone()),
             Some(r) => {
                 let shown = (self.config.reuse == Reuse::Merge).then_some(&r.summary);
+                let new_start = selection
+                    .piece_ranges
+                    .get(r.pieces)
+                    .map_or(selection.span.end, |range| range.start);
+                let ledger_tokens = self.ledger_tokens(host, messages, new_start, selection);
                 self.summarize(host, &selection.pieces[r.pieces..], shown, ledger_tokens)
                     .await
             }
             None => {
+                let ledger_tokens =
+                    self.ledger_tokens(host, messages, selection.span.start, selection);
                 self.summarize(host, &selection.pieces, prior, ledger_tokens)
                     .await
             }
         }
+    }
+
+    /// What the summary's ledger will say word for word of the new content, the span's
+    /// messages from `new_start`: the summary is asked for that much less, as the ledger
+    /// carries the lists that made the JSON long. Nothing when the ledger is off.
+    fn ledger_tokens(
+        &self,
+        host: &Host,
+        messages: &[Message],
+        new_start: usize,
+        selection: &Selection,
+    ) -> u64 {
+        if !self.config.ledger.enabled {
+            return 0;
+        }
+        let count = |text: &str| host.count_tokens(text);
+        sdk::ledger::tokens_found(&messages[new_start..selection.span.end], &count)
     }
 
     /// Runs the fallback order; never fails, the last step needing no LLM. The last call's
