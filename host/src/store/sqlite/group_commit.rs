@@ -428,15 +428,20 @@ mod tests {
         // plugin SDK's `archive_pages` does.
         let pages = (0..5).map(|p| store.put_page(new_page(&format!("page {p}"), 100)));
         let started = Instant::now();
-        let ids = futures::future::join_all(pages).await;
+        // A put whose encoding ends before its first poll returns goes on to queue its page
+        // and start the flusher while the later puts have not started encoding yet: held
+        // here, the flusher waits until every put has been polled once (and so counted).
+        let hold = Encoding::start(&store.inner.writes);
+        let mut puts = Box::pin(futures::future::join_all(pages));
+        assert!(futures::poll!(&mut puts).is_pending());
+        drop(hold);
+        let ids = puts.await;
         let took = started.elapsed();
         let failed: Vec<_> = ids.iter().filter_map(|id| id.as_ref().err()).collect();
         assert!(failed.is_empty(), "puts failed: {failed:?}");
         assert_eq!(count(&store, "pages"), 5);
-        // Every put starts encoding before any finishes (`join_all` polls each once first),
-        // so the first to finish waits for the others. Without that wait it commits alone.
-        // The time is in the message because only a machine stalled past the linger could
-        // make a second commit here.
+        // Every put is counted as encoding before the flusher may take a batch, so the first
+        // to finish waits for the others. Without that wait it commits alone.
         assert_eq!(store.commits(), 1, "five puts in {took:?}");
     }
 
