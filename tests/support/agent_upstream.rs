@@ -214,19 +214,8 @@ async fn handle(
     };
     shared.exchanges.lock().unwrap().push(Exchange {
         method: method.to_string(),
-        target: uri
-            .path_and_query()
-            .map_or(uri.path(), |pq| pq.as_str())
-            .to_string(),
-        headers: headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
+        target: crate::mock_upstream::request_target(&uri),
+        headers: crate::mock_upstream::header_pairs(&headers),
         body,
         raw,
         status: response.status().as_u16(),

@@ -38,6 +38,26 @@ use serde_json::{json, Value};
 
 use crate::local_server::LocalServer;
 
+/// A request's path and query, as a recorded request names it.
+pub fn request_target(uri: &Uri) -> String {
+    uri.path_and_query()
+        .map_or(uri.path(), |pq| pq.as_str())
+        .to_string()
+}
+
+/// A request's headers as recorded: names lowercase, values as text, in arrival order.
+pub fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
 /// A request the upstream received.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -150,19 +170,8 @@ async fn handle(
     if shared.record {
         let received = Received {
             method: method.to_string(),
-            target: uri
-                .path_and_query()
-                .map_or(uri.path(), |pq| pq.as_str())
-                .to_string(),
-            headers: headers
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().to_string(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect(),
+            target: request_target(&uri),
+            headers: header_pairs(&headers),
             body: body.clone(),
             at: shared.started.map_or(Duration::ZERO, |s| s.elapsed()),
         };
