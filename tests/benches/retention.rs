@@ -238,11 +238,13 @@ struct Planted {
     instructions: usize,
 }
 
-/// The planted session's chain files: three chains, each offline and with a fixed text.
-const CHAINS: [&str; 6] = [
+/// The planted session's chain files: three chains, each offline and with a fixed text, and
+/// anchored-structured behind tool-result clearing, offline.
+const CHAINS: [&str; 7] = [
     "map-reduce",
     "hybrid",
     "anchored",
+    "cleared-anchored",
     "map-reduce-fixed",
     "hybrid-fixed",
     "anchored-fixed",
@@ -257,10 +259,11 @@ fn kept(run: &Run, prefix: &str, total: usize) -> String {
 
 /// The recorded real-model chains (`examples/eval/recorded/`): answers recorded from a local
 /// model on the examples' 150-turn planted session, each with the ledger and without.
-const RECORDED: [&str; 3] = [
+const RECORDED: [&str; 4] = [
     "planted-map-reduce-qwen",
     "planted-hybrid-qwen",
     "planted-anchored-qwen",
+    "planted-cleared-anchored-qwen",
 ];
 
 /// The suffix of a chain's twin with the ledger turned off.
