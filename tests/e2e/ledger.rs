@@ -87,6 +87,65 @@ fn with_a_summarizer_that_answers_a_fixed_text_the_ledger_alone_keeps_the_plante
     }
 }
 
+/// The recorded real-model runs (`examples/eval/recorded/planted-*-qwen*.toml`): a local
+/// Qwen2.5-Coder-1.5B's answers on the planted session, each chain beside its twin without
+/// the ledger, replayed from the recordings. What issue 35 asks of the hybrid chain: at least
+/// 90% of the decisions and every instruction, the final context within the budget, and the
+/// summarizer's tokens within 10% of the same chain's without the ledger. A changed prompt
+/// would miss its recorded answer and roll the stage back.
+#[test]
+fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger() {
+    const PAIRS: [&str; 3] = [
+        "planted-hybrid-qwen",
+        "planted-map-reduce-qwen",
+        "planted-cleared-anchored-qwen",
+    ];
+    let recorded = |name: &str| format!("examples/eval/recorded/{name}.toml");
+    // Every chain with the ledger is recorded; a twin without it, where recorded.
+    let mut chains = Vec::new();
+    for pair in PAIRS {
+        for name in [pair.to_string(), format!("{pair}-no-ledger")] {
+            if example(&format!("examples/eval/recorded/{name}.answers.jsonl")).is_file() {
+                chains.push(recorded(&name));
+            }
+        }
+    }
+    let chains: Vec<&str> = chains.iter().map(String::as_str).collect();
+    let runs = replay(&chains);
+    let run = |name: &str| runs.iter().find(|r| r.chain == name);
+    for run in &runs {
+        let name = &run.chain;
+        assert_eq!(run.rolled_back, 0, "{name}: a request missing from its recording");
+        assert!(run.llm_calls > 0, "{name}: the summarizer was asked");
+        assert!(run.tokens_after <= BUDGET, "{name}: {}", run.tokens_after);
+    }
+    let hybrid = run("planted-hybrid-qwen").expect("the hybrid chain's recording is in the repo");
+    let twin = run("planted-hybrid-qwen-no-ledger").expect("and its twin's");
+    let (decisions, of) = kept(hybrid, "decision-");
+    assert!(decisions * 10 >= of * 9, "{decisions}/{of} decisions");
+    for kind in ["task", "constraint", "instruction-"] {
+        let (found, total) = kept(hybrid, kind);
+        assert_eq!(found, total, "{kind}");
+    }
+    assert!(
+        hybrid.tokens_sent * 10 <= twin.tokens_sent * 11,
+        "summarizer tokens with the ledger {} against {} without",
+        hybrid.tokens_sent,
+        twin.tokens_sent
+    );
+    // The model's words alone lose most decisions: what the hybrid chain keeps, the ledger kept.
+    let (without, _) = kept(twin, "decision-");
+    assert!(without < decisions, "{without} decisions kept without the ledger");
+    // The other recorded chains keep every decision and instruction too.
+    for name in ["planted-map-reduce-qwen", "planted-cleared-anchored-qwen"] {
+        let run = run(name).unwrap_or_else(|| panic!("{name}: its recording is in the repo"));
+        for kind in ["task", "constraint", "instruction-", "decision-"] {
+            let (found, total) = kept(run, kind);
+            assert_eq!(found, total, "{name}: {kind}");
+        }
+    }
+}
+
 /// The planted session replayed request by request through a chain file, as `tamp eval`
 /// does; the text of the stage's summary after every compaction that wrote one.
 fn summaries_over_a_replay(chain_file: &Path, messages: usize) -> Vec<(String, String)> {
