@@ -115,7 +115,10 @@ fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger
     let run = |name: &str| runs.iter().find(|r| r.chain == name);
     for run in &runs {
         let name = &run.chain;
-        assert_eq!(run.rolled_back, 0, "{name}: a request missing from its recording");
+        assert_eq!(
+            run.rolled_back, 0,
+            "{name}: a request missing from its recording"
+        );
         assert!(run.llm_calls > 0, "{name}: the summarizer was asked");
         assert!(run.tokens_after <= BUDGET, "{name}: {}", run.tokens_after);
     }
@@ -135,7 +138,10 @@ fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger
     );
     // The model's words alone lose most decisions: what the hybrid chain keeps, the ledger kept.
     let (without, _) = kept(twin, "decision-");
-    assert!(without < decisions, "{without} decisions kept without the ledger");
+    assert!(
+        without < decisions,
+        "{without} decisions kept without the ledger"
+    );
     // The other recorded chains keep every decision and instruction too.
     for name in ["planted-map-reduce-qwen", "planted-cleared-anchored-qwen"] {
         let run = run(name).unwrap_or_else(|| panic!("{name}: its recording is in the repo"));
