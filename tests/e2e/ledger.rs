@@ -100,13 +100,13 @@ fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger
         "planted-map-reduce-qwen",
         "planted-cleared-anchored-qwen",
     ];
-    let recorded = |name: &str| format!("examples/eval/recorded/{name}.toml");
+    let recorded = |name: &str, ext: &str| format!("examples/eval/recorded/{name}.{ext}");
     // Every chain with the ledger is recorded; a twin without it, where recorded.
     let mut chains = Vec::new();
     for pair in PAIRS {
         for name in [pair.to_string(), format!("{pair}-no-ledger")] {
-            if example(&format!("examples/eval/recorded/{name}.answers.jsonl")).is_file() {
-                chains.push(recorded(&name));
+            if example(&recorded(&name, "answers.jsonl")).is_file() {
+                chains.push(recorded(&name, "toml"));
             }
         }
     }
