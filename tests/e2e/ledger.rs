@@ -636,9 +636,22 @@ fn batch_deferred_pages_placed_at_once_share_the_ledger_cap() {
         "{spent} tokens of ledgers in {} pages",
         ledgers.len()
     );
-    // The first page's ledger lists its decisions; what moved out is counted.
+    // The first page's ledger lists its decisions; what moved out is counted, in the note
+    // line or, for a page left no room for one, in its header.
     assert!(!ledgers.is_empty(), "{pending:#?}");
     assert!(ledgers[0].entries().any(|e| e.kind == Kind::Decision));
+    assert!(
+        ledgers.len() < pending.len(),
+        "no page ran out of cap: {pending:#?}"
+    );
+    for text in &pending {
+        let header = text.lines().next().unwrap_or_default();
+        assert!(
+            ledger::split(text).1.is_some()
+                || header.contains("10 ledger entries only in its page"),
+            "a page's entries left without a word: {text}"
+        );
+    }
 }
 
 #[test]

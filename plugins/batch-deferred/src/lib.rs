@@ -230,14 +230,25 @@ impl BatchDeferred {
                             .ledger
                             .cap_tokens(host.count_message_tokens(run)),
                     );
-                let finished = ledger::finish(
+                let preview = self.config.preview_chars;
+                let mut finished = ledger::finish(
                     &self.config.ledger,
                     host,
                     messages,
                     range.clone(),
-                    &pending_text(run, &label, self.config.preview_chars),
+                    &pending_text(run, &label, preview, 0),
                     cap,
                 );
+                if self.config.ledger.enabled && finished.ledger.is_empty() {
+                    // No room left for even a note line: the header says how many entries
+                    // the page holds, so none is dropped silently.
+                    let unlisted = ledger::Ledger::for_span(messages, range.clone())
+                        .entries()
+                        .count();
+                    if unlisted > 0 {
+                        finished.text = pending_text(run, &label, preview, unlisted);
+                    }
+                }
                 let placeholder = Message::text(sdk::SUMMARY_ROLE, finished.text.as_str());
                 let smaller = host.count_message_tokens(std::slice::from_ref(&placeholder))
                     < host.count_message_tokens(run);

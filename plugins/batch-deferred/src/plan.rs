@@ -13,11 +13,19 @@ use crate::NAME;
 pub const PENDING_HEADER: &str = "[Pending summary: ";
 /// The first line of a finalized summary starts with this.
 pub const FINAL_HEADER: &str = "[Summary: ";
+/// What a header says of the ledger entries no ledger lists, after their count.
+pub const UNLISTED: &str = "ledger entries only in its page";
 
 /// `[Pending summary: N messages, <label>]` and the first and last messages' openings, each
-/// cut to `preview_chars` (0: no preview).
-pub fn pending_text(run: &[Message], label: &str, preview_chars: usize) -> String {
-    let mut text = format!("{PENDING_HEADER}{} messages, {label}]", run.len());
+/// cut to `preview_chars` (0: no preview). `unlisted`: the ledger entries of the run that
+/// no ledger lists (the cap is taken by the summaries before it), said in the header, since
+/// a ledger's note line would not fit either (`; 3 ledger entries only in its page`).
+pub fn pending_text(run: &[Message], label: &str, preview_chars: usize, unlisted: usize) -> String {
+    let mut text = format!("{PENDING_HEADER}{} messages, {label}", run.len());
+    if unlisted > 0 {
+        text.push_str(&format!("; {unlisted} {UNLISTED}"));
+    }
+    text.push(']');
     let limit = preview_chars;
     if limit > 0 {
         if let Some(first) = run.first() {
@@ -238,7 +246,7 @@ mod tests {
             Message::text(Role::Assistant, "middle"),
             Message::text(Role::Assistant, "the last one\nwith lines"),
         ];
-        let text = pending_text(&run, "x", 10);
+        let text = pending_text(&run, "x", 10, 0);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "[Pending summary: 3 messages, x]");
         assert!(lines[1].starts_with("First (user): "), "{text}");
@@ -248,5 +256,15 @@ mod tests {
         );
         assert!(lines[2].starts_with("Last (assistant): "), "{text}");
         assert!(!text.contains("middle"));
+    }
+
+    #[test]
+    fn a_pending_header_counts_the_ledger_entries_no_ledger_lists() {
+        let run = vec![Message::text(Role::User, "Use integer cents.")];
+        let text = pending_text(&run, "1 turn", 0, 3);
+        assert_eq!(
+            text,
+            "[Pending summary: 1 messages, 1 turn; 3 ledger entries only in its page]"
+        );
     }
 }
