@@ -95,10 +95,11 @@ fn with_a_summarizer_that_answers_a_fixed_text_the_ledger_alone_keeps_the_plante
 /// would miss its recorded answer and roll the stage back.
 #[test]
 fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger() {
-    const PAIRS: [&str; 3] = [
+    const PAIRS: [&str; 4] = [
         "planted-hybrid-qwen",
         "planted-map-reduce-qwen",
         "planted-cleared-anchored-qwen",
+        "planted-anchored-qwen",
     ];
     let recorded = |name: &str, ext: &str| format!("examples/eval/recorded/{name}.{ext}");
     // Every chain with the ledger is recorded; a twin without it, where recorded.
@@ -143,7 +144,11 @@ fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger
         "{without} decisions kept without the ledger"
     );
     // The other recorded chains keep every decision and instruction too.
-    for name in ["planted-map-reduce-qwen", "planted-cleared-anchored-qwen"] {
+    for name in [
+        "planted-map-reduce-qwen",
+        "planted-cleared-anchored-qwen",
+        "planted-anchored-qwen",
+    ] {
         let run = run(name).unwrap_or_else(|| panic!("{name}: its recording is in the repo"));
         for kind in ["task", "constraint", "instruction-", "decision-"] {
             let (found, total) = kept(run, kind);
