@@ -29,11 +29,11 @@
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
-//! summaries' ledger off, to compare; `TAMP_BENCH_DUMP=1` prints, at every compaction, each
-//! summary's narrative and ledger tokens, and the last answer's summaries in full;
-//! `TAMP_BENCH_NO_FORMATS=1` skips the wire formats'
-//! section; `-- [formats] [row...] [raw]`: the format comparison alone, only the rows whose
-//! name holds a word given, the raw client alone). Progress goes to stderr.
+//! summaries' ledger off, to compare; `TAMP_BENCH_MAX_TOKENS=N` sets the budget, 8,000 unset;
+//! `TAMP_BENCH_DUMP=1` prints, at every compaction, each summary's narrative and ledger
+//! tokens, and the last answer's summaries in full; `TAMP_BENCH_NO_FORMATS=1` skips the wire
+//! formats' section; `-- [formats] [row...] [raw]`: the format comparison alone, only the
+//! rows whose name holds a word given, the raw client alone). Progress goes to stderr.
 
 #[path = "replay/mod.rs"]
 mod replay;
@@ -233,13 +233,14 @@ fn main() {
     };
     println!(
         "thread economy: {} turns, {} messages, {} tokens (o200k_base), {} requests (the model \
-         is called after every user-role message); budget {MAX_TOKENS}, watermarks 0.75/0.5, \
+         is called after every user-role message); budget {}, watermarks 0.75/0.5, \
          keep_recent {KEEP_RECENT}, protected tail at most {} tokens; compacted before every \
          request; planted constraint \"{CONSTRAINT}\" in the first user message",
         session.turns,
         session.messages.len(),
         session.tokens,
         session.requests.len(),
+        max_tokens(),
         budget()
             .tail_token_limit()
             .map_or("unbounded".to_string(), |t| t.to_string())

@@ -473,12 +473,21 @@ pub fn example_chain(name: &'static str, file: &str) -> Row {
     }
 }
 
-/// The budget of every row. `TAMP_BENCH_KEEP_RECENT_TOKENS=N` sets `[budget]
+/// The budget's `max_tokens`: [`MAX_TOKENS`], or `TAMP_BENCH_MAX_TOKENS=N`, to see how a
+/// cost measured at the benches' small budget scales to a real model's.
+pub fn max_tokens() -> u64 {
+    std::env::var("TAMP_BENCH_MAX_TOKENS").map_or(MAX_TOKENS, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("TAMP_BENCH_MAX_TOKENS: not a number of tokens: {v}"))
+    })
+}
+
+/// The budget of every row ([`max_tokens`]). `TAMP_BENCH_KEEP_RECENT_TOKENS=N` sets `[budget]
 /// keep_recent_tokens` (0: no token bound on the protected tail), to see what the tail costs
 /// the hysteresis; unset, the chain file's default applies.
 pub fn budget() -> BudgetConfig {
     BudgetConfig {
-        max_tokens: MAX_TOKENS,
+        max_tokens: max_tokens(),
         keep_recent: KEEP_RECENT,
         keep_recent_tokens: std::env::var("TAMP_BENCH_KEEP_RECENT_TOKENS")
             .ok()
