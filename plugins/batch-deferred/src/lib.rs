@@ -239,15 +239,10 @@ impl BatchDeferred {
                     &pending_text(run, &label, preview, 0),
                     cap,
                 );
-                if self.config.ledger.enabled && finished.ledger.is_empty() {
+                if finished.unlisted > 0 {
                     // No room left for even a note line: the header says how many entries
                     // the page holds, so none is dropped silently.
-                    let unlisted = ledger::Ledger::for_span(messages, range.clone())
-                        .entries()
-                        .count();
-                    if unlisted > 0 {
-                        finished.text = pending_text(run, &label, preview, unlisted);
-                    }
+                    finished.text = pending_text(run, &label, preview, finished.unlisted);
                 }
                 let placeholder = Message::text(sdk::SUMMARY_ROLE, finished.text.as_str());
                 let smaller = host.count_message_tokens(std::slice::from_ref(&placeholder))

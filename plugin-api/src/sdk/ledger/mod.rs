@@ -162,6 +162,10 @@ pub struct Finished {
     pub text: String,
     /// The ledger as written (empty when the config turns it off).
     pub ledger: Ledger,
+    /// The span's entries that the text neither lists nor counts: all of them when the cap
+    /// leaves no room for even the note line that counts what moved out (0 otherwise), for
+    /// the strategy to say elsewhere, since every one is in the page.
+    pub unlisted: usize,
 }
 
 /// The text of a summary that replaces `messages[span]` with `narrative`: the span's ledger
@@ -181,6 +185,7 @@ pub fn finish(
         return Finished {
             text: narrative.to_string(),
             ledger: Ledger::default(),
+            unlisted: 0,
         };
     }
     let count = |text: &str| host.count_tokens(text);
@@ -189,9 +194,12 @@ pub fn finish(
         .saturating_sub(count(narrative))
         * 9
         / 10;
-    let ledger = Ledger::for_span(messages, span).bounded(cap_tokens.min(room), &count);
+    let found = Ledger::for_span(messages, span);
+    let entries = found.entries().count();
+    let ledger = found.bounded(cap_tokens.min(room), &count);
     Finished {
         text: attach(narrative, &ledger),
+        unlisted: if ledger.is_empty() { entries } else { 0 },
         ledger,
     }
 }
