@@ -155,6 +155,26 @@ mod tests {
         steps: Vec<String>,
     }
 
+    /// A JSON value in a request (a schema a plugin adjusts, a prior shown in a prompt) keeps
+    /// its fields in the order they were inserted, in any build: a request's text, and so its
+    /// recorded answer and its cache key, must not depend on whether another crate in the
+    /// build turned on serde_json's `preserve_order` (the host does; `cargo test -p
+    /// tamp-plugin-api` builds this crate's features alone). Without it, removing a field
+    /// from a schema's `properties` reorders the rest in one build and not in the other.
+    #[test]
+    fn json_in_a_request_keeps_its_field_order_in_any_build() {
+        let mut schema = serde_json::json!({"properties": {"c": 1, "b": 2, "a": 3, "z": 4}});
+        schema["properties"]
+            .as_object_mut()
+            .unwrap()
+            .shift_remove("b");
+        let request = LlmRequest::new("s", "p", 10).with_schema_json(&schema);
+        assert_eq!(
+            request.response_schema_json.unwrap().as_str(),
+            r#"{"properties":{"c":1,"a":3,"z":4}}"#
+        );
+    }
+
     #[test]
     fn a_request_carries_the_schema_of_its_type() {
         let request = LlmRequest::new("", "p", 10).with_schema::<Notes>();
