@@ -94,6 +94,8 @@ pub struct Run {
     pub tokens_before: u64,
     pub tokens_after: u64,
     pub llm_calls: u64,
+    /// Of those, the calls that failed (a replay: a request its recording has no answer for).
+    pub failed_llm_calls: u64,
     /// Input tokens sent to the summarizer, over the run.
     pub tokens_sent: u64,
     /// Estimated cost in US dollars, when the chain file prices its provider.
@@ -306,6 +308,15 @@ fn rolled_back(report: &crate::chain::ChainReport) -> usize {
         .count()
 }
 
+/// The summarizer calls of a compaction that failed, over its stages.
+fn failed_llm_calls(report: &crate::chain::ChainReport) -> u64 {
+    report
+        .stages
+        .iter()
+        .map(|s| u64::from(s.failed_llm_calls))
+        .sum()
+}
+
 /// A finished run and its final context (the one-shot output, the replay's last answer).
 type Finished = (Run, Vec<Message>);
 
@@ -331,6 +342,7 @@ async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Fini
         tokens_before: r.tokens_before,
         tokens_after: r.tokens_after,
         llm_calls: r.llm_calls.into(),
+        failed_llm_calls: failed_llm_calls(r),
         tokens_sent: tokens_sent(&r.usage),
         cost_usd: r.cost_usd,
         prefix_reuse: None,
@@ -384,6 +396,7 @@ async fn replay(
         tokens_before: 0,
         tokens_after: 0,
         llm_calls: 0,
+        failed_llm_calls: 0,
         tokens_sent: 0,
         cost_usd: None,
         prefix_reuse: None,
@@ -417,6 +430,7 @@ async fn replay(
         ms += started.elapsed().as_secs_f64() * 1e3;
         let r = &out.report;
         run.llm_calls += u64::from(r.llm_calls);
+        run.failed_llm_calls += failed_llm_calls(r);
         run.tokens_sent += tokens_sent(&r.usage);
         if let Some(cost) = r.cost_usd {
             *run.cost_usd.get_or_insert(0.0) += cost;

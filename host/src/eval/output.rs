@@ -251,6 +251,7 @@ mod tests {
             tokens_before: 1000,
             tokens_after: 400,
             llm_calls: 2,
+            failed_llm_calls: 0,
             tokens_sent: 900,
             cost_usd: None,
             prefix_reuse: Some(0.95),
