@@ -25,9 +25,9 @@ const NAME: &str = "anchored-structured";
 
 /// What the prompts of each kind of call contain (the scripted provider matches on it).
 const STRUCTURED_CALL: &str = "Write the anchored summary";
-const PROSE_CALL: &str = "Summarize this agent session";
-const PROSE_OF_CHUNKS_CALL: &str = "Summarize these summaries";
-const CHUNK_CALL: &str = "Summarize part ";
+const PROSE_CALL: &str = "Summarize the agent session above";
+const PROSE_OF_CHUNKS_CALL: &str = "Summarize the summaries above";
+const CHUNK_CALL: &str = "Summarize the part above";
 
 fn stage_chain(config: Value, provider: Arc<dyn Provider>) -> Chain {
     StageChain::new("tamp_anchored_structured", without_ledger(config), provider)

@@ -92,7 +92,8 @@ fn with_a_summarizer_that_answers_a_fixed_text_the_ledger_alone_keeps_the_plante
 /// the ledger, replayed from the recordings. What issue 35 asks of the hybrid chain: at least
 /// 90% of the decisions and every instruction, the final context within the budget, and the
 /// summarizer's tokens within 10% of the same chain's without the ledger. A changed prompt
-/// would miss its recorded answer and roll the stage back.
+/// would miss its recorded answer: the stage rolls back or falls back, and fewer calls are
+/// answered than the recording holds.
 #[test]
 fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger() {
     const PAIRS: [&str; 4] = [
@@ -121,6 +122,17 @@ fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger
             "{name}: a request missing from its recording"
         );
         assert!(run.llm_calls > 0, "{name}: the summarizer was asked");
+        // Every recorded answer is asked for again. A stage that falls back when its call
+        // fails (anchored-structured, down to a summary without the LLM) rolls nothing back
+        // on a request its recording lacks, so a stale recording shows only here.
+        let answers = std::fs::read_to_string(example(&recorded(name, "answers.jsonl"))).unwrap();
+        let answered = run.llm_calls - run.failed_llm_calls;
+        assert!(
+            answered as usize >= answers.lines().count(),
+            "{name}: {answered} calls answered from its {} recorded answers ({} failed)",
+            answers.lines().count(),
+            run.failed_llm_calls
+        );
         assert!(run.tokens_after <= BUDGET, "{name}: {}", run.tokens_after);
     }
     let hybrid = run("planted-hybrid-qwen").expect("the hybrid chain's recording is in the repo");

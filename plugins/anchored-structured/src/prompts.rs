@@ -1,5 +1,11 @@
 //! The prompts of the three calls: a chunk's prose summary, the structured summary and the
 //! prose fallback. Each depends on the material, the config and the prior alone.
+//!
+//! Each puts the material first and the instructions after it. A server that keeps the
+//! prompt it read last (llama.cpp's slots, providers' prefix caches) then reads the material
+//! once for a structured call and the prose fallback that follows it, since both open with the
+//! same system prompt and material; and a small model has the instructions, length included,
+//! nearest to where it starts writing.
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::length;
@@ -32,12 +38,12 @@ pub fn chunk_request(
     target: u32,
 ) -> LlmRequest {
     let prompt = format!(
-        "Summarize part {index} of {total} of an agent session in prose, in {}. Keep every \
-         file path touched, every decision with its reason, every open question and every \
-         next step it states, word for word where short.{}\n{}",
+        "{}\nSummarize the part above, part {index} of {total} of an agent session, in prose, \
+         in {}. Keep every file path touched, every decision with its reason, every open \
+         question and every next step it states, word for word where short.{}",
+        wrap_content(chunk),
         length::phrase(target),
         extra(config),
-        wrap_content(chunk)
     );
     LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
         .with_label(format!("chunk {index}/{total}"))
@@ -56,9 +62,9 @@ pub fn structured_request(
 ) -> LlmRequest {
     let ledger = config.ledger.enabled;
     let what = if chunked {
-        "summaries of consecutive parts of an agent session"
+        "summaries above of consecutive parts of an agent session"
     } else {
-        "an agent session"
+        "agent session above"
     };
     let prior_text = match prior {
         Some(prior) => {
@@ -70,11 +76,11 @@ pub fn structured_request(
             let mut json = serde_json::to_value(&shown).unwrap_or_default();
             if let (true, Some(map)) = (ledger, json.as_object_mut()) {
                 for key in LEDGER_LISTS {
-                    map.remove(key);
+                    map.shift_remove(key);
                 }
             }
             format!(
-                "\nAn earlier anchored summary of the session before this material (its \
+                "\nAn earlier anchored summary of the session before the material above (its \
                  lists are carried forward by the host, so list only what the material \
                  adds):\n{}\n",
                 serde_json::to_string_pretty(&json).unwrap_or_default()
@@ -94,7 +100,8 @@ pub fn structured_request(
          - decisions_made: each decision, as \"Decision: X — Reason: Y\";\n"
     };
     let prompt = format!(
-        "Write the anchored summary of the {what} below, filling every field of the schema:\n\
+        "{}\n{prior_text}\
+         Write the anchored summary of the {what}, filling every field of the schema:\n\
          - session_intent: what the session is trying to achieve (at most \
          {MAX_INTENT_CHARS} characters);\n\
          {lists}\
@@ -103,11 +110,10 @@ pub fn structured_request(
          An empty list is the right answer when the material has nothing of that kind. \
          Never invent anything the material does not say. Each entry at most \
          {MAX_ENTRY_CHARS} characters, at most {max_entries} entries per list, and the \
-         whole answer {}.{}{prior_text}\
-         \n{}",
+         whole answer {}.{}",
+        wrap_content(material),
         length::phrase(target),
         extra(config),
-        wrap_content(material)
     );
     LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
         .with_label("anchored summary")
@@ -116,17 +122,17 @@ pub fn structured_request(
 
 pub fn prose_request(config: &Config, material: &str, chunked: bool, target: u32) -> LlmRequest {
     let what = if chunked {
-        "these summaries of consecutive parts of an agent session"
+        "the summaries above of consecutive parts of an agent session"
     } else {
-        "this agent session"
+        "the agent session above"
     };
     let prompt = format!(
-        "Summarize {what} so the agent can carry on from the summary alone: its intent, the \
-         files it modified, the decisions it made and why, what is still open and the next \
-         steps, in {}. Say nothing the material does not say.{}\n{}",
+        "{}\nSummarize {what} so the agent can carry on from the summary alone: its intent, \
+         the files it modified, the decisions it made and why, what is still open and the next \
+         steps, in {}. Say nothing the material does not say.{}",
+        wrap_content(material),
         length::phrase(target),
         extra(config),
-        wrap_content(material)
     );
     LlmRequest::new(SYSTEM, prompt, length::output_cap(target)).with_label("prose summary")
 }

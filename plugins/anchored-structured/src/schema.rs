@@ -64,7 +64,7 @@ impl AnchoredSummary {
         if ledger {
             if let Some(properties) = schema["properties"].as_object_mut() {
                 for key in LEDGER_LISTS {
-                    properties.remove(key);
+                    properties.shift_remove(key);
                 }
                 for list in properties.values_mut().filter(|p| p["type"] == "array") {
                     list["maxItems"] = MAX_ENTRIES_WITH_LEDGER.into();
