@@ -136,3 +136,26 @@ pub fn prose_request(config: &Config, material: &str, chunked: bool, target: u32
     );
     LlmRequest::new(SYSTEM, prompt, length::output_cap(target)).with_label("prose summary")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A structured call and the prose fallback after it open alike, system prompt and
+    /// material, so a server that keeps the prompt it read last reads the material once.
+    #[test]
+    fn the_structured_call_and_its_fallback_open_with_the_same_material() {
+        let config = Config::default();
+        let material = "user: fix the totals\nassistant called bash(pytest)";
+        let opening = wrap_content(material);
+        for chunked in [false, true] {
+            let structured = structured_request(&config, material, chunked, None, 300);
+            let prose = prose_request(&config, material, chunked, 300);
+            assert_eq!(structured.system, prose.system);
+            assert!(structured.prompt.starts_with(opening.as_str()));
+            assert!(prose.prompt.starts_with(opening.as_str()));
+        }
+        let chunk = chunk_request(&config, material, 1, 2, 300);
+        assert!(chunk.prompt.starts_with(opening.as_str()));
+    }
+}
