@@ -304,6 +304,51 @@ impl Entry {
     }
 }
 
+/// The facts a ledger already tells: an entry is told again neither as written nor, for what
+/// the user said or what was decided, packed to its first words ([`PACKED_CHARS`]) or whole
+/// where it was told packed. Two unpacked entries are the same fact only when their texts are.
+#[derive(Default)]
+struct Seen {
+    keys: HashSet<(Kind, String)>,
+    /// The packed form's key of each packed entry, and of each entry long enough to be packed.
+    packed: HashSet<(Kind, String)>,
+    long: HashSet<(Kind, String)>,
+}
+
+impl Seen {
+    /// Records `entry`; whether it was new.
+    fn insert(&mut self, entry: &Entry) -> bool {
+        if !self.keys.insert(entry.key()) {
+            return false;
+        }
+        if !matches!(entry.kind, Kind::User | Kind::Decision) {
+            return true;
+        }
+        let packed_form = Entry {
+            text: cap_chars(&entry.text, PACKED_CHARS),
+            ..entry.clone()
+        };
+        if packed_form.text == entry.text {
+            // Short enough never to be packed, or packed already.
+            let is_packed = entry.text.ends_with('…') && entry.text.chars().count() == PACKED_CHARS;
+            if !is_packed {
+                return true;
+            }
+            if self.long.contains(&entry.key()) {
+                return false;
+            }
+            self.packed.insert(entry.key());
+            return true;
+        }
+        let key = packed_form.key();
+        if self.packed.contains(&key) {
+            return false;
+        }
+        self.long.insert(key);
+        true
+    }
+}
+
 /// The entries taken from one page's messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Group {
@@ -361,10 +406,12 @@ impl Ledger {
     /// errors the span's calls fixed; then what the span's other messages say ([`extract`]),
     /// less what those or any summary before the span already carry.
     pub fn for_span(messages: &[Message], span: Range<usize>) -> Ledger {
-        let mut known: HashSet<(Kind, String)> = HashSet::new();
+        let mut known = Seen::default();
         for message in messages[..span.start].iter().filter(|m| m.is_summary()) {
             if let (_, Some(earlier)) = split(&message.joined_text()) {
-                known.extend(earlier.entries().map(Entry::key));
+                for entry in earlier.entries() {
+                    known.insert(entry);
+                }
             }
         }
         let mut ledger = Ledger::default();
@@ -377,7 +424,7 @@ impl Ledger {
                     group
                         .page
                         .get_or_insert_with(|| page::short_ref(&info.page_ref).to_string());
-                    group.entries.retain(|e| known.insert(e.key()));
+                    group.entries.retain(|e| known.insert(e));
                     if !group.entries.is_empty() {
                         ledger.groups.push(group);
                     }
@@ -400,7 +447,7 @@ impl Ledger {
         let new: Vec<Entry> = found
             .entries
             .into_iter()
-            .filter(|e| known.insert(e.key()))
+            .filter(|e| known.insert(e))
             .collect();
         if !new.is_empty() {
             ledger.groups.push(Group {
@@ -695,6 +742,53 @@ mod tests {
             summary_message("Earlier.", "pg_1", "s", SummaryStatus::Final),
         );
         assert_eq!(tokens_found(&messages, &words), found);
+    }
+
+    #[test]
+    fn a_fact_carried_packed_is_not_told_again_whole() {
+        let long = format!("Please keep the exporter as it is; {}", "x ".repeat(100));
+        let packed = Ledger {
+            groups: vec![Group {
+                page: Some("pg_1".into()),
+                entries: vec![Entry {
+                    kind: Kind::User,
+                    message: 2,
+                    text: cap_chars(&long, PACKED_CHARS),
+                }],
+            }],
+            packed: 1,
+            ..Ledger::default()
+        };
+        let other = format!("Please keep the exporter as it is; {}", "y ".repeat(100));
+        let mut messages = vec![summary_message(
+            &attach("Earlier.", &packed),
+            "pg_2",
+            "s",
+            SummaryStatus::Final,
+        )];
+        messages.push(Message::text(Role::User, long.clone()));
+        messages.push(Message::text(Role::User, other.clone()));
+        let ledger = Ledger::for_span(&messages, 1..3);
+        let texts: Vec<&str> = ledger.entries().map(|e| e.text.as_str()).collect();
+        // The same words again are the packed fact; words that differ past the packed part
+        // are another one.
+        assert_eq!(texts, [other.trim_end()]);
+        // And the other way: a packed twin of an entry told whole adds nothing.
+        let mut seen = Seen::default();
+        let whole = Entry {
+            kind: Kind::Decision,
+            message: 1,
+            text: long.clone(),
+        };
+        assert!(seen.insert(&whole));
+        assert!(!seen.insert(&Entry {
+            text: cap_chars(&long, PACKED_CHARS),
+            ..whole.clone()
+        }));
+        assert!(seen.insert(&Entry {
+            text: other,
+            ..whole
+        }));
     }
 
     #[test]
