@@ -20,7 +20,8 @@
 //! the main model's estimated input cost with Anthropic prompt caching against the same
 //! session sent uncompacted, and each target met or missed; then an anatomy of the prefix
 //! reuse (requests that compacted against the others) and a check that both clients got the
-//! same answers, request by request.
+//! same answers, request by request; and where each row's cost goes (cache reads, and cache
+//! writes in the requests that compacted and in the others).
 //!
 //! The same session and rows then run once more in each OpenAI format, Chat Completions and
 //! the Responses API (each request's messages written in that format and read back, so the
@@ -110,6 +111,40 @@ fn anatomy(results: &[(&str, Mode, Replay, Replay)]) {
                 "DIFFERENT answers"
             }
         );
+    }
+}
+
+/// Where each raw-client row's main-model cost goes: cache reads, and cache writes in the
+/// requests in which a stage acted and in the others, each ÷ the uncompacted session's cost;
+/// and the mean context sent. A larger context shows in the reads; a prefix broken more often
+/// or further up (a summary rewritten in place, a fold) in the writes when acting.
+fn cost_split(results: &[(&str, Mode, Replay, Replay)], baseline: f64, requests: usize) {
+    println!(
+        "\ncost split (raw client): the main-model cost ÷ the uncompacted session's, as cache \
+         reads, cache writes in the requests in which a stage acted and in the others; the mean \
+         context sent, in tokens"
+    );
+    println!(
+        "{:<22} {:<34} {:>7} {:>7} {:>13} {:>13} {:>8}",
+        "row", "summarizer", "cost", "reads", "writes acted", "writes others", "context"
+    );
+    for (name, mode, fixed, offline) in results {
+        if *mode != Mode::Raw {
+            continue;
+        }
+        for (llm, r) in [(Llm::Fixed, fixed), (Llm::Extractive, offline)] {
+            let a = &r.anatomy;
+            println!(
+                "{:<22} {:<34} {:>6.3}x {:>6.3}x {:>12.3}x {:>12.3}x {:>8.0}",
+                name,
+                llm.label(),
+                r.cost / baseline,
+                a.reads / baseline,
+                a.acted_writes / baseline,
+                a.other_writes / baseline,
+                a.context_tokens as f64 / requests.max(1) as f64
+            );
+        }
     }
 }
 
@@ -370,6 +405,7 @@ fn main() {
     if modes().len() == 2 {
         anatomy(&results);
     }
+    cost_split(&results, baseline, session.requests.len());
 
     if std::env::var_os("TAMP_BENCH_NO_FORMATS").is_none() {
         formats(&rt, &session, &counter);

@@ -604,6 +604,15 @@ pub struct Anatomy {
     pub acted_tokens: u64,
     pub others: usize,
     pub others_reuse: f64,
+    /// The main-model cost (`cost`) split three ways: the cache reads of every request, and
+    /// the cache writes of the requests in which a stage acted and of the others. What a
+    /// change costs shows here: a larger context in the reads, a prefix broken more often or
+    /// further up in the writes when acting.
+    pub reads: f64,
+    pub acted_writes: f64,
+    pub other_writes: f64,
+    /// Tokens of every answer, summed (÷ requests: the mean context sent).
+    pub context_tokens: u64,
 }
 
 impl Replay {
@@ -781,8 +790,19 @@ pub fn replay(
             &serde_json::to_string(&answer).unwrap_or_default(),
             &mut digest,
         );
-        out.cost += CACHE_READ * kept_tokens as f64
-            + CACHE_WRITE * answer_tokens.saturating_sub(kept_tokens) as f64;
+        let (reads, writes) = (
+            CACHE_READ * kept_tokens as f64,
+            CACHE_WRITE * answer_tokens.saturating_sub(kept_tokens) as f64,
+        );
+        out.cost += reads + writes;
+        let a = &mut out.anatomy;
+        a.reads += reads;
+        if acted {
+            a.acted_writes += writes;
+        } else {
+            a.other_writes += writes;
+        }
+        a.context_tokens += answer_tokens;
         if mode == Mode::KeepsOutput {
             held = answer.clone();
         }
