@@ -155,6 +155,17 @@ fn a_small_real_models_recorded_summaries_keep_the_planted_facts_with_the_ledger
         without < decisions,
         "{without} decisions kept without the ledger"
     );
+    // Every recorded twin without the ledger keeps fewer decisions than its chain with it.
+    for pair in PAIRS {
+        if let (Some(with), Some(without)) = (run(pair), run(&format!("{pair}-no-ledger"))) {
+            let (with, of) = kept(with, "decision-");
+            let (without, _) = kept(without, "decision-");
+            assert!(
+                without < with,
+                "{pair}: {with}/{of} decisions with the ledger, {without} without"
+            );
+        }
+    }
     // The other recorded chains keep every decision and instruction too.
     for name in [
         "planted-map-reduce-qwen",
