@@ -999,3 +999,122 @@ async fn a_stage_whose_pages_cannot_be_written_is_rolled_back_and_the_conversati
     );
     assert_eq!(out.conversation.messages, input.messages);
 }
+
+/// A long session compacted before every turn, each deferred summary answered before the
+/// next: at `keep_summaries_share` the stage's final summaries fold into one, so the context
+/// stays within the budget; at 1 (never folding at this size) the same session passes it.
+/// The fold's page holds the summaries it replaced, its pending summary carries their ledgers
+/// as they were written, and no request the queue sends holds a ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_session_s_summaries_fold_and_its_context_stays_within_the_budget() {
+    const BUDGET: u64 = 3_000;
+    let tokens = tamp_host::tokens::TokenCounter::new(tamp_host::tokens::Encoding::O200kBase)
+        .expect("tokenizer");
+    let answer = "The agent read the module, ran the tests and patched the rounding step; the \
+                  tests pass. ";
+    let run = |share: f64, tag: &'static str| {
+        let tokens = &tokens;
+        async move {
+            let dir = scratch_dir(tag);
+            let store = Arc::new(SqliteStore::open(&dir.join("store.sqlite3")).unwrap());
+            let chain = tamp_e2e::StageChain::new(
+                "tamp_batch_deferred",
+                serde_json::json!({"min_messages": 4, "keep_summaries_share": share}),
+                Arc::new(tamp_host::providers::ScriptedProvider::always(
+                    "never called",
+                )),
+            )
+            .max_tokens(BUDGET)
+            .keep_recent(4)
+            .store(store.clone())
+            .queue_in(store.clone())
+            .build();
+            let mut held = vec![Message::text(Role::User, "Fix the report totals.")];
+            let mut largest = 0;
+            let mut prompts = Vec::new();
+            for turn in 0..150 {
+                held.push(Message::text(
+                    Role::User,
+                    format!("Instruction {turn}: keep the exporter's column order {turn}."),
+                ));
+                held.push(Message::text(
+                    Role::Assistant,
+                    format!(
+                        "{}I checked step {turn} of the aggregation.",
+                        "Reading the module to see how the totals flow. ".repeat(8)
+                    ),
+                ));
+                let out = chain
+                    .compact(Conversation::new(held.clone()), &CompactOptions::default())
+                    .await
+                    .unwrap();
+                held = out.conversation.messages.to_vec();
+                largest = largest.max(tokens.count_messages(&held));
+                // The batch answers every queued request before the next turn.
+                for item in store.queued(1_000).await.unwrap() {
+                    prompts.push(item.request.prompt.to_string());
+                    let done = tamp_host::store::queue::Transition::Done {
+                        text: answer.repeat(10),
+                        usage: Default::default(),
+                        billing: Billing::Batch,
+                    };
+                    let expect = tamp_host::store::queue::Expect::of(&item);
+                    assert!(store.transition(item.id, expect, done).await.unwrap());
+                }
+            }
+            (held, largest, prompts, store)
+        }
+    };
+
+    let (held, largest, prompts, store) = run(0.2, "bd-fold").await;
+    assert!(largest <= BUDGET, "largest context {largest} of {BUDGET}");
+    let folds: Vec<&Message> = held
+        .iter()
+        .filter(|m| {
+            m.is_summary()
+                && m.joined_text()
+                    .lines()
+                    .next()
+                    .is_some_and(|l| l.contains(" summaries"))
+        })
+        .collect();
+    assert!(!folds.is_empty(), "no fold: {held:#?}");
+    for fold in folds {
+        let info = fold.summary_info().unwrap();
+        let page = store.get_page(&info.page_ref).await.unwrap().page.messages;
+        assert!(page.len() >= 2 && page.iter().all(Message::is_summary));
+        // Every entry of the folded summaries' ledgers is in the fold's as it was written, or
+        // moved out past the cap and counted (the fold brings the ledgers down as one).
+        let carried = sdk::ledger::split(&fold.joined_text()).1.expect("a ledger");
+        let lines: Vec<String> = carried.entries().map(|e| e.line()).collect();
+        let (mut missing, mut moved_before) = (0, 0);
+        for folded in &page {
+            if let (_, Some(l)) = sdk::ledger::split(&folded.joined_text()) {
+                moved_before += l.moved;
+                missing += l.entries().filter(|e| !lines.contains(&e.line())).count();
+            }
+        }
+        assert!(
+            carried.moved >= moved_before + missing,
+            "{missing} entries left without a word: {}",
+            fold.joined_text()
+        );
+        assert!(!lines.is_empty(), "{}", fold.joined_text());
+    }
+    assert!(
+        prompts.iter().any(|p| p.contains(answer.trim())),
+        "no fold was asked for"
+    );
+    for prompt in &prompts {
+        assert!(
+            !prompt.contains(sdk::ledger::HEADER),
+            "a ledger sent: {prompt}"
+        );
+    }
+
+    let (_, unfolded, _, _) = run(1.0, "bd-no-fold").await;
+    assert!(
+        unfolded > BUDGET,
+        "without folding the context stays at {unfolded}"
+    );
+}

@@ -66,6 +66,14 @@ pub struct Config {
     /// The user prompt of every summary request. Placeholders: `{messages}` (required),
     /// `{count}`, `{label}`; write `{{` and `}}` for literal braces.
     pub prompt_template: String,
+    /// This stage's final summaries at the start of the compactable range stay in place,
+    /// byte for byte, while their narratives together take at most this share of the
+    /// budget's `max_tokens` (so the prefix, and the provider's prompt cache, holds across
+    /// compactions); past it, when the conversation is to be compacted, they are folded into
+    /// one: archived as a page behind a pending summary whose request is deferred like any
+    /// other. `1` folds only summaries that alone take the whole budget.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub keep_summaries_share: f64,
     /// The ledger each pending summary carries from the start, and its final summary after
     /// the answer: the user's words, the decisions stated, the files written and the open
     /// errors, verbatim (`sdk::ledger`). `enabled = false` turns it off, `max_share` caps it
@@ -85,6 +93,7 @@ impl Default for Config {
             max_block_chars: 4_000,
             system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
             prompt_template: DEFAULT_PROMPT_TEMPLATE.into(),
+            keep_summaries_share: 0.2,
             ledger: LedgerConfig::default(),
         }
     }
@@ -95,6 +104,12 @@ impl Config {
     pub fn validate(&self) -> Result<(), PluginError> {
         self.prompt_template()?;
         self.ledger.validate()?;
+        if !(0.0..=1.0).contains(&self.keep_summaries_share) {
+            return Err(PluginError::invalid_config(format!(
+                "keep_summaries_share: must be a share between 0 and 1, got {}",
+                self.keep_summaries_share
+            )));
+        }
         if self.max_page_messages < self.min_messages {
             return Err(PluginError::invalid_config(format!(
                 "max_page_messages: must be at least min_messages ({} < {})",
@@ -143,5 +158,14 @@ mod tests {
             .unwrap_err()
             .message
             .contains("max_page_messages"));
+        let share = Config {
+            keep_summaries_share: 1.5,
+            ..Config::default()
+        };
+        assert!(share
+            .validate()
+            .unwrap_err()
+            .message
+            .contains("keep_summaries_share"));
     }
 }

@@ -13,6 +13,10 @@
 //! result has arrived by the **final** summary: same position, same page ref, status `final`,
 //! text cut to `max_summary_chars` and never longer (in tokens) than the placeholder it
 //! replaces, so finalizing never grows the conversation. Nothing else changes.
+//!
+//! Its summaries stay in place while they take at most `keep_summaries_share` of the budget;
+//! past it, the leading run of its final summaries is folded: archived as one page behind a
+//! pending summary that carries their ledgers, its request made from their narratives.
 
 //!
 //! What a run defers and finalizes is decided in [`plan`], the config is in [`config`]; this
@@ -29,8 +33,8 @@ pub mod config;
 pub mod plan;
 
 pub use config::{CompactWhen, Config};
-use plan::{finalizable, label_of, pending_text};
-pub use plan::{plan_pages, FINAL_HEADER, PENDING_HEADER};
+use plan::{finalizable, label_of, pending_text, shown_run};
+pub use plan::{fold_span, plan_pages, FINAL_HEADER, PENDING_HEADER};
 
 /// The strategy's name: in pages, summary messages and logs.
 pub const NAME: &str = "batch-deferred";
@@ -82,16 +86,26 @@ impl Strategy for BatchDeferred {
             CompactWhen::Always => true,
             CompactWhen::OverBudget => input.budget.current_tokens > input.budget.high_watermark,
         };
-        let pages = if compact {
-            plan_pages(
+        let mut pages = Vec::new();
+        if compact {
+            // Our earlier summaries fold into one once they take their share: otherwise a
+            // long session's summaries pile up past the budget.
+            let max_tokens = input.budget.max_tokens;
+            let limit = (max_tokens as f64 * self.config.keep_summaries_share) as u64;
+            let count = |text: &str| host.count_tokens(text);
+            let fit = |summaries: &[&Message]| {
+                self.config
+                    .ledger
+                    .kept_summaries_fit(summaries, limit, max_tokens, &count)
+            };
+            pages.extend(fold_span(messages, keep_recent, fit));
+            pages.extend(plan_pages(
                 messages,
                 keep_recent,
                 self.config.min_messages,
                 self.config.max_page_messages,
-            )
-        } else {
-            Vec::new()
-        };
+            ));
+        }
         let placed = self
             .defer(
                 host,
@@ -217,6 +231,9 @@ impl BatchDeferred {
             .filter_map(|range| {
                 let run = &messages[range.clone()];
                 let label = label_of(run);
+                // A fold's run is summaries: its request and preview show their narratives.
+                let folds = run.iter().any(Message::is_summary);
+                let shown = shown_run(run, &self.config.ledger);
                 // The ledger goes with the placeholder: the facts are there before the batch
                 // answers. These summaries never fold into one, so the ledgers of all of them
                 // share the cap, and each page's has at most its share of the page.
@@ -236,18 +253,20 @@ impl BatchDeferred {
                     host,
                     messages,
                     range.clone(),
-                    &pending_text(run, &label, preview, 0),
+                    &pending_text(&shown, &label, preview, 0),
                     cap,
                 );
                 if finished.unlisted > 0 {
                     // No room left for even a note line: the header says how many entries
                     // the page holds, so none is dropped silently.
-                    finished.text = pending_text(run, &label, preview, finished.unlisted);
+                    finished.text = pending_text(&shown, &label, preview, finished.unlisted);
                 }
                 let placeholder = Message::text(sdk::SUMMARY_ROLE, finished.text.as_str());
                 let smaller = host.count_message_tokens(std::slice::from_ref(&placeholder))
                     < host.count_message_tokens(run);
-                if smaller {
+                // A fold carries ledgers the later pages' caps already count (they are in
+                // the messages before those pages).
+                if smaller && !folds {
                     placed_ledgers += host.count_tokens(&finished.ledger.render());
                 }
                 smaller.then_some((range, label, finished.text))
@@ -276,8 +295,12 @@ impl BatchDeferred {
                     continue;
                 }
             };
-            let from_page = transcript_from_page.then_some(page_id.as_str());
-            match self.request_for(&messages[range.clone()], &label, from_page) {
+            // The page of a fold holds the summaries with their ledgers: its request is
+            // written whole, from their narratives.
+            let run = &messages[range.clone()];
+            let folds = run.iter().any(Message::is_summary);
+            let from_page = (transcript_from_page && !folds).then_some(page_id.as_str());
+            match self.request_for(&shown_run(run, &self.config.ledger), &label, from_page) {
                 Ok(request) => ready.push((range, text, page_id, request)),
                 Err(e) => warnings.push(format!("cannot build the request of {page_id}: {e}")),
             }

@@ -1,11 +1,13 @@
 //! What a run defers and finalizes, and the text of a pending summary: pure functions of the
 //! conversation, tested without a host.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::cap_chars;
+use tamp_plugin_api::sdk::ledger::LedgerConfig;
 
 use crate::NAME;
 
@@ -64,8 +66,12 @@ fn snippet(message: &Message, limit: usize) -> String {
     cap_chars(&one_line, limit)
 }
 
-/// What a run holds, in a few words: its tool calls by name, or its turns.
+/// What a run holds, in a few words: its summaries (a fold), its tool calls by name, or its
+/// turns.
 pub fn label_of(run: &[Message]) -> String {
+    if !run.is_empty() && run.iter().all(Message::is_summary) {
+        return format!("{} summaries", run.len());
+    }
     let mut tools: BTreeMap<&str, usize> = BTreeMap::new();
     for message in run {
         for block in message.content.iter() {
@@ -93,6 +99,26 @@ pub fn label_of(run: &[Message]) -> String {
     format!("{calls} tool calls: {}{more}", names.join(", "))
 }
 
+/// A run as its summary request and preview show it: each summary in it (a fold's run) as
+/// its narrative, since the fold carries their ledgers itself and a ledger is never sent to
+/// the summarizer (`LedgerConfig::shown`); a run without summaries as it is.
+pub fn shown_run<'a>(run: &'a [Message], ledger: &LedgerConfig) -> Cow<'a, [Message]> {
+    if !run.iter().any(Message::is_summary) {
+        return Cow::Borrowed(run);
+    }
+    Cow::Owned(
+        run.iter()
+            .map(|m| {
+                if m.is_summary() {
+                    Message::text(m.role, ledger.shown(&m.joined_text()))
+                } else {
+                    m.clone()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Our pending summaries (index, page ref) that a run may finalize: those before the
 /// protected recent tail. A tail bounded in tokens can reach further back on one request than
 /// on the one before (when the newest messages are short), over a pending summary placed
@@ -109,6 +135,35 @@ pub fn finalizable(messages: &[Message], keep_recent: usize) -> Vec<(usize, Stri
                 .then(|| (i, info.page_ref.to_string()))
         })
         .collect()
+}
+
+/// The summaries to fold into one, when those at the start of the compactable range no
+/// longer `fit` (see `LedgerConfig::kept_summaries_fit`): the leading run of this stage's
+/// final summaries, if it has at least two. A pending summary waits for its answer before it
+/// can be folded (its text is only a preview), and another stage's summary is that stage's
+/// to fold, so either ends the run.
+pub fn fold_span(
+    messages: &[Message],
+    keep_recent: usize,
+    fit: impl Fn(&[&Message]) -> bool,
+) -> Option<Range<usize>> {
+    let range = sdk::compactable_range(messages, keep_recent);
+    let leading: Vec<&Message> = messages[range.clone()]
+        .iter()
+        .take_while(|m| m.is_summary())
+        .collect();
+    if fit(&leading) {
+        return None;
+    }
+    let ours = leading
+        .iter()
+        .take_while(|m| {
+            m.summary_info().is_some_and(|info| {
+                info.status == SummaryStatus::Final && info.strategy.as_str() == NAME
+            })
+        })
+        .count();
+    (ours >= 2).then(|| range.start..range.start + ours)
 }
 
 /// The pages to defer: runs of plain messages and tool exchanges (no system message, no
@@ -222,6 +277,34 @@ mod tests {
     }
 
     #[test]
+    fn only_this_stage_s_final_summaries_at_the_start_fold_and_only_when_they_do_not_fit() {
+        let summary = |status, strategy: &str| summary_message("s", "pg_x", strategy, status);
+        let final_ours = || summary(SummaryStatus::Final, "batch-deferred");
+        let m = vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "task"),
+            final_ours(),
+            final_ours(),
+            final_ours(),
+            summary(SummaryStatus::Pending, "batch-deferred"),
+            final_ours(),
+            Message::text(Role::Assistant, "a"),
+            Message::text(Role::User, "recent"),
+        ];
+        // Five summaries lead the range; the three final ones before the pending one fold.
+        assert_eq!(fold_span(&m, 1, |s| s.len() < 5), Some(2..5));
+        assert_eq!(fold_span(&m, 1, |_| true), None);
+        // A single final summary is not a fold.
+        let mut one = m.clone();
+        one.drain(3..5);
+        assert_eq!(fold_span(&one, 1, |_| false), None);
+        // Another stage's summary first: that one is not ours to fold, nor what follows it.
+        let mut theirs = m.clone();
+        theirs.insert(2, summary(SummaryStatus::Final, "map-reduce-adaptive"));
+        assert_eq!(fold_span(&theirs, 1, |_| false), None);
+    }
+
+    #[test]
     fn labels_name_tools_by_frequency() {
         let run = vec![
             call("a", "bash"),
@@ -237,6 +320,11 @@ mod tests {
             Message::text(Role::Assistant, "a"),
         ];
         assert_eq!(label_of(&turns), "1 user and 1 other turns");
+        let fold = vec![
+            summary_message("s", "pg_1", NAME, SummaryStatus::Final),
+            summary_message("t", "pg_2", NAME, SummaryStatus::Final),
+        ];
+        assert_eq!(label_of(&fold), "2 summaries");
     }
 
     #[test]

@@ -113,19 +113,14 @@ pub fn summaries_kept(
         .iter()
         .take_while(|m| m.is_summary())
         .collect();
-    // Their narratives count against the share, their ledgers against the ledger's cap:
-    // each kept summary's ledger holds what the ones before it do not, so together they
-    // are one ledger, and past its cap a fold bounds them as one. (Counting their ledgers
-    // against the share, or half the cap, folds far more often, and each fold sends the
-    // prior again: +10% and +15% summarizer tokens on the planted session.)
-    let (mut narratives, mut ledgers) = (0, 0);
-    for m in &leading {
-        let text = m.joined_text();
-        let narrative = count(config.ledger.shown(&text));
-        narratives += narrative;
-        ledgers += count(&text).saturating_sub(narrative);
-    }
-    if narratives <= limit && ledgers <= config.ledger.cap_tokens(max_tokens) {
+    // Their narratives count against the share, their ledgers against the ledger's cap.
+    // (Counting their ledgers against the share, or half the cap, folds far more often, and
+    // each fold sends the prior again: +10% and +15% summarizer tokens on the planted
+    // session.)
+    if config
+        .ledger
+        .kept_summaries_fit(&leading, limit, max_tokens, count)
+    {
         leading.len()
     } else {
         0

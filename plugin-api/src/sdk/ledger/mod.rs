@@ -153,6 +153,29 @@ impl LedgerConfig {
     pub fn cap_tokens(&self, max_tokens: u64) -> u64 {
         (max_tokens as f64 * self.max_share) as u64
     }
+
+    /// Whether summaries kept in place at the start of a span still fit: their narratives
+    /// (what [`shown`](Self::shown) leaves, `count`ed) together in `narrative_limit` tokens,
+    /// and their ledgers in the cap for a budget of `max_tokens`. Each kept summary's ledger
+    /// holds what the ones before it do not, so together they are one ledger, and past its
+    /// cap a fold bounds them as one. A strategy that keeps its earlier summaries in place
+    /// (for the prefix they keep) folds them once they no longer fit.
+    pub fn kept_summaries_fit(
+        &self,
+        summaries: &[&Message],
+        narrative_limit: u64,
+        max_tokens: u64,
+        count: &dyn Fn(&str) -> u64,
+    ) -> bool {
+        let (mut narratives, mut ledgers) = (0, 0);
+        for message in summaries {
+            let text = message.joined_text();
+            let narrative = count(self.shown(&text));
+            narratives += narrative;
+            ledgers += count(&text).saturating_sub(narrative);
+        }
+        narratives <= narrative_limit && ledgers <= self.cap_tokens(max_tokens)
+    }
 }
 
 /// A summary's text with its ledger, from [`finish`].
