@@ -22,6 +22,7 @@
 //! What a run defers and finalizes is decided in [`plan`], the config is in [`config`]; this
 //! file runs the plan through the host.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use tamp_plugin_api::deferred::page_transcript_prompt;
@@ -38,6 +39,18 @@ pub use plan::{fold_span, plan_pages, FINAL_HEADER, PENDING_HEADER};
 
 /// The strategy's name: in pages, summary messages and logs.
 pub const NAME: &str = "batch-deferred";
+
+/// A page to defer, once its placeholder is known to be worth it.
+struct Planned<'a> {
+    range: Range<usize>,
+    label: String,
+    /// The pending summary's text.
+    text: String,
+    /// The run as its request shows it ([`shown_run`]).
+    shown: Cow<'a, [Message]>,
+    /// The run is summaries (a fold): its request is written whole, never from the page.
+    folds: bool,
+}
 
 pub struct BatchDeferred {
     config: Config,
@@ -226,7 +239,7 @@ impl BatchDeferred {
         // the cap with them as with the summaries already in `messages`.
         let mut placed_ledgers = 0;
         // A placeholder that would not be smaller than its messages is not worth it.
-        let planned: Vec<(Range<usize>, String, String)> = pages
+        let planned: Vec<Planned> = pages
             .into_iter()
             .filter_map(|range| {
                 let run = &messages[range.clone()];
@@ -235,8 +248,8 @@ impl BatchDeferred {
                 let folds = run.iter().any(Message::is_summary);
                 let shown = shown_run(run, &self.config.ledger);
                 // The ledger goes with the placeholder: the facts are there before the batch
-                // answers. These summaries never fold into one, so the ledgers of all of them
-                // share the cap, and each page's has at most its share of the page.
+                // answers. The ledgers of all these summaries share the cap (a fold bounds
+                // those it carries as one), and each page's has at most its share of the page.
                 let cap = self
                     .config
                     .ledger
@@ -269,7 +282,13 @@ impl BatchDeferred {
                 if smaller && !folds {
                     placed_ledgers += host.count_tokens(&finished.ledger.render());
                 }
-                smaller.then_some((range, label, finished.text))
+                smaller.then_some(Planned {
+                    range,
+                    label,
+                    text: finished.text,
+                    shown,
+                    folds,
+                })
             })
             .collect();
         if planned.is_empty() {
@@ -277,9 +296,9 @@ impl BatchDeferred {
         }
         let drafts = planned
             .iter()
-            .map(|(range, label, _)| {
-                let meta = tamp_plugin_api::serde_json::json!({"deferred": true, "label": label});
-                (messages[range.clone()].to_vec(), Some(meta))
+            .map(|p| {
+                let meta = tamp_plugin_api::serde_json::json!({"deferred": true, "label": p.label});
+                (messages[p.range.clone()].to_vec(), Some(meta))
             })
             .collect();
         let ids = host.archive_pages(drafts).await;
@@ -287,21 +306,19 @@ impl BatchDeferred {
         // page's text is stored once rather than again inside the queued prompt.
         let transcript_from_page = host.renders_page_transcripts();
         let mut ready = Vec::new();
-        for ((range, label, text), id) in planned.into_iter().zip(ids) {
+        for (p, id) in planned.into_iter().zip(ids) {
             let page_id = match id {
                 Ok(id) => id,
                 Err(e) => {
-                    warnings.push(format!("cannot archive messages {range:?}: {e}"));
+                    warnings.push(format!("cannot archive messages {:?}: {e}", p.range));
                     continue;
                 }
             };
             // The page of a fold holds the summaries with their ledgers: its request is
             // written whole, from their narratives.
-            let run = &messages[range.clone()];
-            let folds = run.iter().any(Message::is_summary);
-            let from_page = (transcript_from_page && !folds).then_some(page_id.as_str());
-            match self.request_for(&shown_run(run, &self.config.ledger), &label, from_page) {
-                Ok(request) => ready.push((range, text, page_id, request)),
+            let from_page = (transcript_from_page && !p.folds).then_some(page_id.as_str());
+            match self.request_for(&p.shown, &p.label, from_page) {
+                Ok(request) => ready.push((p.range, p.text, page_id, request)),
                 Err(e) => warnings.push(format!("cannot build the request of {page_id}: {e}")),
             }
         }
