@@ -3,10 +3,12 @@
 //! boundaries), summary messages, clearings ([`clearing`]), prompt rendering and templates ([`prompt`]),
 //! stage reports from plain values ([`report`]), typed structured output ([`structured`]),
 //! summary lengths ([`length`]), reuse of cached summaries ([`incremental`]), and the ledger
-//! of what summaries carry verbatim ([`ledger`], read with [`statements`]).
+//! of what summaries carry verbatim ([`ledger`], read with [`statements`]), and the config
+//! checks a schema states but a config built in Rust can break ([`config`]).
 
 pub mod chunk;
 pub mod clearing;
+pub mod config;
 pub mod exchanges;
 pub mod groups;
 pub mod incremental;

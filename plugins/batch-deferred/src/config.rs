@@ -104,12 +104,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), PluginError> {
         self.prompt_template()?;
         self.ledger.validate()?;
-        if !(0.0..=1.0).contains(&self.keep_summaries_share) {
-            return Err(PluginError::invalid_config(format!(
-                "keep_summaries_share: must be a share between 0 and 1, got {}",
-                self.keep_summaries_share
-            )));
-        }
+        sdk::config::check_share("keep_summaries_share", self.keep_summaries_share)?;
         if self.max_page_messages < self.min_messages {
             return Err(PluginError::invalid_config(format!(
                 "max_page_messages: must be at least min_messages ({} < {})",

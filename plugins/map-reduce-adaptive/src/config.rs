@@ -127,12 +127,7 @@ impl Config {
                 self.brief_below, self.none_below
             )));
         }
-        if !(0.0..=1.0).contains(&self.keep_summaries_share) {
-            return Err(PluginError::invalid_config(format!(
-                "keep_summaries_share: must be a share between 0 and 1, got {}",
-                self.keep_summaries_share
-            )));
-        }
+        sdk::config::check_share("keep_summaries_share", self.keep_summaries_share)?;
         if self.max_concurrency == 0 {
             return Err(PluginError::invalid_config(
                 "max_concurrency: must be at least 1",

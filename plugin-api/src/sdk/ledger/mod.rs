@@ -103,13 +103,7 @@ impl Default for LedgerConfig {
 impl LedgerConfig {
     /// Checks the share; the error names the field.
     pub fn validate(&self) -> Result<(), PluginError> {
-        if !(0.0..=1.0).contains(&self.max_share) {
-            return Err(PluginError::invalid_config(format!(
-                "ledger.max_share: must be a share between 0 and 1, got {}",
-                self.max_share
-            )));
-        }
-        Ok(())
+        crate::sdk::config::check_share("ledger.max_share", self.max_share)
     }
 
     /// What a model is shown of an earlier summary's `text`: its narrative, since [`finish`]
