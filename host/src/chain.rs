@@ -459,7 +459,9 @@ impl ChainBuilder {
             .validate()
             .map_err(|e| ChainError::Setup(e.to_string()))?;
         if let Some((_, config)) = &self.threads {
-            config.validate().map_err(ChainError::Setup)?;
+            config
+                .validate()
+                .map_err(|e| ChainError::Setup(e.to_string()))?;
         }
         let (store, cache, queue) = match self.store {
             Some(store) => (store, self.cache.flatten(), self.queue.flatten()),

@@ -245,6 +245,7 @@ impl LoadedChainFile {
         self.file.batch.validate().map_err(at_field)?;
         self.file.proxy.validate().map_err(at_field)?;
         self.file.http.validate().map_err(at_field)?;
+        self.file.threads.validate().map_err(at_field)?;
         if self
             .file
             .tokenizer
@@ -773,6 +774,20 @@ mod tests {
 
     fn parse(text: &str) -> Result<LoadedChainFile, ConfigError> {
         LoadedChainFile::parse(Path::new("chain.toml"), text.to_string())
+    }
+
+    #[test]
+    fn threads_section_errors_name_the_field_and_line() {
+        assert!(parse("[threads]\nttl_secs = 3600\nmax_threads = 10\n").is_ok());
+        for (text, field, line) in [
+            ("[threads]\nttl_secs = 0\n", "threads.ttl_secs", 2),
+            ("[threads]\n\nttl_secs = 99999999\n", "threads.ttl_secs", 3),
+            ("[threads]\nmax_threads = 0\n", "threads.max_threads", 2),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.message.starts_with(&format!("{field}: ")), "{err}");
+            assert_eq!(err.line, Some(line), "{err}");
+        }
     }
 
     #[test]

@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256};
 use tamp_plugin_api::{ContentBlock, Message, Role};
 
 use super::StoreError;
+use crate::config_error::FieldError;
 use crate::digest::message_digest;
 
 /// `[threads]` in the chain file.
@@ -73,12 +74,17 @@ impl ThreadsConfig {
     }
 
     /// Checks the section's own rules; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.ttl_secs == 0 {
-            return Err("threads.ttl_secs: must be greater than 0".into());
-        }
+    pub fn validate(&self) -> Result<(), FieldError> {
+        // Checked as every other number of seconds is: a u64 cannot be inf, but a TTL of
+        // years is a typo all the same.
+        crate::bounded::positive_seconds(self.ttl_secs as f64)
+            .map_err(|message| FieldError::new("threads", "ttl_secs", message))?;
         if self.max_threads == 0 {
-            return Err("threads.max_threads: must be greater than 0".into());
+            return Err(FieldError::new(
+                "threads",
+                "max_threads",
+                "must be greater than 0",
+            ));
         }
         Ok(())
     }
@@ -437,7 +443,23 @@ mod tests {
             ttl_secs: 0,
             ..ThreadsConfig::default()
         };
-        assert!(zero.validate().unwrap_err().starts_with("threads.ttl_secs"));
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("threads.ttl_secs: must be a positive number of seconds"));
+        for bad in [
+            ThreadsConfig {
+                ttl_secs: 31 * 86_400,
+                ..ThreadsConfig::default()
+            },
+            ThreadsConfig {
+                max_threads: 0,
+                ..ThreadsConfig::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
         assert_eq!(common_prefix(&msgs(&[(Role::User, "a")]), &[]), 0);
     }
 }
