@@ -59,8 +59,8 @@ const DEFAULT_CHAIN: &str = include_str!("default_chain.toml");
     about = "Compacts LLM conversations through a chain of strategy plugins.",
     long_about = "Compacts LLM conversations through a chain of strategy plugins.\n\n\
         A chain file (TOML) names the stages, their plugins and configs, the token budget, the \
-        LLM provider and the page store. Conversations are Anthropic Messages or OpenAI Chat \
-        Completions JSON; the output is in the input's format. Every message a stage removes is \
+        LLM provider and the page store. Conversations are Anthropic Messages, OpenAI Chat \
+        Completions or OpenAI Responses JSON; the output is in the input's format. Every message a stage removes is \
         archived in a page (see `tamp pages show`).\n\n\
         Example:\n  tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
         --config examples/chains/default.toml --report"

@@ -12,8 +12,8 @@ use crate::server::{Proxy, ServerArgs};
     export ANTHROPIC_BASE_URL=http://127.0.0.1:7475\n  \
     export OPENAI_BASE_URL=http://127.0.0.1:7475/v1\n\n\
     Compacted: POST /v1/messages and /v1/messages/count_tokens (Anthropic), POST \
-    /v1/chat/completions (OpenAI); every other path is forwarded as it is (models, batches, \
-    files, the Responses API). Headers, credentials included, go upstream untouched and are \
+    /v1/chat/completions and /v1/responses (OpenAI); every other path is forwarded as it is \
+    (models, batches, files). Headers, credentials included, go upstream untouched and are \
     never logged; the answer (SSE streams included) comes back as the upstream sends it, with \
     x-tamp-compaction saying what the chain did. A compaction that fails or takes longer than \
     [proxy] compaction_timeout_secs forwards the original body ([proxy] strict = true answers \
