@@ -600,8 +600,10 @@ fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
     let mock = MockBatches::start();
     mock.stall(true);
     let dir = scratch_dir("batch-kill");
-    // The killed worker's claims stop a new worker only until its lease runs out.
-    let lease = Duration::from_secs(1);
+    // The killed worker's claims stop a new worker only until its lease runs out: long enough
+    // that the new worker below surely runs inside it, even on a loaded machine (the test
+    // waits it out once).
+    let lease = Duration::from_secs(10);
     chain_file(
         &dir,
         &mock,
@@ -612,7 +614,9 @@ fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
     let pending = summaries(&out1);
     assert!(pending.len() >= 4, "{pending:?}");
 
-    // A long-running worker submits, then dies by SIGKILL before any result.
+    // A long-running worker submits, then dies by SIGKILL before any result. Its lease runs
+    // from its last claim, made after it started.
+    let started = Instant::now();
     let mut child = Command::new(tamp_bin())
         .current_dir(&dir)
         .env(KEY_VAR, "sk-ant-test-key")
@@ -642,9 +646,14 @@ fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
     mock.end_all();
     let early =
         String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
-    if killed_at.elapsed() < lease {
-        assert!(early.contains("polled 0 batch(es)"), "{early}");
-    }
+    assert!(
+        started.elapsed() < lease,
+        "the new worker ran {:?} after the killed one started, not surely inside its lease \
+         of {lease:?}: a machine this slow needs a longer lease",
+        started.elapsed()
+    );
+    assert!(early.contains("polled 0 batch(es)"), "{early}");
+    // The lease ends at most `lease` after the kill (its last claim came before it).
     std::thread::sleep(lease.saturating_sub(killed_at.elapsed()));
 
     // After the lease: the results are applied once, nothing resubmitted.

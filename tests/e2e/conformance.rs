@@ -318,6 +318,7 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
         &a.rule("TAMP-INV-01").unwrap().findings,
         &b.rule("TAMP-INV-01").unwrap().findings,
     );
+    assert!(!fa.is_empty(), "the broken rule has a finding to reproduce");
     assert_eq!(fa, fb);
     assert_eq!(a.seed, 9);
 

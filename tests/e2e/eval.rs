@@ -7,7 +7,12 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use tamp_e2e::{scratch_dir, tamp_bin, workspace_root};
+use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, workspace_root};
+use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
+use tamp_host::eval::facts::{self, Fact, FactsFile};
+use tamp_host::eval::model_calls;
+use tamp_host::wire;
+use tamp_plugin_api::{FfiOption, Message};
 
 const CHAINS: [&str; 2] = [
     "examples/eval/summarize.toml",
@@ -49,6 +54,141 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A file's name without its extensions (`ponyc-4588`), as the report names chains and
+/// conversations.
+fn short_name(path: &str) -> &str {
+    let file = Path::new(path).file_name().unwrap().to_str().unwrap();
+    file.split('.').next().unwrap()
+}
+
+/// The facts of every facts file that applies to `conversation`, in file order, read by the
+/// host's own reader.
+fn facts_for(conversation: &str) -> Vec<Fact> {
+    let root = workspace_root();
+    CONVERSATIONS
+        .iter()
+        .map(|(_, file)| FactsFile::read(&root.join(file)).unwrap())
+        .filter(|file| file.applies_to(&root.join(conversation)))
+        .flat_map(|file| file.facts)
+        .collect()
+}
+
+/// The final context `tamp eval` measures retention on, computed again in the test: the
+/// chain (offline, deterministic) on a store of its own, on the whole conversation
+/// (one-shot), or request by request on a thread (replay: its last answer). With the tokens
+/// the chain counted in it.
+fn final_context(chain: &str, conversation: &str, mode: &str) -> (Vec<Message>, u64) {
+    ensure_built();
+    let root = workspace_root();
+    let dir = scratch_dir("eval-context");
+    let chain = Chain::from_file(
+        &root.join(chain),
+        FileOverrides {
+            store_path: Some(dir.join("store.sqlite3")),
+            ..FileOverrides::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{chain}: {e}"));
+    let text = std::fs::read_to_string(root.join(conversation)).unwrap();
+    let (input, format) = wire::parse_str(&text, None).unwrap();
+    let rt = rt();
+    let context = match mode {
+        "one_shot" => {
+            let options = CompactOptions {
+                format: Some(format),
+                ..CompactOptions::default()
+            };
+            let out = rt.block_on(chain.compact(input, &options)).unwrap();
+            (out.conversation.messages.to_vec(), out.report.tokens_after)
+        }
+        "replay" => {
+            let options = CompactOptions {
+                format: Some(format),
+                thread_continuity: true,
+                ..CompactOptions::default()
+            };
+            let thread = format!("tamp-eval-{}", short_name(conversation));
+            let mut last = None;
+            for cut in model_calls(&input.messages) {
+                let mut posted = input.with_messages(input.messages[..cut].to_vec());
+                posted.thread_id = FfiOption::RSome(thread.as_str().into());
+                let out = rt.block_on(chain.compact(posted, &options)).unwrap();
+                last = Some((out.conversation.messages.to_vec(), out.report.tokens_after));
+            }
+            last.expect("the conversation has model calls")
+        }
+        other => panic!("mode {other}"),
+    };
+    drop(chain);
+    std::fs::remove_dir_all(&dir).ok();
+    context
+}
+
+/// Checks a run's retention against its facts and its final context: every fact with words
+/// counted, every lost id a fact of the conversation, and a fact reported kept is in the
+/// final context (by the facts file's own matching rule) while a lost one is not. How many
+/// facts were (kept, lost).
+fn check_retention(run: &Value, ctx: &str) -> (usize, usize) {
+    let name = |key: &str| run[key].as_str().unwrap().to_string();
+    let chain = CHAINS
+        .iter()
+        .find(|c| short_name(c) == name("chain"))
+        .unwrap_or_else(|| panic!("{ctx}: no such chain"));
+    let conversation = CONVERSATIONS
+        .iter()
+        .map(|(c, _)| *c)
+        .find(|c| short_name(c) == name("conversation"))
+        .unwrap_or_else(|| panic!("{ctx}: no such conversation"));
+    let listed: Vec<Fact> = facts_for(conversation)
+        .into_iter()
+        .filter(Fact::has_words)
+        .collect();
+    let retention = &run["retention"];
+    let lost: Vec<&str> = retention["lost"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{ctx}: no lost facts list: {retention}"))
+        .iter()
+        .map(|id| id.as_str().unwrap())
+        .collect();
+    for id in &lost {
+        assert!(
+            listed.iter().any(|f| f.id == *id),
+            "{ctx}: the lost fact {id:?} is no fact of the conversation"
+        );
+    }
+    assert_eq!(retention["total"], listed.len(), "{ctx}");
+    assert_eq!(retention["found"], listed.len() - lost.len(), "{ctx}");
+
+    let (messages, tokens) = final_context(chain, conversation, &name("mode"));
+    assert_eq!(
+        run["tokens_after"], tokens,
+        "{ctx}: the final context computed again is not the one eval measured"
+    );
+    let context = facts::context_text(&messages);
+    let mut kept = 0;
+    for fact in &listed {
+        let reported_lost = lost.contains(&fact.id.as_str());
+        let there = facts::found(fact, &context);
+        assert_eq!(
+            there,
+            !reported_lost,
+            "{ctx}: the fact {:?} is reported {} but is {} the final context",
+            fact.id,
+            if reported_lost { "lost" } else { "kept" },
+            if there { "in" } else { "not in" }
+        );
+        kept += usize::from(there);
+    }
+    // Lost ids in file order, each once.
+    let in_order: Vec<&str> = listed
+        .iter()
+        .map(|f| f.id.as_str())
+        .filter(|id| lost.contains(id))
+        .collect();
+    assert_eq!(lost, in_order, "{ctx}");
+    (kept, lost.len())
+}
+
 #[test]
 fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() {
     let dir = scratch_dir("eval");
@@ -68,6 +208,7 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), CHAINS.len() * CONVERSATIONS.len() * 2);
 
+    let (mut kept, mut lost) = (0, 0);
     for run in runs {
         let ctx = format!(
             "{} / {} / {}",
@@ -86,11 +227,9 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
             retention["total"].as_u64().unwrap(),
         );
         assert!(total >= 7 && found <= total, "{ctx}");
-        assert_eq!(
-            retention["lost"].as_array().unwrap().len() as u64,
-            total - found,
-            "{ctx}"
-        );
+        let (k, l) = check_retention(run, &ctx);
+        kept += k;
+        lost += l;
         match run["mode"].as_str().unwrap() {
             "one_shot" => {
                 assert_eq!(run["requests"], 1, "{ctx}");
@@ -122,6 +261,8 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
             other => panic!("{ctx}: mode {other}"),
         }
     }
+    // Both sides of the retention check were exercised.
+    assert!(kept > 0 && lost > 0, "{kept} facts kept, {lost} lost");
     // The clearing chain sends its summarizer less than summarizing alone, on every
     // conversation, one-shot.
     for (conversation, _) in CONVERSATIONS {
@@ -212,6 +353,7 @@ fn a_responses_conversation_is_evaluated_as_its_chat_completions_form() {
     let chat = airline_runs(&root.join(CONVERSATIONS[1].0), &dir);
     let items = airline_runs(&responses, &dir);
     assert_eq!(items.len(), CHAINS.len() * 2);
+    assert_eq!(chat.len(), items.len(), "as many runs in either form");
     let figures =
         |run: &Value| ["chain", "mode", "requests", "retention"].map(|key| run[key].clone());
     for (chat, items) in chat.iter().zip(&items) {

@@ -992,6 +992,8 @@ fn the_http_api_on_mutated_requests_and_page_ids() {
         any::<bool>(),
         prop::option::of(small_value()),
     );
+    // Cases whose compaction archived pages: the page checks below ran on real ones.
+    let archiving = AtomicU64::new(0);
     run(
         "http_api",
         32,
@@ -1054,6 +1056,9 @@ fn the_http_api_on_mutated_requests_and_page_ids() {
                     check_error(status, &answer)?;
                 }
                 // Every page archived reads back.
+                if !archived.is_empty() {
+                    archiving.fetch_add(1, Ordering::Relaxed);
+                }
                 for page in &archived {
                     let (status, body) =
                         send(api.client.get(format!("{}/v1/pages/{page}", api.base))).await?;
@@ -1084,6 +1089,10 @@ fn the_http_api_on_mutated_requests_and_page_ids() {
                 Ok(())
             })
         },
+    );
+    assert!(
+        archiving.load(Ordering::Relaxed) > 0,
+        "no case archived a page: the page checks never ran on a real one"
     );
 }
 
@@ -1200,8 +1209,12 @@ fn the_chain_files_numbers_never_panic() {
             }
             let mut text = String::from("[store]\npath = \"store.sqlite3\"\n");
             let stage = tables.remove("stage").unwrap_or_default();
-            if let Some(lines) = tables.remove("store") {
-                text.push_str(&lines.join("\n"));
+            // One key each in [store] and [[stage]]: set twice (a TOML error), the last is kept.
+            if let Some(last) = tables
+                .remove("store")
+                .and_then(|lines| lines.last().cloned())
+            {
+                text.push_str(&last);
                 text.push('\n');
             }
             for (table, lines) in &tables {
@@ -1225,7 +1238,24 @@ fn the_chain_files_numbers_never_panic() {
             match tamp_host::serve::ActiveChain::build(&file, Default::default()) {
                 Err(problem) => {
                     prop_assert_eq!(&problem.file, &file, "{}", text);
-                    prop_assert!(!problem.message.is_empty());
+                    // A line of the file, and the field: one of those given a number, and the
+                    // key of the line named when that line sets one.
+                    let line = problem
+                        .line
+                        .and_then(|l| text.lines().nth(l.checked_sub(1)?));
+                    prop_assert!(line.is_some(), "{problem}: no line of\n{text}");
+                    prop_assert!(
+                        assignments
+                            .iter()
+                            .any(|(field, _, _)| problem.message.contains(CHAIN_NUMBERS[*field].1)),
+                        "{problem}: names none of the fields given\n{text}"
+                    );
+                    if let Some((key, _)) = line.and_then(|l| l.split_once(" = ")) {
+                        prop_assert!(
+                            problem.message.contains(key.trim()),
+                            "{problem}: does not name the field of its line\n{text}"
+                        );
+                    }
                 }
                 Ok(active) => {
                     let _ = active.proxy.compaction_timeout();
@@ -1233,8 +1263,16 @@ fn the_chain_files_numbers_never_panic() {
                         force: true,
                         ..Default::default()
                     };
-                    // Whatever the budget, the compaction ends with an answer or an error.
-                    let _ = rt.block_on(active.chain.compact(conversation.clone(), &options));
+                    // Whatever the budget, a chain that builds compacts: the conversation is
+                    // valid and no budget is given with the request.
+                    let compacted =
+                        rt.block_on(active.chain.compact(conversation.clone(), &options));
+                    prop_assert!(
+                        compacted.is_ok(),
+                        "{}\n{}",
+                        compacted.err().map(|e| e.to_string()).unwrap_or_default(),
+                        text
+                    );
                     let chain_file = LoadedChainFile::read(&file).unwrap();
                     let _ = chain_file.file.provider.overall_timeout();
                     for stage in &chain_file.file.stages {

@@ -258,6 +258,9 @@ async fn two_hundred_concurrent_compactions_on_one_thread_are_all_answered() {
         let body = serde_json::json!({"conversation": conversation, "thread_id": format!("t{i}")});
         tokio::spawn(async move { server.compact(&body).await })
     });
+    // Each request is the same conversation, over the budget, on a thread of its own: every
+    // one is compacted, and the same way.
+    let mut compacted = std::collections::BTreeSet::new();
     for answer in futures::future::join_all(requests).await {
         let (status, body) = answer.unwrap();
         assert_eq!(status, 200, "{body}");
@@ -267,8 +270,29 @@ async fn two_hundred_concurrent_compactions_on_one_thread_are_all_answered() {
                 .is_some_and(|m| !m.is_empty()),
             "{body}"
         );
-        assert!(body["report"]["stages"][0]["status"].is_string(), "{body}");
+        let report = &body["report"];
+        assert_eq!(report["stages"][0]["status"], "acted", "{report:#}");
+        let tokens = |key: &str| {
+            report[key]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no report.{key}: {report:#}"))
+        };
+        let (before, after) = (tokens("tokens_before"), tokens("tokens_after"));
+        assert!(after < before, "{before} -> {after}: {report:#}");
+        // A valid request again, with a summary in place of what was archived.
+        let (back, _) = tamp_host::wire::parse_value(body["conversation"].clone(), None)
+            .unwrap_or_else(|e| panic!("the answer does not read back: {e}"));
+        assert!(
+            back.messages.iter().any(|m| m.summary_info().is_some()),
+            "no summary in {body}"
+        );
+        compacted.insert((before, after, back.messages.len()));
     }
+    assert_eq!(
+        compacted.len(),
+        1,
+        "the same input compacted differently: {compacted:?}"
+    );
 }
 
 /// The probe's hang-up case, kept: a client that goes away in the middle of a streamed

@@ -69,6 +69,7 @@ fn with_a_summarizer_that_answers_a_fixed_text_the_ledger_alone_keeps_the_plante
         "examples/eval/planted/hybrid-fixed.toml",
         "examples/eval/planted/anchored-fixed.toml",
     ]);
+    assert_eq!(runs.len(), 3, "one replay per chain file");
     for run in &runs {
         let name = &run.chain;
         assert_eq!(run.rolled_back, 0, "{name}");

@@ -535,7 +535,11 @@ fn the_database_restarting_under_load_fails_compactions_clearly_then_they_recove
         json!({"conversation": wire::to_value(&variant(&base, "after"), WireFormat::Anthropic)});
     let (status, after) = rt.block_on(servers[0].compact(&body));
     assert_eq!(status, 200, "{after}");
-    for id in page_refs(&after["conversation"]) {
+    let stage = &after["report"]["stages"][0];
+    assert_eq!(stage["status"], "acted", "after the recovery: {stage:#}");
+    let refs = page_refs(&after["conversation"]);
+    assert!(!refs.is_empty(), "no summary names a page: {after:#}");
+    for id in refs {
         let page = rt.block_on(servers[1].get_json(&format!("/v1/pages/{id}")));
         assert_eq!(page["id"], json!(id));
     }

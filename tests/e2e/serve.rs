@@ -98,7 +98,12 @@ async fn compacts_every_format_and_serves_pages_chain_health_and_metrics() {
     assert_eq!(report_stage_names(&answer), ["archive"]);
     let run = &answer["report"]["stages"][0];
     assert_eq!(run["status"], "acted", "{run:#}");
-    assert!(answer["report"]["tokens_after"].as_u64() < answer["report"]["tokens_before"].as_u64());
+    let tokens = |key: &str| {
+        answer["report"][key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no report.{key}: {answer:#}"))
+    };
+    assert!(tokens("tokens_after") < tokens("tokens_before"));
     // The answer is a valid Anthropic request again, with the summaries in it.
     let text = answer["conversation"].to_string();
     let (back, format) = tamp_host::wire::parse_str(&text, None).unwrap();
@@ -580,10 +585,14 @@ async fn a_plugin_file_replaced_on_disk_is_loaded_from_a_new_private_copy() {
     assert!(log.contains("reloaded"), "{log}");
 
     stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
     for task in load {
-        task.await
+        let (ok, _) = task
+            .await
             .expect("a request failed while the plugin was swapped");
+        total += ok;
     }
+    assert!(total > 0, "no request ran while the plugin was swapped");
     let private: Vec<_> =
         std::fs::read_dir(std::env::temp_dir().join(format!("tamp-plugins-{}", server.pid())))
             .unwrap()

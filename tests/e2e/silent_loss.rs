@@ -334,7 +334,11 @@ fn compacted_store(dir: &Path) -> (PathBuf, Vec<String>) {
         .iter()
         .flat_map(|s| s["pages"].as_array().unwrap().clone())
         .map(|p| p.as_str().unwrap().to_string())
-        .collect();
+        .collect::<Vec<_>>();
+    assert!(
+        !pages.is_empty(),
+        "the compaction archived no page: {report:#}"
+    );
     (store, pages)
 }
 

@@ -207,33 +207,12 @@ fn a_growing_thread_is_cleared_the_same_way_byte_for_byte() {
     assert!(acted >= 3, "the replay cleared on {acted} calls");
 }
 
-#[test]
-fn clear_tool_inputs_and_exclude_tools_are_honoured() {
-    let rt = rt();
-    let input = corpus_conversation("anthropic", "openhands_llama4_ponyc-4588");
-    let tools: HashSet<String> = input
-        .messages
-        .iter()
-        .flat_map(|m| m.content.iter())
-        .filter_map(|b| match b {
-            ContentBlock::ToolUse { name, .. } => Some(name.to_string()),
-            _ => None,
-        })
-        .collect();
-    let excluded = tools
-        .iter()
-        .next()
-        .expect("the conversation calls tools")
-        .clone();
-    let store = Arc::new(SqliteStore::in_memory().unwrap());
-    let config =
-        json!({"clear_tool_inputs": true, "exclude_tools": [excluded], "min_result_tokens": 1});
-    let out = compact(
-        &rt,
-        &chain(config, store, 4),
-        input.clone(),
-        WireFormat::Anthropic,
-    );
+/// What one compaction of `input` with `config` cleared, by tool name: (outputs, inputs).
+fn cleared_by_tool(
+    rt: &tokio::runtime::Runtime,
+    input: &Conversation,
+    config: Value,
+) -> std::collections::BTreeMap<String, (usize, usize)> {
     let names: std::collections::HashMap<String, String> = input
         .messages
         .iter()
@@ -243,26 +222,70 @@ fn clear_tool_inputs_and_exclude_tools_are_honoured() {
             _ => None,
         })
         .collect();
-    let mut inputs = 0;
-    for m in out.conversation.messages.iter() {
-        for b in m.content.iter() {
-            match b {
-                ContentBlock::ToolResult { tool_use_id, .. } if cleared_page(b).is_some() => {
-                    assert_ne!(
-                        names[tool_use_id.as_str()],
-                        excluded,
-                        "an excluded tool's output was cleared"
-                    );
-                }
-                ContentBlock::ToolUse { name, .. } if cleared_page(b).is_some() => {
-                    assert_ne!(name.as_str(), excluded);
-                    inputs += 1;
-                }
-                _ => {}
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let out = compact(
+        rt,
+        &chain(config, store, 4),
+        input.clone(),
+        WireFormat::Anthropic,
+    );
+    let mut cleared = std::collections::BTreeMap::<String, (usize, usize)>::new();
+    for b in out
+        .conversation
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+    {
+        match b {
+            ContentBlock::ToolResult { tool_use_id, .. } if cleared_page(b).is_some() => {
+                cleared
+                    .entry(names[tool_use_id.as_str()].clone())
+                    .or_default()
+                    .0 += 1;
             }
+            ContentBlock::ToolUse { name, .. } if cleared_page(b).is_some() => {
+                cleared.entry(name.to_string()).or_default().1 += 1;
+            }
+            _ => {}
         }
     }
-    assert!(inputs > 0, "tool inputs were cleared");
+    cleared
+}
+
+#[test]
+fn clear_tool_inputs_and_exclude_tools_are_honoured() {
+    let rt = rt();
+    let input = corpus_conversation("anthropic", "openhands_llama4_ponyc-4588");
+    // Without the exclusion: the tool whose outputs are cleared most (the first by name of
+    // those, so the same one on every run) is the one to exclude.
+    let config = json!({"clear_tool_inputs": true, "min_result_tokens": 1});
+    let all = cleared_by_tool(&rt, &input, config);
+    let (excluded, &(outputs, _)) = all
+        .iter()
+        .max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.0.cmp(a.0)))
+        .expect("the conversation's tool outputs are cleared");
+    assert!(outputs > 0, "{excluded}'s outputs are cleared: {all:?}");
+    assert!(
+        all.values().any(|&(_, inputs)| inputs > 0),
+        "tool inputs were cleared: {all:?}"
+    );
+
+    let config =
+        json!({"clear_tool_inputs": true, "exclude_tools": [excluded], "min_result_tokens": 1});
+    let with = cleared_by_tool(&rt, &input, config);
+    assert_eq!(
+        with.get(excluded),
+        None,
+        "an excluded tool's output or input was cleared: {with:?}"
+    );
+    assert!(
+        with.values().any(|&(outputs, _)| outputs > 0),
+        "the other tools' outputs are still cleared: {with:?}"
+    );
+    assert!(
+        with.values().any(|&(_, inputs)| inputs > 0),
+        "tool inputs were cleared: {with:?}"
+    );
 }
 
 #[test]

@@ -148,6 +148,11 @@ pub fn corpus_names() -> Vec<String> {
         })
         .collect();
     names.sort();
+    assert!(
+        !names.is_empty(),
+        "{}: no corpus conversations",
+        dir.display()
+    );
     names
 }
 

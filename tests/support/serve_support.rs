@@ -114,18 +114,39 @@ impl Server {
     }
 
     /// Asserts that `secret` (a client's API key) is neither in the server's log (which must
-    /// be a debug log, so that everything it could log was) nor in any file of `store_dir`.
+    /// be a debug log, so that everything it could log was) nor in any file under
+    /// `store_dir`, which holds the page store (`store.sqlite3`, as every caller's chain file
+    /// names it) and whatever else the server wrote beside it.
     pub fn assert_secret_kept_out(&self, secret: &str, store_dir: &Path) {
         let log = self.log();
         assert!(log.contains("DEBUG"), "not a debug log:\n{log}");
         assert!(!log.contains(secret), "the key is in the log");
-        for entry in std::fs::read_dir(store_dir).unwrap().flatten() {
-            let bytes = std::fs::read(entry.path()).unwrap_or_default();
-            assert!(
-                !String::from_utf8_lossy(&bytes).contains(secret),
-                "the key is in {}",
-                entry.path().display()
-            );
+        let store = store_dir.join("store.sqlite3");
+        assert!(
+            store.is_file(),
+            "{}: no page store to look in",
+            store.display()
+        );
+        let mut dirs = vec![store_dir.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            let entries =
+                std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            for entry in entries {
+                let path = entry
+                    .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                    .path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let bytes =
+                    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(secret),
+                    "the key is in {}",
+                    path.display()
+                );
+            }
         }
     }
 

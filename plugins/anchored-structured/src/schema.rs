@@ -443,7 +443,14 @@ mod tests {
         let expected = tamp_plugin_api::serde_json::json!({
             "$schema": "http://json-schema.org/draft-07/schema#",
             "title": "AnchoredSummary",
-            "description": schema["description"],
+            "description": concat!(
+                "An anchored summary: each section is a required key, so a model cannot skip ",
+                "one silently (it must at least answer an empty list).\n\n",
+                "The limits are in the schema too (`maxLength`, `maxItems`) so that providers ",
+                "which honour them never produce an answer the plugin would refuse; the plugin ",
+                "checks them again anyway ([`AnchoredSummary::validate`]), because not every ",
+                "provider does."
+            ),
             "type": "object",
             "required": ["decisions_made", "files_modified", "next_steps", "open_questions", "session_intent"],
             "additionalProperties": false,
