@@ -1,6 +1,7 @@
 //! The report of a run, assembled from each check's output: one result per rule of
 //! [`RULES`], a MUST rule with findings failing and a SHOULD rule warning.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use tamp_conformance::report::{CheckOutput, Finding, KitReport, RuleResult, Status};
@@ -14,6 +15,11 @@ pub struct ReportHead {
     pub seed: u64,
     pub cases: usize,
     pub isolated: bool,
+    /// The checks the run was to run (what `--only` and `--skip` left in): a rule among them
+    /// whose check never reports fails, since it passed nothing.
+    pub selected: Vec<String>,
+    /// Why a selected check never reported, where that is known (its thread panicked).
+    pub lost: BTreeMap<String, String>,
 }
 
 /// Assembles the report from each check's output (by check id, in [`RULES`] order).
@@ -63,7 +69,10 @@ pub fn assemble(
         }
     }
     for rule in &mut rules {
-        if !rule.findings.is_empty() {
+        // Still `Skipped` here: no output came back for the rule's check.
+        if rule.status == Status::Skipped && head.selected.contains(&rule.id) {
+            never_reported(rule, head.lost.get(&rule.id));
+        } else if !rule.findings.is_empty() {
             rule.status = if rule.level == "SHOULD" {
                 Status::Warn
             } else {
@@ -90,9 +99,35 @@ pub fn assemble(
     }
 }
 
+/// Fails `rule`, whose check was to run but sent no result: whatever the rule's level, a
+/// check that never ran is no pass (and leaving the rule `Skipped` would let the run pass).
+fn never_reported(rule: &mut RuleResult, why: Option<&String>) {
+    let why = why.map_or("its check ended without sending a result", String::as_str);
+    let finding = Finding::new(
+        &rule.id,
+        format!("{}: selected to run, but it never reported: {why}", rule.id),
+    );
+    rule.findings.insert(0, finding);
+    rule.findings.truncate(3);
+    rule.status = Status::Fail;
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The head of a run that was to run `selected`.
+    pub(crate) fn head(selected: &[&str], lost: BTreeMap<String, String>) -> ReportHead {
+        ReportHead {
+            plugin: "libx.so".into(),
+            config: serde_json::json!({}),
+            seed: 1,
+            cases: 2,
+            isolated: true,
+            selected: selected.iter().map(|c| c.to_string()).collect(),
+            lost,
+        }
+    }
 
     fn report(findings: Vec<Finding>) -> KitReport {
         let outputs = RULES
@@ -109,17 +144,8 @@ mod tests {
                 (r.id.to_string(), output, 1.0)
             })
             .collect();
-        assemble(
-            ReportHead {
-                plugin: "libx.so".into(),
-                config: serde_json::json!({}),
-                seed: 1,
-                cases: 2,
-                isolated: true,
-            },
-            outputs,
-            None,
-        )
+        let all: Vec<&str> = RULES.iter().map(|r| r.id).collect();
+        assemble(head(&all, BTreeMap::new()), outputs, None)
     }
 
     #[test]
@@ -144,5 +170,34 @@ mod tests {
         let back: KitReport = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(back.failed_rules(), ["TAMP-INV-01"]);
         assert!(report(vec![Finding::new("TAMP-INV-08", "w")]).passed);
+    }
+
+    #[test]
+    fn a_rule_selected_to_run_that_never_reported_fails() {
+        // TAMP-INV-01 and the SHOULD rule TAMP-INV-08 were to run, and sent nothing back;
+        // TAMP-INV-02 was left out (`--only`).
+        let selected = ["TAMP-LOAD-01", "TAMP-INV-01", "TAMP-INV-08"];
+        let lost = BTreeMap::from([(
+            "TAMP-INV-01".to_string(),
+            "its thread panicked: boom".to_string(),
+        )]);
+        let load = ("TAMP-LOAD-01".to_string(), CheckOutput::default(), 1.0);
+        let r = assemble(head(&selected, lost), vec![load.clone()], None);
+        assert!(!r.passed, "{}", r.to_text());
+        assert_eq!(r.failed_rules(), ["TAMP-INV-01", "TAMP-INV-08"]);
+        let finding = &r.rule("TAMP-INV-01").unwrap().findings[0];
+        assert_eq!(
+            finding.message,
+            "TAMP-INV-01: selected to run, but it never reported: its thread panicked: boom"
+        );
+        let finding = &r.rule("TAMP-INV-08").unwrap().findings[0];
+        assert!(finding.message.contains("never reported"), "{finding:?}");
+        assert_eq!(r.rule("TAMP-INV-02").unwrap().status, Status::Skipped);
+        assert!(std::panic::catch_unwind(|| r.assert_passed()).is_err());
+
+        // What was left out stays skipped, and the run passes on what did report.
+        let r = assemble(head(&selected[..1], BTreeMap::new()), vec![load], None);
+        assert!(r.passed, "{}", r.to_text());
+        assert_eq!(r.rule("TAMP-INV-01").unwrap().status, Status::Skipped);
     }
 }

@@ -8,19 +8,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tamp_plugin_api::{ErrorKind, Message, Role, StrategyBox};
+use tamp_plugin_api::{Conversation, ErrorKind, Message, Role, StrategyBox};
 
 use super::generate::{
     self, case_seed, extend, generate, round_trip, shrink_candidates, with_huge_message, Case,
     Shape, Text,
 };
 use super::harness::{
-    describe_message, describe_messages, Answers, Harness, KitProvider, Run, RunFailure,
+    describe_message, describe_messages, Answers, Harness, KitProvider, Plugin, Run, RunFailure,
     HUGE_PATTERN,
 };
 use super::report::{CheckOutput, Finding, Perf, PluginFacts};
 use super::spec::PERF;
 use super::KitOptions;
+use tamp_host::chain::Compacted;
 use tamp_host::invariants::Violation;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::WireFormat;
@@ -57,7 +58,7 @@ pub async fn run_check(id: &str, options: &KitOptions) -> CheckOutput {
     };
     let ctx = Ctx {
         harness: Arc::new(Harness {
-            plugin,
+            plugin: Plugin::Loaded(plugin),
             config,
             tokens,
             timeout: Duration::from_secs_f64(options.timeout_secs),
@@ -402,27 +403,10 @@ impl Ctx {
                 let run = self.run_case(&strategy, &case, answers.clone()).await;
                 acted += usize::from(run.changed_output().is_some());
                 errors += usize::from(run.outcome.is_err());
-                if !self
-                    .harness
-                    .violations(&run)
-                    .iter()
-                    .any(|v| v.rule.code() == rule)
-                {
-                    continue;
+                if let Some(f) = self.rule_break(&strategy, rule, &run, &answers).await {
+                    out.findings.push(f);
+                    break;
                 }
-                let small = self
-                    .shrink(&strategy, case, &answers, Failing::Breaks(rule))
-                    .await;
-                let run = self.run_case(&strategy, &small, answers.clone()).await;
-                if let Some(v) = self
-                    .harness
-                    .violations(&run)
-                    .iter()
-                    .find(|v| v.rule.code() == rule)
-                {
-                    out.findings.push(self.violation_finding(v, &run, ""));
-                }
-                break;
             }
             out.notes.push(format!(
                 "{format}: the plugin changed {acted} of {} conversations ({errors} errors)",
@@ -430,6 +414,38 @@ impl Ctx {
             ));
         }
         out
+    }
+
+    /// The finding for `run`'s break of `rule`, if it breaks it: on the smallest variant of
+    /// its case that still breaks it, or, when that one keeps the rule once run again, on the
+    /// case itself (a plugin that breaks a rule only some of the time breaks it all the same).
+    async fn rule_break(
+        &self,
+        strategy: &StrategyBox,
+        rule: &str,
+        run: &Run,
+        answers: &Answers,
+    ) -> Option<Finding> {
+        let broken = |run: &Run| {
+            self.harness
+                .violations(run)
+                .into_iter()
+                .find(|v| v.rule.code() == rule)
+        };
+        let v = broken(run)?;
+        let small = self
+            .shrink(strategy, run.case.clone(), answers, Failing::Breaks(rule))
+            .await;
+        let again = self.run_case(strategy, &small, answers.clone()).await;
+        if let Some(v) = broken(&again) {
+            return Some(self.violation_finding(&v, &again, ""));
+        }
+        let mut f = self.violation_finding(&v, run, "");
+        f.message.push_str(
+            " (not on the smallest case: run again after shrinking, it kept the rule, so the \
+             plugin breaks it only some of the time; this is the case it broke)",
+        );
+        Some(f)
     }
 
     /// Invariant breaks and panics in `run`, reported under their own ids.
@@ -519,11 +535,83 @@ impl Ctx {
     }
 
     /// Runs `case` through a real chain whose LLM always fails: the caller must get the
-    /// conversation back unchanged, or changed by a stage that reported the failure.
+    /// conversation back unchanged, or changed by a stage that reported the failure. A step
+    /// of that run that fails is a finding too: the check would otherwise pass having seen
+    /// nothing.
     async fn chain_keeps_input(&self, case: &Case) -> Option<Finding> {
+        use tamp_host::chain::StageStatus;
+        const RULE: &str = "TAMP-INV-05";
+        const WHAT: &str = " through a one-stage chain";
+        let finding = |rule: &str, message: String| {
+            let mut f = Finding::new(rule, message);
+            f.case = Some(self.case_label(case, WHAT));
+            f
+        };
+        let failed = |step: &str, e: String| {
+            let unchecked = format!(
+                "the run through a one-stage chain whose LLM fails every call did not happen, \
+                 so the chain's side of {RULE} is unchecked: {step} failed: {e}"
+            );
+            // A config the schema refuses is TAMP-CFG-01's failure, and why the chain took no
+            // stage (it validates the config first): reported under that rule, not as a
+            // second failure of this one.
+            if self.config_breaks_schema() {
+                const CFG: &str = "TAMP-CFG-01";
+                let m = format!(
+                    "{CFG}: the config under test does not satisfy the plugin's schema; \
+                     {unchecked}"
+                );
+                finding(CFG, m)
+            } else {
+                finding(RULE, format!("{RULE}: {unchecked}"))
+            }
+        };
+        let (input, compacted) = match self.through_chain(case).await {
+            Ok(done) => done,
+            Err((step, e)) => return Some(failed(step, e)),
+        };
+        let Some(stage) = compacted.report.stages.first() else {
+            return Some(failed(
+                "reading the chain's report",
+                "it names no stage".into(),
+            ));
+        };
+        let changed = compacted.conversation.messages != input.messages;
+        if changed
+            && (stage.status != StageStatus::Acted
+                || (stage.failed_llm_calls > 0 && stage.warnings.is_empty()))
+        {
+            return Some(finding(RULE, format!(
+                "through a chain whose LLM fails every call, the conversation came back changed by a stage that reported {:?} ({} failed LLM calls, no warning)",
+                stage.reason, stage.failed_llm_calls
+            )));
+        }
+        None
+    }
+
+    /// Whether the config under test breaks the plugin's schema, or the schema is not valid
+    /// JSON Schema (both TAMP-CFG-01's failures).
+    fn config_breaks_schema(&self) -> bool {
+        jsonschema::validator_for(&self.harness.plugin.meta().config_schema)
+            .map_or(true, |v| !v.is_valid(&self.harness.config))
+    }
+
+    /// `case` compacted by a one-stage chain of the plugin, its LLM failing every call: the
+    /// input and what the chain returned, or the step that failed and its error.
+    async fn through_chain(
+        &self,
+        case: &Case,
+    ) -> Result<(Conversation, Compacted), (&'static str, String)> {
         use tamp_host::budget::BudgetConfig;
-        use tamp_host::chain::{ChainBuilder, CompactOptions, StageStatus};
+        use tamp_host::chain::{ChainBuilder, CompactOptions};
         use tamp_host::config::Trigger;
+        fn step<E: std::fmt::Display>(name: &'static str) -> impl Fn(E) -> (&'static str, String) {
+            move |e| (name, e.to_string())
+        }
+        let plugin = self.harness.plugin.loaded().ok_or((
+            "building the stage",
+            "the plugin under test is not a loaded library".to_string(),
+        ))?;
         let tokens = self.harness.tokens.count_messages(&case.messages);
         let chain = ChainBuilder::new(BudgetConfig {
             max_tokens: (tokens / 2).max(1),
@@ -534,39 +622,26 @@ impl Ctx {
         .tokens(Arc::clone(&self.harness.tokens))
         .stage(
             "conformance",
-            Arc::clone(&self.harness.plugin),
+            Arc::clone(plugin),
             self.harness.config.clone(),
             Trigger::Always,
             self.harness.timeout,
         )
-        .ok()?
+        .map_err(step("building the stage"))?
         .build()
-        .ok()?;
-        let input = tamp_plugin_api::Conversation::new(case.messages.clone());
+        .map_err(step("building the chain"))?;
+        let input = Conversation::new(case.messages.clone());
         let options = CompactOptions {
             format: Some(case.format),
             force: true,
             budget: None,
             thread_continuity: false,
         };
-        let compacted = chain.compact(input.clone(), &options).await.ok()?;
-        let stage = compacted.report.stages.first()?;
-        let changed = compacted.conversation.messages != input.messages;
-        if changed
-            && (stage.status != StageStatus::Acted
-                || (stage.failed_llm_calls > 0 && stage.warnings.is_empty()))
-        {
-            let mut f = Finding::new(
-                "TAMP-INV-05",
-                format!(
-                    "through a chain whose LLM fails every call, the conversation came back changed by a stage that reported {:?} ({} failed LLM calls, no warning)",
-                    stage.reason, stage.failed_llm_calls
-                ),
-            );
-            f.case = Some(self.case_label(case, " through a one-stage chain"));
-            return Some(f);
-        }
-        None
+        let compacted = chain
+            .compact(input.clone(), &options)
+            .await
+            .map_err(step("compacting through the chain"))?;
+        Ok((input, compacted))
     }
 
     async fn deterministic(&self) -> CheckOutput {
@@ -738,6 +813,17 @@ impl Ctx {
     }
 
     async fn empty(&self) -> CheckOutput {
+        self.empty_read_back(round_trip).await
+    }
+
+    /// EDGE-01, with `read_back` writing a conversation in a wire format and reading it back
+    /// ([`round_trip`]; the kit's tests put one in that refuses). A conversation that does not
+    /// survive it is skipped with a note, and a format where none does fails the rule: the
+    /// rule would pass there having tested nothing.
+    async fn empty_read_back(
+        &self,
+        read_back: fn(Vec<Message>, WireFormat) -> Option<Vec<Message>>,
+    ) -> CheckOutput {
         const RULE: &str = "TAMP-EDGE-01";
         let strategy = match self.instance(RULE) {
             Ok(s) => s,
@@ -759,10 +845,16 @@ impl Ctx {
                     ],
                 ),
             ];
+            let mut ran = 0;
             for (what, messages) in conversations {
-                let Some(messages) = round_trip(messages, format) else {
+                let Some(messages) = read_back(messages, format) else {
+                    out.notes.push(format!(
+                        "{RULE}: {what} skipped in {format}: it does not survive being written \
+                         in {format} and read back"
+                    ));
                     continue;
                 };
+                ran += 1;
                 let case = Case {
                     seed: 0,
                     format,
@@ -800,6 +892,15 @@ impl Ctx {
                     }
                 }
             }
+            if ran == 0 {
+                out.findings.push(Finding::new(
+                    RULE,
+                    format!(
+                        "{RULE}: no case ran in {format}: none of its conversations survives \
+                         being written in {format} and read back, so the rule is unchecked there"
+                    ),
+                ));
+            }
         }
         out
     }
@@ -817,7 +918,7 @@ impl Ctx {
         let what = " with a 5 MB message";
         // An extreme input gets three compaction time limits.
         let harness = Harness {
-            plugin: Arc::clone(&self.harness.plugin),
+            plugin: self.harness.plugin.clone(),
             config: self.harness.config.clone(),
             tokens: Arc::clone(&self.harness.tokens),
             timeout: self.harness.timeout * 3,
@@ -1108,7 +1209,168 @@ fn is_semver(v: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+    use tamp_plugin_api::prelude::{
+        CompactOutcome, Compaction, Deserialize, Edit, JsonSchema, PluginError, Serialize,
+        StageReport, Strategy,
+    };
+
     use super::*;
+
+    #[derive(Default, Serialize, Deserialize, JsonSchema)]
+    #[serde(default, deny_unknown_fields)]
+    #[schemars(crate = "tamp_plugin_api::schemars")]
+    struct BreakerConfig {
+        /// How many of its first calls break the rule (none: every call).
+        breaks: Option<usize>,
+    }
+
+    /// A fake plugin that breaks TAMP-INV-04 (an edit past the conversation's end) on its
+    /// first `breaks` calls, and leaves the conversation unchanged on the others.
+    struct Breaker {
+        breaks: Option<usize>,
+        calls: AtomicUsize,
+    }
+
+    impl Strategy for Breaker {
+        type Config = BreakerConfig;
+        const NAME: &'static str = "breaker";
+        const DESCRIPTION: &'static str = "Test fake: breaks TAMP-INV-04 as often as told.";
+
+        fn new(config: BreakerConfig) -> Result<Self, PluginError> {
+            Ok(Breaker {
+                breaks: config.breaks,
+                calls: AtomicUsize::new(0),
+            })
+        }
+
+        async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
+            let call = self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.breaks.is_some_and(|n| call >= n) {
+                return Ok(CompactOutcome::unchanged("not this time"));
+            }
+            let end = input.conversation.messages.len() + 1;
+            Ok(CompactOutcome::with_edits(
+                [Edit::summarize(0..end, "past the end")],
+                StageReport::acted("summarized one message too many"),
+            ))
+        }
+    }
+
+    /// The checks against the fake plugin `S` built in this process, with `config`.
+    fn ctx<S: Strategy>(config: serde_json::Value) -> Ctx {
+        Ctx {
+            harness: Arc::new(Harness {
+                plugin: Plugin::in_process::<S>(),
+                config,
+                tokens: Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap()),
+                timeout: Duration::from_secs(10),
+            }),
+            seed: 1,
+            cases: 2,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rule_broken_only_some_of_the_time_is_reported_on_the_case_it_broke() {
+        // Broken on the first call only: the shrunk case, run again, keeps the rule.
+        let out = ctx::<Breaker>(json!({"breaks": 1}))
+            .invariant("TAMP-INV-04")
+            .await;
+        assert_eq!(out.findings.len(), 1, "{out:?}");
+        let f = &out.findings[0];
+        assert_eq!(f.rule, "TAMP-INV-04");
+        assert!(
+            f.message.starts_with("TAMP-INV-04") && f.message.contains("not on the smallest case"),
+            "{f:?}"
+        );
+        let first = generate(case_seed(1, FORMATS[0], 0), FORMATS[0], Shape::default());
+        assert_eq!(f.conversation, small_enough(&first), "the case it broke on");
+
+        // Broken every time: each format's smallest case, and no such note.
+        let out = ctx::<Breaker>(json!({})).invariant("TAMP-INV-04").await;
+        assert_eq!(out.findings.len(), FORMATS.len(), "{out:?}");
+        for f in &out.findings {
+            assert!(!f.message.contains("not on the smallest case"), "{f:?}");
+            let shrunk = f.conversation.as_ref().unwrap().to_string();
+            assert!(shrunk.len() < first.to_wire().to_string().len(), "{f:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_step_of_the_chain_run_that_fails_is_a_finding() {
+        // A plugin built in this process cannot be a chain's stage: the first step fails.
+        let format = WireFormat::Anthropic;
+        let case = generate(case_seed(1, format, 0), format, Shape::default());
+        let f = ctx::<Breaker>(json!({"breaks": 0}))
+            .chain_keeps_input(&case)
+            .await
+            .expect("a failed step is a finding, not a pass");
+        assert_eq!(f.rule, "TAMP-INV-05");
+        assert!(
+            f.message.starts_with("TAMP-INV-05: ")
+                && f.message.ends_with(
+                    "building the stage failed: the plugin under test is not a loaded library"
+                ),
+            "{f:?}"
+        );
+        let label = f.case.as_deref().unwrap();
+        assert!(label.contains("through a one-stage chain"), "{label}");
+
+        // A config the schema refuses is why no chain takes the stage: TAMP-CFG-01's failure.
+        let f = ctx::<Breaker>(json!({"breaks": "often"}))
+            .chain_keeps_input(&case)
+            .await
+            .expect("a finding");
+        assert_eq!(f.rule, "TAMP-CFG-01");
+        assert!(
+            f.message.starts_with(
+                "TAMP-CFG-01: the config under test does not satisfy the plugin's schema; the \
+                 run through a one-stage chain"
+            ),
+            "{f:?}"
+        );
+    }
+
+    /// Writes and reads back only conversations of two messages or more.
+    fn refuses_short(messages: Vec<Message>, format: WireFormat) -> Option<Vec<Message>> {
+        (messages.len() >= 2)
+            .then(|| round_trip(messages, format))
+            .flatten()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn edge_01_notes_each_skipped_case_and_fails_where_none_ran() {
+        let keeps = ctx::<Breaker>(json!({"breaks": 0}));
+        // Every wire format carries all three conversations: none is skipped.
+        let out = keeps.empty().await;
+        assert!(out.findings.is_empty(), "{out:?}");
+        assert!(out.notes.is_empty(), "{out:?}");
+
+        // The empty conversation and the lone system prompt skipped: a note for each.
+        let out = keeps.empty_read_back(refuses_short).await;
+        assert!(out.findings.is_empty(), "{out:?}");
+        assert_eq!(out.notes.len(), 2 * FORMATS.len(), "{out:?}");
+        assert!(
+            out.notes.iter().any(|n| n
+                == "TAMP-EDGE-01: an empty conversation skipped in anthropic: it does not \
+                    survive being written in anthropic and read back"),
+            "{out:?}"
+        );
+
+        // Nothing survives: nothing was checked, so the rule fails in every format.
+        let out = keeps.empty_read_back(|_, _| None).await;
+        assert_eq!(out.notes.len(), 3 * FORMATS.len(), "{out:?}");
+        assert_eq!(out.findings.len(), FORMATS.len(), "{out:?}");
+        assert!(
+            out.findings
+                .iter()
+                .all(|f| f.rule == "TAMP-EDGE-01" && f.message.contains(": no case ran in ")),
+            "{out:?}"
+        );
+    }
 
     #[test]
     fn semver() {

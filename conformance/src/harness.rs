@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 
 use super::generate::Case;
 use tamp_host::invariants::{stage_violations, Violation};
-use tamp_host::loader::LoadedPlugin;
+use tamp_host::loader::{LoadedPlugin, PluginMeta};
 use tamp_host::providers::{ExtractiveSummarizer, Provider, ProviderError, ProviderErrorKind};
 use tamp_host::services::{HostContext, StageIdentity, StageServices};
 use tamp_host::stage_guard::{call_stage, GuardedFailure};
@@ -219,9 +219,73 @@ impl Run {
     }
 }
 
+/// The plugin under test.
+#[derive(Clone)]
+pub enum Plugin {
+    /// A library or WebAssembly component, through the host's checked loader.
+    Loaded(Arc<LoadedPlugin>),
+    /// A strategy compiled into this process: the fake plugins of the kit's own tests, which
+    /// exercise the checks without building a library.
+    #[cfg(test)]
+    InProcess(Arc<InProcess>),
+}
+
+/// A [`Plugin::InProcess`]: what a library's entry points would give.
+#[cfg(test)]
+pub struct InProcess {
+    pub meta: PluginMeta,
+    pub new: fn(&str) -> Result<StrategyBox, PluginError>,
+}
+
+impl Plugin {
+    /// The strategy `S` as a plugin, as `export_plugin!(S)` would export it.
+    #[cfg(test)]
+    pub fn in_process<S: tamp_plugin_api::Strategy>() -> Plugin {
+        let info = tamp_plugin_api::module::plugin_info::<S>("0.1.0").expect("the fake's info");
+        let json = |s: &str| serde_json::from_str(s).expect("the fake's info is JSON");
+        Plugin::InProcess(Arc::new(InProcess {
+            meta: PluginMeta {
+                name: info.name.into(),
+                version: info.version.into(),
+                description: info.description.into(),
+                plugin_api_version: info.plugin_api_version.into(),
+                config_schema: json(&info.config_schema_json),
+                default_config: json(&info.default_config_json),
+            },
+            new: tamp_plugin_api::new_strategy::<S>,
+        }))
+    }
+
+    pub fn meta(&self) -> &PluginMeta {
+        match self {
+            Plugin::Loaded(p) => p.meta(),
+            #[cfg(test)]
+            Plugin::InProcess(p) => &p.meta,
+        }
+    }
+
+    /// A strategy instance from `config` (a panic in the constructor comes back as an error).
+    pub fn instantiate(&self, config: &serde_json::Value) -> Result<StrategyBox, PluginError> {
+        match self {
+            Plugin::Loaded(p) => p.instantiate(config),
+            #[cfg(test)]
+            Plugin::InProcess(p) => (p.new)(&config.to_string()),
+        }
+    }
+
+    /// The loaded library, which a real chain's stage needs; `None` for an in-process fake.
+    pub fn loaded(&self) -> Option<&Arc<LoadedPlugin>> {
+        match self {
+            Plugin::Loaded(p) => Some(p),
+            #[cfg(test)]
+            Plugin::InProcess(_) => None,
+        }
+    }
+}
+
 /// A loaded plugin, its config, and the host parts every run shares.
 pub struct Harness {
-    pub plugin: Arc<LoadedPlugin>,
+    pub plugin: Plugin,
     pub config: serde_json::Value,
     pub tokens: Arc<TokenCounter>,
     /// Per compaction.

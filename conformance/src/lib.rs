@@ -29,13 +29,17 @@ pub mod spec {
     pub use tamp_host::rules::*;
 }
 
+use std::collections::BTreeMap;
+
+use tamp_plugin_api::strategy::panic_message;
+
 pub use child::Launcher;
 pub use report::{CheckOutput, Finding, KitReport, Perf, PluginFacts, RuleResult, Status};
 pub use spec::{Level, RuleSpec, RULES};
 
 /// Runs the checks `options` ask for, `jobs` child processes at once, and returns the report.
 pub fn run(options: &KitOptions, launcher: &Launcher, jobs: usize) -> KitReport {
-    let head = assemble::ReportHead {
+    let mut head = assemble::ReportHead {
         plugin: options.plugin.clone(),
         config: options
             .config
@@ -44,6 +48,8 @@ pub fn run(options: &KitOptions, launcher: &Launcher, jobs: usize) -> KitReport 
         seed: options.seed,
         cases: options.cases,
         isolated: *launcher != Launcher::InProcess,
+        selected: Vec::new(),
+        lost: BTreeMap::new(),
     };
     let checks: Vec<String> = RULES
         .iter()
@@ -56,24 +62,20 @@ pub fn run(options: &KitOptions, launcher: &Launcher, jobs: usize) -> KitReport 
     // others count.
     let jobs = jobs.min(checks.len()).max(1);
     let mut batches: Vec<Vec<String>> = vec![Vec::new(); jobs];
-    for (i, check) in checks.into_iter().enumerate() {
+    for (i, check) in checks.iter().cloned().enumerate() {
         batches[i % jobs].push(check);
     }
-    let mut results: Vec<child::CheckResult> = std::thread::scope(|scope| {
-        let handles: Vec<_> = batches
-            .iter()
-            .map(|batch| scope.spawn(move || child::run_checks_isolated(launcher, batch, options)))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
+    head.selected = checks;
+    let (mut results, lost) = run_batches(&batches, |batch| {
+        child::run_checks_isolated(launcher, batch, options)
     });
+    head.lost = lost;
     let load_failed = results
         .iter()
         .any(|r| r.check == tamp_conformance::LOAD_RULE && !r.output.findings.is_empty());
     if load_failed {
         results.retain(|r| r.check == tamp_conformance::LOAD_RULE);
+        head.selected.retain(|c| c == tamp_conformance::LOAD_RULE);
         let results = results
             .into_iter()
             .map(|r| (r.check, r.output, r.ms))
@@ -93,4 +95,89 @@ pub fn run(options: &KitOptions, launcher: &Launcher, jobs: usize) -> KitReport 
     let skipped = (!options.only.is_empty() || !options.skip.is_empty())
         .then(|| "not run (left out by --only or --skip)".to_string());
     assemble::assemble(head, results, skipped)
+}
+
+/// Runs each batch of checks on a thread of its own (`run_batch`) and gathers their results;
+/// for each check of a batch whose thread panicked, why it never reported (the panic's
+/// message), so that it fails instead of staying unchecked in a report that passes.
+fn run_batches(
+    batches: &[Vec<String>],
+    run_batch: impl Fn(&[String]) -> Vec<child::CheckResult> + Sync,
+) -> (Vec<child::CheckResult>, BTreeMap<String, String>) {
+    let run_batch = &run_batch;
+    let mut results = Vec::new();
+    let mut lost = BTreeMap::new();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = batches
+            .iter()
+            .map(|batch| (batch, scope.spawn(move || run_batch(batch))))
+            .collect();
+        // Joined here, a panicked thread is an `Err` rather than a panic of the scope.
+        for (batch, handle) in handles {
+            match handle.join() {
+                Ok(done) => results.extend(done),
+                Err(payload) => {
+                    let why = format!(
+                        "the thread running its batch of checks ({}) panicked: {}",
+                        batch.join(", "),
+                        panic_message(&*payload)
+                    );
+                    lost.extend(batch.iter().map(|check| (check.clone(), why.clone())));
+                }
+            }
+        }
+    });
+    (results, lost)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use assemble::tests::head;
+
+    #[test]
+    fn a_batch_whose_thread_panicked_fails_its_rules_with_the_panic() {
+        let batches = vec![
+            vec!["TAMP-LOAD-01".to_string(), "TAMP-INV-01".to_string()],
+            vec!["TAMP-INV-02".to_string(), "TAMP-INV-08".to_string()],
+        ];
+        let (results, lost) = run_batches(&batches, |batch| {
+            if batch[0] == "TAMP-INV-02" {
+                panic!("the kit tripped over its own feet");
+            }
+            batch
+                .iter()
+                .map(|check| child::CheckResult {
+                    check: check.clone(),
+                    output: CheckOutput::default(),
+                    ms: 1.0,
+                })
+                .collect()
+        });
+        let reported: Vec<&str> = results.iter().map(|r| r.check.as_str()).collect();
+        assert_eq!(reported, ["TAMP-LOAD-01", "TAMP-INV-01"]);
+        assert_eq!(
+            lost.keys().collect::<Vec<_>>(),
+            ["TAMP-INV-02", "TAMP-INV-08"]
+        );
+
+        let selected: Vec<&str> = batches.iter().flatten().map(String::as_str).collect();
+        let outputs = results
+            .into_iter()
+            .map(|r| (r.check, r.output, r.ms))
+            .collect();
+        let report = assemble::assemble(head(&selected, lost), outputs, None);
+        assert!(!report.passed, "{}", report.to_text());
+        assert_eq!(report.failed_rules(), ["TAMP-INV-02", "TAMP-INV-08"]);
+        let finding = &report.rule("TAMP-INV-08").unwrap().findings[0];
+        assert!(
+            finding
+                .message
+                .starts_with("TAMP-INV-08: selected to run, but it never reported")
+                && finding
+                    .message
+                    .contains("the kit tripped over its own feet"),
+            "{finding:?}"
+        );
+    }
 }
