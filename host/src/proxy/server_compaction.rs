@@ -29,7 +29,7 @@ use super::error::ProxyError;
 use crate::chain::{ChainError, CompactOptions};
 use crate::http::active::ActiveChain;
 use crate::http::metrics::Metrics;
-use crate::plugin_api::{Conversation, Message, Role};
+use crate::plugin_api::{Message, Role};
 use crate::wire::{self, WireFormat};
 
 /// What was asked for.
@@ -207,12 +207,12 @@ fn is_user_message(item: &Value) -> bool {
 }
 
 /// The `compaction` item standing for `messages`: their Responses items behind
-/// [`wire::OWN_COMPACTION`], its id from their hash.
+/// [`wire::OWN_COMPACTION`], its id from their hash. The items are the writer's text as it
+/// is: an item tamp carries unread (a type it does not know) may hold what a
+/// `serde_json::Value` cannot (a lone surrogate escape, nesting past its depth limit), and
+/// reading them back into one could only lose them.
 fn compaction_item(messages: &[Message]) -> Value {
-    let conversation = Conversation::new(messages.to_vec());
-    let written = wire::write(&conversation, WireFormat::Responses).compact();
-    let body: Value = serde_json::from_str(&written).unwrap_or(Value::Null);
-    let items = body.get("input").cloned().unwrap_or_else(|| json!([]));
+    let items = wire::write_messages(messages, WireFormat::Responses).compact();
     let content = format!("{}{items}", wire::OWN_COMPACTION);
     let hash = hex::encode(&Sha256::digest(content.as_bytes())[..12]);
     json!({"type": "compaction", "id": format!("cmp_tamp_{hash}"), "encrypted_content": content})
@@ -263,6 +263,28 @@ fn stream_response(done: Value) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_item_a_value_cannot_hold_survives_in_the_compaction_item() {
+        // An item of a type tamp does not know, carried unread, with a lone surrogate escape
+        // (valid JSON text, which serde_json's Value refuses).
+        let unknown = r#"{"type":"web_search_call","id":"w","action":{"q":"\ud83d"}}"#;
+        let body = format!(
+            r#"{{"model":"m","input":[{{"type":"message","role":"user","content":"hi"}},{unknown},{{"type":"message","role":"assistant","content":[{{"type":"output_text","text":"done"}}]}}]}}"#
+        );
+        let (conversation, _) = wire::parse_str(&body, Some(WireFormat::Responses)).unwrap();
+        let item = compaction_item(&conversation.messages[1..]);
+        let content = item["encrypted_content"].as_str().unwrap();
+        assert!(content.starts_with(wire::OWN_COMPACTION), "{content}");
+        assert!(content.contains(r#""q":"\ud83d""#), "{content}");
+        assert!(content.contains("done"), "{content}");
+        // Sent back as the client's input, it reads as the items it stands for.
+        let again = format!(
+            r#"{{"model":"m","input":[{{"type":"message","role":"user","content":"hi"}},{item}]}}"#
+        );
+        let (read, _) = wire::parse_str(&again, Some(WireFormat::Responses)).unwrap();
+        assert_eq!(read.messages.len(), conversation.messages.len());
+    }
 
     #[test]
     fn a_trigger_is_the_last_input_item_only() {
