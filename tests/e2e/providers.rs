@@ -515,6 +515,20 @@ fn malformed_bodies_are_errors_naming_what_is_missing() {
 }
 
 #[test]
+fn an_answer_past_64_mib_is_not_read_further() {
+    // A broken server streaming far more than any answer: tamp stops at its bound.
+    with_key();
+    let mock = MockLlm::start();
+    let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(65 << 20));
+    mock.push(Reply::raw(200, &huge));
+    let p = provider_from(&provider_section("anthropic", &mock, ""));
+    let e = call(&p, &LlmRequest::new("", "hi", 10)).unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::Malformed, "{e}");
+    assert!(e.message.contains("answer is larger than 64 MiB"), "{e}");
+    assert_eq!(mock.requests().len(), 1, "not retried");
+}
+
+#[test]
 fn authentication_and_invalid_requests_are_not_retried() {
     with_key();
     let mock = MockLlm::start();

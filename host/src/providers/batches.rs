@@ -252,6 +252,8 @@ impl BatchesClient {
             client: &'c BatchesClient,
             body: BoxStream<'static, reqwest::Result<Vec<u8>>>,
             buffer: Vec<u8>,
+            /// How much of `buffer` holds no newline: only what comes after is searched.
+            scanned: usize,
             number: u64,
             finished: bool,
         }
@@ -262,14 +264,21 @@ impl BatchesClient {
                 .map(|chunk| chunk.map(|b| b.to_vec()))
                 .boxed(),
             buffer: Vec::new(),
+            scanned: 0,
             number: 0,
             finished: false,
         };
         Ok(futures::stream::unfold(state, |mut s| async move {
             loop {
-                let line: Option<Vec<u8>> = match s.buffer.iter().position(|&b| b == b'\n') {
-                    Some(end) => Some(s.buffer.drain(..=end).collect()),
+                let newline = s.buffer[s.scanned..].iter().position(|&b| b == b'\n');
+                let line: Option<Vec<u8>> = match newline {
+                    Some(at) => {
+                        let end = s.scanned + at;
+                        s.scanned = 0;
+                        Some(s.buffer.drain(..=end).collect())
+                    }
                     None if s.finished && !s.buffer.is_empty() => {
+                        s.scanned = 0;
                         Some(std::mem::take(&mut s.buffer))
                     }
                     None if s.finished => return None,
@@ -285,11 +294,29 @@ impl BatchesClient {
                     let parsed = s.client.parse_result_line(text, s.number);
                     return Some((parsed, s));
                 }
+                s.scanned = s.buffer.len();
+                if s.buffer.len() > http::MAX_ANSWER_BYTES {
+                    // One line past any real result's length: the rest of the body is not
+                    // read, and the results already given stand.
+                    s.finished = true;
+                    s.buffer.clear();
+                    s.scanned = 0;
+                    let error = s.client.error(
+                        ProviderErrorKind::Malformed,
+                        format!(
+                            "results line {} is longer than {} MiB; the rest is not read",
+                            s.number + 1,
+                            http::MAX_ANSWER_BYTES >> 20
+                        ),
+                    );
+                    return Some((Err(error), s));
+                }
                 match s.body.next().await {
                     Some(Ok(chunk)) => s.buffer.extend_from_slice(&chunk),
                     Some(Err(e)) => {
                         s.finished = true;
                         s.buffer.clear();
+                        s.scanned = 0;
                         let error = s.client.transport(&e);
                         return Some((Err(error), s));
                     }
@@ -376,7 +403,8 @@ impl BatchesClient {
     async fn failed_answer(&self, response: reqwest::Response) -> ProviderError {
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response.text().await.unwrap_or_default();
+        // An error answer too large or cut off still says its status.
+        let body = http::read_body(response).await.unwrap_or_default();
         http::error_from_response(
             &self.name,
             status,
@@ -397,7 +425,9 @@ impl BatchesClient {
             return Err(self.failed_answer(response).await);
         }
         let status = response.status();
-        let text = response.text().await.map_err(|e| self.transport(&e))?;
+        let text = http::read_body(response)
+            .await
+            .map_err(|e| e.into_provider_error(&self.name, status, &|t| self.key.scrub(&t)))?;
         serde_json::from_str(&text).map_err(|e| {
             self.error(
                 ProviderErrorKind::Malformed,

@@ -150,6 +150,54 @@ pub(crate) fn endpoint(base_url: &str, path: &str) -> String {
     format!("{}{path}", base_url.trim_end_matches('/'))
 }
 
+/// The largest answer body read, and the longest line of a batch's results: far above any
+/// real answer (a summary, one result line), and a bound on what a broken or hostile server
+/// streaming an endless body can make tamp hold before the attempt's timeout.
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// Why an answer's body could not be read.
+pub(crate) enum BodyError {
+    Transport(reqwest::Error),
+    /// It ran past [`MAX_ANSWER_BYTES`].
+    TooLarge,
+}
+
+/// The answer's body as text (invalid UTF-8 replaced), read chunk by chunk up to
+/// [`MAX_ANSWER_BYTES`].
+pub(crate) async fn read_body(mut response: reqwest::Response) -> Result<String, BodyError> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
+        if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(BodyError::TooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+impl BodyError {
+    /// The provider error it is: a transport failure, or a malformed answer.
+    pub(crate) fn into_provider_error(
+        self,
+        provider: &str,
+        status: StatusCode,
+        scrub: &dyn Fn(String) -> String,
+    ) -> ProviderError {
+        match self {
+            BodyError::Transport(e) => transport_error(provider, &e, scrub),
+            BodyError::TooLarge => ProviderError::new(
+                provider,
+                ProviderErrorKind::Malformed,
+                format!(
+                    "HTTP {} answer is larger than {} MiB; not read further",
+                    status.as_u16(),
+                    MAX_ANSWER_BYTES >> 20
+                ),
+            ),
+        }
+    }
+}
+
 /// Sends one attempt and returns the answer's JSON body, or the error the answer (or the
 /// failure to get one) means. `key` is scrubbed from every message.
 pub(crate) async fn post_json(
@@ -169,10 +217,9 @@ pub(crate) async fn post_json(
         .map_err(|e| transport_error(provider, &e, &scrub))?;
     let status = response.status();
     let headers = response.headers().clone();
-    let text = response
-        .text()
+    let text = read_body(response)
         .await
-        .map_err(|e| transport_error(provider, &e, &scrub))?;
+        .map_err(|e| e.into_provider_error(provider, status, &scrub))?;
     if !status.is_success() {
         return Err(error_from_response(
             provider,
