@@ -16,6 +16,9 @@ use serde_json::value::RawValue;
 
 use super::WireError;
 
+/// The prefix of the marks a reader keeps among an object's fields (`wire::form`).
+pub(crate) const MARK_PREFIX: &str = "tamp:";
+
 /// A raw JSON value borrowed from the input text.
 pub(crate) type Raw<'a> = &'a RawValue;
 
@@ -171,13 +174,26 @@ pub(crate) fn rstring(s: Cow<'_, str>) -> RString {
 /// a provider reads is not defined (JSON leaves it open; serde_json keeps the last, these
 /// readers the first), so compacting either would silently change the request. A key tamp
 /// does not interpret may repeat: it is passed through as written, both times.
+///
+/// Refuses a key that starts with `tamp:` too: the readers keep their marks among an
+/// object's other fields under that prefix, and the writers leave every such key out, so a
+/// client's own would be taken for a mark, or lost.
 pub(crate) fn known_keys_once<'k>(
     keys: impl Iterator<Item = &'k str>,
     known: &[&str],
     path: &Path<'_>,
 ) -> Result<(), WireError> {
     let mut seen: Vec<&str> = Vec::new();
-    for key in keys.filter(|k| known.contains(k)) {
+    for key in keys {
+        if key.starts_with(MARK_PREFIX) {
+            return Err(path.error(format!(
+                "\"{key}\": keys starting with \"{MARK_PREFIX}\" are tamp's own marks and cannot \
+                 come from a client"
+            )));
+        }
+        if !known.contains(&key) {
+            continue;
+        }
         if seen.contains(&key) {
             return Err(path.error(format!(
                 "\"{key}\" appears more than once; a provider may read either value, so tamp \
@@ -360,7 +376,7 @@ impl<'a> Extra<'a> {
     pub(crate) fn wire_fields(&self) -> impl Iterator<Item = (&Cow<'a, str>, Raw<'a>)> {
         self.fields
             .iter()
-            .filter(|(k, _)| !k.starts_with("tamp:"))
+            .filter(|(k, _)| !k.starts_with(MARK_PREFIX))
             .map(|(k, v)| (k, *v))
     }
 

@@ -1325,6 +1325,42 @@ fn a_known_key_given_twice_is_refused_and_an_unknown_one_kept() {
     assert_eq!(written, kept);
 }
 
+/// A client's key with the prefix of tamp's own marks is refused with its path, in every
+/// format: kept, it would be read as a mark (`tamp:content` deciding how content is written)
+/// or dropped by the writer.
+#[test]
+fn a_client_key_with_tamp_s_mark_prefix_is_refused() {
+    let cases = [
+        (
+            r#"{"messages":[{"role":"user","content":"hi","tamp:content":"array"}]}"#,
+            Some(WireFormat::Anthropic),
+            "messages[0]: \"tamp:content\"",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a","tamp:x":1}]}]}"#,
+            Some(WireFormat::Anthropic),
+            "messages[0].content[0]: \"tamp:x\"",
+        ),
+        (
+            r#"{"model":"m","tamp:order":[],"messages":[{"role":"user","content":"hi"}]}"#,
+            Some(WireFormat::OpenAi),
+            "\"tamp:order\"",
+        ),
+        (
+            r#"{"model":"m","input":[{"type":"message","role":"user","content":"hi","tamp:role":"x"}]}"#,
+            Some(WireFormat::Responses),
+            "input[0]: \"tamp:role\"",
+        ),
+    ];
+    for (text, format, at) in cases {
+        let message = err(text, format);
+        assert!(
+            message.starts_with(&format!("{at}: keys starting with \"tamp:\"")),
+            "{text}: {message}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Clearings
 
