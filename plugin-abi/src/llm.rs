@@ -55,11 +55,17 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds `other`'s counts, saturating: they come from providers' answers, which may say
+    /// anything a `u64` holds.
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
     }
 }
 
@@ -75,4 +81,25 @@ pub struct LlmResponse {
     pub model: RString,
     /// Why generation stopped, as the provider said it (an open set: `end_turn`, `max_tokens`...).
     pub stop_reason: RString,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_from_an_answer_that_claims_the_most_tokens_saturates() {
+        let huge = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: 1,
+            cache_read_tokens: 0,
+            cache_write_tokens: u64::MAX,
+        };
+        let mut total = Usage::default();
+        total.add(&huge);
+        total.add(&huge);
+        assert_eq!(total.input_tokens, u64::MAX);
+        assert_eq!(total.output_tokens, 2);
+        assert_eq!(total.cache_write_tokens, u64::MAX);
+    }
 }

@@ -200,7 +200,9 @@ impl AnchoredSummary {
                 let Packed { entries, dropped } =
                     pack_oldest(std::mem::take(list), MAX_ENTRIES, MAX_ENTRY_CHARS);
                 *list = entries;
-                merge.packed += before - list.len() - dropped;
+                // `dropped` counts the entries inside the packed items dropped, which can be
+                // more than the items themselves: what packing alone saved is at least 0.
+                merge.packed += (before - list.len()).saturating_sub(dropped);
                 merge.dropped += dropped;
             }
         }
@@ -415,6 +417,30 @@ mod tests {
         }
         .merged_over(&merged);
         assert_eq!(again.decisions_made, merged.decisions_made);
+    }
+
+    #[test]
+    fn a_packed_entry_dropped_whole_is_counted_by_what_it_held() {
+        // Fifty prior decisions, each already three packed into one entry near the entry
+        // limit: a new one fits nowhere, so the oldest packed entry goes, three decisions.
+        let packed = |i: usize| {
+            (0..3)
+                .map(|j| format!("{:0>155}", i * 3 + j))
+                .collect::<Vec<_>>()
+                .join(PACK_SEPARATOR)
+        };
+        let prior = AnchoredSummary {
+            decisions_made: (0..MAX_ENTRIES).map(packed).collect(),
+            ..Default::default()
+        };
+        let newer = AnchoredSummary {
+            decisions_made: vec![format!("{:x>300}", "new")],
+            ..Default::default()
+        };
+        let (merged, merge) = newer.merged_over(&prior);
+        assert_eq!(merged.decisions_made.len(), MAX_ENTRIES);
+        assert_eq!((merge.dropped, merge.packed), (3, 0));
+        assert!(merged.decisions_made.last().unwrap().ends_with("new"));
     }
 
     #[test]

@@ -446,10 +446,11 @@ impl Ledger {
                         ledger.groups.push(group);
                     }
                 }
-                ledger.moved += carried.moved;
-                ledger.packed += carried.packed;
-                ledger.fixed += carried.fixed;
-                ledger.unread += carried.unread;
+                // Counts read from a summary's text, which a client can write: saturating.
+                ledger.moved = ledger.moved.saturating_add(carried.moved);
+                ledger.packed = ledger.packed.saturating_add(carried.packed);
+                ledger.fixed = ledger.fixed.saturating_add(carried.fixed);
+                ledger.unread = ledger.unread.saturating_add(carried.unread);
             }
         }
         let found = extract(&messages[span]);
@@ -458,7 +459,7 @@ impl Ledger {
             group.entries.retain(|e| {
                 e.kind != Kind::Error || !found.succeeded.iter().any(|s| s == e.signature())
             });
-            ledger.fixed += before - group.entries.len();
+            ledger.fixed = ledger.fixed.saturating_add(before - group.entries.len());
         }
         ledger.groups.retain(|g| !g.entries.is_empty());
         let new: Vec<Entry> = found
@@ -472,7 +473,7 @@ impl Ledger {
                 entries: new,
             });
         }
-        ledger.unread += found.unread;
+        ledger.unread = ledger.unread.saturating_add(found.unread);
         ledger
     }
 
@@ -490,7 +491,10 @@ impl Ledger {
         let entry_count = self.entries().count();
         let fixed_cost = count(HEADER)
             + self.groups.iter().map(|g| count(&g.header())).sum::<u64>()
-            + count(&self.note_with(self.moved + entry_count, self.packed + entry_count));
+            + count(&self.note_with(
+                self.moved.saturating_add(entry_count),
+                self.packed.saturating_add(entry_count),
+            ));
         let mut total = fixed_cost + self.entries().map(|e| count(&e.line())).sum::<u64>();
         if total <= cap_tokens {
             return self;
@@ -547,7 +551,7 @@ impl Ledger {
                 let before = count(&entry.line());
                 entry.text = packed;
                 total = total.saturating_sub(before) + count(&entry.line());
-                self.packed += 1;
+                self.packed = self.packed.saturating_add(1);
             }
         }
         total
@@ -580,7 +584,7 @@ impl Ledger {
                 !out
             });
         }
-        self.moved += n - left;
+        self.moved = self.moved.saturating_add(n - left);
         self.groups.retain(|g| !g.entries.is_empty());
     }
 
@@ -1039,6 +1043,27 @@ mod tests {
         assert_eq!(Ledger::for_span(&later, 0..1).moved, 6);
         // Too small for even those two lines: no ledger.
         assert!(ledger.bounded(1, &lines).is_empty());
+    }
+
+    #[test]
+    fn counts_a_client_wrote_into_a_summary_saturate_when_carried() {
+        // A `<tamp-summary>` message is the client's text: its note may claim any count.
+        let claimed = Ledger {
+            moved: usize::MAX,
+            packed: usize::MAX,
+            ..Ledger::default()
+        };
+        let text = attach("n", &claimed);
+        let messages = vec![
+            summary_message(&text, "pg_a", "s", SummaryStatus::Final),
+            summary_message(&text, "pg_b", "s", SummaryStatus::Final),
+            Message::text(Role::User, "Use Decimal for every amount."),
+        ];
+        let folded = Ledger::for_span(&messages, 0..3);
+        assert_eq!((folded.moved, folded.packed), (usize::MAX, usize::MAX));
+        let bounded = folded.bounded(10_000, &words);
+        assert_eq!(bounded.entries().count(), 1);
+        assert!(bounded.render().contains(&usize::MAX.to_string()));
     }
 
     #[test]

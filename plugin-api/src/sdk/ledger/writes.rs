@@ -3,6 +3,8 @@
 //! redirections and the commands that write the files they name (`sed -i`, `tee`, `cp`,
 //! `mv`, `touch`, `rm`). Nothing here reads a language: a tool call is structure.
 
+use std::collections::HashSet;
+
 use crate::serde_json::Value;
 
 /// A file a call writes, and how (`sed -i`, `cat >`, `str_replace`, …).
@@ -79,7 +81,7 @@ pub fn writes(name: &str, input_json: &str) -> Vec<Write> {
 /// Files an `apply_patch` envelope (`*** Update File: path`) or a unified diff (`+++ b/path`)
 /// writes.
 fn patch_writes(patch: &str) -> Vec<Write> {
-    let mut out = Vec::new();
+    let mut out = Found::default();
     for line in patch.lines() {
         let found = [
             ("*** Add File: ", "add"),
@@ -91,26 +93,36 @@ fn patch_writes(patch: &str) -> Vec<Write> {
         .find_map(|(prefix, how)| line.strip_prefix(prefix).map(|p| (p.trim(), how)));
         if let Some((path, how)) = found {
             if !path.is_empty() && path != "/dev/null" {
-                push_new(&mut out, path, how);
+                out.push_new(path, how);
             }
         }
     }
-    out
+    out.writes
 }
 
-fn push_new(out: &mut Vec<Write>, path: &str, how: &str) {
-    if !out.iter().any(|w| w.path == path) {
-        out.push(Write {
-            path: path.to_string(),
-            how: how.to_string(),
-        });
+/// Writes in the order found, each path once (the first way it was written). A set of the
+/// paths seen, for one command may name tens of thousands (`rm f1 … f50000`).
+#[derive(Default)]
+struct Found {
+    writes: Vec<Write>,
+    seen: HashSet<String>,
+}
+
+impl Found {
+    fn push_new(&mut self, path: &str, how: &str) {
+        if self.seen.insert(path.to_string()) {
+            self.writes.push(Write {
+                path: path.to_string(),
+                how: how.to_string(),
+            });
+        }
     }
 }
 
 /// Files a shell command line writes: redirection targets, and the files `sed -i`, `tee`,
 /// `cp`, `mv` (their destination), `touch` and `rm` name. Here-document bodies are skipped.
 pub fn shell_writes(command: &str) -> Vec<Write> {
-    let mut out = Vec::new();
+    let mut out = Found::default();
     let mut heredoc_end: Option<String> = None;
     for line in command.lines() {
         if let Some(end) = &heredoc_end {
@@ -129,7 +141,7 @@ pub fn shell_writes(command: &str) -> Vec<Write> {
                 .unwrap_or("");
             let program = program.rsplit('/').next().unwrap_or(program);
             for (target, op) in redirections(&words) {
-                push_new(&mut out, &target, &format!("{program} {op}"));
+                out.push_new(&target, &format!("{program} {op}"));
             }
             let args: Vec<&str> = words
                 .iter()
@@ -140,12 +152,13 @@ pub fn shell_writes(command: &str) -> Vec<Write> {
                 .collect();
             for path in command_writes(program, &args) {
                 let how = if program == "sed" { "sed -i" } else { program };
-                push_new(&mut out, path, how);
+                out.push_new(path, how);
             }
         }
     }
-    out.retain(|w| is_file_target(&w.path));
-    out
+    let mut writes = out.writes;
+    writes.retain(|w| is_file_target(&w.path));
+    writes
 }
 
 /// A redirection operator as a word of its own (`>`, `>>`, `2>`, `&>`), or a word starting
