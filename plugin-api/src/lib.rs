@@ -22,6 +22,7 @@ pub mod deferred;
 pub mod host;
 pub mod logging;
 pub mod module;
+mod panics;
 pub mod sdk;
 pub mod strategy;
 

@@ -44,7 +44,12 @@ extern "C" fn info_entry<S: Strategy>() -> RResult<PluginInfo, PluginError> {
 
 extern "C" fn set_log_sink_entry<S: Strategy>(sink: LogSink) {
     // Nothing useful can be done with a panic here; swallowing it keeps the host alive.
-    let _ = catch_unwind(AssertUnwindSafe(|| install_log_bridge(S::NAME, sink)));
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        install_log_bridge(S::NAME, sink);
+        // The host calls this once, at load: the library's panics are told through it from
+        // now on, not on stderr.
+        crate::panics::install_hook();
+    }));
 }
 
 extern "C" fn new_strategy_entry<S: Strategy>(

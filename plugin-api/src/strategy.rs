@@ -132,8 +132,15 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// The error a caught panic becomes: its message, and where it happened when this library's
+/// hook saw it ([`crate::panics`]).
 fn panicked(payload: Box<dyn std::any::Any + Send>) -> PluginError {
-    PluginError::new(ErrorKind::Panicked, panic_message(&*payload))
+    let message = panic_message(&*payload);
+    let message = match crate::panics::take_place() {
+        Some(place) => format!("{message} (at {place})"),
+        None => message,
+    };
+    PluginError::new(ErrorKind::Panicked, message)
 }
 
 impl<S: Strategy> StrategyFfi for StrategyAdapter<S> {

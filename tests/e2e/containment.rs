@@ -49,6 +49,48 @@ fn rolled_back(mode: &str, extra: &str, expect_kind: &str) -> String {
 fn a_panic_inside_the_future_is_contained() {
     let msg = rolled_back("panic_in_compact", "", "panicked");
     assert!(msg.contains("panic inside the future"), "{msg}");
+    // Where it happened, from the plugin's own panic hook.
+    assert!(
+        msg.contains("(at tests/plugins/misbehaving/src/lib.rs:"),
+        "{msg}"
+    );
+}
+
+/// A plugin's panic is told once, in the report, not also by the plugin's copy of std on the
+/// host's stderr (with `RUST_BACKTRACE`, a backtrace of a hundred lines).
+#[test]
+fn a_plugin_s_panic_is_not_printed_by_its_std_on_the_host_s_stderr() {
+    let dir = scratch_dir("panic-stderr");
+    let chain = write_chain(
+        &dir,
+        &format!(
+            "[budget]\nmax_tokens = 2000\nkeep_recent = 4\n[store]\npath = \"pages.sqlite3\"\n{}",
+            stage("bad", "panic_in_compact", "")
+        ),
+    );
+    let conversation =
+        tamp_e2e::workspace_root().join("examples/conversations/ponyc-4588.anthropic.json");
+    let out = std::process::Command::new(tamp_e2e::tamp_bin())
+        .arg("compact")
+        .arg(&conversation)
+        .arg("--config")
+        .arg(&chain)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("panic inside the future"), "{stderr}");
+    assert!(
+        stderr.contains("(at tests/plugins/misbehaving/src/lib.rs:"),
+        "{stderr}"
+    );
+    for printed_by_std in ["panicked at", "stack backtrace", "RUST_BACKTRACE"] {
+        assert!(
+            !stderr.contains(printed_by_std),
+            "{printed_by_std}: {stderr}"
+        );
+    }
 }
 
 #[test]
