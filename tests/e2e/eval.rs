@@ -659,3 +659,263 @@ fn the_html_report_renders_its_charts_in_a_real_browser() {
         "chart colors on screen: {first} and {second} pixels"
     );
 }
+
+/// `--out` is checked before anything runs (a run with a real model can take hours): a
+/// directory, a missing directory or a file taken for one is refused at once, naming `--out`
+/// and the path. A file the check created is removed when the run fails after it; an existing
+/// one is left as it was.
+#[test]
+fn a_bad_out_path_is_refused_before_any_chain_runs() {
+    let dir = scratch_dir("eval-out");
+    let root = workspace_root();
+    let eval_to = |chain: &Path, out: &Path| {
+        Command::new(tamp_bin())
+            .args(["eval", "--one-shot-only", "--chain"])
+            .arg(chain)
+            .arg("--out")
+            .arg(out)
+            .arg(root.join(CONVERSATIONS[0].0))
+            .current_dir(&dir)
+            .output()
+            .unwrap()
+    };
+    let chain = root.join(CHAINS[0]);
+    let file = dir.join("a-file");
+    std::fs::write(&file, "kept").unwrap();
+    for (out, why) in [
+        (dir.clone(), "is a directory"),
+        (dir.join("missing/eval.json"), "does not exist"),
+        (file.join("eval.json"), "is not a directory"),
+    ] {
+        let run = eval_to(&chain, &out);
+        let err = text(&run.stderr);
+        assert!(!run.status.success(), "accepted --out {}", out.display());
+        assert!(
+            !err.contains("one-shot"),
+            "a chain ran before the error: {err}"
+        );
+        assert!(
+            err.contains(&format!("--out {}", out.display())) && err.contains(why),
+            "{err}"
+        );
+    }
+    assert!(!dir.join("missing").exists());
+
+    // The run fails after the check (a chain file that does not validate).
+    let bad_chain = dir.join("bad.toml");
+    std::fs::write(&bad_chain, "[budget]\nmax_tokens = \"many\"\n").unwrap();
+    let new = dir.join("new.json");
+    let run = eval_to(&bad_chain, &new);
+    assert!(!run.status.success() && text(&run.stderr).contains("bad.toml"));
+    assert!(!new.exists(), "a failed run left its empty --out behind");
+    let run = eval_to(&bad_chain, &file);
+    assert!(!run.status.success());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
+
+    // A good one is written, new or existing.
+    for out in [&new, &file] {
+        let run = eval_to(&chain, out);
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        let table = std::fs::read_to_string(out).unwrap();
+        assert!(table.starts_with("conversation"), "{table}");
+    }
+}
+
+/// Two chain files or two conversations that share a file stem get names that tell them apart
+/// in every output: the chains by their nearest differing directory, the conversations by
+/// their wire format. Names that collide with none stay the stem.
+#[test]
+fn files_sharing_a_stem_are_told_apart_in_every_output() {
+    let root = workspace_root();
+    let dir = scratch_dir("eval-names");
+    const HYBRIDS: [&str; 2] = [
+        "examples/chains/hybrid.toml",
+        "examples/eval/planted/hybrid.toml",
+    ];
+    const PONYC: [&str; 2] = [
+        "examples/conversations/ponyc-4588.anthropic.json",
+        "examples/conversations/ponyc-4588.openai.json",
+    ];
+    let airline = CONVERSATIONS[1].0;
+    // From the repository root, with the paths as a user types them.
+    let eval_of = |chains: &[&str], conversations: &[&str], extra: &[&str]| {
+        let mut cmd = Command::new(tamp_bin());
+        cmd.args(["eval", "--one-shot-only", "--facts", CONVERSATIONS[0].1])
+            .current_dir(&root);
+        for chain in chains {
+            cmd.arg("--chain").arg(chain);
+        }
+        let out = cmd.args(extra).args(conversations).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let colliding = |extra: &[&str]| eval_of(&HYBRIDS, &[PONYC[0], PONYC[1], airline], extra);
+    let conversations = [
+        "ponyc-4588.anthropic",
+        "ponyc-4588.openai",
+        "airline-task33",
+    ];
+    let chains = ["chains/hybrid", "planted/hybrid"];
+    let expected: Vec<(String, String)> = conversations
+        .iter()
+        .flat_map(|c| chains.iter().map(move |h| (c.to_string(), h.to_string())))
+        .collect();
+
+    // JSON: a run per pair, each pair once.
+    let report: Value = serde_json::from_str(&colliding(&["--format", "json"])).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    let pairs: Vec<(String, String)> = runs
+        .iter()
+        .map(|r| {
+            let name = |key: &str| r[key].as_str().unwrap().to_string();
+            (name("conversation"), name("chain"))
+        })
+        .collect();
+    assert_eq!(pairs, expected);
+    // Each name is its own file's: the same figures as a run of that file alone, where
+    // nothing collides and the names are the stems.
+    let alone: Value = serde_json::from_str(&eval_of(
+        &[HYBRIDS[1]],
+        &[PONYC[1], airline],
+        &["--format", "json"],
+    ))
+    .unwrap();
+    let figures =
+        |run: &Value| ["tokens_before", "tokens_after", "retention"].map(|k| run[k].clone());
+    for (conversation, named) in [
+        ("ponyc-4588", "ponyc-4588.openai"),
+        ("airline-task33", "airline-task33"),
+    ] {
+        let solo = alone["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["conversation"] == conversation && r["chain"] == "hybrid")
+            .unwrap_or_else(|| panic!("{conversation} alone: {alone:#}"));
+        let run = runs
+            .iter()
+            .find(|r| r["conversation"] == named && r["chain"] == "planted/hybrid")
+            .unwrap();
+        assert_eq!(figures(run), figures(solo), "{named}");
+    }
+    // The two hybrid chains differ on the airline conversation (budgets of 16,000 and 8,000).
+    let airline_after = |chain: &str| {
+        runs.iter()
+            .find(|r| r["conversation"] == "airline-task33" && r["chain"] == chain)
+            .unwrap()["tokens_after"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(airline_after("planted/hybrid") < airline_after("chains/hybrid"));
+
+    // The text table's rows and its lost facts.
+    let table = colliding(&[]);
+    let rows: Vec<(String, String)> = table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let mut cells = l.split_whitespace();
+            let conversation = cells.next().unwrap().to_string();
+            (conversation, cells.next().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(rows, expected, "{table}");
+    for conversation in &conversations[..2] {
+        for chain in chains {
+            assert!(
+                table.contains(&format!("  {conversation} / {chain} / one-shot: lost ")),
+                "{table}"
+            );
+        }
+    }
+
+    // The CSV's rows.
+    let csv = colliding(&["--format", "csv"]);
+    let rows: Vec<(String, String)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let mut fields = l.split(',');
+            let conversation = fields.next().unwrap().to_string();
+            (conversation, fields.next().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(rows, expected, "{csv}");
+
+    // The HTML page: the table's rows, a section per conversation, a legend entry per chain.
+    let html = dir.join("report.html");
+    colliding(&["--format", "html", "--out", html.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    for (conversation, chain) in &expected {
+        assert!(
+            page.contains(&format!("<tr><td>{conversation}</td><td>{chain}</td>")),
+            "{conversation} / {chain}: {page}"
+        );
+    }
+    for conversation in conversations {
+        assert_eq!(
+            page.matches(&format!("<h2>{conversation}</h2>")).count(),
+            1,
+            "{page}"
+        );
+    }
+    for chain in chains {
+        assert!(page.contains(&format!("</i>{chain}</span>")), "{page}");
+    }
+}
+
+/// docs/eval.md's sample output is what the command it gives prints now, figure for figure
+/// but for ms/compaction (the machine's and the build's), lost facts included.
+#[test]
+fn the_docs_sample_is_what_its_command_prints() {
+    let root = workspace_root();
+    let doc = std::fs::read_to_string(root.join("docs/eval.md")).unwrap();
+    let block = |fence: &str| {
+        doc.split(fence)
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap_or_else(|| panic!("docs/eval.md has no {fence:?} block"))
+            .to_string()
+    };
+    // The first shell block's `tamp eval` command, its lines joined.
+    let command = block("```sh\n")
+        .lines()
+        .skip_while(|l| !l.contains("tamp eval"))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('\\', " ");
+    let args: Vec<&str> = command
+        .split_whitespace()
+        .skip_while(|w| *w != "eval")
+        .skip(1)
+        .collect();
+    assert!(args.contains(&"--chain"), "{command}");
+    let out = Command::new(tamp_bin())
+        .arg("eval")
+        .args(&args)
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Each line's words; a row's ms/compaction (its 11th cell of 14) left out.
+    let words = |output: &str| -> Vec<Vec<String>> {
+        output
+            .lines()
+            .map(|line| {
+                let mut words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+                if words.len() == 14 && words[0] != "conversation" {
+                    words.remove(10);
+                }
+                words
+            })
+            .collect()
+    };
+    let printed = text(&out.stdout);
+    let sample = block("```text\n");
+    assert_eq!(
+        words(&sample),
+        words(&printed),
+        "docs/eval.md's sample:\n{sample}\nprinted now:\n{printed}"
+    );
+}

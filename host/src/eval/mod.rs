@@ -18,6 +18,7 @@
 pub mod cells;
 pub mod facts;
 pub mod html;
+pub mod names;
 pub mod output;
 pub mod probe;
 
@@ -85,6 +86,8 @@ pub struct Point {
 /// One chain on one conversation, in one mode.
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
+    /// The chain file's and the conversation file's names: their stems, made unique where two
+    /// files share one ([`names`]).
     pub chain: String,
     pub conversation: String,
     pub mode: Mode,
@@ -135,12 +138,6 @@ pub struct Plan {
     judge: Option<Judge>,
 }
 
-/// A display name for `path`: its file name without extensions (`ponyc-4588`).
-fn short_name(path: &Path) -> String {
-    let file = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
-    file.split('.').next().unwrap_or(file).to_string()
-}
-
 impl Plan {
     /// Reads every chain file (checked as `tamp check-config` would, plugins loaded), every
     /// conversation and every facts file, so a mistake in the last one stops the run before
@@ -149,10 +146,13 @@ impl Plan {
         if args.one_shot_only && args.replay_only {
             anyhow::bail!("--one-shot-only and --replay-only leave nothing to run: give one");
         }
+        // Display names: file stems, made unique where two files share one (names.rs).
+        let chain_names = names::unique_names(&args.chains);
+        let conversation_names = names::unique_names(&args.conversations);
         let mut chains = Vec::new();
-        for path in &args.chains {
+        for (path, name) in args.chains.iter().zip(chain_names) {
             LoadedChainFile::read(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-            chains.push((path.clone(), short_name(path)));
+            chains.push((path.clone(), name));
         }
         let facts: Vec<FactsFile> = args
             .facts
@@ -160,7 +160,7 @@ impl Plan {
             .map(|p| FactsFile::read(p).map_err(anyhow::Error::msg))
             .collect::<Result<_, _>>()?;
         let mut inputs = Vec::new();
-        for path in &args.conversations {
+        for (path, name) in args.conversations.iter().zip(conversation_names) {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("{}: cannot read the conversation", path.display()))?;
             let (conversation, format) = wire::parse_str(&text, None)
@@ -171,7 +171,7 @@ impl Plan {
                 .flat_map(|f| f.facts.iter().cloned())
                 .collect();
             inputs.push(Input {
-                name: short_name(path),
+                name,
                 path: path.clone(),
                 conversation,
                 format,
