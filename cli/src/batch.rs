@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use tamp_host::config::LoadedChainFile;
+use tamp_host::deferred::{Pass, PassReport, Worker, WorkerError};
 use tamp_host::store::queue::QueueStatus;
 use tamp_host::store::Store;
 
@@ -15,10 +16,23 @@ pub enum BatchCommand {
     /// Send every queued deferred request as Message Batches, poll the open batches once and
     /// apply the results of those that ended, then exit (for cron).
     ///
+    /// Prints one summary line (or, with --json, the pass report) on stdout; each API error
+    /// of the pass goes to stderr.
+    ///
+    /// Exit status: 0 when the pass went well: every batch it had to create was created,
+    /// every open batch polled, every ended batch's results read (requests whose result was
+    /// an error are counted in the summary, and do not change the status). 1 when any of
+    /// those API calls failed (the requests concerned stay queued or submitted for the next
+    /// run), or when the chain file or store cannot be used; 2 on a usage error.
+    ///
     /// Example: tamp batch run-once --config chain.toml
     RunOnce(RunArgs),
     /// Run the worker until interrupted (Ctrl-C or SIGTERM): submit every
     /// batch.submit_interval_secs, poll every batch.poll_interval_secs.
+    ///
+    /// Each pass's API errors, and its requests that failed for good, are printed on stderr
+    /// as warnings; -v adds what every pass did. With --json, one JSON report per pass goes
+    /// to stdout (JSON Lines).
     Work(RunArgs),
     /// Show the queue: counts by state, the oldest unfinished item, open batches, tokens
     /// billed through batches.
@@ -33,7 +47,10 @@ pub struct RunArgs {
     /// Use this store file instead of the chain file's.
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
-    /// Print the pass report as JSON.
+    /// Print the pass report as JSON on stdout (the API errors are in its "errors"; on
+    /// stderr too). `run-once`: the one report; `work`: one report per pass, a line each
+    /// (JSON Lines), with "pass" ("submit" or "poll") added (a pass the store stopped has
+    /// its error in "errors").
     #[arg(long)]
     pub json: bool,
 }
@@ -59,27 +76,94 @@ fn open_store(file: Option<&LoadedChainFile>, store: Option<&Path>) -> Result<St
     )?)?)
 }
 
+/// The chain file at `path` and the worker it describes, over its store (or `store`). The
+/// chain file's worker settings are checked before the store is opened: a chain that cannot
+/// run a worker creates no store file.
+fn worker(path: &Path, store: Option<&Path>) -> Result<Worker> {
+    let file = LoadedChainFile::read(path)?;
+    tamp_host::deferred::check_chain_file(&file)?;
+    let store = open_store(Some(&file), store)?;
+    Ok(file.batch_worker(store.queue)?.with_pages(store.pages))
+}
+
+/// Writes `line` to stdout; a closed stdout is ignored (the worker goes on).
+fn print_line(line: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}
+
+/// One line of `tamp batch work --json`: the pass, then the report's fields.
+fn pass_json(pass: Pass, report: &PassReport) -> String {
+    let mut line = serde_json::Map::new();
+    line.insert("pass".into(), pass.as_str().into());
+    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(report) {
+        line.extend(fields);
+    }
+    serde_json::Value::Object(line).to_string()
+}
+
+/// What `tamp batch work` does with each pass: its errors as warnings on stderr, and with
+/// `json`, its report on stdout.
+fn report_pass(pass: Pass, result: &Result<PassReport, WorkerError>, json: bool) {
+    let stopped;
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            stopped = PassReport {
+                errors: vec![format!("the pass stopped: {e}")],
+                ..PassReport::default()
+            };
+            &stopped
+        }
+    };
+    for e in &report.errors {
+        eprintln!("tamp batch: warning: {pass} pass: {e}");
+    }
+    if report.failed > 0 {
+        eprintln!(
+            "tamp batch: warning: {pass} pass: {} request(s) failed for good",
+            report.failed
+        );
+    }
+    if *report != PassReport::default() {
+        tracing::info!(target: "tamp::batch", "{pass} pass: {report}");
+    }
+    if json {
+        print_line(&pass_json(pass, report));
+    }
+}
+
 /// Runs a `tamp batch` command.
 pub async fn run(command: BatchCommand) -> Result<()> {
     match command {
         BatchCommand::RunOnce(args) => {
-            let file = LoadedChainFile::read(&args.config)?;
-            let store = open_store(Some(&file), args.store.as_deref())?;
-            let worker = file.batch_worker(store.queue)?.with_pages(store.pages);
+            let worker = worker(&args.config, args.store.as_deref())?;
             let report = worker.run_once().await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                print_line(&serde_json::to_string_pretty(&report)?);
             } else {
-                println!("{report}");
+                print_line(&report.to_string());
+            }
+            for e in &report.errors {
+                eprintln!("error: {e}");
+            }
+            if !report.is_clean() {
+                anyhow::bail!(
+                    "{} API call(s) of the pass failed; the requests concerned wait for the next run",
+                    report.errors.len()
+                );
             }
             Ok(())
         }
         BatchCommand::Work(args) => {
-            let file = LoadedChainFile::read(&args.config)?;
-            let store = open_store(Some(&file), args.store.as_deref())?;
-            let worker = file.batch_worker(store.queue)?.with_pages(store.pages);
+            let worker = worker(&args.config, args.store.as_deref())?;
             let metrics = worker.metrics();
-            let handle = worker.spawn(tamp_host::signals::shutdown());
+            let json = args.json;
+            let handle = worker
+                .spawn_observed(tamp_host::signals::shutdown(), move |pass, result| {
+                    report_pass(pass, result, json)
+                });
             eprintln!("tamp batch: worker running; Ctrl-C or SIGTERM stops it");
             handle.join().await;
             let snap = metrics.snapshot();
@@ -172,4 +256,28 @@ pub fn render_status(
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_as_a_json_line_is_the_report_with_its_pass() {
+        let report = PassReport {
+            failed: 1,
+            errors: vec!["creating a batch of 1: refused".into()],
+            ..PassReport::default()
+        };
+        let line = pass_json(Pass::Submit, &report);
+        assert!(!line.contains('\n'), "{line}");
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(value["pass"], "submit");
+        let mut fields = value.as_object().unwrap().clone();
+        fields.remove("pass");
+        assert_eq!(
+            serde_json::Value::Object(fields),
+            serde_json::to_value(&report).unwrap()
+        );
+    }
 }

@@ -1,7 +1,10 @@
 //! `tamp conformance`: the conformance kit's checks (crate tamp-conformance-engine) from the
 //! command line; the kit in a plugin's own tests (crate tamp-conformance) runs this command.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use tamp_conformance_engine::{child, spec, KitOptions, Launcher, RULES};
@@ -18,24 +21,37 @@ pub enum OutputFormat {
 #[derive(Debug, Clone, Args)]
 #[command(
     about = "Check a plugin (a library or a WebAssembly component) against tamp's plugin specification (docs/plugin-spec.md).",
-    long_about = "Check a plugin (a `.so` library or a `.wasm` component) against tamp's plugin specification \
+    // After the options, not `long_about`: the `conformance` subcommand's own doc comment
+    // (in main.rs) replaces the about texts, and this would never be shown.
+    after_long_help = "Checks a plugin (a `.so` library or a `.wasm` component) against tamp's plugin specification \
         (docs/plugin-spec.md), rule by rule. Each check runs in its own process, so a plugin \
         that aborts or hangs fails that check instead of stopping the kit. Conversations are \
         generated from --seed (both wire formats); a failure prints the rule, the message at \
         fault, what the plugin returned, the seed and the smallest conversation that fails.\n\n\
-        Exit status: 0 when every MUST rule passes (broken SHOULD rules are warnings), 1 when \
-        one fails, 2 on a usage error.\n\n\
+        The plugin is a path, or a name looked up as `tamp plugins describe` does \
+        (`tamp_tool_result_clearing`: lib<name>.so in TAMP_PLUGIN_PATH, then next to the tamp \
+        executable). A --config the plugin refuses (its config schema, or its constructor with \
+        an invalid-config error) is a usage error naming the field, and nothing is checked.\n\n\
+        With --only or --skip the run is partial: the result line says how many checks ran and \
+        makes no claim about the rules left out (`partial` in the JSON report, the `result` \
+        property in JUnit).\n\n\
+        Exit status: 0 when every MUST rule checked passes (broken SHOULD rules are warnings), \
+        1 when one fails, 2 on a usage error (a bad flag, a plugin not found, a --config the \
+        plugin refuses).\n\n\
         Examples:\n  tamp conformance target/debug/libtamp_custom_strategy.so\n  \
+        tamp conformance tamp_tool_result_clearing --config '{\"keep\": 5}'\n  \
         tamp conformance libmy_plugin.so --config '{\"group_size\": 4}' --format junit > conformance.xml\n  \
         tamp conformance libmy_plugin.so --seed 7 --only TAMP-INV-01\n  \
         tamp conformance libmy_plugin.so --skip TAMP-EDGE-02,PERF   # a quick run of a debug build\n  \
         tamp conformance my_strategy.wasm --timeout 60"
 )]
 pub struct ConformanceArgs {
-    /// The plugin to check: a library (`.so`) or a WebAssembly component (`.wasm`).
+    /// The plugin to check: a library (`.so`) or a WebAssembly component (`.wasm`), by path
+    /// or by name (as `tamp plugins describe` takes it).
     pub plugin: PathBuf,
     /// The stage config to check the plugin with: JSON, or @file with JSON in it (default:
-    /// the plugin's default config).
+    /// the plugin's default config). It must satisfy the plugin's config schema (else: a
+    /// usage error naming the field).
     #[arg(long, value_name = "JSON|@FILE")]
     pub config: Option<String>,
     /// Output format.
@@ -44,8 +60,8 @@ pub struct ConformanceArgs {
     /// Seed of the generated conversations (the same seed gives the same conversations).
     #[arg(long, default_value_t = KitOptions::DEFAULT_SEED)]
     pub seed: u64,
-    /// Generated conversations per wire format for each property check.
-    #[arg(long, default_value_t = KitOptions::DEFAULT_CASES)]
+    /// Generated conversations per wire format for each property check (at least 1).
+    #[arg(long, default_value_t = KitOptions::DEFAULT_CASES, value_parser = at_least_one)]
     pub cases: usize,
     /// Run only these checks (rule ids, repeatable or comma-separated; `PERF` for the
     /// performance line). The load check always runs.
@@ -59,13 +75,33 @@ pub struct ConformanceArgs {
     /// plus 4 s.
     #[arg(long, default_value_t = KitOptions::DEFAULT_TIMEOUT_SECS, value_name = "SECS")]
     pub timeout: f64,
-    /// Checks run at once (default: the number of CPUs).
-    #[arg(long, value_name = "N")]
+    /// Checks run at once (at least 1; default: the number of CPUs).
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub jobs: Option<usize>,
     /// Internal: run the one check named in TAMP_CONFORMANCE_CHILD and print its result.
     #[arg(long, hide = true)]
     pub child: bool,
+    /// Internal: say whether the plugin refuses the config in TAMP_CONFORMANCE_CONFIG_CHECK.
+    #[arg(long, hide = true)]
+    pub config_check: bool,
 }
+
+/// `--cases` and `--jobs`: a count of at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    let n: usize = text
+        .parse()
+        .map_err(|e| format!("{e} (expected a whole number of at least 1)"))?;
+    if n == 0 {
+        return Err("must be at least 1, got 0".into());
+    }
+    Ok(n)
+}
+
+/// The environment variable that makes `tamp conformance <plugin> --config-check` judge a
+/// config (its JSON).
+const CONFIG_CHECK_ENV: &str = "TAMP_CONFORMANCE_CONFIG_CHECK";
+/// Starts the config check's one line of result on stdout.
+const CONFIG_CHECK_MARKER: &str = "TAMP-CONFORMANCE-CONFIG ";
 
 /// Runs `tamp conformance`; the exit status says whether every check passed (2: a usage
 /// error).
@@ -88,6 +124,9 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
             ExitCode::from(2)
         });
     }
+    if args.config_check {
+        return Ok(serve_config_check(&args.plugin));
+    }
     let config = match &args.config {
         None => None,
         Some(text) => Some(parse_config_arg(text)?),
@@ -108,22 +147,27 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
     }
     let timeout = tamp_host::bounded::positive_seconds(args.timeout)
         .map_err(|e| anyhow::anyhow!("--timeout {}: {e}", args.timeout))?;
-    if !args.plugin.is_file() {
-        anyhow::bail!("{}: no such file", args.plugin.display());
-    }
+    let plugin = find_plugin(&args.plugin)?;
     let options = KitOptions {
         config,
         seed: args.seed,
-        cases: args.cases.max(1),
+        cases: args.cases,
         only: args.only,
         skip: args.skip,
         timeout_secs: timeout.as_secs_f64(),
-        ..KitOptions::new(&args.plugin)
+        ..KitOptions::new(plugin)
     };
+    if let Some(config) = &options.config {
+        if let Some(why) = config_refusal(&options, config)? {
+            anyhow::bail!(
+                "--config: {why}. Nothing was checked: a config the plugin refuses is an error \
+                 in the arguments, not a finding about the plugin"
+            );
+        }
+    }
     let jobs = args
         .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
-        .max(1);
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let report =
         tamp_conformance_engine::run(&options, &Launcher::Tamp(std::env::current_exe()?), jobs);
     let text = match args.format {
@@ -140,6 +184,122 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The plugin argument: a path, or a name looked up the way `tamp plugins describe` does
+/// ([`tamp_host::loader::resolve_plugin`]); a path is kept as given.
+fn find_plugin(plugin: &Path) -> anyhow::Result<PathBuf> {
+    match plugin.to_str() {
+        Some(spec) => Ok(tamp_host::loader::resolve_plugin(spec, Path::new(""), &[])?),
+        None if plugin.is_file() => Ok(plugin.to_path_buf()),
+        None => anyhow::bail!("{}: no such file", plugin.display()),
+    }
+}
+
+/// Why the plugin refuses `config`, when the fault is the config's: the plugin's config
+/// schema refuses it, or its constructor does with an invalid-config error. Asked of a child
+/// process (`--config-check`), as every check is, so that a plugin that aborts or hangs
+/// cannot take the kit down; whatever else goes wrong there (the plugin does not load, its
+/// schema is broken, its constructor panics) is left to the checks to report.
+fn config_refusal(
+    options: &KitOptions,
+    config: &serde_json::Value,
+) -> anyhow::Result<Option<String>> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg("conformance")
+        .arg(&options.plugin)
+        .arg("--config-check")
+        .env(CONFIG_CHECK_ENV, config.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut out) = stdout {
+            let _ = std::io::Read::read_to_string(&mut out, &mut text);
+        }
+        text
+    });
+    let deadline = Instant::now() + child::child_timeout(options);
+    loop {
+        match child.try_wait()? {
+            Some(_) => break,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    let text = reader.join().unwrap_or_default();
+    Ok(text
+        .lines()
+        .find_map(|line| line.strip_prefix(CONFIG_CHECK_MARKER))
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+        .and_then(|verdict| verdict.get("refused")?.as_str().map(str::to_string)))
+}
+
+/// The `--config-check` child: prints whether the plugin at `plugin` refuses the config in
+/// [`CONFIG_CHECK_ENV`] ([`judge_config`]).
+fn serve_config_check(plugin: &Path) -> std::process::ExitCode {
+    let Some(config) = std::env::var(CONFIG_CHECK_ENV)
+        .ok()
+        .and_then(|json| serde_json::from_str(&json).ok())
+    else {
+        eprintln!("error: --config-check: no config in {CONFIG_CHECK_ENV}");
+        return std::process::ExitCode::from(2);
+    };
+    let verdict = serde_json::json!({ "refused": judge_config(plugin, &config) });
+    println!("{CONFIG_CHECK_MARKER}{verdict}");
+    std::process::ExitCode::SUCCESS
+}
+
+/// Why `config` is the user's fault, if it is: the host validates it against the plugin's
+/// schema as for a chain stage (the message names the field), then builds the instance.
+/// `None` when the plugin takes it, or when the fault is the plugin's: it does not load
+/// (TAMP-LOAD-01), the config is its own default (TAMP-CFG-01), its schema is broken
+/// (TAMP-CFG-01), or its constructor fails otherwise than refusing the config (a panic).
+fn judge_config(path: &Path, config: &serde_json::Value) -> Option<String> {
+    let plugin = tamp_host::loader::load_plugin(path).ok()?;
+    let meta = plugin.meta();
+    if *config == meta.default_config {
+        return None;
+    }
+    let stage = tamp_host::chain::ChainBuilder::new(Default::default()).stage(
+        "conformance",
+        Arc::clone(&plugin),
+        config.clone(),
+        Default::default(),
+        Duration::from_secs(10),
+    );
+    let e = stage.err()?;
+    // The schema's refusals read `config: …` (the whole config) or `config.<field>: …`.
+    if e.message.starts_with("config:") || e.message.starts_with("config.") {
+        let field = if e.path.is_empty() {
+            "the config as a whole".to_string()
+        } else {
+            format!("field \"{}\"", e.path.join("."))
+        };
+        let detail = e
+            .message
+            .split_once(": ")
+            .map_or(e.message.as_str(), |(_, d)| d);
+        return Some(format!(
+            "{field}: {detail} (refused by the config schema of plugin {}; `tamp plugins schema \
+             {}` prints it)",
+            meta.name,
+            path.display()
+        ));
+    }
+    match plugin.instantiate(config) {
+        Err(refused) if refused.kind == tamp_host::plugin_api::ErrorKind::InvalidConfig => Some(
+            format!("plugin {} refuses it: {}", meta.name, refused.message),
+        ),
+        _ => None,
+    }
 }
 
 /// `--config`: JSON text, or `@path` to a file holding it.
@@ -159,4 +319,19 @@ fn parse_config_arg(text: &str) -> anyhow::Result<serde_json::Value> {
             e.column()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_must_be_at_least_one() {
+        assert_eq!(at_least_one("3"), Ok(3));
+        assert_eq!(
+            at_least_one("0"),
+            Err("must be at least 1, got 0".to_string())
+        );
+        assert!(at_least_one("-1").unwrap_err().contains("at least 1"));
+    }
 }

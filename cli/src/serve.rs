@@ -11,10 +11,10 @@ use crate::server::{Serve, ServerArgs};
 
 /// `tamp serve` arguments.
 #[derive(Debug, Clone, Args)]
-#[command(
-    after_help = "Example:\n  tamp serve --config chain.toml --listen 127.0.0.1:7474\n  \
+#[command(after_help = "Example (from the repository's root):\n  \
+    tamp serve --config examples/chains/default.toml --listen 127.0.0.1:7474\n  \
     curl -s localhost:7474/v1/compact -H 'content-type: application/json' \\\n    \
-    -d '{\"conversation\": {\"messages\": [...]}}'\n\n\
+    -d \"{\\\"conversation\\\": $(cat examples/conversations/ponyc-4588.anthropic.json)}\"\n\n\
     Routes: POST /v1/compact, GET /v1/pages/{id}, GET /v1/chain, GET /healthz, GET /metrics.\n\
     Edit the chain file while it runs: the new chain is built aside and swapped in; an \
     invalid one is refused (see GET /v1/chain's last_reload_error) and the old chain stays.\n\n\
@@ -23,8 +23,7 @@ use crate::server::{Serve, ServerArgs};
     --body-timeout-secs is answered 408, one declared or sent larger than --max-body 413; \
     beyond --max-concurrent requests at once the answer is 503 with retry-after; beyond \
     --max-connections open connections new ones wait to be accepted. Keep --max-connections \
-    well under the open-file limit (ulimit -n)."
-)]
+    well under the open-file limit (ulimit -n).")]
 pub struct ServeArgs {
     #[command(flatten)]
     pub server: ServerArgs<Serve>,

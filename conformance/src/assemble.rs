@@ -86,6 +86,12 @@ pub fn assemble(
     }
     let passed = rules.iter().all(|r| r.status != Status::Fail)
         && rules.iter().any(|r| r.status == Status::Pass);
+    // Rules left unchecked by --only/--skip (when the plugin did not load, the rest are
+    // unchecked too, but the run has its verdict).
+    let loaded = rules
+        .iter()
+        .any(|r| r.id == tamp_conformance::LOAD_RULE && r.status != Status::Fail);
+    let partial = loaded && rules.iter().any(|r| r.status == Status::Skipped);
     KitReport {
         plugin: head.plugin,
         meta,
@@ -96,6 +102,7 @@ pub fn assemble(
         rules,
         perf,
         passed,
+        partial,
     }
 }
 
@@ -199,5 +206,39 @@ pub(crate) mod tests {
         let r = assemble(head(&selected[..1], BTreeMap::new()), vec![load], None);
         assert!(r.passed, "{}", r.to_text());
         assert_eq!(r.rule("TAMP-INV-01").unwrap().status, Status::Skipped);
+    }
+
+    #[test]
+    fn a_run_with_rules_left_out_is_partial_and_no_verdict() {
+        let full = report(Vec::new());
+        assert!(full.passed && !full.partial && full.conforms());
+        assert!(
+            full.to_text().contains("result: CONFORMS"),
+            "{}",
+            full.to_text()
+        );
+
+        let load = ("TAMP-LOAD-01".to_string(), CheckOutput::default(), 1.0);
+        let some = assemble(head(&["TAMP-LOAD-01"], BTreeMap::new()), vec![load], None);
+        assert!(some.passed && some.partial && !some.conforms());
+        let text = some.to_text();
+        assert!(
+            text.contains("result: no failures in the 1 check run (partial: "),
+            "{text}"
+        );
+        assert!(!text.contains("CONFORMS"), "{text}");
+
+        // A plugin that does not load: the rest is unchecked, and the verdict is given.
+        let failed = CheckOutput {
+            findings: vec![Finding::new("TAMP-LOAD-01", "not a plugin")],
+            ..CheckOutput::default()
+        };
+        let r = assemble(
+            head(&["TAMP-LOAD-01"], BTreeMap::new()),
+            vec![("TAMP-LOAD-01".to_string(), failed, 1.0)],
+            None,
+        );
+        assert!(!r.passed && !r.partial);
+        assert!(r.to_text().contains("result: DOES NOT CONFORM"));
     }
 }

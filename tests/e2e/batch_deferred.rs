@@ -1127,3 +1127,261 @@ async fn a_long_session_s_summaries_fold_and_its_context_stays_within_the_budget
         "without folding the context stays at {unfolded}"
     );
 }
+
+/// A chain whose provider, and so its Batches API, is at a local port nothing listens on;
+/// `batch_extra` goes into `[batch]`.
+fn unreachable_chain(dir: &Path, batch_extra: &str) -> PathBuf {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    write_chain(
+        dir,
+        &format!(
+            r#"
+[provider]
+kind = "anthropic"
+model = "claude-test"
+base_url = "http://127.0.0.1:{port}"
+api_key_env = "{KEY_VAR}"
+max_retries = 1
+retry_initial_ms = 1
+retry_max_ms = 5
+
+[store]
+path = "store.sqlite3"
+
+[batch]
+submit_interval_secs = 0.05
+poll_interval_secs = 0.05
+{batch_extra}
+"#
+        ),
+    )
+}
+
+/// Runs `tamp args…` in `dir` with the test key set, whatever its exit status.
+fn tamp_any(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(tamp_bin())
+        .current_dir(dir)
+        .env(KEY_VAR, "sk-ant-test-key")
+        .env_remove("TAMP_LOG")
+        .args(args)
+        .output()
+        .expect("run tamp");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `run-once` is for cron: a batch it cannot send is an error on stderr and exit status 1,
+/// its summary line still on stdout; a pass with nothing failed exits 0.
+#[test]
+fn run_once_exits_1_with_the_error_on_stderr_when_a_batch_cannot_be_sent() {
+    let dir = scratch_dir("batch-refused");
+    unreachable_chain(&dir, "");
+    enqueue(&queue_at(&dir), "pg_refused", "nobody listens");
+
+    let (code, stdout, stderr) = tamp_any(&dir, &["batch", "run-once", "-c", "chain.toml"]);
+    assert_eq!(code, Some(1), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains("submitted 0 request(s) in 0 new batch(es)")
+            && stdout.contains("1 re-queued"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "the summary line alone: {stdout}"
+    );
+    assert!(!stdout.contains("error"), "{stdout}");
+    assert!(
+        stderr.contains("error: creating a batch of 1:"),
+        "the API error on stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("1 API call(s) of the pass failed"),
+        "{stderr}"
+    );
+
+    // --json: the report on stdout, its errors in it, the same status.
+    let (code, stdout, stderr) =
+        tamp_any(&dir, &["batch", "run-once", "-c", "chain.toml", "--json"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON report");
+    assert_eq!(report["requeued"], 1, "{report}");
+    assert!(
+        report["errors"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("creating a batch of 1:"),
+        "{report}"
+    );
+    assert!(stderr.contains("error: creating a batch of 1:"), "{stderr}");
+
+    // Nothing to send, nothing open: no API call failed, exit 0.
+    let (code, stdout, stderr) = tamp_any(
+        &dir,
+        &[
+            "batch",
+            "run-once",
+            "-c",
+            "chain.toml",
+            "--store",
+            "empty.sqlite3",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("submitted 0 request(s)"), "{stdout}");
+    assert!(!stderr.contains("error"), "{stderr}");
+
+    // The exit statuses are documented.
+    let (_, help, _) = tamp_any(&dir, &["batch", "run-once", "--help"]);
+    assert!(
+        help.contains("Exit status: 0 when the pass went well") && help.contains("1 when any"),
+        "{help}"
+    );
+}
+
+/// `tamp batch work` says at the default verbosity why queued items fail (a warning per
+/// failed pass on stderr), and `--json` prints one JSON report per pass on stdout.
+#[test]
+fn batch_work_warns_of_each_failed_pass_and_prints_a_json_report_per_pass() {
+    let dir = scratch_dir("batch-work-refused");
+    unreachable_chain(&dir, "max_attempts = 1\nsync_fallback = false");
+    let queue = queue_at(&dir);
+    enqueue(&queue, "pg_work", "nobody listens");
+    let child = Command::new(tamp_bin())
+        .current_dir(&dir)
+        .env(KEY_VAR, "sk-ant-test-key")
+        .env_remove("TAMP_LOG")
+        .args(["batch", "work", "-c", "chain.toml", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while futures::executor::block_on(queue.status()).unwrap().failed < 1 {
+        assert!(Instant::now() < deadline, "the item never failed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A few more (empty) passes, then SIGTERM.
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+
+    assert!(
+        stderr.contains("tamp batch: warning: submit pass: creating a batch of 1:"),
+        "the API error as a warning: {stderr}"
+    );
+    assert!(
+        stderr.contains("tamp batch: warning: submit pass: 1 request(s) failed for good"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("stopped; 0 submitted, 0 succeeded, 1 failed"),
+        "{stderr}"
+    );
+
+    // One JSON object per line, a line per pass: both kinds of pass, the failed one among
+    // them with the fields of `run-once --json`.
+    let passes: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(passes.len() >= 3, "{stdout}");
+    for kind in ["submit", "poll"] {
+        assert!(passes.iter().any(|p| p["pass"] == kind), "{stdout}");
+    }
+    let failed: Vec<&serde_json::Value> = passes.iter().filter(|p| p["failed"] == 1).collect();
+    assert_eq!(failed.len(), 1, "{stdout}");
+    assert_eq!(failed[0]["pass"], "submit");
+    assert!(
+        failed[0]["errors"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("creating a batch of 1:"),
+        "{stdout}"
+    );
+    for field in [
+        "batches_created",
+        "submitted",
+        "done",
+        "requeued",
+        "fallbacks",
+    ] {
+        assert!(failed[0].get(field).is_some(), "{field}: {stdout}");
+    }
+}
+
+/// A chain that defers nothing and has no `[batch]` section is told so, naming the file and
+/// what to add; one with a `batch-deferred` stage but no account names the stage's line. No
+/// store file is created for a chain the command cannot run.
+#[test]
+fn batch_commands_on_a_chain_with_nothing_to_batch_say_what_to_add_and_create_no_store() {
+    let dir = scratch_dir("batch-nothing");
+    // Like examples/chains/default.toml: an extractive provider, one ordinary stage.
+    write_chain(
+        &dir,
+        &format!(
+            "[provider]\nkind = \"extractive\"\n\n[store]\npath = \"store.sqlite3\"\n\n\
+             [[stage]]\nname = \"archive\"\nplugin = \"{}\"\n",
+            plugin("tamp_custom_strategy").display()
+        ),
+    );
+    for command in ["run-once", "work"] {
+        let (code, stdout, stderr) = tamp_any(
+            &dir,
+            &["batch", command, "-c", "chain.toml", "--store", "b.db"],
+        );
+        assert_eq!(code, Some(1), "{command}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(
+                "chain.toml: the chain has no batch-deferred stage and no [batch] section"
+            ),
+            "{command}: {stderr}"
+        );
+        assert!(
+            stderr.contains("plugin = \"tamp_batch_deferred\"")
+                && stderr.contains("a [batch] section naming the Message Batches account")
+                && stderr.contains("model = ")
+                && stderr.contains("api_key_env = "),
+            "{command}: {stderr}"
+        );
+        assert!(
+            !dir.join("b.db").exists(),
+            "{command} created the --store file"
+        );
+        assert!(
+            !dir.join("store.sqlite3").exists(),
+            "{command} created the store"
+        );
+    }
+
+    // A batch-deferred stage, an extractive provider and no [batch]: the stage's line.
+    write_chain(
+        &dir,
+        &format!(
+            "[provider]\nkind = \"extractive\"\n\n[store]\npath = \"store.sqlite3\"\n\n\
+             [[stage]]\nname = \"defer\"\nplugin = \"{}\"\ntrigger = \"always\"\n",
+            plugin("tamp_batch_deferred").display()
+        ),
+    );
+    let (code, _, stderr) = tamp_any(&dir, &["batch", "run-once", "-c", "chain.toml"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("chain.toml:7: stage \"defer\" defers its summaries (plugin batch-deferred), but the chain has no [batch] section"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("api_key_env = "), "{stderr}");
+    assert!(!dir.join("store.sqlite3").exists());
+}

@@ -476,3 +476,224 @@ fn a_plugin_written_from_the_guide_passes_its_kit_test() {
         "the kit compiled the plugin again for its cdylib:\n{stderr}"
     );
 }
+
+/// `tamp conformance` with `args` after the plugin: the exit code, stdout and stderr.
+fn kit_all(plugin: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(tamp_bin())
+        .arg("conformance")
+        .arg(plugin)
+        .args(args)
+        .output()
+        .expect("run tamp conformance");
+    (
+        out.status.code().expect("tamp exits, it is not killed"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A `--config` the plugin refuses is the user's mistake: a usage error (exit 2) naming
+/// `--config` and the field, and no report; what is the plugin's fault (its own default
+/// config that its schema refuses, a constructor that panics) is still a finding.
+#[test]
+fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
+    let clearing = plugin("tamp_tool_result_clearing");
+    for (config, field) in [
+        (
+            r#"{"keep":"x"}"#,
+            "field \"keep\": \"x\" is not of type \"integer\"",
+        ),
+        (r#"{"kep": 3}"#, "field \"kep\""),
+        ("[1]", "the config as a whole"),
+    ] {
+        let (code, stdout, stderr) = kit_all(&clearing, &["--config", config]);
+        assert_eq!(code, 2, "{config}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("error: --config: ") && stderr.contains(field),
+            "{config}: {stderr}"
+        );
+        assert!(
+            stderr.contains("config schema of plugin tool-result-clearing"),
+            "{stderr}"
+        );
+        assert!(stdout.is_empty(), "no verdict on the plugin: {stdout}");
+    }
+    // The schema takes it, the plugin's constructor refuses it as an invalid config.
+    let breaker = plugin("tamp_test_rule_breaker");
+    let (code, stdout, stderr) = kit_all(&breaker, &["--config", r#"{"break": "TAMP-NOPE"}"#]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("--config: plugin rule-breaker refuses it: break: unknown rule"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+    // A config the schema refuses, of a plugin whose own default it refuses too.
+    let bad = plugin("tamp_test_bad_metadata");
+    let (code, _, stderr) = kit_all(&bad, &["--config", r#"{"group_size": 1}"#]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("field \"group_size\""), "{stderr}");
+
+    // The plugin's faults stay findings: its default config given as --config ...
+    let (code, report) = kit_json(
+        &bad,
+        &[
+            "--config",
+            r#"{"group_size": 0}"#,
+            "--only",
+            "TAMP-META-01,TAMP-CFG-01,TAMP-INV-01",
+            "--cases",
+            "2",
+        ],
+    );
+    assert_eq!(code, 1, "{}", report.to_text());
+    assert_eq!(
+        report.failed_rules(),
+        ["TAMP-META-01", "TAMP-CFG-01"],
+        "{}",
+        report.to_text()
+    );
+    // ... and a constructor that panics on a config its schema takes.
+    let (code, report) = kit_json(
+        &plugin("tamp_test_misbehaving"),
+        &[
+            "--config",
+            r#"{"mode": "panic_in_new"}"#,
+            "--only",
+            "TAMP-INV-01",
+            "--cases",
+            "1",
+        ],
+    );
+    assert_eq!(code, 1, "{}", report.to_text());
+    assert_eq!(
+        report.failed_rules(),
+        ["TAMP-INV-01"],
+        "{}",
+        report.to_text()
+    );
+}
+
+/// A run that `--only`/`--skip` cut short claims no verdict on the whole plugin: the text's
+/// result line, the JSON report's `partial` and the JUnit `result` property say it is partial.
+#[test]
+fn a_partial_run_claims_no_verdict_on_the_rules_left_out() {
+    let breaker = plugin("tamp_test_rule_breaker");
+    let args = ["--only", "TAMP-INV-01,TAMP-INV-02", "--cases", "2"];
+    let skipped = tamp_host::rules::RULES.len() - 3;
+    let (code, text) = kit(&breaker, &args);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(&format!(
+            "result: no failures in the 3 checks run (partial: {skipped} skipped by --only/--skip)"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("CONFORMS"), "{text}");
+
+    let (code, report) = kit_json(&breaker, &args);
+    assert_eq!(code, 0);
+    assert!(
+        report.passed && report.partial && !report.conforms(),
+        "{report:?}"
+    );
+    report.assert_passed();
+
+    let mut junit_args = args.to_vec();
+    junit_args.extend(["--format", "junit"]);
+    let (code, junit) = kit(&breaker, &junit_args);
+    assert_eq!(code, 0);
+    assert!(
+        junit.contains("<property name=\"partial\" value=\"true\"/>"),
+        "{junit}"
+    );
+    assert!(
+        junit.contains("<property name=\"result\" value=\"no failures in the 3 checks run"),
+        "{junit}"
+    );
+
+    // A failure in a partial run is still a failure.
+    let (code, report) = kit_json(
+        &breaker,
+        &[
+            "--config",
+            r#"{"break": "TAMP-INV-01"}"#,
+            "--only",
+            "TAMP-INV-01",
+            "--cases",
+            "2",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(!report.passed && report.partial, "{}", report.to_text());
+    assert!(
+        report.to_text().contains("result: DOES NOT CONFORM"),
+        "{}",
+        report.to_text()
+    );
+}
+
+/// `--cases 0` and `--jobs 0` are refused with the range; the plugin may be named as
+/// `tamp plugins describe` takes it.
+#[test]
+fn counts_of_zero_are_refused_and_a_plugin_is_found_by_name() {
+    let breaker = plugin("tamp_test_rule_breaker");
+    for flag in ["--cases", "--jobs"] {
+        let (code, stdout, stderr) = kit_all(&breaker, &[flag, "0"]);
+        assert_eq!(code, 2, "{flag}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("must be at least 1, got 0"),
+            "{flag}: {stderr}"
+        );
+        assert!(stdout.is_empty(), "{stdout}");
+    }
+
+    // By name, from a directory that holds no plugin: found next to the tamp executable.
+    let dir = tamp_e2e::scratch_dir("conformance-by-name");
+    let out = Command::new(tamp_bin())
+        .current_dir(&dir)
+        .args([
+            "conformance",
+            "tamp_tool_result_clearing",
+            "--only",
+            "TAMP-META-01",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: KitReport = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report.meta.as_ref().unwrap().name, "tool-result-clearing");
+    assert!(
+        report.plugin.ends_with("libtamp_tool_result_clearing.so"),
+        "{}",
+        report.plugin.display()
+    );
+    assert_eq!(report.rule("TAMP-META-01").unwrap().status, Status::Pass);
+
+    let (code, _, stderr) = kit_all(Path::new("tamp_no_such_plugin"), &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("libtamp_no_such_plugin.so") && stderr.contains("looked up in"),
+        "{stderr}"
+    );
+
+    // `--help` says all this.
+    let (code, help, _) = kit_all(Path::new("--help"), &[]);
+    assert_eq!(code, 0);
+    for said in [
+        "by path or by name",
+        "is a usage error naming the field",
+        "the run is partial",
+        "Exit status: 0 when every MUST rule checked passes",
+        "(at least 1; default: the number of CPUs)",
+    ] {
+        assert!(help.contains(said), "{said:?} not in:\n{help}");
+    }
+}

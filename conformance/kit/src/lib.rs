@@ -306,6 +306,7 @@ mod tests {
             }],
             perf: None,
             passed: false,
+            partial: false,
         };
         // `tamp conformance` prints the report and exits 1.
         let script = format!(

@@ -122,7 +122,13 @@ pub struct KitReport {
     pub rules: Vec<RuleResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub perf: Option<Perf>,
+    /// No MUST rule among those checked failed (and at least one passed). On a partial run
+    /// it says nothing about the rules left out.
     pub passed: bool,
+    /// `--only` or `--skip` left rules out: the run is no verdict on the whole plugin (see
+    /// [`KitReport::conforms`]).
+    #[serde(default)]
+    pub partial: bool,
 }
 
 impl KitReport {
@@ -146,6 +152,42 @@ impl KitReport {
 
     pub fn rule(&self, id: &str) -> Option<&RuleResult> {
         self.rules.iter().find(|r| r.id == id)
+    }
+
+    /// Whether the plugin conforms: every rule was checked and no MUST rule failed. A
+    /// partial run (`--only`, `--skip`) never conforms, even when [`KitReport::passed`].
+    pub fn conforms(&self) -> bool {
+        self.passed && !self.partial
+    }
+
+    /// The result in words: `CONFORMS — …`, `DOES NOT CONFORM — …`, or for a partial run
+    /// with no failure, `no failures in the N checks run (partial: M skipped by
+    /// --only/--skip) — …`.
+    pub fn verdict(&self) -> String {
+        let count = |s: Status| self.rules.iter().filter(|r| r.status == s).count();
+        let (pass, fail, warn, skip) = (
+            count(Status::Pass),
+            count(Status::Fail),
+            count(Status::Warn),
+            count(Status::Skipped),
+        );
+        if self.passed && self.partial {
+            let run = pass + warn;
+            format!(
+                "no failures in the {run} check{} run (partial: {skip} skipped by --only/--skip) \
+                 — {pass} passed, {warn} warnings",
+                if run == 1 { "" } else { "s" }
+            )
+        } else {
+            format!(
+                "{} — {pass} passed, {fail} failed, {warn} warnings, {skip} skipped",
+                if self.passed {
+                    "CONFORMS"
+                } else {
+                    "DOES NOT CONFORM"
+                }
+            )
+        }
     }
 
     /// Panics with the text report unless every checked MUST rule passed (for `cargo test`).
@@ -227,19 +269,7 @@ impl KitReport {
                 p.plugin_ms, p.messages, p.tokens_before, p.tokens_after, p.llm_calls, p.llm_ms, p.runs
             ));
         }
-        let count = |s: Status| self.rules.iter().filter(|r| r.status == s).count();
-        out.push_str(&format!(
-            "\nresult: {} — {} passed, {} failed, {} warnings, {} skipped\n",
-            if self.passed {
-                "CONFORMS"
-            } else {
-                "DOES NOT CONFORM"
-            },
-            count(Status::Pass),
-            count(Status::Fail),
-            count(Status::Warn),
-            count(Status::Skipped)
-        ));
+        out.push_str(&format!("\nresult: {}\n", self.verdict()));
         out
     }
 
@@ -266,10 +296,12 @@ impl KitReport {
             count(Status::Skipped)
         ));
         out.push_str(&format!(
-            "    <properties><property name=\"seed\" value=\"{}\"/><property name=\"cases\" value=\"{}\"/><property name=\"config\" value=\"{}\"/></properties>\n",
+            "    <properties><property name=\"seed\" value=\"{}\"/><property name=\"cases\" value=\"{}\"/><property name=\"config\" value=\"{}\"/><property name=\"partial\" value=\"{}\"/><property name=\"result\" value=\"{}\"/></properties>\n",
             self.seed,
             self.cases,
-            xml(&self.config.to_string())
+            xml(&self.config.to_string()),
+            self.partial,
+            xml(&self.verdict())
         ));
         for rule in &self.rules {
             out.push_str(&format!(

@@ -17,7 +17,8 @@ use serde::Serialize;
 use super::config::BatchConfig;
 use super::metrics::{DeferredMetrics, MetricsSnapshot};
 use super::render::{PageSource, RenderError};
-use crate::config_error::FieldError;
+use crate::config::LoadedChainFile;
+use crate::config_error::{ConfigError, FieldError};
 use crate::providers::batches::{
     error_type_is_retryable, BatchOutcome, BatchesClient, ProcessingStatus,
 };
@@ -68,8 +69,15 @@ impl PassReport {
         self.fallbacks += other.fallbacks;
         self.errors.extend(other.errors);
     }
+
+    /// Whether every API call of the pass went through (no entry in `errors`).
+    pub fn is_clean(&self) -> bool {
+        self.errors.is_empty()
+    }
 }
 
+/// The one-line summary of the pass (its `errors` are not in it: print them apart, e.g.
+/// `tamp batch run-once` sends them to stderr).
 impl std::fmt::Display for PassReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -85,11 +93,52 @@ impl std::fmt::Display for PassReport {
             self.requeued,
             self.failed,
             self.fallbacks
-        )?;
-        for e in &self.errors {
-            write!(f, "\n  error: {e}")?;
+        )
+    }
+}
+
+/// Which of the two passes a running worker makes (see [`Worker::spawn_observed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pass {
+    /// [`Worker::submit_pass`].
+    Submit,
+    /// [`Worker::poll_pass`].
+    Poll,
+}
+
+impl Pass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pass::Submit => "submit",
+            Pass::Poll => "poll",
         }
-        Ok(())
+    }
+}
+
+impl std::fmt::Display for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What [`Worker::spawn`] does with each pass: the API errors met (and requests that failed
+/// for good) as warnings, what else the pass did at info level, a pass the store stopped as
+/// a warning.
+pub fn log_pass(pass: Pass, result: &Result<PassReport, WorkerError>) {
+    match result {
+        Ok(report) => {
+            for e in &report.errors {
+                tracing::warn!(target: "tamp::batch", "deferred worker: {pass} pass: {e}");
+            }
+            if report.failed > 0 {
+                tracing::warn!(target: "tamp::batch", "deferred worker: {pass} pass: {} request(s) failed for good", report.failed);
+            }
+            if *report != PassReport::default() {
+                tracing::info!(target: "tamp::batch", "{pass} pass: {report}");
+            }
+        }
+        Err(e) => tracing::warn!(target: "tamp::batch", "deferred worker: {pass} pass: {e}"),
     }
 }
 
@@ -176,6 +225,84 @@ pub fn batches_client(
     .map_err(|m| error("model", m))
 }
 
+/// Checks what [`LoadedChainFile::batch_worker`] takes from the chain file (the Batches
+/// client's model and key and, with `batch.sync_fallback`, the provider) without a queue, so
+/// that a command can report a config error before it opens the store, and creates no store
+/// file for a chain it cannot run. A chain that cannot name a Batches account and has no
+/// `[batch]` section is told what it lacks: a `batch-deferred` stage, a `[batch]` section, and
+/// what to add.
+pub fn check_chain_file(file: &LoadedChainFile) -> Result<(), ConfigError> {
+    let (batch, provider) = (&file.file.batch, &file.file.provider);
+    if let Err(e) = batches_client(batch, provider) {
+        // With an anthropic provider the account is inherited, and the error is about it.
+        let inherited = provider.kind == providers::ProviderKind::Anthropic;
+        if inherited || batch_table_written(&file.source) {
+            return Err(file.at_field(e));
+        }
+        return Err(no_batch_section(file, &e));
+    }
+    if batch.sync_fallback {
+        file.provider()?;
+    }
+    Ok(())
+}
+
+/// The error for a chain with no `[batch]` section whose `[provider]` cannot stand in for it.
+fn no_batch_section(file: &LoadedChainFile, e: &FieldError) -> ConfigError {
+    const ADD: &str = "a [batch] section naming the Message Batches account, e.g. \
+        `[batch]` with `model = \"claude-sonnet-4-5\"` and `api_key_env = \"ANTHROPIC_API_KEY\"` \
+        (or a [provider] with kind = \"anthropic\", whose model and key it takes; see \
+        docs/configuration.md, `[batch]`)";
+    match deferring_stage(file) {
+        Some(i) => file.error(
+            file.stage_line(i),
+            format!(
+                "stage \"{}\" defers its summaries (plugin {}), but the chain has no [batch] \
+                 section and its [provider] is not anthropic ({e}); add {ADD}",
+                file.file.stages[i].get_ref().name,
+                super::PLUGIN_NAME
+            ),
+        ),
+        None => file.error(
+            None,
+            format!(
+                "the chain has no {} stage and no [batch] section: it defers no summaries, and \
+                 `tamp batch` has no Message Batches account to send them with ({e}). To defer \
+                 summaries, add a [[stage]] with `plugin = \"tamp_batch_deferred\"` and \
+                 `trigger = \"always\"`, and {ADD}",
+                super::PLUGIN_NAME
+            ),
+        ),
+    }
+}
+
+/// The first stage of `file` that runs the `batch-deferred` plugin (by the name the loaded
+/// plugin gives itself; a plugin that does not load, by the name the stage gives it).
+fn deferring_stage(file: &LoadedChainFile) -> Option<usize> {
+    let base = file.base_dir();
+    file.file.stages.iter().position(|stage| {
+        let spec = &stage.get_ref().plugin;
+        let loaded = crate::loader::resolve_plugin(spec, &base, &file.file.plugin_dirs)
+            .and_then(|path| crate::loader::load_plugin(&path));
+        match loaded {
+            Ok(plugin) => plugin.meta().name == super::PLUGIN_NAME,
+            Err(_) => spec.replace('-', "_").contains("batch_deferred"),
+        }
+    })
+}
+
+/// Whether the chain-file text writes a `batch` table (`[batch]`, `batch = {..}` or dotted
+/// `batch.` keys); unparsable text counts as written (the file was read, so it parses).
+fn batch_table_written(source: &str) -> bool {
+    toml::de::DeTable::parse(source)
+        .map(|root| {
+            root.get_ref()
+                .iter()
+                .any(|(key, _)| key.get_ref() == "batch")
+        })
+        .unwrap_or(true)
+}
+
 impl Worker {
     /// A worker over `queue`, sending through `client`; `fallback` is the provider (and its
     /// overall timeout) that answers a request the batches could not, when
@@ -220,10 +347,21 @@ impl Worker {
 
     /// Starts the worker on the current tokio runtime: a submit pass every
     /// `submit_interval_secs` and a poll pass every `poll_interval_secs`, the first of each at
-    /// once (which resumes whatever a previous worker left), until `shutdown` resolves.
+    /// once (which resumes whatever a previous worker left), until `shutdown` resolves. Each
+    /// pass is logged ([`log_pass`]).
     pub fn spawn<S>(self, shutdown: S) -> WorkerHandle
     where
         S: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.spawn_observed(shutdown, log_pass)
+    }
+
+    /// [`Worker::spawn`], handing each pass's outcome to `observe` (on the worker's task, as
+    /// the pass ends) instead of logging it: `tamp batch work` prints them.
+    pub fn spawn_observed<S, F>(self, shutdown: S, mut observe: F) -> WorkerHandle
+    where
+        S: std::future::Future<Output = ()> + Send + 'static,
+        F: FnMut(Pass, &Result<PassReport, WorkerError>) + Send + 'static,
     {
         let metrics = self.metrics();
         let task = tokio::spawn(async move {
@@ -236,19 +374,13 @@ impl Worker {
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tokio::pin!(shutdown);
             loop {
-                let pass = tokio::select! {
+                let (pass, result) = tokio::select! {
                     biased;
                     () = &mut shutdown => break,
-                    _ = submit.tick() => self.submit_pass().await,
-                    _ = poll.tick() => self.poll_pass().await,
+                    _ = submit.tick() => (Pass::Submit, self.submit_pass().await),
+                    _ = poll.tick() => (Pass::Poll, self.poll_pass().await),
                 };
-                match pass {
-                    Ok(report) if report != PassReport::default() => {
-                        tracing::info!(target: "tamp::batch", "{report}")
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(target: "tamp::batch", "deferred worker: {e}"),
-                }
+                observe(pass, &result);
             }
             // Handing the claims back lets another host's worker go on at once rather than
             // after the lease (a worker that dies without this is covered by the expiry).
@@ -687,4 +819,36 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_table_is_found_however_it_is_written() {
+        assert!(batch_table_written("[batch]\nmax_attempts = 2\n"));
+        assert!(batch_table_written("batch = { max_attempts = 2 }\n"));
+        assert!(batch_table_written("batch.max_attempts = 2\n"));
+        assert!(!batch_table_written(
+            "[provider]\nkind = \"extractive\"\n# [batch]\n[[stage]]\nname = \"batch\"\nplugin = \"x\"\n"
+        ));
+    }
+
+    #[test]
+    fn the_summary_line_leaves_the_errors_out() {
+        let report = PassReport {
+            requeued: 1,
+            errors: vec!["creating a batch of 1: connection refused".into()],
+            ..PassReport::default()
+        };
+        assert!(!report.is_clean());
+        let line = report.to_string();
+        assert!(
+            line.contains("1 re-queued") && !line.contains("refused"),
+            "{line}"
+        );
+        assert_eq!(Pass::Submit.to_string(), "submit");
+        assert_eq!(serde_json::to_value(Pass::Poll).unwrap(), "poll");
+    }
 }
