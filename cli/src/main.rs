@@ -24,7 +24,10 @@ mod proxy;
 mod serve;
 mod server;
 
-use tamp_host::chain::{Chain, ChainReport, CompactOptions, FileOverrides, StageStatus};
+use tamp_host::budget::BudgetConfig;
+use tamp_host::chain::{
+    Chain, ChainError, ChainReport, CompactOptions, FileOverrides, StageStatus,
+};
 use tamp_host::config::{self, LoadedChainFile};
 use tamp_host::loader::{resolve_plugin, LoadedPlugin};
 use tamp_host::store::{self, PageStore, StoreSpec};
@@ -76,6 +79,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Compact one conversation and print it (in its own wire format) to stdout.
+    #[command(after_help = "Example (from the repository root):\n  \
+        tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
+        --config examples/chains/default.toml --report -o compacted.json\n\n\
+        The removed messages are archived in the chain's page store (here .tamp/store.sqlite3); \
+        `tamp pages list --config examples/chains/default.toml` lists them.")]
     Compact(CompactArgs),
     /// Inspect plugin libraries.
     #[command(subcommand)]
@@ -148,6 +156,11 @@ struct CompactArgs {
 #[derive(Subcommand)]
 enum PluginsCommand {
     /// Name, version, description, config schema and default config of a plugin.
+    #[command(
+        after_help = "Example (from the repository root, after `cargo build`):\n  \
+        tamp plugins describe tamp_custom_strategy\n  \
+        tamp plugins describe target/debug/libtamp_custom_strategy.so --json"
+    )]
     Describe {
         /// A plugin file (a `.so` library or a `.wasm` component), or a name looked up like a
         /// chain file's `plugin = "..."`.
@@ -157,11 +170,20 @@ enum PluginsCommand {
         json: bool,
     },
     /// Print a plugin's config JSON Schema.
-    Schema { plugin: String },
+    #[command(
+        after_help = "Example (from the repository root, after `cargo build`):\n  \
+        tamp plugins schema tamp_custom_strategy"
+    )]
+    Schema {
+        /// A plugin file (a `.so` library or a `.wasm` component), or a name looked up like a
+        /// chain file's `plugin = "..."`.
+        plugin: String,
+    },
     /// Print the `sha256 = "..."` line that pins a plugin file in a chain file's [[stage]].
     /// The file is read, never loaded: none of its code runs.
     #[command(
-        after_help = "Example:\n  tamp plugins hash target/release/libtamp_custom_strategy.so\n  \
+        after_help = "Example (from the repository root, after `cargo build`):\n  \
+        tamp plugins hash target/debug/libtamp_custom_strategy.so\n  \
         sha256 = \"3f0c...\"   (paste under the stage's plugin = \"...\")\n\n\
         With a pin, tamp refuses the stage when the file holds other bytes (a rebuild, a \
         replacement), at start and at every reload of tamp serve. See docs/security.md."
@@ -172,8 +194,15 @@ enum PluginsCommand {
         plugin: String,
     },
     /// List the plugins in a directory (default: next to this executable and TAMP_PLUGIN_PATH).
+    /// A library that does not load is named on stderr, with why.
+    #[command(
+        after_help = "Example (from the repository root, after `cargo build`):\n  \
+        tamp plugins list\n  \
+        tamp plugins list --dir target/debug"
+    )]
     List {
-        #[arg(long)]
+        /// A directory to list instead of the default ones (repeat for several).
+        #[arg(long, value_name = "DIR")]
         dir: Vec<PathBuf>,
     },
 }
@@ -181,6 +210,13 @@ enum PluginsCommand {
 #[derive(Subcommand)]
 enum PagesCommand {
     /// Print the original messages of a page.
+    #[command(
+        after_help = "Example (from the repository root; the compaction archives pages):\n  \
+        tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
+        --config examples/chains/default.toml > /dev/null\n  \
+        id=$(tamp pages list --config examples/chains/default.toml --limit 1 | cut -d'\"' -f4)\n  \
+        tamp pages show \"$id\" --config examples/chains/default.toml"
+    )]
     Show {
         /// The page id, as in a summary's page ref (pg_ and 32 hex digits), or its short ref as
         /// a ledger names it (pg_ and the first 12).
@@ -191,15 +227,28 @@ enum PagesCommand {
         #[arg(long, value_parser = ["anthropic", "openai", "responses", "internal"])]
         format: Option<String>,
     },
-    /// List the newest pages.
+    /// List the newest pages, one JSON object a line.
+    #[command(
+        after_help = "Example (from the repository root; the compaction archives pages):\n  \
+        tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
+        --config examples/chains/default.toml > /dev/null\n  \
+        tamp pages list --config examples/chains/default.toml --limit 5"
+    )]
     List {
         #[command(flatten)]
         store: StoreArgs,
+        /// List at most this many pages, the newest first.
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
     /// Read every page back and check it: its messages parse and still hash to its id.
     /// Prints each damaged page and exits 1 if there is any.
+    #[command(
+        after_help = "Example (from the repository root; the compaction archives pages):\n  \
+        tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
+        --config examples/chains/default.toml > /dev/null\n  \
+        tamp pages verify --config examples/chains/default.toml"
+    )]
     Verify {
         #[command(flatten)]
         store: StoreArgs,
@@ -219,7 +268,7 @@ struct StoreArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.verbose);
+    logging::init(cli.verbose, matches!(cli.command, Command::Compact(_)));
     if let Command::Conformance(args) = cli.command {
         // No runtime: each check runs in a process of its own.
         return conformance::run(args);
@@ -235,6 +284,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = check_store_flags(&cli.command) {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Compact(args) => compact(&rt, args),
         Command::Plugins(cmd) => plugins(cmd),
@@ -258,6 +311,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// The `--store` flag of the commands that take one and do not check it themselves (`serve`,
+/// `proxy`, `check-config`, `batch`): a directory or a file this user cannot open is named
+/// with the flag, not blamed on the chain file.
+fn check_store_flags(command: &Command) -> Result<()> {
+    let (store, write) = match command {
+        Command::Serve(a) => (&a.server.store, true),
+        Command::Proxy(a) => (&a.server.store, true),
+        Command::CheckConfig(a) => (&a.store, true),
+        Command::Batch(batch::BatchCommand::RunOnce(a) | batch::BatchCommand::Work(a)) => {
+            (&a.store, true)
+        }
+        Command::Batch(batch::BatchCommand::Status(a)) => (&a.store, false),
+        _ => return Ok(()),
+    };
+    match store {
+        Some(path) => check_store_flag(path, write),
+        None => Ok(()),
+    }
+}
+
 fn chain_file(config: Option<&Path>) -> Result<LoadedChainFile> {
     Ok(match config {
         Some(path) => LoadedChainFile::read(path)?,
@@ -271,34 +344,142 @@ fn chain_file(config: Option<&Path>) -> Result<LoadedChainFile> {
 fn compact(rt: &tokio::runtime::Runtime, args: CompactArgs) -> Result<()> {
     // The chain file first: its errors do not depend on the input.
     let file = chain_file(args.config.as_deref())?;
+    // Then the flags, before anything is read, archived or written.
+    let budget = flag_budget(&file, &args)?;
+    if let Some(path) = &args.store {
+        check_store_flag(path, true)?;
+    }
+    let output = match &args.output {
+        Some(path) => Some(OutputFile::open(path, "--output")?),
+        None => None,
+    };
+    let report_json = match args.report_json.as_deref() {
+        Some("-") | None => None,
+        Some(path) => Some(OutputFile::open(Path::new(path), "--report-json")?),
+    };
+    for warning in file.warnings() {
+        eprintln!("warning: {warning}");
+    }
+    compact_to(rt, &args, &file, budget, output, report_json)
+}
+
+/// The chain file's budget with `--max-tokens` and `--keep-recent` applied, checked: a value
+/// a flag gave that breaks a budget rule is named by its flag.
+fn flag_budget(file: &LoadedChainFile, args: &CompactArgs) -> Result<BudgetConfig> {
+    let mut budget = file.file.budget;
+    if let Some(n) = args.max_tokens {
+        budget.max_tokens = n;
+    }
+    if let Some(n) = args.keep_recent {
+        budget.keep_recent = n;
+    }
+    if let Err(e) = budget.validate() {
+        let flag = match e.key {
+            "max_tokens" => args.max_tokens.map(|n| format!("--max-tokens {n}")),
+            "keep_recent" => args.keep_recent.map(|n| format!("--keep-recent {n}")),
+            _ => None,
+        };
+        match flag {
+            Some(flag) => bail!("{flag}: {}", e.message),
+            None => bail!("{}: {e}", file.path.display()),
+        }
+    }
+    Ok(budget)
+}
+
+/// A file `tamp compact` writes (`--output`, `--report-json`): opened before the compaction,
+/// so a path that cannot be written is refused before a page is archived or an LLM called;
+/// emptied and written after it, so a failed run leaves a file that was there as it was (and
+/// removes one it made).
+struct OutputFile {
+    path: PathBuf,
+    flag: &'static str,
+    file: std::fs::File,
+    /// Made by this run and not written yet: removed when dropped.
+    unwritten_new: bool,
+}
+
+impl OutputFile {
+    fn open(path: &Path, flag: &'static str) -> Result<OutputFile> {
+        let existed = path.exists();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("{flag} {}: cannot write", path.display()))?;
+        Ok(OutputFile {
+            path: path.to_path_buf(),
+            flag,
+            file,
+            unwritten_new: !existed,
+        })
+    }
+
+    fn write(mut self, text: &str) -> Result<()> {
+        // A regular file is emptied first; a device or a pipe (`-o /dev/stdout`) cannot be.
+        if self.file.metadata().is_ok_and(|m| m.is_file()) {
+            self.file.set_len(0)?;
+        }
+        self.file
+            .write_all(text.as_bytes())
+            .and_then(|()| self.file.flush())
+            .with_context(|| format!("{} {}: cannot write", self.flag, self.path.display()))?;
+        self.unwritten_new = false;
+        Ok(())
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        if self.unwritten_new {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn compact_to(
+    rt: &tokio::runtime::Runtime,
+    args: &CompactArgs,
+    file: &LoadedChainFile,
+    budget: BudgetConfig,
+    output: Option<OutputFile>,
+    report_json: Option<OutputFile>,
+) -> Result<()> {
+    let source = if args.input == "-" {
+        "<stdin>"
+    } else {
+        args.input.as_str()
+    };
     let bytes = if args.input == "-" {
+        let mut stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            eprintln!(
+                "tamp compact: reading the conversation from stdin (end with Ctrl-D), or pass \
+                 its file: tamp compact conversation.json"
+            );
+        }
         let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .context("cannot read stdin")?;
+        stdin.read_to_end(&mut bytes).context("cannot read stdin")?;
         bytes
     } else {
         std::fs::read(&args.input).with_context(|| format!("cannot read {}", args.input))?
     };
-    let text = utf8_text(bytes).map_err(|e| {
-        let source = if args.input == "-" {
-            "<stdin>"
-        } else {
-            args.input.as_str()
-        };
-        anyhow::anyhow!("{source}: {e}")
-    })?;
+    let text = utf8_text(bytes).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     let format = args
         .format
         .as_deref()
         .map(str::parse::<WireFormat>)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let source = if args.input == "-" {
-        "<stdin>"
-    } else {
-        args.input.as_str()
-    };
+    if let Some(given) = format {
+        if let Some(detected) = detected_format(&text).filter(|d| *d != given) {
+            eprintln!(
+                "warning: {source}: --format {given} was given, but without it the \
+                 conversation would be read as {detected}; reading it as {given}"
+            );
+        }
+    }
     let (mut conversation, format) =
         wire::parse_str(&text, format).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     if let Some(id) = &args.thread_id {
@@ -315,14 +496,13 @@ fn compact(rt: &tokio::runtime::Runtime, args: CompactArgs) -> Result<()> {
         progress,
         ..Default::default()
     };
-    let chain = Chain::from_loaded(&file, overrides)?;
-    let mut budget = *chain.budget();
-    if let Some(n) = args.max_tokens {
-        budget.max_tokens = n;
-    }
-    if let Some(n) = args.keep_recent {
-        budget.keep_recent = n;
-    }
+    let chain = Chain::from_loaded(file, overrides).map_err(|e| match (&args.store, e) {
+        // The store the flag named: the flag is what to fix, not the chain file.
+        (Some(path), ChainError::Store(e)) => {
+            anyhow::anyhow!("--store {}: {e}", path.display())
+        }
+        (_, e) => e.into(),
+    })?;
     let options = CompactOptions {
         format: Some(format),
         force: args.force,
@@ -334,9 +514,8 @@ fn compact(rt: &tokio::runtime::Runtime, args: CompactArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
 
     let out = wire::to_string_pretty(&compacted.conversation, format);
-    match &args.output {
-        Some(path) => std::fs::write(path, out + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?,
+    match output {
+        Some(file) => file.write(&(out + "\n"))?,
         None => out!("{out}"),
     }
     if args.report {
@@ -351,16 +530,59 @@ fn compact(rt: &tokio::runtime::Runtime, args: CompactArgs) -> Result<()> {
             eprintln!("warning: stage \"{}\" {}", run.stage, run.reason);
         }
     }
-    if let Some(target) = &args.report_json {
+    if args.report_json.is_some() {
         let json = serde_json::to_string_pretty(&compacted.report)?;
-        if target == "-" {
-            eprintln!("{json}");
-        } else {
-            std::fs::write(target, json + "\n")
-                .with_context(|| format!("cannot write {target}"))?;
+        match report_json {
+            Some(file) => file.write(&(json + "\n"))?,
+            None => eprintln!("{json}"),
         }
     }
     Ok(())
+}
+
+/// The format the body would be read in without `--format`, when it can be told.
+fn detected_format(text: &str) -> Option<WireFormat> {
+    match wire::parse_str(text, None) {
+        Ok((_, format)) => Some(format),
+        // It does not read in the detected format either: detect it on its own.
+        Err(_) => serde_json::from_str(text)
+            .ok()
+            .and_then(|value| wire::detect(&value).ok()),
+    }
+}
+
+/// A `--store` path, checked before anything opens it, its problem named with the flag: a
+/// directory, something else than a file, or a file this user may not read (`write`: or
+/// write). Nothing there yet passes: a writer creates the store, a reader says it is missing.
+fn check_store_flag(path: &Path, write: bool) -> Result<()> {
+    let flag = format!("--store {}", path.display());
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => bail!("{flag}: {}", io_reason(&e)),
+    };
+    if meta.is_dir() {
+        bail!("{flag}: is a directory, not a page store file");
+    }
+    if !meta.is_file() {
+        bail!("{flag}: is not a regular file (a page store is a SQLite file)");
+    }
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+    {
+        bail!("{flag}: cannot open: {}", io_reason(&e));
+    }
+    Ok(())
+}
+
+/// An I/O error in words, `permission denied` rather than `Permission denied (os error 13)`.
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
 }
 
 /// The input as text, or where it stops being UTF-8 (`invalid UTF-8 at byte offset 1234`).
@@ -462,6 +684,7 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
         }
         PluginsCommand::Hash { plugin } => {
             let path = resolve_plugin(&plugin, Path::new("."), &[])?;
+            check_plugin_header(&path)?;
             out!("sha256 = \"{}\"", tamp_host::loader::sha256_of_file(&path)?);
         }
         PluginsCommand::Schema { plugin } => {
@@ -470,72 +693,175 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
                 serde_json::to_string_pretty(&find_plugin(&plugin)?.meta().config_schema)?
             );
         }
-        PluginsCommand::List { dir } => {
-            let dirs = if dir.is_empty() {
-                tamp_host::loader::plugin_search_dirs(Path::new("."), &[])
-            } else {
-                dir
-            };
-            let mut found = 0;
-            for d in &dirs {
-                let Ok(entries) = std::fs::read_dir(d) else {
-                    continue;
-                };
-                let mut paths: Vec<PathBuf> =
-                    entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-                paths.sort();
-                for path in paths.iter().filter(|p| {
-                    p.extension()
-                        .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
-                        || tamp_host::wasm::is_component_path(p)
-                }) {
-                    match tamp_host::loader::load_plugin(path) {
-                        Ok(p) => {
-                            found += 1;
-                            out!(
-                                "{:<24} {:<10} {}",
-                                p.meta().name,
-                                p.meta().version,
-                                path.display()
-                            );
-                        }
-                        Err(e) => tracing::debug!("skipped: {e}"),
+        PluginsCommand::List { dir } => list_plugins(dir)?,
+    }
+    Ok(())
+}
+
+/// `tamp plugins list`: a line per plugin; a line on stderr per library that does not load
+/// (and why); when none is found, what each directory held instead.
+fn list_plugins(given: Vec<PathBuf>) -> Result<()> {
+    let explicit = !given.is_empty();
+    let dirs = if explicit {
+        given
+    } else {
+        tamp_host::loader::plugin_search_dirs(Path::new("."), &[])
+    };
+    let mut found = 0;
+    // Each directory that held no plugin, and what it held instead.
+    let mut empty: Vec<(String, String)> = Vec::new();
+    for d in &dirs {
+        let entries = match std::fs::read_dir(d) {
+            Ok(entries) => entries,
+            Err(e) => {
+                let what = match std::fs::metadata(d) {
+                    Err(m) if m.kind() == std::io::ErrorKind::NotFound => {
+                        "no such directory".to_string()
                     }
-                }
+                    Ok(m) if !m.is_dir() => "not a directory".to_string(),
+                    _ => format!("cannot read it: {}", io_reason(&e)),
+                };
+                empty.push((d.display().to_string(), what));
+                continue;
             }
-            if found == 0 {
-                bail!(
-                    "no tamp plugins found in {}",
-                    dirs.iter()
-                        .map(|d| d.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
+        };
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        let libraries: Vec<&PathBuf> = paths
+            .iter()
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+                    || tamp_host::wasm::is_component_path(p)
+            })
+            .collect();
+        let mut here = 0;
+        for path in &libraries {
+            match tamp_host::loader::load_plugin(path) {
+                Ok(p) => {
+                    here += 1;
+                    let name = match p.meta().name.trim() {
+                        "" => "(no name)",
+                        _ => p.meta().name.as_str(),
+                    };
+                    out!("{:<24} {:<10} {}", name, p.meta().version, path.display());
+                }
+                Err(e) => eprintln!("skipped: {e}"),
             }
         }
+        found += here;
+        if here == 0 {
+            let what = match (paths.len(), libraries.len()) {
+                (0, _) => "empty".to_string(),
+                (_, 0) => format!(
+                    "no .{} or .wasm file in it",
+                    std::env::consts::DLL_EXTENSION
+                ),
+                (_, n) => format!("none of its {n} libraries loads as a tamp plugin"),
+            };
+            empty.push((d.display().to_string(), what));
+        }
+    }
+    if found == 0 {
+        bail!(
+            "no tamp plugins found in {}",
+            empty
+                .iter()
+                .map(|(dir, what)| format!("{dir} ({what})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if explicit {
+        // A directory asked for that is not there, with plugins found in another.
+        for (dir, what) in &empty {
+            eprintln!("warning: --dir {dir}: {what}");
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a file `tamp plugins hash` would pin that is no plugin at all: empty, or neither a
+/// shared library (its object-file header) nor a WebAssembly component (`\0asm`). Devices
+/// and FIFOs are refused before they are opened.
+fn check_plugin_header(path: &Path) -> Result<()> {
+    const WASM: &[u8] = b"\0asm";
+    #[cfg(target_os = "macos")]
+    const NATIVE: &[&[u8]] = &[
+        b"\xcf\xfa\xed\xfe",
+        b"\xce\xfa\xed\xfe",
+        b"\xca\xfe\xba\xbe",
+    ];
+    #[cfg(windows)]
+    const NATIVE: &[&[u8]] = &[b"MZ"];
+    #[cfg(not(any(target_os = "macos", windows)))]
+    const NATIVE: &[&[u8]] = &[b"\x7fELF"];
+    tamp_host::loader::regular_file_stamp(path)?;
+    let mut head = Vec::with_capacity(4);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4).read_to_end(&mut head))
+        .with_context(|| format!("plugin {}: cannot read", path.display()))?;
+    if head.is_empty() {
+        bail!(
+            "plugin {}: the file is empty, not a plugin (a shared library or a WebAssembly \
+             component); nothing to pin",
+            path.display()
+        );
+    }
+    if !head.starts_with(WASM) && !NATIVE.iter().any(|m| head.starts_with(m)) {
+        bail!(
+            "plugin {}: not a shared library (no {} header) nor a WebAssembly component (no \
+             \\0asm header); nothing to pin",
+            path.display(),
+            if cfg!(target_os = "macos") {
+                "Mach-O"
+            } else if cfg!(windows) {
+                "PE"
+            } else {
+                "ELF"
+            }
+        );
     }
     Ok(())
 }
 
 /// The page store `args` name: a `--store` file, else the chain file's `[store]` (SQLite or
 /// PostgreSQL), else the default file, opened for reading only. A SQLite file must exist:
-/// reading pages never creates an empty store, and never needs to write its directory.
+/// reading pages never creates an empty store, and never needs to write its directory. An
+/// error names what gave the store: the `--store` flag, or the chain file's line.
 fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
     let file = args
         .config
         .as_deref()
         .map(LoadedChainFile::read)
         .transpose()?;
+    if let Some(path) = &args.store {
+        check_store_flag(path, false)?;
+    }
     let spec = config::store_spec(file.as_ref(), args.store.as_deref())?;
+    let blame = |message: String| -> anyhow::Error {
+        match (&args.store, &file) {
+            (Some(path), _) => anyhow::anyhow!("--store {}: {message}", path.display()),
+            (None, Some(file)) => file.store_error(message).into(),
+            (None, None) => anyhow::anyhow!(message),
+        }
+    };
     if let StoreSpec::Sqlite { path } = &spec {
-        if !path.exists() {
-            bail!(
-                "page store {}: no such file (pass --store or --config)",
+        if std::fs::metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            let hint = if args.store.is_none() && args.config.is_none() {
+                " (pass --store or --config to read another store)"
+            } else {
+                ""
+            };
+            return Err(blame(format!(
+                "page store {} has not been created yet: no compaction has written to it{hint}",
                 path.display()
-            );
+            )));
         }
     }
-    Ok(store::open_read_only(&spec)?.pages)
+    store::open_read_only(&spec)
+        .map(|s| s.pages)
+        .map_err(|e| blame(e.to_string()))
 }
 
 fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {

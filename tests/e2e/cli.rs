@@ -369,3 +369,619 @@ fn a_closed_stdout_pipe_ends_tamp_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(out.status.success(), "{:?} {stderr}", out.status);
 }
+
+// ---- the CLI audit: flags checked before work, errors naming what to fix ----
+
+fn ponyc() -> std::path::PathBuf {
+    workspace_root().join("examples/conversations/ponyc-4588.anthropic.json")
+}
+
+fn default_chain() -> std::path::PathBuf {
+    workspace_root().join("examples/chains/default.toml")
+}
+
+/// `tamp compact <ponyc> --config default.toml --store s.sqlite3 <extra>` in `dir`, stdin
+/// closed.
+fn compact_ponyc(dir: &std::path::Path, extra: &[&str]) -> Output {
+    let (sample, chain) = (ponyc(), default_chain());
+    let mut args = vec![
+        "compact",
+        sample.to_str().unwrap(),
+        "--config",
+        chain.to_str().unwrap(),
+        "--store",
+        "s.sqlite3",
+    ];
+    args.extend_from_slice(extra);
+    tamp_e2e::run_tamp(&args, dir)
+}
+
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_anything_is_compacted() {
+    let dir = scratch_dir("cli-output-first");
+    for (flag, path) in [
+        ("-o", "nodir/x.json"),
+        ("--output", "nodir/x.json"),
+        ("--report-json", "nodir/report.json"),
+    ] {
+        let out = compact_ponyc(&dir, &[flag, path]);
+        assert_eq!(out.status.code(), Some(1), "{flag} {path}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!("{path}: cannot write")) && err.contains("--"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "compacted anyway: {flag} {path}");
+        // Nothing was archived: the store was not even created.
+        assert!(!dir.join("s.sqlite3").exists(), "{flag} {path}: {err}");
+    }
+
+    // An output made for a run that fails is removed; one that was there is kept as it was.
+    std::fs::write(dir.join("broken.json"), "{\"messages\": [").unwrap();
+    std::fs::write(dir.join("kept.json"), "before").unwrap();
+    let chain = default_chain();
+    let out = tamp_e2e::run_tamp(
+        &[
+            "compact",
+            "broken.json",
+            "--config",
+            chain.to_str().unwrap(),
+            "--store",
+            "s.sqlite3",
+            "-o",
+            "new.json",
+            "--report-json",
+            "kept.json",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(!dir.join("new.json").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("kept.json")).unwrap(),
+        "before"
+    );
+
+    // And a run that works writes both, over what was there.
+    let out = compact_ponyc(&dir, &["-o", "new.json", "--report-json", "kept.json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let compacted: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("new.json")).unwrap()).unwrap();
+    assert!(compacted["messages"].is_array());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("kept.json")).unwrap()).unwrap();
+    assert!(report["tokens_before"].is_u64(), "{report}");
+}
+
+#[test]
+fn a_budget_flag_out_of_range_is_named_by_the_flag_before_anything_is_written() {
+    let dir = scratch_dir("cli-budget-flag");
+    let out = compact_ponyc(&dir, &["--max-tokens", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim(), "error: --max-tokens 0: must be greater than 0");
+    assert!(!dir.join("s.sqlite3").exists(), "the store was created");
+    // In range, the flags are taken.
+    let out = compact_ponyc(&dir, &["--max-tokens", "10000000", "--keep-recent", "0"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// A pseudo-terminal: the controlling end, and the path of the end a child reads as its stdin.
+#[cfg(target_os = "linux")]
+fn pseudo_terminal() -> (std::fs::File, std::path::PathBuf) {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: plain libc calls on a descriptor this function owns; the name buffer is large
+    // enough (ptsname_r fails rather than overflow) and NUL-terminated on success.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "posix_openpt");
+        let master_file = std::fs::File::from_raw_fd(master);
+        assert_eq!(libc::grantpt(master), 0, "grantpt");
+        assert_eq!(libc::unlockpt(master), 0, "unlockpt");
+        let mut name = [0 as libc::c_char; 256];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let name = std::ffi::CStr::from_ptr(name.as_ptr());
+        (master_file, name.to_str().unwrap().into())
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn compact_reading_stdin_from_a_terminal_says_so_and_piping_still_works() {
+    use std::io::{Read as _, Write as _};
+    use std::process::Stdio;
+    let dir = scratch_dir("cli-stdin-tty");
+    let (mut master, slave) = pseudo_terminal();
+    let stdin = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&slave)
+        .unwrap();
+    let mut child = Command::new(tamp_bin())
+        .args(["compact", "--store", "s.sqlite3"])
+        .current_dir(&dir)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = stderr.read(&mut buf) {
+            all.extend_from_slice(&buf[..n]);
+            let _ = tx.send(text(&all));
+        }
+        text(&all)
+    });
+    // What tamp says while it waits: before the input ends.
+    let waiting = rx.recv_timeout(std::time::Duration::from_secs(30));
+    // Ctrl-D on an empty line: the end of the input.
+    master.write_all(b"\x04").unwrap();
+    let status = child.wait().unwrap();
+    let all = reader.join().unwrap();
+    let waiting = waiting.unwrap_or_else(|_| panic!("silent while waiting for stdin; then: {all}"));
+    assert!(
+        waiting.contains("reading the conversation from stdin (end with Ctrl-D)"),
+        "{waiting}"
+    );
+    assert!(!status.success(), "an empty input is refused: {all}");
+    drop(master);
+
+    // A pipe is read without a word.
+    let mut child = Command::new(tamp_bin())
+        .args([
+            "compact",
+            "--max-tokens",
+            "10000000",
+            "--store",
+            "s.sqlite3",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let body = std::fs::read(ponyc()).unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || pipe.write_all(&body));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["messages"].is_array());
+}
+
+#[test]
+fn a_format_flag_that_disagrees_with_the_body_is_warned_about_and_still_obeyed() {
+    let dir = scratch_dir("cli-format-mismatch");
+    let out = compact_ponyc(&dir, &["--format", "openai", "--report"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "--format openai was given, but without it the conversation would be read as \
+             anthropic; reading it as openai"
+        ),
+        "{err}"
+    );
+    // Read as told: the Anthropic blocks are opaque to the OpenAI reader.
+    assert!(err.contains("opaque:"), "{err}");
+    // The format the body is in: no warning.
+    let out = compact_ponyc(&dir, &["--format", "anthropic"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn compact_with_a_chain_of_no_stage_warns_as_check_config_does() {
+    let dir = scratch_dir("cli-no-stage");
+    let chain = write_chain(&dir, "[budget]\nmax_tokens = 1000\n");
+    let sample = ponyc();
+    let checked = tamp_e2e::run_tamp(&["check-config", chain.to_str().unwrap()], &dir);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    let warning = text(&checked.stderr);
+    assert!(warning.contains("compacts nothing"), "{warning}");
+    let out = tamp_e2e::run_tamp(
+        &[
+            "compact",
+            sample.to_str().unwrap(),
+            "--config",
+            chain.to_str().unwrap(),
+            "--store",
+            "s.sqlite3",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(warning.trim()),
+        "compact said: {}\ncheck-config said: {warning}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_store_flag_naming_a_directory_is_blamed_on_the_flag() {
+    let dir = scratch_dir("cli-store-dir");
+    std::fs::create_dir(dir.join("D")).unwrap();
+    let chain = default_chain();
+    let chain_arg = chain.to_str().unwrap();
+    let sample = ponyc();
+    for args in [
+        vec!["pages", "list", "--store", "D"],
+        vec!["pages", "show", "pg_0123456789ab", "--store", "D"],
+        vec!["pages", "verify", "--store", "D"],
+        vec!["pages", "list", "--config", chain_arg, "--store", "D"],
+        vec!["batch", "status", "--store", "D"],
+        vec![
+            "compact",
+            sample.to_str().unwrap(),
+            "--config",
+            chain_arg,
+            "--store",
+            "D",
+        ],
+        vec!["check-config", chain_arg, "--store", "D"],
+        vec!["serve", "--config", chain_arg, "--store", "D"],
+    ] {
+        let out = tamp_e2e::run_tamp(&args, &dir);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("--store D: is a directory"), "{args:?}: {err}");
+        assert!(!err.contains("default.toml"), "{args:?}: {err}");
+    }
+
+    // A chain file's [store] that is a directory: the chain file's line, and the same words.
+    let own = write_chain(&dir, "[store]\npath = \"D\"\n");
+    let out = tamp_e2e::run_tamp(&["pages", "list", "--config", own.to_str().unwrap()], &dir);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("chain.toml:2: store.path: page store") && err.contains("is a directory"),
+        "{err}"
+    );
+}
+
+/// A store file its reader may not read: `permission denied`, named with `--store`. Run as
+/// `nobody` when the tests run as root (root reads anything).
+#[cfg(unix)]
+#[test]
+fn a_store_flag_naming_a_file_the_user_cannot_read_says_permission_denied() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let dir = scratch_dir("cli-store-denied");
+    let out = compact_ponyc(&dir, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let store = dir.join("s.sqlite3");
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false);
+    if !root {
+        std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    let store_arg = store.to_str().unwrap();
+    // The same file named by a chain file: its line, and the same words (the store's own).
+    let chain = write_chain(&dir, "[store]\npath = \"s.sqlite3\"\n");
+    let chain_arg = chain.to_str().unwrap();
+    let sample = ponyc();
+    for (args, said) in [
+        (vec!["pages", "list", "--store", store_arg], None),
+        (vec!["pages", "verify", "--store", store_arg], None),
+        (vec!["batch", "status", "--store", store_arg], None),
+        (
+            vec!["pages", "list", "--config", chain_arg],
+            Some("chain.toml:2: store.path: page store"),
+        ),
+        (
+            vec!["compact", sample.to_str().unwrap(), "--config", chain_arg],
+            Some("chain.toml:2: store.path: page store"),
+        ),
+    ] {
+        let mut cmd = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(tamp_bin());
+            c
+        } else {
+            Command::new(tamp_bin())
+        };
+        let out = cmd
+            .args(&args)
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        match said {
+            None => assert!(
+                err.contains(&format!(
+                    "--store {store_arg}: cannot open: permission denied"
+                )),
+                "{args:?}: {err}"
+            ),
+            Some(said) => assert!(
+                err.contains(said) && err.contains("cannot open: permission denied"),
+                "{args:?}: {err}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn pages_commands_on_a_store_not_created_yet_say_so_and_hint_only_without_a_flag() {
+    let dir = scratch_dir("cli-store-not-yet");
+    let chain = write_chain(&dir, "[store]\npath = \"pages.sqlite3\"\n");
+    let with_config = tamp_e2e::run_tamp(
+        &["pages", "list", "--config", chain.to_str().unwrap()],
+        &dir,
+    );
+    let with_store = tamp_e2e::run_tamp(&["pages", "verify", "--store", "none.sqlite3"], &dir);
+    let bare = tamp_e2e::run_tamp(&["pages", "list"], &dir);
+    for (out, names) in [
+        (&with_config, "chain.toml:2: store.path: page store"),
+        (&with_store, "--store none.sqlite3: page store none.sqlite3"),
+        (&bare, "page store .tamp/store.sqlite3"),
+    ] {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(names), "{err}");
+        assert!(
+            err.contains("has not been created yet: no compaction has written to it"),
+            "{err}"
+        );
+    }
+    assert!(!text(&with_config.stderr).contains("pass --store"));
+    assert!(!text(&with_store.stderr).contains("pass --store"));
+    assert!(
+        text(&bare.stderr).contains("(pass --store or --config to read another store)"),
+        "{}",
+        text(&bare.stderr)
+    );
+}
+
+/// Rewrites every `from` in `file` with `to` (same length), behind SQLite's back.
+fn patch_file(file: &std::path::Path, from: &[u8], to: &[u8]) -> usize {
+    assert_eq!(from.len(), to.len());
+    let mut bytes = std::fs::read(file).unwrap();
+    let mut count = 0;
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            count += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    std::fs::write(file, bytes).unwrap();
+    count
+}
+
+#[test]
+fn a_page_whose_messages_do_not_parse_is_reported_as_such() {
+    let dir = scratch_dir("cli-page-unparsable");
+    let out = compact_ponyc(&dir, &["--report-json", "report.json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let page = report["stages"][0]["pages"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A quote in the middle of a string of the archived messages: no longer JSON.
+    assert!(patch_file(&dir.join("s.sqlite3"), b"ponyc", b"po\"yc") > 0);
+    let verify = tamp_e2e::run_tamp(&["pages", "verify", "--store", "s.sqlite3"], &dir);
+    assert_eq!(verify.status.code(), Some(1), "{}", text(&verify.stderr));
+    let stdout = text(&verify.stdout);
+    assert!(
+        stdout.contains(&format!("{page}: its messages do not parse: ")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("no longer match its id"), "{stdout}");
+    for id in [page.as_str(), &page[..15]] {
+        let show = tamp_e2e::run_tamp(&["pages", "show", id, "--store", "s.sqlite3"], &dir);
+        assert_eq!(show.status.code(), Some(1), "{}", text(&show.stdout));
+        let err = text(&show.stderr);
+        assert!(err.contains("its messages do not parse: "), "{err}");
+        assert!(!err.contains("no longer match its id"), "{err}");
+    }
+}
+
+#[test]
+fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
+    let dir = scratch_dir("cli-plugins-list");
+    std::fs::write(dir.join("file"), "x").unwrap();
+    std::fs::create_dir(dir.join("empty")).unwrap();
+    std::fs::create_dir(dir.join("other")).unwrap();
+    std::fs::write(dir.join("other/README"), "x").unwrap();
+    for (arg, said) in [
+        (
+            "missing",
+            "no tamp plugins found in missing (no such directory)",
+        ),
+        ("file", "no tamp plugins found in file (not a directory)"),
+        ("empty", "no tamp plugins found in empty (empty)"),
+        (
+            "other",
+            "no tamp plugins found in other (no .so or .wasm file in it)",
+        ),
+    ] {
+        let out = tamp_e2e::run_tamp(&["plugins", "list", "--dir", arg], &dir);
+        assert_eq!(out.status.code(), Some(1), "{arg}");
+        assert_eq!(text(&out.stderr).trim(), format!("error: {said}"), "{arg}");
+    }
+
+    // A library that is no plugin is named with why; a plugin with a blank name is shown so.
+    std::fs::create_dir(dir.join("libs")).unwrap();
+    for lib in [
+        "tamp_test_not_a_plugin",
+        "tamp_test_bad_metadata",
+        "tamp_custom_strategy",
+    ] {
+        let path = plugin(lib);
+        std::fs::copy(&path, dir.join("libs").join(path.file_name().unwrap())).unwrap();
+    }
+    let out = tamp_e2e::run_tamp(
+        &["plugins", "list", "--dir", "libs", "--dir", "missing"],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("(no name) ") && l.ends_with("libtamp_test_bad_metadata.so")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with("custom-strategy ")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("libs/libtamp_test_not_a_plugin.so: not a tamp plugin")
+            && stderr.starts_with("skipped: plugin "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: --dir missing: no such directory"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn plugins_hash_refuses_a_file_that_is_no_plugin() {
+    let dir = scratch_dir("cli-plugins-hash");
+    std::fs::write(dir.join("empty.json"), "{}\n").unwrap();
+    std::fs::write(dir.join("nothing.so"), "").unwrap();
+    std::fs::write(dir.join("guest.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let out = tamp_e2e::run_tamp(&["plugins", "hash", "./empty.json"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr)
+            .contains("not a shared library (no ELF header) nor a WebAssembly component"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = tamp_e2e::run_tamp(&["plugins", "hash", "./nothing.so"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("the file is empty, not a plugin"),
+        "{}",
+        text(&out.stderr)
+    );
+    for good in [dir.join("guest.wasm"), plugin("tamp_custom_strategy")] {
+        let out = tamp_e2e::run_tamp(&["plugins", "hash", good.to_str().unwrap()], &dir);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).starts_with("sha256 = \""),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+}
+
+/// Every argument of these commands is described, and each has an example that runs as
+/// printed from the root of a fresh clone (here: a copy of its examples, beside the built
+/// `target/`, with `tamp` on the PATH).
+#[cfg(unix)]
+#[test]
+fn help_describes_every_argument_and_its_examples_run_as_printed() {
+    let dir = scratch_dir("cli-help-examples");
+    let root = workspace_root();
+    for (args, described) in [
+        (vec!["plugins", "schema", "--help"], "<PLUGIN>"),
+        (vec!["plugins", "list", "--help"], "--dir <DIR>"),
+        (vec!["pages", "list", "--help"], "--limit <LIMIT>"),
+    ] {
+        let help = text(&tamp_e2e::run_tamp(&args, &dir).stdout);
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(described))
+            .unwrap_or_else(|| panic!("{args:?}: no {described}:\n{help}"));
+        assert!(
+            line.trim_start()[described.len()..].trim().len() > 10,
+            "{args:?}: {described} has no description:\n{help}"
+        );
+    }
+
+    // A fresh clone's root: its examples, and target/ as `cargo build` leaves it.
+    let clone = dir.join("clone");
+    for sub in ["chains", "conversations"] {
+        let to = clone.join("examples").join(sub);
+        std::fs::create_dir_all(&to).unwrap();
+        for entry in std::fs::read_dir(root.join("examples").join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+    let bin_dir = tamp_bin().parent().unwrap().to_path_buf();
+    // `cargo build` leaves the binary and the plugins in target/debug (here: whichever
+    // profile the tests were built in).
+    std::fs::create_dir(clone.join("target")).unwrap();
+    std::os::unix::fs::symlink(&bin_dir, clone.join("target/debug")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for command in [
+        &["compact"][..],
+        &["pages", "list"],
+        &["pages", "show"],
+        &["pages", "verify"],
+        &["plugins", "describe"],
+        &["plugins", "schema"],
+        &["plugins", "list"],
+        &["plugins", "hash"],
+    ] {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let help = text(&tamp_e2e::run_tamp(&args, &dir).stdout);
+        let example: String = help
+            .split_once("\nExample")
+            .unwrap_or_else(|| panic!("{command:?} has no example:\n{help}"))
+            .1
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .map(|l| format!("{}\n", l.trim()))
+            .collect();
+        assert!(example.starts_with("tamp "), "{command:?}: {example}");
+        assert!(
+            !example.contains("target/release"),
+            "{command:?}: {example}"
+        );
+        // The lines that are commands (not what one prints): `plugins hash` shows its output.
+        let script: String = example
+            .lines()
+            .filter(|l| !l.starts_with("sha256 = "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let out = Command::new("sh")
+            .args(["-e", "-c", &script])
+            .current_dir(&clone)
+            .env("PATH", &path)
+            .env_remove("TAMP_PLUGIN_PATH")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{command:?}'s example failed:\n{script}\n{}",
+            text(&out.stderr)
+        );
+    }
+}

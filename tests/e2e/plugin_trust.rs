@@ -150,12 +150,21 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
     let err = text(&out.stderr);
     assert!(err.contains("sha256: expected 64 hex digits"), "{err}");
 
-    // Hashing reads the file and runs none of it: a file that is no library hashes too.
-    std::fs::write(dir.join("notes.txt"), b"abc").unwrap();
+    // Hashing reads the file and runs none of it: a file that only starts like a library (no
+    // loader would take it) hashes too; one that does not even start like one is refused.
+    std::fs::write(dir.join("stub.so"), b"\x7fELF").unwrap();
     assert_eq!(
-        pin_line(&dir.join("notes.txt")),
-        // SHA-256("abc"), FIPS 180-2's example.
-        "sha256 = \"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\""
+        pin_line(&dir.join("stub.so")),
+        // SHA-256 of the four bytes 7f 45 4c 46.
+        "sha256 = \"3bdbb4fe8397cd2b842430b39ccff01a8663c751945ef5e9a09e267fb8b1d359\""
+    );
+    std::fs::write(dir.join("notes.txt"), b"abc").unwrap();
+    let out = tamp(&["plugins", "hash", "notes.txt"], &dir);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("notes.txt"),
+        "{}",
+        text(&out.stderr)
     );
     let out = tamp(&["plugins", "hash", "no-such.so"], &dir);
     assert!(!out.status.success());

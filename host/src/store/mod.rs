@@ -435,6 +435,10 @@ pub struct DamagedPage {
 /// after it was written, and is refused rather than served as the original. The error is
 /// the [`StoreError::Corrupt`] detail.
 pub(crate) fn decode_page_messages(id: &str, messages_json: &str) -> Result<Vec<Message>, String> {
+    // Parsed first: text that does not parse no longer hashes to its id either, and the
+    // parse error says more about the damage than the hash does.
+    let messages = serde_json::from_str(messages_json)
+        .map_err(|e| format!("its messages do not parse: {e}"))?;
     let actual = page_id_of_json(messages_json.as_bytes());
     if actual != id {
         return Err(format!(
@@ -442,7 +446,7 @@ pub(crate) fn decode_page_messages(id: &str, messages_json: &str) -> Result<Vec<
              was altered or damaged after it was written"
         ));
     }
-    serde_json::from_str(messages_json).map_err(|e| format!("its messages do not parse: {e}"))
+    Ok(messages)
 }
 
 // Page ids are made by the ABI crate: plugins name pages too (a clearing's placeholder, a

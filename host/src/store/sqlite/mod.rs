@@ -193,6 +193,34 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// What is at `path` when it cannot be a store file, from its metadata alone: a directory, or
+/// something else than a regular file. `None` when nothing is there or it is a file.
+fn not_a_file(path: &Path) -> Option<&'static str> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.is_dir() {
+        Some("is a directory")
+    } else if !meta.is_file() {
+        Some("is not a regular file")
+    } else {
+        None
+    }
+}
+
+/// Whether SQLite could not open (`unable to open database file`) or write (`attempt to write
+/// a readonly database`) the file at `path` because this user may not read it (`write`: or
+/// write it), which SQLite does not say. The file is opened here only after such an error: no
+/// connection of this process can then hold locks on it that closing a descriptor of the same
+/// file would release.
+fn permission_denied(sqlite_error: &str, path: &Path, write: bool) -> bool {
+    (sqlite_error.contains("unable to open database file")
+        || sqlite_error.contains("readonly database"))
+        && std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+}
+
 impl SqliteStore {
     /// Opens (creating it and its parent directories if missing) the store file at `path`,
     /// and migrates its schema to the current schema version.
@@ -206,6 +234,9 @@ impl SqliteStore {
                 "the path does not name a file",
             ));
         }
+        if let Some(why) = not_a_file(&path) {
+            return Err(StoreError::backend(&location, "open", why));
+        }
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| {
                 StoreError::backend(
@@ -215,9 +246,16 @@ impl SqliteStore {
                 )
             })?;
         }
-        let conn =
-            Connection::open(&path).map_err(|e| StoreError::backend(&location, "open", e))?;
-        Self::init(conn, location, Some(path))
+        Connection::open(&path)
+            .map_err(|e| StoreError::backend(&location, "open", e))
+            .and_then(|conn| Self::init(conn, location.clone(), Some(path.clone())))
+            .map_err(|e| {
+                if permission_denied(&e.to_string(), &path, true) {
+                    StoreError::backend(&location, "open", "permission denied")
+                } else {
+                    e
+                }
+            })
     }
 
     /// Opens the store file at `path` for reading only: it must exist, and it is neither
@@ -245,8 +283,14 @@ impl SqliteStore {
         let conn = match open(false) {
             Ok(conn) => conn,
             Err(first) => {
+                if let Some(why) = not_a_file(&path) {
+                    return Err(StoreError::backend(&location, "open", why));
+                }
                 if !path.is_file() {
                     return Err(StoreError::backend(&location, "open", "no such file"));
+                }
+                if permission_denied(&first.to_string(), &path, false) {
+                    return Err(StoreError::backend(&location, "open", "permission denied"));
                 }
                 open(true).map_err(|_| StoreError::backend(&location, "open", first))?
             }
