@@ -37,6 +37,11 @@ use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
+/// The log target of a stage rolled back: a server's log says it at warn level; a command
+/// that prints the report itself (`tamp compact`) turns this target down, so the rollback is
+/// not told twice.
+pub const ROLLBACK_LOG_TARGET: &str = "tamp::rollback";
+
 /// Why a chain could not be built, or a conversation not compacted at all.
 ///
 /// The wrapped errors are not reported as a `source`: their text is already in the message,
@@ -1139,7 +1144,7 @@ impl Chain {
         run.duration_ms = started.elapsed().as_secs_f64() * 1e3;
         match result {
             Err(failure) => {
-                tracing::warn!(stage = %stage.name, kind = %failure.kind, "stage rolled back: {}", failure.message);
+                tracing::warn!(target: ROLLBACK_LOG_TARGET, stage = %stage.name, kind = %failure.kind, "stage rolled back: {}", failure.message);
                 run.status = StageStatus::RolledBack;
                 run.reason = format!("rolled back ({}): {}", failure.kind, failure.message);
                 run.error = Some(failure);
