@@ -81,7 +81,7 @@ fn open_store(file: Option<&LoadedChainFile>, store: Option<&Path>) -> Result<St
 /// run a worker creates no store file.
 fn worker(path: &Path, store: Option<&Path>) -> Result<Worker> {
     let file = LoadedChainFile::read(path)?;
-    tamp_host::deferred::check_chain_file(&file)?;
+    file.check_batch_worker()?;
     let store = open_store(Some(&file), store)?;
     Ok(file.batch_worker(store.queue)?.with_pages(store.pages))
 }

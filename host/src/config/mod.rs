@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+#[cfg(feature = "deferred")]
+mod batch_check;
 pub mod proxy;
 
 use crate::bounded;
@@ -487,6 +489,15 @@ impl LoadedChainFile {
     /// The deferred-summary worker `[batch]` (and `[provider]`) describe, over `queue`
     /// (see [`crate::deferred::worker::batches_client`]); the sync fallback is the chain's
     /// provider, when `batch.sync_fallback`.
+    /// Checks what [`batch_worker`](Self::batch_worker) takes from the chain file (the
+    /// Batches client's model and key and, with `batch.sync_fallback`, the provider) without
+    /// a queue, so that a command reports a config error before it opens the store and
+    /// creates no store file for a chain it cannot run.
+    #[cfg(feature = "deferred")]
+    pub fn check_batch_worker(&self) -> Result<(), ConfigError> {
+        batch_check::check(self)
+    }
+
     #[cfg(feature = "deferred")]
     pub fn batch_worker(
         &self,

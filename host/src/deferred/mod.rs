@@ -28,4 +28,4 @@ pub const PLUGIN_NAME: &str = "batch-deferred";
 #[cfg(feature = "deferred")]
 pub use metrics::{DeferredMetrics, MetricsSnapshot};
 #[cfg(feature = "deferred")]
-pub use worker::{check_chain_file, Pass, PassReport, Worker, WorkerError, WorkerHandle};
+pub use worker::{Pass, PassReport, Worker, WorkerError, WorkerHandle};
