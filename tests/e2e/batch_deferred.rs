@@ -22,16 +22,11 @@ const KEY_VAR: &str = "TAMP_BATCH_TEST_KEY";
 
 /// A chain file in `dir`: one `batch-deferred` stage that compacts on every call, the
 /// Anthropic provider and the batches API both at `mock`, short intervals.
-fn chain_file(dir: &Path, mock: &MockBatches, batch_extra: &str, stage_extra: &str) -> PathBuf {
-    std::env::set_var(KEY_VAR, "sk-ant-test-key");
-    write_chain(
-        dir,
-        &format!(
-            r#"
-[budget]
-max_tokens = 10000000
-keep_recent = 4
-
+/// The `[provider]` (the Batches API at `url`), `[store]` and `[batch]` tables of the tests'
+/// chains; `batch_extra` goes into `[batch]`.
+fn provider_store_batch(url: &str, batch_extra: &str) -> String {
+    format!(
+        r#"
 [provider]
 kind = "anthropic"
 model = "claude-test"
@@ -48,7 +43,20 @@ path = "store.sqlite3"
 submit_interval_secs = 0.05
 poll_interval_secs = 0.05
 {batch_extra}
+"#
+    )
+}
 
+fn chain_file(dir: &Path, mock: &MockBatches, batch_extra: &str, stage_extra: &str) -> PathBuf {
+    std::env::set_var(KEY_VAR, "sk-ant-test-key");
+    write_chain(
+        dir,
+        &format!(
+            r#"
+[budget]
+max_tokens = 10000000
+keep_recent = 4
+{tables}
 [[stage]]
 name = "defer"
 plugin = "{plugin}"
@@ -58,7 +66,7 @@ compact_when = "always"
 min_messages = 4
 {stage_extra}
 "#,
-            url = mock.url(),
+            tables = provider_store_batch(&mock.url(), batch_extra),
             plugin = plugin("tamp_batch_deferred").display(),
         ),
     )
@@ -1137,26 +1145,7 @@ fn unreachable_chain(dir: &Path, batch_extra: &str) -> PathBuf {
     };
     write_chain(
         dir,
-        &format!(
-            r#"
-[provider]
-kind = "anthropic"
-model = "claude-test"
-base_url = "http://127.0.0.1:{port}"
-api_key_env = "{KEY_VAR}"
-max_retries = 1
-retry_initial_ms = 1
-retry_max_ms = 5
-
-[store]
-path = "store.sqlite3"
-
-[batch]
-submit_interval_secs = 0.05
-poll_interval_secs = 0.05
-{batch_extra}
-"#
-        ),
+        &provider_store_batch(&format!("http://127.0.0.1:{port}"), batch_extra),
     )
 }
 

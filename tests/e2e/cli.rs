@@ -748,25 +748,6 @@ fn pages_commands_on_a_store_not_created_yet_say_so_and_hint_only_without_a_flag
     );
 }
 
-/// Rewrites every `from` in `file` with `to` (same length), behind SQLite's back.
-fn patch_file(file: &std::path::Path, from: &[u8], to: &[u8]) -> usize {
-    assert_eq!(from.len(), to.len());
-    let mut bytes = std::fs::read(file).unwrap();
-    let mut count = 0;
-    let mut i = 0;
-    while i + from.len() <= bytes.len() {
-        if &bytes[i..i + from.len()] == from {
-            bytes[i..i + from.len()].copy_from_slice(to);
-            count += 1;
-            i += from.len();
-        } else {
-            i += 1;
-        }
-    }
-    std::fs::write(file, bytes).unwrap();
-    count
-}
-
 #[test]
 fn a_page_whose_messages_do_not_parse_is_reported_as_such() {
     let dir = scratch_dir("cli-page-unparsable");
@@ -779,7 +760,7 @@ fn a_page_whose_messages_do_not_parse_is_reported_as_such() {
         .unwrap()
         .to_string();
     // A quote in the middle of a string of the archived messages: no longer JSON.
-    assert!(patch_file(&dir.join("s.sqlite3"), b"ponyc", b"po\"yc") > 0);
+    assert!(tamp_e2e::patch_bytes(&dir.join("s.sqlite3"), b"ponyc", b"po\"yc") > 0);
     let verify = tamp_e2e::run_tamp(&["pages", "verify", "--store", "s.sqlite3"], &dir);
     assert_eq!(verify.status.code(), Some(1), "{}", text(&verify.stderr));
     let stdout = text(&verify.stdout);

@@ -342,26 +342,6 @@ fn compacted_store(dir: &Path) -> (PathBuf, Vec<String>) {
     (store, pages)
 }
 
-/// Rewrites every occurrence of `from` in `file` with `to` (same length): what bit rot or a
-/// hand edit does to a stored page's text, behind SQLite's back.
-fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) -> usize {
-    assert_eq!(from.len(), to.len());
-    let mut bytes = std::fs::read(file).unwrap();
-    let mut count = 0;
-    let mut i = 0;
-    while i + from.len() <= bytes.len() {
-        if &bytes[i..i + from.len()] == from {
-            bytes[i..i + from.len()].copy_from_slice(to);
-            count += 1;
-            i += from.len();
-        } else {
-            i += 1;
-        }
-    }
-    std::fs::write(file, bytes).unwrap();
-    count
-}
-
 #[test]
 fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
     let dir = ScratchDir::new("loss-verify");
@@ -377,7 +357,7 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
 
     // The archived messages of ponyc#4588 mention `ponyc`; the summary cache and the thread
     // state may too, which the check does not read.
-    assert!(patch_bytes(&store, b"ponyc", b"PONYC") > 0);
+    assert!(tamp_e2e::patch_bytes(&store, b"ponyc", b"PONYC") > 0);
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let stdout = text(&out.stdout);
@@ -468,7 +448,7 @@ fn a_page_whose_strategy_was_altered_on_disk_is_named_by_pages_verify() {
     let dir = ScratchDir::new("loss-seal");
     let (store, pages) = compacted_store(&dir);
     let store_arg = store.to_str().unwrap();
-    assert!(patch_bytes(&store, b"custom-strategy", b"custom-strategz") > 0);
+    assert!(tamp_e2e::patch_bytes(&store, b"custom-strategy", b"custom-strategz") > 0);
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let stdout = text(&out.stdout);

@@ -188,6 +188,26 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Rewrites every occurrence of `from` in `file` with `to` (same length), behind the back of
+/// whatever wrote it: what bit rot or a hand edit does to a stored page. How many it rewrote.
+pub fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) -> usize {
+    assert_eq!(from.len(), to.len());
+    let mut bytes = std::fs::read(file).unwrap();
+    let mut count = 0;
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            count += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    std::fs::write(file, bytes).unwrap();
+    count
+}
+
 /// Writes a chain file into `dir` and returns its path.
 pub fn write_chain(dir: &Path, toml: &str) -> PathBuf {
     let path = dir.join("chain.toml");
