@@ -1,8 +1,7 @@
 //! `tamp eval`'s flags, and writing its output.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::Args;
 use tamp_host::eval::output::{self, Format};
@@ -59,7 +58,11 @@ pub struct EvalArgs {
 /// runs, writes the output.
 pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
     // Before anything runs (a run with a real model can take hours): a bad `--out` fails now.
-    let out = args.out.as_deref().map(OutFile::check).transpose()?;
+    let out = args
+        .out
+        .as_deref()
+        .map(|path| crate::output::OutputFile::open(path, "--out"))
+        .transpose()?;
     let plan = Plan::read(&EvalOptions {
         chains: args.chains,
         facts: args.facts,
@@ -76,76 +79,4 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         None => print!("{text}"),
     }
     Ok(())
-}
-
-/// `--out`, checked before the run: the file can be written. A file the check created is
-/// removed again if the run fails, so a failed run leaves nothing behind.
-struct OutFile {
-    path: PathBuf,
-    /// The check created the file (it did not exist): remove it unless written.
-    created: bool,
-    written: bool,
-}
-
-impl OutFile {
-    fn check(path: &Path) -> anyhow::Result<OutFile> {
-        let error = |why: String| anyhow::anyhow!("--out {}: {why}", path.display());
-        let out = |created| OutFile {
-            path: path.to_path_buf(),
-            created,
-            written: false,
-        };
-        match std::fs::metadata(path) {
-            Ok(meta) if meta.is_dir() => Err(error("is a directory, not a file".into())),
-            // An existing file: opened for writing, not truncated (a failed run leaves it be).
-            Ok(meta) if meta.is_file() => {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| error(format!("cannot write it: {e}")))?;
-                Ok(out(false))
-            }
-            // A device or a pipe (`/dev/stdout`): opened when the output is written.
-            Ok(_) => Ok(out(false)),
-            Err(_) => {
-                let parent = match path.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p,
-                    _ => Path::new("."),
-                };
-                match std::fs::metadata(parent) {
-                    Ok(meta) if !meta.is_dir() => {
-                        return Err(error(format!("{} is not a directory", parent.display())))
-                    }
-                    Err(_) => {
-                        return Err(error(format!(
-                            "the directory {} does not exist",
-                            parent.display()
-                        )))
-                    }
-                    Ok(_) => {}
-                }
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(path)
-                    .map_err(|e| error(format!("cannot create it: {e}")))?;
-                Ok(out(true))
-            }
-        }
-    }
-
-    fn write(mut self, text: &str) -> anyhow::Result<()> {
-        std::fs::write(&self.path, text)
-            .with_context(|| format!("--out {}: cannot write it", self.path.display()))?;
-        self.written = true;
-        Ok(())
-    }
-}
-
-impl Drop for OutFile {
-    fn drop(&mut self) {
-        if self.created && !self.written {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
 }

@@ -20,10 +20,12 @@ mod batch;
 mod conformance;
 mod eval;
 mod logging;
+mod output;
 mod proxy;
 mod serve;
 mod server;
 
+use output::OutputFile;
 use tamp_host::budget::BudgetConfig;
 use tamp_host::chain::{
     Chain, ChainError, ChainReport, CompactOptions, FileOverrides, StageStatus,
@@ -385,57 +387,6 @@ fn flag_budget(file: &LoadedChainFile, args: &CompactArgs) -> Result<BudgetConfi
         }
     }
     Ok(budget)
-}
-
-/// A file `tamp compact` writes (`--output`, `--report-json`): opened before the compaction,
-/// so a path that cannot be written is refused before a page is archived or an LLM called;
-/// emptied and written after it, so a failed run leaves a file that was there as it was (and
-/// removes one it made).
-struct OutputFile {
-    path: PathBuf,
-    flag: &'static str,
-    file: std::fs::File,
-    /// Made by this run and not written yet: removed when dropped.
-    unwritten_new: bool,
-}
-
-impl OutputFile {
-    fn open(path: &Path, flag: &'static str) -> Result<OutputFile> {
-        let existed = path.exists();
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .with_context(|| format!("{flag} {}: cannot write", path.display()))?;
-        Ok(OutputFile {
-            path: path.to_path_buf(),
-            flag,
-            file,
-            unwritten_new: !existed,
-        })
-    }
-
-    fn write(mut self, text: &str) -> Result<()> {
-        // A regular file is emptied first; a device or a pipe (`-o /dev/stdout`) cannot be.
-        if self.file.metadata().is_ok_and(|m| m.is_file()) {
-            self.file.set_len(0)?;
-        }
-        self.file
-            .write_all(text.as_bytes())
-            .and_then(|()| self.file.flush())
-            .with_context(|| format!("{} {}: cannot write", self.flag, self.path.display()))?;
-        self.unwritten_new = false;
-        Ok(())
-    }
-}
-
-impl Drop for OutputFile {
-    fn drop(&mut self) {
-        if self.unwritten_new {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
 }
 
 fn compact_to(
