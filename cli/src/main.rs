@@ -507,16 +507,13 @@ fn detected_format(text: &str) -> Option<WireFormat> {
 /// write). Nothing there yet passes: a writer creates the store, a reader says it is missing.
 fn check_store_flag(path: &Path, write: bool) -> Result<()> {
     let flag = format!("--store {}", path.display());
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
+    match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => bail!("{flag}: {}", io_reason(&e)),
-    };
-    if meta.is_dir() {
-        bail!("{flag}: is a directory, not a page store file");
+        Ok(_) => {}
     }
-    if !meta.is_file() {
-        bail!("{flag}: is not a regular file (a page store is a SQLite file)");
+    if let Some(why) = tamp_host::store::SqliteStore::not_a_file(path) {
+        bail!("{flag}: {why}");
     }
     if let Err(e) = std::fs::OpenOptions::new()
         .read(true)

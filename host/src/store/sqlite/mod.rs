@@ -193,19 +193,6 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-/// What is at `path` when it cannot be a store file, from its metadata alone: a directory, or
-/// something else than a regular file. `None` when nothing is there or it is a file.
-fn not_a_file(path: &Path) -> Option<&'static str> {
-    let meta = std::fs::metadata(path).ok()?;
-    if meta.is_dir() {
-        Some("is a directory")
-    } else if !meta.is_file() {
-        Some("is not a regular file")
-    } else {
-        None
-    }
-}
-
 /// Whether SQLite could not open (`unable to open database file`) or write (`attempt to write
 /// a readonly database`) the file at `path` because this user may not read it (`write`: or
 /// write it), which SQLite does not say. The file is opened here only after such an error: no
@@ -222,6 +209,21 @@ fn permission_denied(sqlite_error: &str, path: &Path, write: bool) -> bool {
 }
 
 impl SqliteStore {
+    /// What is at `path` when it cannot be a store file, from its metadata alone: a
+    /// directory, or something else than a regular file. `None` when nothing is there or it
+    /// is a file. Read without opening it: a descriptor closed beside a live SQLite
+    /// connection would drop that connection's locks.
+    pub fn not_a_file(path: &Path) -> Option<&'static str> {
+        let meta = std::fs::metadata(path).ok()?;
+        if meta.is_dir() {
+            Some("is a directory, not a page store file")
+        } else if !meta.is_file() {
+            Some("is not a regular file (a page store is a SQLite file)")
+        } else {
+            None
+        }
+    }
+
     /// Opens (creating it and its parent directories if missing) the store file at `path`,
     /// and migrates its schema to the current schema version.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -234,7 +236,7 @@ impl SqliteStore {
                 "the path does not name a file",
             ));
         }
-        if let Some(why) = not_a_file(&path) {
+        if let Some(why) = SqliteStore::not_a_file(&path) {
             return Err(StoreError::backend(&location, "open", why));
         }
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -283,7 +285,7 @@ impl SqliteStore {
         let conn = match open(false) {
             Ok(conn) => conn,
             Err(first) => {
-                if let Some(why) = not_a_file(&path) {
+                if let Some(why) = SqliteStore::not_a_file(&path) {
                     return Err(StoreError::backend(&location, "open", why));
                 }
                 if !path.is_file() {
