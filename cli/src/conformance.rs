@@ -2,12 +2,9 @@
 //! command line; the kit in a plugin's own tests (crate tamp-conformance) runs this command.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use tamp_conformance_engine::{child, spec, KitOptions, Launcher, RULES};
+use tamp_conformance_engine::{child, config_args, spec, KitOptions, Launcher, RULES};
 
 /// Output format of `tamp conformance`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -81,9 +78,6 @@ pub struct ConformanceArgs {
     /// Internal: run the one check named in TAMP_CONFORMANCE_CHILD and print its result.
     #[arg(long, hide = true)]
     pub child: bool,
-    /// Internal: say whether the plugin refuses the config in TAMP_CONFORMANCE_CONFIG_CHECK.
-    #[arg(long, hide = true)]
-    pub config_check: bool,
 }
 
 /// `--cases` and `--jobs`: a count of at least 1.
@@ -96,12 +90,6 @@ fn at_least_one(text: &str) -> Result<usize, String> {
     }
     Ok(n)
 }
-
-/// The environment variable that makes `tamp conformance <plugin> --config-check` judge a
-/// config (its JSON).
-const CONFIG_CHECK_ENV: &str = "TAMP_CONFORMANCE_CONFIG_CHECK";
-/// Starts the config check's one line of result on stdout.
-const CONFIG_CHECK_MARKER: &str = "TAMP-CONFORMANCE-CONFIG ";
 
 /// Runs `tamp conformance`; the exit status says whether every check passed (2: a usage
 /// error).
@@ -123,9 +111,6 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
         } else {
             ExitCode::from(2)
         });
-    }
-    if args.config_check {
-        return Ok(serve_config_check(&args.plugin));
     }
     let config = match &args.config {
         None => None,
@@ -157,8 +142,9 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
         timeout_secs: timeout.as_secs_f64(),
         ..KitOptions::new(plugin)
     };
-    if let Some(config) = &options.config {
-        if let Some(why) = config_refusal(&options, config)? {
+    let launcher = Launcher::Tamp(std::env::current_exe()?);
+    if options.config.is_some() {
+        if let Some(why) = config_args::refusal(&launcher, &options) {
             anyhow::bail!(
                 "--config: {why}. Nothing was checked: a config the plugin refuses is an error \
                  in the arguments, not a finding about the plugin"
@@ -168,8 +154,7 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-    let report =
-        tamp_conformance_engine::run(&options, &Launcher::Tamp(std::env::current_exe()?), jobs);
+    let report = tamp_conformance_engine::run(&options, &launcher, jobs);
     let text = match args.format {
         OutputFormat::Text => report.to_text(),
         OutputFormat::Json => report.to_json(),
@@ -193,112 +178,6 @@ fn find_plugin(plugin: &Path) -> anyhow::Result<PathBuf> {
         Some(spec) => Ok(tamp_host::loader::resolve_plugin(spec, Path::new(""), &[])?),
         None if plugin.is_file() => Ok(plugin.to_path_buf()),
         None => anyhow::bail!("{}: no such file", plugin.display()),
-    }
-}
-
-/// Why the plugin refuses `config`, when the fault is the config's: the plugin's config
-/// schema refuses it, or its constructor does with an invalid-config error. Asked of a child
-/// process (`--config-check`), as every check is, so that a plugin that aborts or hangs
-/// cannot take the kit down; whatever else goes wrong there (the plugin does not load, its
-/// schema is broken, its constructor panics) is left to the checks to report.
-fn config_refusal(
-    options: &KitOptions,
-    config: &serde_json::Value,
-) -> anyhow::Result<Option<String>> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .arg("conformance")
-        .arg(&options.plugin)
-        .arg("--config-check")
-        .env(CONFIG_CHECK_ENV, config.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut out) = stdout {
-            let _ = std::io::Read::read_to_string(&mut out, &mut text);
-        }
-        text
-    });
-    let deadline = Instant::now() + child::child_timeout(options);
-    loop {
-        match child.try_wait()? {
-            Some(_) => break,
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break;
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-    let text = reader.join().unwrap_or_default();
-    Ok(text
-        .lines()
-        .find_map(|line| line.strip_prefix(CONFIG_CHECK_MARKER))
-        .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok())
-        .and_then(|verdict| verdict.get("refused")?.as_str().map(str::to_string)))
-}
-
-/// The `--config-check` child: prints whether the plugin at `plugin` refuses the config in
-/// [`CONFIG_CHECK_ENV`] ([`judge_config`]).
-fn serve_config_check(plugin: &Path) -> std::process::ExitCode {
-    let Some(config) = std::env::var(CONFIG_CHECK_ENV)
-        .ok()
-        .and_then(|json| serde_json::from_str(&json).ok())
-    else {
-        eprintln!("error: --config-check: no config in {CONFIG_CHECK_ENV}");
-        return std::process::ExitCode::from(2);
-    };
-    let verdict = serde_json::json!({ "refused": judge_config(plugin, &config) });
-    println!("{CONFIG_CHECK_MARKER}{verdict}");
-    std::process::ExitCode::SUCCESS
-}
-
-/// Why `config` is the user's fault, if it is: the host validates it against the plugin's
-/// schema as for a chain stage (the message names the field), then builds the instance.
-/// `None` when the plugin takes it, or when the fault is the plugin's: it does not load
-/// (TAMP-LOAD-01), the config is its own default (TAMP-CFG-01), its schema is broken
-/// (TAMP-CFG-01), or its constructor fails otherwise than refusing the config (a panic).
-fn judge_config(path: &Path, config: &serde_json::Value) -> Option<String> {
-    let plugin = tamp_host::loader::load_plugin(path).ok()?;
-    let meta = plugin.meta();
-    if *config == meta.default_config {
-        return None;
-    }
-    let stage = tamp_host::chain::ChainBuilder::new(Default::default()).stage(
-        "conformance",
-        Arc::clone(&plugin),
-        config.clone(),
-        Default::default(),
-        Duration::from_secs(10),
-    );
-    let e = stage.err()?;
-    // The schema's refusals read `config: …` (the whole config) or `config.<field>: …`.
-    if e.message.starts_with("config:") || e.message.starts_with("config.") {
-        let field = if e.path.is_empty() {
-            "the config as a whole".to_string()
-        } else {
-            format!("field \"{}\"", e.path.join("."))
-        };
-        let detail = e
-            .message
-            .split_once(": ")
-            .map_or(e.message.as_str(), |(_, d)| d);
-        return Some(format!(
-            "{field}: {detail} (refused by the config schema of plugin {}; `tamp plugins schema \
-             {}` prints it)",
-            meta.name,
-            path.display()
-        ));
-    }
-    match plugin.instantiate(config) {
-        Err(refused) if refused.kind == tamp_host::plugin_api::ErrorKind::InvalidConfig => Some(
-            format!("plugin {} refuses it: {}", meta.name, refused.message),
-        ),
-        _ => None,
     }
 }
 

@@ -32,6 +32,9 @@ const MAX_SHRINK_RUNS: usize = 300;
 
 /// Runs the check `id` against the plugin `options` names.
 pub async fn run_check(id: &str, options: &KitOptions) -> CheckOutput {
+    if id == crate::config_args::CHECK {
+        return crate::config_args::output(options);
+    }
     let plugin = match tamp_host::loader::load_plugin(&options.plugin) {
         Ok(p) => p,
         Err(e) => {

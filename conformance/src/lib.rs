@@ -10,12 +10,14 @@
 //! - [`harness`]: one compaction through the host's real services, keeping the raw output.
 //! - [`checks`]: one check per rule, plus the performance line.
 //! - [`child`]: every check in its own process, with a time limit.
+//! - [`config_args`]: a `--config` the plugin refuses, told apart from a finding.
 //! - [`assemble`]: the report out of each check's output; [`report`] (the kit's): its text,
 //!   JSON and JUnit renderings.
 
 pub mod assemble;
 pub mod checks;
 pub mod child;
+pub mod config_args;
 pub mod generate;
 pub mod harness;
 
