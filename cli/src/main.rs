@@ -150,7 +150,7 @@ struct CompactArgs {
     #[arg(long, value_name = "ID")]
     thread_id: Option<String>,
     /// Compact exactly what this input holds, not the thread's last answer plus what is new
-    /// since (the thread is --thread-id, else the system prompt and first user message).
+    /// since (the thread is --thread-id, else the system prompt and the user's opening turn).
     #[arg(long)]
     no_thread_continuity: bool,
 }

@@ -21,7 +21,7 @@ pub enum Rule {
     NothingLost,
     /// TAMP-INV-02: no tool_use without its tool_result, no orphan tool_result.
     ToolExchangesIntact,
-    /// TAMP-INV-03: the system prompt, the task (first user message) and the last
+    /// TAMP-INV-03: the system prompt, the task (the user's opening turn) and the last
     /// `keep_recent` messages are untouched.
     ProtectedUntouched,
     /// TAMP-INV-04: kept messages stay in order; nothing new but summaries.
@@ -224,7 +224,7 @@ pub fn check_protected(
         let what = if input[first].role == Role::System {
             "a leading system message"
         } else {
-            "the task (the first user message)"
+            "the task (the user's opening turn)"
         };
         return Err(Violation::new(
             Rule::ProtectedUntouched,

@@ -24,21 +24,34 @@ fn task(tool: &str) -> String {
     )
 }
 
-/// The proxy's chain: the template strategy (old tool exchanges archived behind an extractive
-/// summary, no LLM) with its high watermark at `high` tokens, its store in `dir`. An agent's
-/// first request is its system prompt and instructions (Claude Code's: 3,900 tokens) and each
-/// step adds 50-60: `high` a few steps above the first request makes most requests compacted.
-fn chain(dir: &Path, upstream: &AgentUpstream, high: u64, proxy_extra: &str) -> PathBuf {
+/// The template strategy (old tool exchanges archived behind an extractive summary, no LLM):
+/// the proxy's chain in most tests.
+fn template_stage() -> String {
+    format!(
+        "[[stage]]\nname = \"archive-old-tool-calls\"\nplugin = \"{}\"\n\
+         [stage.config]\nkeep_exchanges = 2\nsummarize = true\nsummary_tokens = 60\n",
+        plugin("tamp_custom_strategy").display()
+    )
+}
+
+/// The proxy's chain: `stage` with the high watermark at `high` tokens, its store in `dir`.
+/// An agent's first request is its system prompt and instructions (Claude Code's: 3,900
+/// tokens) and each step adds 50-60: `high` a few steps above the first request makes most
+/// requests compacted.
+fn chain(
+    dir: &Path,
+    upstream: &AgentUpstream,
+    high: u64,
+    proxy_extra: &str,
+    stage: &str,
+) -> PathBuf {
     let text = format!(
         "[budget]\nmax_tokens = {}\nhigh_watermark = 0.8\nlow_watermark = 0.7\n\
          keep_recent = 4\n\n[provider]\nkind = \"extractive\"\n\n[store]\npath = \"store.sqlite3\"\n\n\
-         [proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n{proxy_extra}\n\n\
-         [[stage]]\nname = \"archive-old-tool-calls\"\nplugin = \"{}\"\n\
-         [stage.config]\nkeep_exchanges = 2\nsummarize = true\nsummary_tokens = 60\n",
+         [proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n{proxy_extra}\n\n{stage}",
         high * 5 / 4,
         upstream.url(),
         upstream.openai_url(),
-        plugin("tamp_custom_strategy").display()
     );
     tamp_e2e::write_chain(dir, &text)
 }
@@ -55,11 +68,22 @@ struct Setup {
 
 impl Setup {
     fn start(name: &str, compaction: ServerCompaction, high: u64, proxy_extra: &str) -> Setup {
+        Setup::start_with(name, compaction, high, proxy_extra, &template_stage())
+    }
+
+    /// [`Setup::start`] with `stage` as the chain.
+    fn start_with(
+        name: &str,
+        compaction: ServerCompaction,
+        high: u64,
+        proxy_extra: &str,
+        stage: &str,
+    ) -> Setup {
         let dir = ScratchDir::new(name);
         let store = dir.join("proxy");
         std::fs::create_dir_all(&store).unwrap();
         let upstream = AgentUpstream::start(KEY, STEPS, compaction);
-        let config = chain(&store, &upstream, high, proxy_extra);
+        let config = chain(&store, &upstream, high, proxy_extra, stage);
         let proxy = Server::start_command("proxy", &config, &[], &[("TAMP_LOG", "debug")]);
         Setup {
             proxy,
@@ -355,6 +379,70 @@ fn codex_finishes_a_tool_task_through_the_proxy_with_its_history_compacted() {
 /// Codex's first request is its instructions, skills and environment (5,700 tokens); each
 /// step adds about 85.
 const CODEX_HIGH: u64 = 6_100;
+
+/// The texts of a Responses request's user messages, in order.
+fn user_texts(exchange: &Exchange) -> Vec<String> {
+    let items = exchange.body["input"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    items
+        .iter()
+        .filter(|item| item["role"] == "user")
+        .flat_map(|item| item["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|part| part["text"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn codex_s_task_after_its_own_context_message_is_never_compacted() {
+    // Codex opens with a user message of its own (its AGENTS.md and `<environment_context>`)
+    // and sends the user's task as the next one: the task is that second message, and every
+    // compacted request must still carry it word for word, with the context before it. The
+    // chain summarizes plain messages too (the template strategy only takes tool exchanges).
+    let stage = format!(
+        "[[stage]]\nname = \"fold\"\nplugin = \"{}\"\n",
+        plugin("tamp_map_reduce_adaptive").display()
+    );
+    let Setup {
+        proxy,
+        upstream,
+        dir,
+        ..
+    } = Setup::start_with(
+        "agents-codex-task",
+        ServerCompaction::Present,
+        CODEX_HIGH,
+        "",
+        &stage,
+    );
+    let (home, work) = agent_dirs(&dir, "codex");
+    let rule = "Never edit the vendor/ folder.";
+    std::fs::write(work.join("AGENTS.md"), format!("{rule}\n")).unwrap();
+
+    let base = format!("{}/v1", proxy.base);
+    let out = run(codex(&base, &home, &work, "", ""), "codex exec");
+    let exchanges = assert_finished("codex exec", &out, &upstream, &proxy);
+    let compacted: Vec<&Exchange> = exchanges.iter().filter(|e| e.compacted()).collect();
+    assert_compacted("codex exec", &compacted);
+    let task = task("shell");
+    for (n, exchange) in exchanges.iter().enumerate() {
+        let texts = user_texts(exchange);
+        let at = texts.iter().position(|t| *t == task).unwrap_or_else(|| {
+            panic!(
+                "request {n} ({}compacted) lost the task; its user texts: {texts:#?}",
+                if exchange.compacted() { "" } else { "not " }
+            )
+        });
+        assert!(
+            texts[..at].iter().any(|t| t.contains(rule))
+                && texts[..at]
+                    .iter()
+                    .any(|t| t.starts_with("<environment_context>")),
+            "request {n}: Codex's own context is not kept before the task: {texts:#?}"
+        );
+    }
+}
 
 /// The page ids of the tamp summaries in a request.
 fn pages_in(exchange: &Exchange) -> Vec<String> {

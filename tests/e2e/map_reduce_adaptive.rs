@@ -112,7 +112,8 @@ fn corpus_prose(min_chars: usize) -> String {
 }
 
 /// A system prompt, user messages carrying `texts`, and a protected two-message tail.
-/// The task: the first user message, which no stage may summarize (`sdk::protected_head`).
+/// The task: the first user message (the whole opening turn), which no stage may summarize
+/// (`sdk::protected_head`).
 fn task() -> Message {
     Message::text(Role::User, "Help me with this.")
 }

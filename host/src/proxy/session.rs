@@ -1,7 +1,7 @@
 //! One thread per agent session, from what the agents already send with every request of a
 //! session.
 //!
-//! Without it the thread is derived from the system prompt and the first user message, which
+//! Without it the thread is derived from the system prompt and the user's opening turn, which
 //! are the same for every session of one agent in one folder: two sessions running at once
 //! would take turns overwriting each other's thread state, and neither would continue its
 //! own. So before that fallback the proxy looks for a session of the agent's own:

@@ -12,7 +12,7 @@
 //! cache still spares what it can.
 //!
 //! The thread is the request's `thread_id`, or else a key derived from its leading messages
-//! (the system prompt and the first user message); `[threads] derive_key = false` or a
+//! (the system prompt and the user's opening turn); `[threads] derive_key = false` or a
 //! caller's opt-out turns that off.
 //!
 //! A message counts as sent again when it is the same but for its *marks* ([`unmarked`]):
@@ -33,6 +33,7 @@ use abi_stable::std_types::RString;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tamp_plugin_api::sdk::opening_turn;
 use tamp_plugin_api::{ContentBlock, Message, Role};
 
 use super::StoreError;
@@ -46,7 +47,7 @@ pub struct ThreadsConfig {
     /// Keep each thread's last answer and continue from it.
     pub enabled: bool,
     /// Without a `thread_id`, name the thread by its leading messages (the system prompt and
-    /// the first user message).
+    /// the user's opening turn).
     pub derive_key: bool,
     /// A thread not compacted for this long starts over from its raw history (seconds).
     pub ttl_secs: u64,
@@ -100,7 +101,8 @@ pub struct ThreadKey {
 
 impl ThreadKey {
     /// `thread_id` when given; else, with `derive`, a hash of the leading system messages and
-    /// the first user message (none when there is no user message).
+    /// the user's opening turn ([`opening_turn`]), or of the leading system messages and the
+    /// first user message when there is no opening turn (none when there is no user message).
     pub fn of(thread_id: Option<&str>, messages: &[Message], derive: bool) -> Option<ThreadKey> {
         if let Some(id) = thread_id {
             return Some(ThreadKey {
@@ -111,11 +113,19 @@ impl ThreadKey {
         if !derive {
             return None;
         }
-        let system = messages.iter().take_while(|m| m.role == Role::System);
-        let first_user = messages.iter().find(|m| m.role == Role::User)?;
+        // The system prompt and the user's opening turn (Codex's own context message alone is
+        // the same for every session in one folder on one day); without one, the first user
+        // message.
+        let opening = &messages[..opening_turn(messages)];
+        let lead: Vec<&Message> = if opening.iter().any(|m| m.role == Role::User) {
+            opening.iter().collect()
+        } else {
+            let first_user = messages.iter().find(|m| m.role == Role::User)?;
+            opening.iter().chain(std::iter::once(first_user)).collect()
+        };
         let mut h = Sha256::new();
         h.update(b"tamp-thread-lead");
-        for m in system.chain(std::iter::once(first_user)) {
+        for m in lead {
             h.update(message_digest(m));
         }
         Some(ThreadKey {
@@ -363,6 +373,21 @@ mod tests {
             ThreadKey::of(None, &msgs(&[(Role::System, "s")]), true),
             None
         );
+        // Codex's first user message is its own context, the same for every session in one
+        // folder; the task after it names the thread, from the first request on.
+        let codex = |task: &str, replied: bool| {
+            let mut m = vec![
+                (Role::System, "s"),
+                (Role::User, "<environment_context>"),
+                (Role::User, task),
+            ];
+            if replied {
+                m.push((Role::Assistant, "on it"));
+            }
+            ThreadKey::of(None, &msgs(&m), true).unwrap()
+        };
+        assert_eq!(codex("task", false), codex("task", true));
+        assert_ne!(codex("task", true), codex("other task", true));
     }
 
     #[test]

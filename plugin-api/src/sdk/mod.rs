@@ -27,7 +27,7 @@ pub mod summary;
 
 pub use exchanges::{units, Unit, UnitKind};
 pub use prompt::{render_messages, render_template, RenderOptions, Template};
-pub use protect::{compactable_range, compactable_range_of, protected_head};
+pub use protect::{compactable_range, compactable_range_of, opening_turn, protected_head};
 pub use report::ReportExt;
 #[allow(deprecated)]
 pub use splice::{splice, Replacement};

@@ -6,24 +6,63 @@ use crate::conversation::{ContentBlock, Message, Role};
 use crate::sdk::exchanges::{units, Unit};
 use crate::sdk::pinned;
 
-/// How many leading messages no stage may touch: the leading system messages and the task,
-/// the first message after them when it is a plain user message (not a tool result, not a
-/// summary). The task often carries the session's one constraint ("do not touch the billing
-/// module"), which no summary may lose.
+/// How many leading messages no stage may touch: the leading system messages and the task.
+///
+/// The task is the user's opening turn ([`opening_turn`]) once a reply or a summary has closed
+/// it: an agent may open with context of its own in a user message before the user's words
+/// (Codex sends its AGENTS.md and `<environment_context>` as one user message and the task as
+/// the next). With no reply yet (or a tool result next), the task is the first plain user
+/// message alone. The task often carries the session's one constraint ("do not touch the
+/// billing module"), which no summary may lose.
 pub fn protected_head(messages: &[Message]) -> usize {
-    let system = messages
+    let system = leading_system(messages);
+    let turn = opening_turn(messages);
+    if turn == system {
+        return system;
+    }
+    // A summary stands for what followed the head: the turn ended before it. System messages
+    // right after the turn (Claude Code's environment) are pinned, not an answer.
+    let closed = messages[turn..]
         .iter()
-        .take_while(|m| m.role == Role::System)
-        .count();
-    let task = messages.get(system).is_some_and(|m| {
+        .find(|m| m.role != Role::System)
+        .is_some_and(|m| m.role == Role::Assistant || m.is_summary());
+    if closed {
+        turn
+    } else {
+        system + 1
+    }
+}
+
+/// The end of the conversation's opening: the leading system messages, then the plain user
+/// messages (not tool results, not summaries) after them, with any system messages among
+/// them; however that run ends. A thread is named by it (the host's derived thread key), so
+/// it must not depend on whether the reply has come yet.
+pub fn opening_turn(messages: &[Message]) -> usize {
+    let system = leading_system(messages);
+    let plain_user = |m: &Message| {
         m.role == Role::User
             && !m.is_summary()
             && !m
                 .content
                 .iter()
                 .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
-    });
-    system + usize::from(task)
+    };
+    let mut end = system;
+    for (i, m) in messages.iter().enumerate().skip(system) {
+        match m.role {
+            Role::System if end > system => {}
+            Role::User if plain_user(m) => end = i + 1,
+            _ => break,
+        }
+    }
+    end
+}
+
+fn leading_system(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count()
 }
 
 /// The messages a stage may replace: after the protected head ([`protected_head`]: the
@@ -139,5 +178,78 @@ mod tests {
         assert_eq!(protected_head(&[sys.clone(), result]), 1);
         let summary = crate::sdk::summary_message("s", "pg_1", "x", crate::SummaryStatus::Final);
         assert_eq!(protected_head(&[sys, summary]), 1);
+    }
+
+    #[test]
+    fn the_task_is_the_user_s_whole_opening_turn() {
+        let text = |role, t: &str| Message::text(role, t);
+        // Codex (0.169, captured): its AGENTS.md and environment in one user message, the
+        // user's words in the next, then the first reply.
+        let codex = [
+            text(Role::System, "You are Codex"),
+            text(Role::System, "<permissions instructions>"),
+            text(
+                Role::User,
+                "<environment_context><cwd>/w</cwd></environment_context>",
+            ),
+            text(Role::User, "Fix the bug; do not touch billing"),
+            text(Role::Assistant, "on it"),
+            text(Role::User, "and add a test"),
+        ];
+        assert_eq!(protected_head(&codex), 4);
+        assert_eq!(compactable_range(&codex, 0), 4..6);
+        // A system message inside the opening turn belongs to it.
+        let mixed = [
+            text(Role::User, "context"),
+            text(Role::System, "mid"),
+            text(Role::User, "task"),
+            text(Role::Assistant, "a"),
+        ];
+        assert_eq!(protected_head(&mixed), 3);
+        // Claude Code's system message right after the task is pinned, not part of the head.
+        let claude = [
+            text(Role::User, "task"),
+            text(Role::System, "# Environment"),
+            text(Role::Assistant, "a"),
+        ];
+        assert_eq!(protected_head(&claude), 1);
+        let codex_then_system = [
+            text(Role::User, "context"),
+            text(Role::User, "task"),
+            text(Role::System, "# Environment"),
+            text(Role::Assistant, "a"),
+        ];
+        assert_eq!(protected_head(&codex_then_system), 2);
+        // No reply yet: the first user message alone (a conversation of user messages only
+        // still has something to compact).
+        let unanswered = [text(Role::User, "u1"), text(Role::User, "u2")];
+        assert_eq!(protected_head(&unanswered), 1);
+        // A tool result before any reply ends the opening turn where it stands.
+        let result = Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: "a".into(),
+                content: vec![].into(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        );
+        let broken = [text(Role::User, "u1"), text(Role::User, "u2"), result];
+        assert_eq!(protected_head(&broken), 1);
+        // Once compacted, the first summary follows the opening turn.
+        let summary = crate::sdk::summary_message("s", "pg_1", "x", crate::SummaryStatus::Final);
+        let compacted = [
+            codex[0].clone(),
+            codex[1].clone(),
+            codex[2].clone(),
+            codex[3].clone(),
+            summary,
+            text(Role::Assistant, "a"),
+        ];
+        assert_eq!(protected_head(&compacted), 4);
+        // The opening turn does not wait for the reply.
+        assert_eq!(opening_turn(&codex[..4]), 4);
+        assert_eq!(protected_head(&codex[..4]), 3);
+        assert_eq!(opening_turn(&codex), 4);
     }
 }
