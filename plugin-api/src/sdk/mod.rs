@@ -3,7 +3,8 @@
 //! boundaries), summary messages, clearings ([`clearing`]), prompt rendering and templates ([`prompt`]),
 //! stage reports from plain values ([`report`]), typed structured output ([`structured`]),
 //! summary lengths ([`length`]), reuse of cached summaries ([`incremental`]), and the ledger
-//! of what summaries carry verbatim ([`ledger`], read with [`statements`]), and the config
+//! of what summaries carry verbatim ([`ledger`], read with [`statements`], leaving out what an
+//! agent's harness adds: [`harness`]), and the config
 //! checks a schema states but a config built in Rust can break ([`config`]).
 
 pub mod chunk;
@@ -11,6 +12,7 @@ pub mod clearing;
 pub mod config;
 pub mod exchanges;
 pub mod groups;
+pub mod harness;
 pub mod incremental;
 pub mod ledger;
 pub mod length;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::writes::writes;
 use super::{Entry, Kind, MAX_ENTRY_CHARS, MAX_INPUT_CHARS};
 use crate::conversation::{ContentBlock, Message, Role};
+use crate::sdk::harness::without_harness_context;
 use crate::sdk::prompt::result_text;
 use crate::sdk::statements::{read_decision, sentences, Reading};
 use crate::sdk::summary::cap_chars;
@@ -101,7 +102,7 @@ pub fn extract(messages: &[Message]) -> Extracted {
                     let Some(call) = calls.remove(tool_use_id.as_str()) else {
                         continue;
                     };
-                    let output = result_text(content);
+                    let output = without_harness_context(&result_text(content));
                     let signature = call_signature(call.name, call.input_json);
                     match error_line(&output, *is_error) {
                         Some(line) => {
@@ -146,12 +147,15 @@ pub fn extract(messages: &[Message]) -> Extracted {
     out
 }
 
-/// The words of a message, tool results and opaque blocks aside.
+/// The words of a message, tool results, opaque blocks and what the agent's harness added
+/// aside.
 fn said_text(message: &Message) -> String {
     message
         .content
         .iter()
         .filter_map(ContentBlock::as_text)
+        .map(without_harness_context)
+        .filter(|text| !text.is_empty())
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -305,6 +309,46 @@ mod tests {
         assert_eq!(got.unread, 1);
         assert_eq!(got.entries.len(), 1);
         assert_eq!(got.entries[0].text, "我们决定使用缓存。");
+    }
+
+    #[test]
+    fn what_the_agent_s_harness_added_is_not_the_user_s_words() {
+        // Claude Code puts its reminders in text blocks of their own beside the user's words;
+        // Codex sends its environment as a user message of its own.
+        let reminder = "<system-reminder>\nContents of /w/CLAUDE.md (project instructions, \
+                        checked into the codebase):\n\nAlways run tests with -q.\n\
+                        </system-reminder>";
+        let messages = vec![
+            Message::new(
+                Role::User,
+                vec![
+                    ContentBlock::text(reminder),
+                    ContentBlock::text("Now rename the report module."),
+                ],
+            ),
+            Message::text(
+                Role::User,
+                "<environment_context>\n  <cwd>/w/sub</cwd>\n</environment_context>",
+            ),
+            call("c1", "false"),
+            result(
+                "c1",
+                "exit code 1\nerror: no such file\n<system-reminder>\nWhen a command has \
+                 failed, tell the user.\n</system-reminder>",
+            ),
+        ];
+        let texts: Vec<String> = extract(&messages)
+            .entries
+            .into_iter()
+            .map(|e| e.text)
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                "Now rename the report module.",
+                "bash({\"command\":\"false\"}) failed: error: no such file"
+            ]
+        );
     }
 
     #[test]
