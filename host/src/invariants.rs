@@ -287,7 +287,7 @@ pub fn pinning_rule(messages: &[Message], index: usize, boundary: usize) -> Opti
     (message.role == Role::System).then(|| {
         (
             Rule::InstructionsKept,
-            "is a system message (instructions, kept in place wherever they stand)".to_string(),
+            "is a system message (instructions, kept wherever they stand)".to_string(),
         )
     })
 }
@@ -779,6 +779,8 @@ mod tests {
     fn the_task_is_protected_like_the_system_prompt() {
         let mut input = msgs(8);
         input[1] = Message::text(Role::User, "the task: do not touch the billing module");
+        // The reply that closes the opening turn (the task alone).
+        input[2] = Message::text(Role::Assistant, "on it");
         let summary = summary_message("s", "pg_1", "t", SummaryStatus::Final);
         let mut output = vec![input[0].clone(), summary];
         output.extend_from_slice(&input[4..]);

@@ -75,8 +75,10 @@ min_messages = 4
 fn conversation(turns: usize, tag: &str) -> Conversation {
     let mut messages = vec![
         Message::text(Role::System, "You are a helpful agent."),
-        // The task, which stays pinned (`sdk::protected_head`).
+        // The task, which stays pinned (`sdk::protected_head`), and the reply that ends the
+        // opening turn (a question right after the task would be part of it).
         Message::text(Role::User, format!("{tag}: fix the build failures")),
+        Message::text(Role::Assistant, format!("{tag}: on it")),
     ];
     for i in 0..turns {
         messages.push(Message::text(
@@ -152,10 +154,10 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
     assert_eq!((*at, *status), (2, SummaryStatus::Pending));
     let first = text.lines().next().unwrap();
     assert!(
-        first.starts_with("[Pending summary: 20 messages, 10 user and 10 other turns]"),
+        first.starts_with("[Pending summary: 21 messages, 10 user and 11 other turns]"),
         "{text}"
     );
-    assert!(text.contains("First (user): loop question 0"), "{text}");
+    assert!(text.contains("First (assistant): loop: on it"), "{text}");
     assert!(text.contains("Last (assistant): loop answer 9"), "{text}");
     assert_eq!(out1.messages.len(), 1 + 1 + 1 + 4);
     assert_eq!(mock.sync_calls() + mock.creates(), 0);
@@ -219,7 +221,7 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
     let (at2, page2, status2, text2) = &finals[0];
     assert_eq!((at2, page2, *status2), (at, page, SummaryStatus::Final));
     assert!(
-        text2.starts_with("[Summary: 20 messages, 10 user and 10 other turns]\nBatch summary: "),
+        text2.starts_with("[Summary: 21 messages, 10 user and 11 other turns]\nBatch summary: "),
         "{text2}"
     );
     assert!(text2.contains("loop question 0"), "{text2}");

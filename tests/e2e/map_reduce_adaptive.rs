@@ -111,17 +111,24 @@ fn corpus_prose(min_chars: usize) -> String {
     out
 }
 
-/// A system prompt, user messages carrying `texts`, and a protected two-message tail.
-/// The task: the first user message (the whole opening turn), which no stage may summarize
-/// (`sdk::protected_head`).
+/// The task: the user's opening turn, which no stage may summarize (`sdk::protected_head`).
 fn task() -> Message {
     Message::text(Role::User, "Help me with this.")
 }
 
+/// The assistant's first reply, which ends the opening turn: a user message right after the
+/// task would be part of it.
+fn reply() -> Message {
+    Message::text(Role::Assistant, "Sure.")
+}
+
+/// A system prompt, the task and its reply, user messages carrying `texts`, and a protected
+/// two-message tail.
 fn conversation_of(texts: &[String]) -> Conversation {
     let mut messages = vec![
         Message::text(Role::System, "You are a helpful assistant."),
         task(),
+        reply(),
     ];
     for (i, text) in texts.iter().enumerate() {
         let role = if i % 2 == 0 {
@@ -145,11 +152,13 @@ fn levels_at_99_100_499_500_tokens() {
         (499, "brief", 1),
         (500, "map-reduce", 1),
     ] {
-        // `user: <text>\n` counts text + 7 with one character per token.
-        let text: String = prose.chars().take(tokens - 7).collect();
+        // `assistant: Sure.\n` and `user: <text>\n` count text + 24 with one character per
+        // token.
+        let text: String = prose.chars().take(tokens - 24).collect();
         let input = Conversation::new(vec![
             Message::text(Role::System, "sys"),
             task(),
+            reply(),
             Message::text(Role::User, text),
             Message::text(Role::Assistant, "ok"),
         ]);
@@ -253,6 +262,7 @@ fn chunks_at_semantic_boundaries_with_overlap_and_keeps_tool_exchanges_whole() {
     let mut messages = vec![
         Message::text(Role::System, "You are a coding agent."),
         task(),
+        reply(),
     ];
     let mut small_exchanges = Vec::new();
     for (i, chunk) in paragraphs.chunks(20).enumerate() {
@@ -312,7 +322,11 @@ fn chunks_at_semantic_boundaries_with_overlap_and_keeps_tool_exchanges_whole() {
                 .prompt
                 .contains("repeated from the end of the previous part"));
             let previous = material(maps[i - 1]);
-            let opening: String = text.chars().take(60).collect();
+            // (All of it when the chunk before is shorter: the task's one-line reply.)
+            let opening: String = text
+                .chars()
+                .take(60.min(previous.chars().count()))
+                .collect();
             assert!(
                 previous.contains(&opening),
                 "chunk {i} does not open with the end of chunk {}: {opening:?}",
@@ -712,20 +726,22 @@ fn answers_are_cut_to_a_bound_before_entering_the_conversation() {
 
 #[test]
 fn a_summary_longer_than_its_input_is_flagged() {
-    // 100 tokens of content, a brief asked of 50 and answered with 90: not a compression.
+    // 100 tokens of content (the reply's 17 and the user's 83), a brief asked of 50 and
+    // answered with 80: not a compression.
     let input = Conversation::new(vec![
         Message::text(Role::System, "sys"),
         task(),
-        Message::text(Role::User, "x".repeat(93)),
+        reply(),
+        Message::text(Role::User, "x".repeat(76)),
         Message::text(Role::Assistant, "ok"),
     ]);
-    let provider = Arc::new(ScriptedProvider::always("y".repeat(90)));
+    let provider = Arc::new(ScriptedProvider::always("y".repeat(80)));
     let chain = stage_chain(json!({}), provider, Encoding::CharsPerToken(1.0), 1);
     let out = rt()
         .block_on(chain.compact(input, &CompactOptions::default()))
         .unwrap();
     let run = stage(&out);
-    // 90 < 100 tokens: a compression, no warning.
+    // 80 < 100 tokens: a compression, no warning.
     assert_eq!(run.status, StageStatus::Acted, "{run:?}");
     assert!(run.warnings.is_empty(), "{:?}", run.warnings);
 

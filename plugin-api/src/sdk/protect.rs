@@ -9,10 +9,11 @@ use crate::sdk::pinned;
 /// How many leading messages no stage may touch: the leading system messages and the task.
 ///
 /// The task is the user's opening turn ([`opening_turn`]) once a reply or a summary has closed
-/// it: an agent may open with context of its own in a user message before the user's words
-/// (Codex sends its AGENTS.md and `<environment_context>` as one user message and the task as
-/// the next). With no reply yet (or a tool result next), the task is the first plain user
-/// message alone. The task often carries the session's one constraint ("do not touch the
+/// it (system messages after it, such as Claude Code's environment, are pinned on their own):
+/// an agent may open with context of its own in a user message before the user's words (Codex
+/// sends its AGENTS.md and `<environment_context>` as one user message and the task as the
+/// next). With no reply yet (or a tool result next), the task is the first plain user message
+/// alone. The task often carries the session's one constraint ("do not touch the
 /// billing module"), which no summary may lose.
 pub fn protected_head(messages: &[Message]) -> usize {
     let system = leading_system(messages);
@@ -34,8 +35,7 @@ pub fn protected_head(messages: &[Message]) -> usize {
 }
 
 /// The end of the conversation's opening: the leading system messages, then the plain user
-/// messages (not tool results, not summaries) after them, with any system messages among
-/// them; however that run ends. A thread is named by it (the host's derived thread key), so
+/// messages (not tool results, not summaries) right after them; however that run ends. A thread is named by it (the host's derived thread key), so
 /// it must not depend on whether the reply has come yet.
 pub fn opening_turn(messages: &[Message]) -> usize {
     let system = leading_system(messages);
@@ -47,15 +47,11 @@ pub fn opening_turn(messages: &[Message]) -> usize {
                 .iter()
                 .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
     };
-    let mut end = system;
-    for (i, m) in messages.iter().enumerate().skip(system) {
-        match m.role {
-            Role::System if end > system => {}
-            Role::User if plain_user(m) => end = i + 1,
-            _ => break,
-        }
-    }
-    end
+    system
+        + messages[system..]
+            .iter()
+            .take_while(|m| plain_user(m))
+            .count()
 }
 
 fn leading_system(messages: &[Message]) -> usize {
@@ -198,14 +194,15 @@ mod tests {
         ];
         assert_eq!(protected_head(&codex), 4);
         assert_eq!(compactable_range(&codex, 0), 4..6);
-        // A system message inside the opening turn belongs to it.
+        // A system message (or an opaque unit, a boundary) ends the opening run; with no
+        // reply right after it, the task is the first message.
         let mixed = [
             text(Role::User, "context"),
             text(Role::System, "mid"),
             text(Role::User, "task"),
             text(Role::Assistant, "a"),
         ];
-        assert_eq!(protected_head(&mixed), 3);
+        assert_eq!(protected_head(&mixed), 1);
         // Claude Code's system message right after the task is pinned, not part of the head.
         let claude = [
             text(Role::User, "task"),
