@@ -7,9 +7,13 @@
 //!
 //! - every span lies inside the compactable range (after the system prompt and the task,
 //!   before the protected tail: TAMP-INV-03) and on unit boundaries, so a tool exchange is
-//!   never split (TAMP-INV-02); it holds no pinned message (a system message: TAMP-INV-11;
-//!   an opaque unit: TAMP-INV-12) and nothing before the last compaction boundary
-//!   (TAMP-INV-13);
+//!   never split (TAMP-INV-02); it holds nothing before the last compaction boundary
+//!   (TAMP-INV-13), and a clearing touches no pinned unit (a system message: TAMP-INV-11; an
+//!   opaque unit: TAMP-INV-12);
+//! - the pinned units inside a summarized or replaced span are kept, right after what
+//!   replaces it, in order: Claude Code sends a system message every few tool calls, and a
+//!   span that had to stop at each would leave almost nothing to summarize. Its page holds
+//!   the whole span, them included;
 //! - spans are disjoint, so kept messages keep their order and only summaries are new
 //!   (TAMP-INV-04);
 //! - a `Summarize` span is archived by the host itself, and a `Replace` names a page that
@@ -34,12 +38,15 @@ use crate::tokens::TokenCounter;
 pub(crate) enum Checked {
     Summarize {
         range: std::ops::Range<usize>,
+        /// The pinned messages inside `range`, kept after the summary.
+        kept: Vec<usize>,
         text: String,
         status: SummaryStatus,
         metadata_json: String,
     },
     Replace {
         range: std::ops::Range<usize>,
+        kept: Vec<usize>,
         message: Message,
     },
     Finalize {
@@ -55,6 +62,14 @@ pub(crate) enum Checked {
 }
 
 impl Checked {
+    /// The pinned messages inside the span, which stay.
+    fn kept(&self) -> &[usize] {
+        match self {
+            Checked::Summarize { kept, .. } | Checked::Replace { kept, .. } => kept,
+            _ => &[],
+        }
+    }
+
     fn range(&self) -> std::ops::Range<usize> {
         match self {
             Checked::Summarize { range, .. } | Checked::Replace { range, .. } => range.clone(),
@@ -153,9 +168,14 @@ pub(crate) fn check(
                 .map_or(range.clone(), |u| u.range.clone()),
             _ => range.clone(),
         };
-        let pinned = touched
-            .into_iter()
-            .find_map(|i| pinning_rule(messages, i, boundary).map(|p| (i, p)));
+        // A summarized or replaced span keeps its pinned units (the module doc); nothing
+        // before the boundary may be in any span.
+        let keeps_pinned = matches!(edit, Edit::Summarize { .. } | Edit::Replace { .. });
+        let pinned = touched.into_iter().find_map(|i| {
+            pinning_rule(messages, i, boundary)
+                .filter(|(rule, _)| !keeps_pinned || *rule == Rule::BoundaryKept)
+                .map(|p| (i, p))
+        });
         if let Some((i, (rule, what))) = pinned {
             return Err(violation(
                 rule,
@@ -165,6 +185,31 @@ pub(crate) fn check(
                 ),
             )
             .at_message(i));
+        }
+        let kept: Vec<usize> = if keeps_pinned {
+            units
+                .iter()
+                .filter(|u| {
+                    u.is_pinned() && range.start <= u.range.start && u.range.end <= range.end
+                })
+                .flat_map(|u| u.range.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if kept.len() == range.len() {
+            // Each is pinned: a system message (TAMP-INV-11) or an opaque unit (-12).
+            let (rule, what) = pinning_rule(messages, range.start, boundary)
+                .unwrap_or((Rule::InstructionsKept, String::new()));
+            return Err(violation(
+                rule,
+                format!(
+                    "edit {n} replaces messages[{}..{}], all of them pinned (message {} {what}): \
+                     a span's pinned units are kept, so it would replace nothing",
+                    range.start, range.end, range.start
+                ),
+            )
+            .at_message(range.start));
         }
         if range.start < allowed.start {
             return Err(outside());
@@ -191,6 +236,7 @@ pub(crate) fn check(
                 ..
             } => Checked::Summarize {
                 range,
+                kept,
                 text: text.into(),
                 status,
                 metadata_json: metadata_json.into(),
@@ -219,7 +265,11 @@ pub(crate) fn check(
                     )
                     .at_message(range.start));
                 }
-                Checked::Replace { range, message }
+                Checked::Replace {
+                    range,
+                    kept,
+                    message,
+                }
             }
             Edit::Finalize { index, text } => {
                 let index = index as usize;
@@ -326,6 +376,8 @@ pub fn describe(edit: &EditFfi) -> String {
 /// What a checked edit puts in its span's place, once its page exists.
 pub(crate) struct Ready {
     range: std::ops::Range<usize>,
+    /// The pinned messages inside `range`, which stay, after `message`.
+    kept: Vec<usize>,
     message: Message,
     /// The page it refers to, when the edit removed messages into one, or cleared one.
     page: Option<String>,
@@ -370,6 +422,7 @@ pub(crate) fn ready(
         .into_iter()
         .map(|c| {
             let range = c.range();
+            let kept = c.kept().to_vec();
             let cleared = matches!(c, Checked::Clear { .. });
             let page = match &c {
                 Checked::Summarize { .. } => {
@@ -396,6 +449,7 @@ pub(crate) fn ready(
             };
             Ok(Ready {
                 range,
+                kept,
                 message,
                 page,
                 cleared,
@@ -418,6 +472,11 @@ pub(crate) fn count_after(
     let mut added = 0u64;
     for c in checked {
         removed += tokens.count_messages(&messages[c.range()]);
+        removed -= c
+            .kept()
+            .iter()
+            .map(|&i| tokens.count_message(&messages[i]))
+            .sum::<u64>();
         added += match c {
             Checked::Replace { message, .. } | Checked::Clear { message, .. } => {
                 tokens.count_message(message)
@@ -465,7 +524,7 @@ pub(crate) fn splice(input: Conversation, ready: Vec<Ready>) -> Applied {
             if r.cleared {
                 messages_cleared += 1;
             } else {
-                messages_removed += r.range.len() as u32;
+                messages_removed += (r.range.len() - r.kept.len()) as u32;
                 summaries_added += 1;
             }
         }
@@ -478,15 +537,25 @@ pub(crate) fn splice(input: Conversation, ready: Vec<Ready>) -> Applied {
     let mut out = Vec::with_capacity(messages.len());
     let mut edits = ready.into_iter().peekable();
     let mut skip_until = 0usize;
+    // The pinned messages of the span being skipped, which stay (in order, after its
+    // replacement).
+    let mut kept: Vec<usize> = Vec::new();
     for (i, message) in messages.into_iter().enumerate() {
         if i < skip_until {
+            if kept.binary_search(&i).is_ok() {
+                out.push(message);
+            }
             continue;
         }
         match edits.peek() {
             Some(r) if r.range.start == i => {
                 let r = edits.next().expect("peeked");
                 skip_until = r.range.end;
+                kept = r.kept;
                 out.push(r.message);
+                if kept.binary_search(&i).is_ok() {
+                    out.push(message);
+                }
             }
             _ => out.push(message),
         }
@@ -688,13 +757,29 @@ mod tests {
     }
 
     #[test]
-    fn pinned_messages_and_what_precedes_a_boundary_are_refused_by_their_rules() {
+    fn pinned_messages_in_a_span_are_kept_after_its_summary_and_a_boundary_is_refused() {
         // sys, task, t0, MID, t1, call c2, result c2, t3, OPAQUE, t4, call c5, result c5, latest
         let c = pinned_conversation(6, false);
-        let v = refused(&c, vec![Edit::summarize(2..5, "s")], 1);
+        // The instructions and the opaque unit inside the span stay, after its summary, in
+        // order; the page holds the whole span.
+        let (out, pages) = preview(&c, ffi(vec![Edit::summarize(2..10, "s")]), 1, ME).unwrap();
+        assert!(out.messages[2].is_summary());
+        assert_eq!(out.messages[3], c.messages[3]);
+        assert_eq!(out.messages[4], c.messages[8]);
+        assert_eq!(out.messages[5], c.messages[10]);
+        assert_eq!(pages[0].1, c.messages[2..10].to_vec());
+        check_stage_output(
+            &c.messages,
+            &out.messages,
+            1,
+            WireFormat::Anthropic,
+            &pages.into_iter().collect(),
+        )
+        .unwrap();
+        // A span of pinned units alone replaces nothing.
+        let v = refused(&c, vec![Edit::summarize(3..4, "s")], 1);
         assert_eq!(v.rule, Rule::InstructionsKept, "{v}");
-        assert_eq!(v.message_index, Some(3));
-        let v = refused(&c, vec![Edit::summarize(7..10, "s")], 1);
+        let v = refused(&c, vec![Edit::summarize(8..9, "s")], 1);
         assert_eq!(v.rule, Rule::OpaqueKept, "{v}");
         assert!(v.detail.contains("role \"critic\""), "{v}");
         assert_eq!(

@@ -77,7 +77,7 @@ pub const RULES: &[RuleSpec] = &[
     must("TAMP-INV-10", "clearing keeps the structure"),
     must(
         "TAMP-INV-11",
-        "instructions kept in place (system messages wherever they stand)",
+        "instructions kept (system messages wherever they stand)",
     ),
     must("TAMP-INV-12", "opaque units kept verbatim in place"),
     must(

@@ -79,10 +79,22 @@ impl Setup {
         proxy_extra: &str,
         stage: &str,
     ) -> Setup {
+        Setup::start_steps(name, compaction, high, proxy_extra, stage, STEPS)
+    }
+
+    /// [`Setup::start_with`] for a task of `steps` commands.
+    fn start_steps(
+        name: &str,
+        compaction: ServerCompaction,
+        high: u64,
+        proxy_extra: &str,
+        stage: &str,
+        steps: u32,
+    ) -> Setup {
         let dir = ScratchDir::new(name);
         let store = dir.join("proxy");
         std::fs::create_dir_all(&store).unwrap();
-        let upstream = AgentUpstream::start(KEY, STEPS, compaction);
+        let upstream = AgentUpstream::start(KEY, steps, compaction);
         let config = chain(&store, &upstream, high, proxy_extra, stage);
         let proxy = Server::start_command("proxy", &config, &[], &[("TAMP_LOG", "debug")]);
         Setup {
@@ -247,6 +259,88 @@ fn claude_code_finishes_a_tool_task_through_the_proxy_with_its_history_compacted
     );
     assert_compacted("claude -p", &turns);
     proxy.assert_secret_kept_out(KEY, &store);
+}
+
+/// The texts of an Anthropic request's mid-conversation system messages (Claude Code sends
+/// one every few tool calls; tamp writes those one after another as one message), and how
+/// many tool calls it still holds.
+fn system_messages_and_calls(exchange: &Exchange) -> (Vec<String>, usize) {
+    let messages = exchange.body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let texts = messages
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .flat_map(|m| match &m["content"] {
+            serde_json::Value::String(text) => vec![text.clone()],
+            blocks => blocks
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|b| b["text"].as_str().unwrap_or_default().to_string())
+                .collect(),
+        })
+        .collect();
+    let calls = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_use")
+        .count();
+    (texts, calls)
+}
+
+#[test]
+fn claude_code_s_system_messages_are_kept_and_do_not_stop_a_summary() {
+    // Claude Code sends a system message every few tool calls. A summarizing strategy whose
+    // span stopped at each stalled after the second: every later call stayed in the history.
+    // Now the span goes on past them, and they stay, after the summary.
+    const LONG: u32 = 30;
+    let stage = format!(
+        "[[stage]]\nname = \"fold\"\nplugin = \"{}\"\n",
+        plugin("tamp_map_reduce_adaptive").display()
+    );
+    let Setup {
+        proxy,
+        upstream,
+        dir,
+        ..
+    } = Setup::start_steps(
+        "agents-claude-long",
+        ServerCompaction::Present,
+        4_100,
+        "",
+        &stage,
+        LONG,
+    );
+    let (home, work) = agent_dirs(&dir, "claude");
+    let out = run(claude(&proxy.base, &home, &work), "claude");
+    let exchanges = assert_finished("claude -p", &out, &upstream, &proxy);
+    let turns: Vec<&Exchange> = exchanges
+        .iter()
+        .filter(|e| e.target.starts_with("/v1/messages"))
+        .collect();
+    assert!(turns.len() > LONG as usize, "{} model calls", turns.len());
+    assert_compacted("claude -p", &turns);
+    // Every system message Claude Code sent reaches the upstream, in order, in the last call.
+    let last = turns.last().unwrap();
+    let (kept, calls) = system_messages_and_calls(last);
+    let sent_before_last = turns
+        .iter()
+        .map(|e| system_messages_and_calls(e).0.len())
+        .max()
+        .unwrap();
+    assert!(
+        kept.len() >= 3 && kept.len() >= sent_before_last,
+        "{} system messages in the last call, {sent_before_last} at most before: {kept:#?}",
+        kept.len()
+    );
+    // And the calls before the recent ones are summarized, not left in the history.
+    assert!(
+        calls <= 10,
+        "the last call still holds {calls} of the {LONG} tool calls: the summaries stalled"
+    );
 }
 
 /// What an agent sent, as a fixture: every request of the session in order, its headers less

@@ -398,7 +398,9 @@ pub(super) fn blocks_out<'a>(
 
 /// The wire messages for `messages`. Consecutive tool messages become one `user` message;
 /// system messages are written in place with the role `system` (mid-conversation system
-/// messages); an opaque unit is written as it came.
+/// messages), consecutive ones as one (the API takes a system message only right after a
+/// user turn; a summary keeps the system messages of its span after it, one after another);
+/// an opaque unit is written as it came.
 pub(super) fn messages_out(messages: &[Message]) -> Vec<Out<'_>> {
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
@@ -419,6 +421,25 @@ pub(super) fn messages_out(messages: &[Message]) -> Vec<Out<'_>> {
                 ("role".into(), Out::str("user")),
                 ("content".into(), Out::Array(blocks)),
             ]));
+            continue;
+        }
+        // Not at the start of `messages`, where a client's leading system messages are
+        // written back as they came.
+        let system_run = messages[i..]
+            .iter()
+            .take_while(|n| n.role == Role::System && super::raw_json(n).is_none())
+            .count();
+        if system_run > 1 && !out.is_empty() {
+            let blocks = messages[i..i + system_run]
+                .iter()
+                .flat_map(|n| blocks_out(n, block_out))
+                .collect();
+            let own = vec![
+                ("role".into(), Out::str("system")),
+                ("content".into(), Out::Array(blocks)),
+            ];
+            out.push(finish_object(own, &Extra::parse(m.extra_json.as_str())));
+            i += system_run;
             continue;
         }
         let role = match m.role {

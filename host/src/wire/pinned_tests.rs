@@ -85,6 +85,22 @@ fn anthropic_system_messages_in_messages_are_read_kept_in_place_and_written_back
         to_value(&c, WireFormat::Anthropic),
         json!({"system": "s", "messages": [{"role": "user", "content": "u"}, {"role": "system", "content": "later"}]})
     );
+    // System messages one after another (a summary keeps those of its span after it) are
+    // written as one: the API takes a system message only right after a user turn.
+    let c = Conversation::new(vec![
+        Message::text(Role::User, "u"),
+        Message::text(Role::System, "first"),
+        Message::text(Role::System, "second"),
+        Message::text(Role::Assistant, "a"),
+    ]);
+    assert_eq!(
+        to_value(&c, WireFormat::Anthropic),
+        json!({"messages": [
+            {"role": "user", "content": "u"},
+            {"role": "system", "content": [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]},
+            {"role": "assistant", "content": "a"}
+        ]})
+    );
 }
 
 #[test]
@@ -227,8 +243,10 @@ fn known_blocks_it_does_not_interpret_leave_their_message_compactable() {
         {"role": "assistant", "content": "Done."},
         {"role": "user", "content": "Thanks."}
     ]});
+    // "Sure." closes the opening turn, so the attachments after it are not the task.
     let chat = json!({"messages": [
         {"role": "user", "content": "Look at these."},
+        {"role": "assistant", "content": "Sure."},
         {"role": "user", "content": [
             {"type": "text", "text": "a"},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
@@ -241,6 +259,7 @@ fn known_blocks_it_does_not_interpret_leave_their_message_compactable() {
     ]});
     let responses = json!({"input": [
         {"role": "user", "content": "Look at these."},
+        {"role": "assistant", "content": "Sure."},
         {"type": "message", "role": "user", "content": [
             {"type": "input_text", "text": "a"},
             {"type": "input_image", "image_url": "data:image/png;base64,AA==", "detail": "auto"},
@@ -269,14 +288,14 @@ fn known_blocks_it_does_not_interpret_leave_their_message_compactable() {
             WireFormat::OpenAi,
             "messages",
             openai::KNOWN_PARTS,
-            1..4,
+            1..5,
         ),
         (
             &responses,
             WireFormat::Responses,
             "input",
             responses::KNOWN_PARTS,
-            1..4,
+            1..5,
         ),
     ] {
         let sampled = part_types(request, list);

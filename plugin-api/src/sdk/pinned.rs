@@ -3,8 +3,9 @@
 //! strategy through [`units`](super::units) and [`compactable_range`](super::compactable_range).
 //!
 //! - **Instructions** (a [`Role::System`] message wherever it stands: the system prompt, or a
-//!   mid-conversation system or developer message) are pinned: kept in place, never inside a
-//!   summarized, replaced or cleared span (rule TAMP-INV-11).
+//!   mid-conversation system or developer message) are pinned: never summarized, replaced or
+//!   cleared, kept in order (rule TAMP-INV-11). Inside a summarized span the host keeps them,
+//!   right after the summary.
 //! - **Opaque units** are pinned too (TAMP-INV-12): a message in a role, or holding a block,
 //!   or standing for a wire item of a type tamp does not know. The wire reader keeps it
 //!   verbatim where it stands and marks it with [`OPAQUE`] (what it is: `item:web_search_call`,

@@ -1,8 +1,10 @@
 //! Choosing the span a summarizing strategy replaces, as the shipped ones do: from the start
-//! of a range (past any pinned units there) to its end or to the next pinned unit inside it
-//! (a system message, an opaque unit: one contiguous run, so one page and one summary), with
-//! the strategy's own earlier summaries (its *priors*) told apart from the rest (the
-//! *pieces*, rendered one unit at a time).
+//! of a range (past any pinned units there) to its end (one contiguous run, so one page and
+//! one summary), with the strategy's own earlier summaries (its *priors*) told apart from the
+//! rest (the *pieces*, rendered one unit at a time). Pinned units inside it (a system message,
+//! an opaque unit) are neither: the host keeps them, right after the summary. Claude Code
+//! sends a system message every few tool calls; a span that stopped at each would leave
+//! almost nothing to summarize.
 
 use std::ops::Range;
 
@@ -28,6 +30,9 @@ pub struct SpanSelection {
     /// Everything else in the span, one rendered unit (message, tool exchange, another
     /// strategy's summary) per piece, in order.
     pub pieces: Vec<Piece>,
+    /// The pinned units inside the span, in order: not summarized; the host keeps them right
+    /// after the summary that replaces the span.
+    pub kept: Vec<Range<usize>>,
 }
 
 impl SpanSelection {
@@ -43,8 +48,8 @@ impl SpanSelection {
 }
 
 /// Takes the span within `range` (usually `sdk::compactable_range`, or a later start): pinned
-/// units at its start are stepped over, and it stops before the next one; `strategy`'s
-/// summaries become priors.
+/// units at its start are stepped over, those inside it are kept (none ends it);
+/// `strategy`'s summaries become priors.
 pub fn select_span(
     messages: &[Message],
     range: Range<usize>,
@@ -69,7 +74,11 @@ pub fn select_span(
                 selection.span = unit.range.end..unit.range.end;
                 continue;
             }
-            UnitKind::System => break,
+            // Not yet part of the span: only once a unit after it is taken.
+            UnitKind::System => {
+                selection.kept.push(unit.range.clone());
+                continue;
+            }
             _ if ours => selection.priors.push(unit.range.start),
             _ => selection.pieces.push(Piece {
                 text: render_messages(run, render),
@@ -78,6 +87,8 @@ pub fn select_span(
         }
         selection.span.end = unit.range.end;
     }
+    let end = selection.span.end;
+    selection.kept.retain(|kept| kept.end <= end);
     selection
 }
 
@@ -88,7 +99,7 @@ mod tests {
     use crate::sdk::summary::summary_message;
 
     #[test]
-    fn priors_are_told_apart_and_the_span_stops_at_a_system_message() {
+    fn priors_are_told_apart_and_a_system_message_inside_is_kept() {
         let m = vec![
             Message::text(Role::System, "sys"),
             summary_message("ours", "pg_1", "me", SummaryStatus::Final),
@@ -99,10 +110,14 @@ mod tests {
             Message::text(Role::User, "after"),
         ];
         let s = select_span(&m, 1..7, "me", &RenderOptions::default());
-        assert_eq!(s.span, 1..5);
+        assert_eq!(s.span, 1..7);
         assert_eq!(s.priors, vec![1]);
+        assert_eq!(s.kept, vec![5..6]);
         let ranges: Vec<_> = s.pieces.iter().map(|p| p.range.clone()).collect();
-        assert_eq!(ranges, vec![2..3, 3..4, 4..5]);
+        assert_eq!(ranges, vec![2..3, 3..4, 4..5, 6..7]);
+        // A pinned unit at the span's end is not taken into it.
+        let short = select_span(&m, 1..6, "me", &RenderOptions::default());
+        assert_eq!((short.span, short.kept), (1..5, vec![]));
         assert!(s.pieces[1].text.contains("u1"));
         let mut taken = s.clone();
         let (piece_ranges, texts) = taken.take_pieces();

@@ -134,7 +134,15 @@ impl Strategy for AnchoredStructured {
         }
         let body = plan::body(produced.path, produced.prose.as_deref(), &merged.summary);
 
-        let span_tokens = host.count_message_tokens(span_messages);
+        // What the summary replaces: the span less the pinned messages the host keeps.
+        let kept_tokens: u64 = selection
+            .kept
+            .iter()
+            .map(|kept| host.count_message_tokens(&messages[kept.clone()]))
+            .sum();
+        let span_tokens = host
+            .count_message_tokens(span_messages)
+            .saturating_sub(kept_tokens);
         let metadata =
             plan::page_metadata(&merged.summary, produced.path, span_messages, span_tokens);
         let text = self.with_ledger(

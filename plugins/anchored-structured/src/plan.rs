@@ -32,9 +32,11 @@ pub struct Selection {
     pub pieces: Vec<String>,
     /// The messages of each piece, while no prior summary is among them.
     pub piece_ranges: Vec<Range<usize>>,
+    /// The pinned units inside the span, which the host keeps after the summary.
+    pub kept: Vec<Range<usize>>,
 }
-/// The span to replace: from the start of the compactable range to its end or to the first
-/// system message inside it (one contiguous run, so one page and one summary). A prior's text
+/// The span to replace: from the start of the compactable range to its end (one contiguous
+/// run, so one page and one summary; the system messages inside it are kept, not summarized). A prior's text
 /// is kept without its ledger (which `sdk::ledger::finish` carries), in case it must be
 /// summarized as content.
 pub fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -> Selection {
@@ -60,6 +62,7 @@ pub fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -
         prior_texts,
         pieces,
         piece_ranges,
+        kept: selected.kept,
     }
 }
 
@@ -514,6 +517,7 @@ mod tests {
             prior_texts: Vec::new(),
             pieces: vec!["a".into(), "b".into()],
             piece_ranges: vec![1..2, 2..3],
+            kept: Vec::new(),
         };
         let structured = Produced::cached(AnchoredSummary::default());
         let prose = Produced::prose("p".into(), 1, Vec::new());

@@ -141,35 +141,41 @@ pub fn finalizable(messages: &[Message], keep_recent: usize) -> Vec<(usize, Stri
 /// longer `fit` (see `LedgerConfig::kept_summaries_fit`): the leading run of this stage's
 /// final summaries, if it has at least two. A pending summary waits for its answer before it
 /// can be folded (its text is only a preview), and another stage's summary is that stage's
-/// to fold, so either ends the run.
+/// to fold, so either ends the run. Pinned messages among them (the system messages a page
+/// kept after its summary) do not end it: the host keeps them after the fold's summary.
 pub fn fold_span(
     messages: &[Message],
     keep_recent: usize,
     fit: impl Fn(&[&Message]) -> bool,
 ) -> Option<Range<usize>> {
     let range = sdk::compactable_range(messages, keep_recent);
-    let leading: Vec<&Message> = messages[range.clone()]
+    let leading: Vec<(usize, &Message)> = messages[range.clone()]
         .iter()
-        .take_while(|m| m.is_summary())
+        .enumerate()
+        .take_while(|(_, m)| m.is_summary() || sdk::pinned::is_pinned(m))
+        .filter(|(_, m)| m.is_summary())
         .collect();
-    if fit(&leading) {
+    let summaries: Vec<&Message> = leading.iter().map(|(_, m)| *m).collect();
+    if fit(&summaries) {
         return None;
     }
-    let ours = leading
+    let ours: Vec<usize> = leading
         .iter()
-        .take_while(|m| {
+        .take_while(|(_, m)| {
             m.summary_info().is_some_and(|info| {
                 info.status == SummaryStatus::Final && info.strategy.as_str() == NAME
             })
         })
-        .count();
-    (ours >= 2).then(|| range.start..range.start + ours)
+        .map(|(at, _)| *at)
+        .collect();
+    (ours.len() >= 2).then(|| range.start..range.start + ours[ours.len() - 1] + 1)
 }
 
-/// The pages to defer: runs of plain messages and tool exchanges (no system message, no
-/// summary) inside the compactable range, each cut at unit boundaries into pages of at most
-/// `max_page` messages (a single larger unit is a page of its own); pages shorter than
-/// `min_messages` are left alone.
+/// The pages to defer: runs of plain messages and tool exchanges (no summary) inside the
+/// compactable range, each cut at unit boundaries into pages of at most `max_page` messages
+/// (a single larger unit is a page of its own); pages shorter than `min_messages` are left
+/// alone. A pinned unit (a system message: Claude Code sends one every few tool calls) does
+/// not end a page: the host keeps it, after the page's summary.
 pub fn plan_pages(
     messages: &[Message],
     keep_recent: usize,
@@ -179,6 +185,9 @@ pub fn plan_pages(
     let range = sdk::compactable_range(messages, keep_recent);
     let mut pages = Vec::new();
     let mut current: Option<Range<usize>> = None;
+    // The end of the pinned units right after the current page: a unit starting there
+    // continues it.
+    let mut bridged: Option<usize> = None;
     let close = |current: &mut Option<Range<usize>>, pages: &mut Vec<Range<usize>>| {
         if let Some(page) = current.take() {
             if page.len() >= min_messages {
@@ -191,18 +200,29 @@ pub fn plan_pages(
             continue;
         }
         match unit.kind {
-            UnitKind::System | UnitKind::Summary => close(&mut current, &mut pages),
-            UnitKind::Message | UnitKind::ToolExchange => match current.as_mut() {
-                Some(page)
-                    if page.end == unit.range.start && page.len() + unit.len() <= max_page =>
-                {
-                    page.end = unit.range.end;
+            UnitKind::System => {
+                if current.is_some() {
+                    bridged = Some(unit.range.end);
                 }
-                _ => {
-                    close(&mut current, &mut pages);
-                    current = Some(unit.range.clone());
+            }
+            UnitKind::Summary => {
+                close(&mut current, &mut pages);
+                bridged = None;
+            }
+            UnitKind::Message | UnitKind::ToolExchange => {
+                let continues = |page: &Range<usize>| {
+                    (page.end == unit.range.start || bridged == Some(unit.range.start))
+                        && unit.range.end - page.start <= max_page
+                };
+                match current.as_mut() {
+                    Some(page) if continues(page) => page.end = unit.range.end,
+                    _ => {
+                        close(&mut current, &mut pages);
+                        current = Some(unit.range.clone());
+                    }
                 }
-            },
+                bridged = None;
+            }
         }
     }
     close(&mut current, &mut pages);
@@ -255,6 +275,28 @@ mod tests {
     }
 
     #[test]
+    fn a_system_message_inside_a_run_does_not_end_its_page() {
+        // Claude Code's: one every few tool calls. The page runs past it (the host keeps it
+        // after the page's summary); one at a page's end stays out of it.
+        let mut m = vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "task"),
+        ];
+        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+            m.push(call(id, "bash"));
+            m.push(result(id));
+            if i % 2 == 1 {
+                m.push(Message::text(Role::System, "keep them updated"));
+            }
+        }
+        m.push(Message::text(Role::User, "recent"));
+        // 2..4 a, 4..6 b, 6 system, 7..9 c, 9..11 d, 11 system, 12 recent.
+        assert_eq!(plan_pages(&m, 1, 2, 100), vec![2..11]);
+        // A page's size counts the pinned messages it runs past.
+        assert_eq!(plan_pages(&m, 1, 2, 6), vec![2..6, 7..11]);
+    }
+
+    #[test]
     fn pending_summaries_inside_the_protected_tail_wait() {
         let pending =
             |page: &str| summary_message("s", page, "batch-deferred", SummaryStatus::Pending);
@@ -298,6 +340,12 @@ mod tests {
         let mut one = m.clone();
         one.drain(3..5);
         assert_eq!(fold_span(&one, 1, |_| false), None);
+        // Pinned messages between our summaries (kept after each page's summary) do not end
+        // the run, nor count as summaries.
+        let mut pinned = m.clone();
+        pinned.insert(3, Message::text(Role::System, "keep them updated"));
+        pinned.insert(5, Message::text(Role::System, "keep them updated"));
+        assert_eq!(fold_span(&pinned, 1, |s| s.len() < 5), Some(2..7));
         // Another stage's summary first: that one is not ours to fold, nor what follows it.
         let mut theirs = m.clone();
         theirs.insert(2, summary(SummaryStatus::Final, "map-reduce-adaptive"));

@@ -70,9 +70,8 @@ impl Selection {
 }
 
 /// The span to replace: from the start of the compactable range (after the `skip` summaries
-/// kept in place) to its end or to the first system message inside it, whichever comes first
-/// (one contiguous run, so one page and one summary; the older part first, so what is
-/// summarized does not depend on what comes later).
+/// kept in place) to its end (one contiguous run, so one page and one summary; the system
+/// messages inside it are kept by the host, not summarized).
 pub fn select(messages: &[Message], keep_recent: usize, skip: usize, config: &Config) -> Selection {
     let compactable = sdk::compactable_range(messages, keep_recent);
     let range = (compactable.start + skip).min(compactable.end)..compactable.end;
@@ -194,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn selection_takes_the_prior_summary_apart_and_stops_at_a_system_message() {
+    fn selection_takes_the_prior_summary_apart_and_runs_past_a_system_message() {
         let msgs = vec![
             Message::text(Role::System, "sys"),
             summary_message("PRIOR", "pg_1", NAME, SummaryStatus::Final),
@@ -207,17 +206,19 @@ mod tests {
         ];
         let config = Config::default();
         // Folding: the prior summary is taken apart from the content.
+        // The system message is in the span but not summarized: the host keeps it.
         let s = select(&msgs, 1, 0, &config);
-        assert_eq!(s.span, 1..5);
+        assert_eq!(s.span, 1..7);
         assert_eq!(s.prior.as_deref(), Some("PRIOR"));
-        assert_eq!(s.pieces.len(), 3);
+        assert_eq!(s.pieces.len(), 4);
         assert_eq!(s.pieces[0], "user: hello\n");
         assert!(s.pieces[1].contains("OTHER") && s.pieces[1].contains("pg_2"));
+        assert_eq!(s.pieces[3], "user: later\n");
         // Keeping it in place: the span starts after it.
         let mut s = select(&msgs, 1, 1, &config);
-        assert_eq!(s.span, 2..5);
+        assert_eq!(s.span, 2..7);
         assert_eq!(s.prior, None);
-        assert_eq!(s.pieces.len(), 3);
+        assert_eq!(s.pieces.len(), 4);
         // Truncated to its first piece, the span ends after it.
         s.truncate(1);
         assert_eq!((s.span.clone(), s.pieces.len()), (2..3, 1));
