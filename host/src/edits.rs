@@ -13,7 +13,8 @@
 //! - the pinned units inside a summarized or replaced span are kept, right after what
 //!   replaces it, in order: Claude Code sends a system message every few tool calls, and a
 //!   span that had to stop at each would leave almost nothing to summarize. Its page holds
-//!   the whole span, them included;
+//!   the whole span, them included. A system message said again later word for word is not
+//!   kept: its later copy keeps the instruction (`sdk::pinned::repeated_later`);
 //! - spans are disjoint, so kept messages keep their order and only summaries are new
 //!   (TAMP-INV-04);
 //! - a `Summarize` span is archived by the host itself, and a `Replace` names a page that
@@ -112,6 +113,8 @@ pub(crate) fn check(
     let allowed = sdk::compactable_range_of(messages, &units, keep_recent);
     let head = sdk::protected_head(messages);
     let boundary = sdk::pinned::boundary_end(messages, &units);
+    let repeated_once = std::cell::OnceCell::new();
+    let repeated = || repeated_once.get_or_init(|| sdk::pinned::repeated_later(messages));
     // A span must start and end on a unit boundary; units are in order, so a search finds it.
     let starts_a_unit = |i: usize| units.binary_search_by_key(&i, |u| u.range.start).is_ok();
     let ends_a_unit = |i: usize| units.binary_search_by_key(&i, |u| u.range.end).is_ok();
@@ -186,12 +189,15 @@ pub(crate) fn check(
             )
             .at_message(i));
         }
+        // Instructions said again later word for word go into the page: the later copy keeps
+        // them (`sdk::pinned::repeated_later`).
         let kept: Vec<usize> = if keeps_pinned {
             units
                 .iter()
                 .filter(|u| {
                     u.is_pinned() && range.start <= u.range.start && u.range.end <= range.end
                 })
+                .filter(|u| u.range.len() > 1 || !repeated()[u.range.start])
                 .flat_map(|u| u.range.clone())
                 .collect()
         } else {
@@ -776,6 +782,35 @@ mod tests {
             &pages.into_iter().collect(),
         )
         .unwrap();
+        // The same instructions said again later: the earlier copy goes into the page, the
+        // later one keeps them; the checker accepts it, and refuses losing the last copy.
+        let mut repeated = c.clone();
+        let mut m = repeated.messages.to_vec();
+        m.insert(12, c.messages[3].clone());
+        repeated.messages = m.into();
+        let (out, pages) =
+            preview(&repeated, ffi(vec![Edit::summarize(2..10, "s")]), 1, ME).unwrap();
+        assert!(out.messages[2].is_summary());
+        assert_eq!(out.messages[3], c.messages[8]);
+        assert_eq!(out.messages[6], repeated.messages[12]);
+        assert_eq!(
+            out.messages.iter().filter(|m| **m == c.messages[3]).count(),
+            1
+        );
+        let pages: HashMap<String, Vec<Message>> = pages.into_iter().collect();
+        check_stage_output(
+            &repeated.messages,
+            &out.messages,
+            1,
+            WireFormat::Anthropic,
+            &pages,
+        )
+        .unwrap();
+        let mut lost = out.messages.to_vec();
+        lost.remove(6);
+        let v = check_stage_output(&repeated.messages, &lost, 1, WireFormat::Anthropic, &pages)
+            .unwrap_err();
+        assert_eq!(v.rule, Rule::InstructionsKept, "{v}");
         // A span of pinned units alone replaces nothing.
         let v = refused(&c, vec![Edit::summarize(3..4, "s")], 1);
         assert_eq!(v.rule, Rule::InstructionsKept, "{v}");

@@ -5,7 +5,10 @@
 //! - **Instructions** (a [`Role::System`] message wherever it stands: the system prompt, or a
 //!   mid-conversation system or developer message) are pinned: never summarized, replaced or
 //!   cleared, kept in order (rule TAMP-INV-11). Inside a summarized span the host keeps them,
-//!   right after the summary.
+//!   right after the summary. One exception, [`repeated_later`]: a system message said again
+//!   word for word later in the conversation may go into the span's page, since the later
+//!   copy keeps the instruction (Claude Code repeats the same reminder every few tool calls;
+//!   kept every time, a long session's copies filled the context).
 //! - **Opaque units** are pinned too (TAMP-INV-12): a message in a role, or holding a block,
 //!   or standing for a wire item of a type tamp does not know. The wire reader keeps it
 //!   verbatim where it stands and marks it with [`OPAQUE`] (what it is: `item:web_search_call`,
@@ -37,6 +40,24 @@ pub const BOUNDARY: &str = "tamp:boundary";
 /// message) or an opaque unit.
 pub fn is_pinned(message: &Message) -> bool {
     message.role == Role::System || has_marker(message, OPAQUE)
+}
+
+/// For each of `messages`, whether it is instructions said again later word for word: a
+/// system message (not an opaque unit) with an identical message after it. Such a copy is
+/// not kept after a summary of its span: the last copy keeps the instruction in the
+/// conversation (TAMP-INV-11 allows it).
+pub fn repeated_later(messages: &[Message]) -> Vec<bool> {
+    let mut repeated = vec![false; messages.len()];
+    let mut later: std::collections::HashMap<String, Vec<&Message>> = Default::default();
+    for (i, message) in messages.iter().enumerate().rev() {
+        if message.role != Role::System || has_marker(message, OPAQUE) {
+            continue;
+        }
+        let copies = later.entry(message.joined_text()).or_default();
+        repeated[i] = copies.contains(&message);
+        copies.push(message);
+    }
+    repeated
 }
 
 /// Whether `message` holds a provider's compaction boundary.
@@ -234,5 +255,23 @@ mod tests {
         assert_eq!(boundary_end(&m, &units(&m)), 5);
         assert_eq!(boundary_end(&m[..3], &units(&m[..3])), 2);
         assert_eq!(boundary_end(&m[..1], &units(&m[..1])), 0);
+    }
+
+    #[test]
+    fn only_earlier_copies_of_the_same_instructions_are_repeated() {
+        let nudge = || Message::text(Role::System, "keep them updated");
+        let messages = [
+            Message::text(Role::System, "sys"),
+            nudge(),
+            Message::text(Role::User, "u"),
+            Message::text(Role::System, "other"),
+            nudge(),
+            Message::text(Role::User, "keep them updated"),
+            nudge(),
+        ];
+        assert_eq!(
+            repeated_later(&messages),
+            [false, true, false, false, true, false, false]
+        );
     }
 }
