@@ -31,7 +31,8 @@
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
 //! summaries' ledger off, to compare; `TAMP_BENCH_MAX_TOKENS=N` sets the budget, 8,000 unset;
-//! `TAMP_BENCH_DUMP=1` prints, at every compaction, each summary's narrative and ledger
+//! `TAMP_BENCH_SYSTEM_EVERY=N` adds a system message after every `N`th turn, as Claude Code
+//! sends them; `TAMP_BENCH_DUMP=1` prints, at every compaction, each summary's narrative and ledger
 //! tokens, and the last answer's summaries in full; `TAMP_BENCH_NO_FORMATS=1` skips the wire
 //! formats' section; `-- [formats] [row...] [raw]`: the format comparison alone, only the
 //! rows whose name holds a word given, the raw client alone). Progress goes to stderr.
@@ -280,6 +281,18 @@ fn main() {
             .tail_token_limit()
             .map_or("unbounded".to_string(), |t| t.to_string())
     );
+    let nudges = session
+        .messages
+        .iter()
+        .filter(|m| m.role == tamp_plugin_api::Role::System)
+        .count()
+        - 1;
+    if nudges > 0 {
+        println!(
+            "with {nudges} mid-conversation system messages, as Claude Code sends them \
+             (TAMP_BENCH_SYSTEM_EVERY)"
+        );
+    }
     println!(
         "session: a turn is one tool exchange of the Anthropic corpus, in corpus order ({} \
          distinct: {} of the corpus's {} tool exchanges are at most {MAX_EXCHANGE_TOKENS} \

@@ -164,8 +164,25 @@ pub fn with_unique_ids(mut messages: Vec<Message>, turn: usize) -> Vec<Message> 
     messages
 }
 
+/// What Claude Code 2.1.328 sent as a mid-conversation system message every few tool calls
+/// (tests/fixtures/agents/claude-code.session.json).
+pub const CLAUDE_CODE_NUDGE: &str = "The user hasn't heard from you in a while. As you \
+     continue, keep them updated when there's something to tell — a finding, a change of plan.";
+
+/// `TAMP_BENCH_SYSTEM_EVERY=N`: a system message ([`CLAUDE_CODE_NUDGE`]) after every `N`th
+/// turn's tool result, as Claude Code sends them; none unset.
+fn system_every() -> Option<usize> {
+    std::env::var("TAMP_BENCH_SYSTEM_EVERY").ok().map(|v| {
+        v.parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| panic!("TAMP_BENCH_SYSTEM_EVERY: not a number of turns: {v}"))
+    })
+}
+
 pub fn session(turns: usize, tokens: &TokenCounter) -> Session {
     let pool = corpus_pool(tokens);
+    let system_every = system_every();
     let mut messages = vec![
         Message::text(
             Role::System,
@@ -186,6 +203,9 @@ pub fn session(turns: usize, tokens: &TokenCounter) -> Session {
             pool.exchanges[turn % pool.exchanges.len()].clone(),
             turn,
         ));
+        if system_every.is_some_and(|n| (turn + 1) % n == 0) {
+            messages.push(Message::text(Role::System, CLAUDE_CODE_NUDGE));
+        }
         requests.push(messages.len());
         if (turn + 1) % TEXT_EVERY == 0 {
             let k = turn / TEXT_EVERY;
