@@ -34,6 +34,15 @@ fn template_stage() -> String {
     )
 }
 
+/// map-reduce-adaptive with its defaults: a strategy that summarizes plain messages too (the
+/// template strategy only takes tool exchanges).
+fn fold_stage() -> String {
+    format!(
+        "[[stage]]\nname = \"fold\"\nplugin = \"{}\"\n",
+        plugin("tamp_map_reduce_adaptive").display()
+    )
+}
+
 /// The proxy's chain: `stage` with the high watermark at `high` tokens, its store in `dir`.
 /// An agent's first request is its system prompt and instructions (Claude Code's: 3,900
 /// tokens) and each step adds 50-60: `high` a few steps above the first request makes most
@@ -297,10 +306,7 @@ fn claude_code_s_system_messages_are_kept_and_do_not_stop_a_summary() {
     // span stopped at each stalled after the second: every later call stayed in the history.
     // Now the span goes on past them, and they stay, after the summary.
     const LONG: u32 = 30;
-    let stage = format!(
-        "[[stage]]\nname = \"fold\"\nplugin = \"{}\"\n",
-        plugin("tamp_map_reduce_adaptive").display()
-    );
+    let stage = fold_stage();
     let Setup {
         proxy,
         upstream,
@@ -503,12 +509,8 @@ fn user_texts(exchange: &Exchange) -> Vec<String> {
 fn codex_s_task_after_its_own_context_message_is_never_compacted() {
     // Codex opens with a user message of its own (its AGENTS.md and `<environment_context>`)
     // and sends the user's task as the next one: the task is that second message, and every
-    // compacted request must still carry it word for word, with the context before it. The
-    // chain summarizes plain messages too (the template strategy only takes tool exchanges).
-    let stage = format!(
-        "[[stage]]\nname = \"fold\"\nplugin = \"{}\"\n",
-        plugin("tamp_map_reduce_adaptive").display()
-    );
+    // compacted request must still carry it word for word, with the context before it.
+    let stage = fold_stage();
     let Setup {
         proxy,
         upstream,
