@@ -13,8 +13,8 @@ use crate::sdk::pinned;
 /// an agent may open with context of its own in a user message before the user's words (Codex
 /// sends its AGENTS.md and `<environment_context>` as one user message and the task as the
 /// next). With no reply yet (or a tool result next), the task is the first plain user message
-/// alone. The task often carries the session's one constraint ("do not touch the
-/// billing module"), which no summary may lose.
+/// alone. The task often carries the session's one constraint ("do not touch the billing
+/// module"), which no summary may lose.
 pub fn protected_head(messages: &[Message]) -> usize {
     let system = leading_system(messages);
     let turn = opening_turn(messages);
@@ -35,8 +35,9 @@ pub fn protected_head(messages: &[Message]) -> usize {
 }
 
 /// The end of the conversation's opening: the leading system messages, then the plain user
-/// messages (not tool results, not summaries) right after them; however that run ends. A thread is named by it (the host's derived thread key), so
-/// it must not depend on whether the reply has come yet.
+/// messages (not tool results, not summaries) right after them, however that run ends. A
+/// thread is named by it (the host's derived thread key), so it must not depend on whether
+/// the reply has come yet.
 pub fn opening_turn(messages: &[Message]) -> usize {
     let system = leading_system(messages);
     let plain_user = |m: &Message| {
@@ -66,8 +67,9 @@ fn leading_system(messages: &[Message]) -> usize {
 /// ([`pinned::boundary_end`]) and the pinned units right after those, and before the
 /// protected tail of the last `keep_recent` messages. The tail is widened backwards to a unit
 /// boundary, so a tool exchange that straddles it is protected whole. Pinned units further
-/// inside the range still must not be touched (skip [`UnitKind::System`](super::UnitKind)
-/// units; [`span::select_span`](super::span::select_span) does).
+/// inside the range are not summarized (skip [`UnitKind::System`](super::UnitKind) units); a
+/// span may run past them, and the host keeps them after its summary
+/// ([`span::select_span`](super::span::select_span) lists them).
 pub fn compactable_range(messages: &[Message], keep_recent: usize) -> Range<usize> {
     compactable_range_of(messages, &units(messages), keep_recent)
 }

@@ -31,7 +31,8 @@ pub struct SpanSelection {
     /// strategy's summary) per piece, in order.
     pub pieces: Vec<Piece>,
     /// The pinned units inside the span, in order: not summarized; the host keeps them right
-    /// after the summary that replaces the span.
+    /// after the summary that replaces the span (all but a system message said again later,
+    /// which goes into the page: `pinned::repeated_later`).
     pub kept: Vec<Range<usize>>,
 }
 
