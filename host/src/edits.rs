@@ -1033,13 +1033,24 @@ mod tests {
         #[test]
         fn no_edits_lose_a_message_or_split_an_exchange(
             turns in 1usize..14,
-            pins in 0usize..3,
+            pins in 0usize..4,
             keep_recent in 0usize..4,
             spans in prop::collection::vec((0usize..40, 0usize..6, any::<bool>()), 0..4),
             clears in prop::collection::vec(0usize..40, 0..3),
         ) {
             let c = match pins {
                 0 => conversation(turns),
+                // The mid-conversation instructions said again at the end.
+                3 => {
+                    let mut c = pinned_conversation(turns, false);
+                    let mut m = c.messages.to_vec();
+                    if m.len() > 4 {
+                        let again = m[3].clone();
+                        m.push(again);
+                    }
+                    c.messages = m.into();
+                    c
+                }
                 n => pinned_conversation(turns, n == 2),
             };
             let clearings = clears
