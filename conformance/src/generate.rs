@@ -392,8 +392,10 @@ impl Gen {
     }
 
     /// Inserts what no strategy may touch into `messages`, whose units start at `starts`: a
-    /// mid-conversation system message after a user turn, an opaque unit, and a compaction
-    /// boundary after the first unit where the format has one.
+    /// mid-conversation system message after a user turn (and the same again after a later
+    /// one, as Claude Code repeats its reminders: the earlier copy may go into a page, never
+    /// both), an opaque unit, and a compaction boundary after the first unit where the format
+    /// has one.
     fn pinned(&mut self, messages: &mut Vec<Message>, starts: &[usize]) {
         let after_user: Vec<usize> = starts[1..]
             .iter()
@@ -406,10 +408,20 @@ impl Gen {
             n => after_user[self.rng.below(n)],
         };
         let instructions = format!("Reminder: {}", self.sentence());
-        inserts.push((system_at, vec![Message::text(Role::System, instructions)]));
+        inserts.push((
+            system_at,
+            vec![Message::text(Role::System, instructions.clone())],
+        ));
         let opaque_at = starts[self.rng.between(1, starts.len() - 1)];
         let opaque = self.opaque_unit();
         inserts.push((opaque_at, opaque));
+        // After a user turn of its own, so that no system message follows another.
+        if let Some(&again) = after_user
+            .iter()
+            .find(|&&at| at > system_at && at != opaque_at && at != starts[1])
+        {
+            inserts.push((again, vec![Message::text(Role::System, instructions)]));
+        }
         if let Some(boundary) = self.boundary() {
             inserts.push((starts[1], boundary));
         }
@@ -621,6 +633,7 @@ mod tests {
         use tamp_plugin_api::sdk::pinned;
         for format in WireFormat::ALL {
             let mut reasoning = false;
+            let mut repeated = 0;
             for i in 0..12 {
                 let case = generate(case_seed(1, format, i), format, Shape::default());
                 let m = &case.messages;
@@ -640,6 +653,7 @@ mod tests {
                     format != WireFormat::OpenAi,
                     "{format} {i}: a compaction boundary"
                 );
+                repeated += usize::from(pinned::repeated_later(m).contains(&true));
                 reasoning |= m.iter().any(|m| {
                     m.content
                         .iter()
@@ -647,6 +661,10 @@ mod tests {
                 });
             }
             assert_eq!(reasoning, format == WireFormat::Responses, "{format}");
+            assert!(
+                repeated >= 6,
+                "{format}: {repeated} of 12 cases repeat their reminder"
+            );
         }
     }
 

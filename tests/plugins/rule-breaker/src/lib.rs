@@ -23,7 +23,7 @@
 //! | `TAMP-INV-10:dropped-block` | clears a tool message and drops its last block |
 //! | `TAMP-INV-01:clearing` | clears a tool result to a placeholder naming another page |
 //! | `TAMP-INV-03:clearing` | clears the last tool message, inside the protected tail |
-//! | `TAMP-INV-11` | summarizes a mid-conversation system message (a pinned unit) |
+//! | `TAMP-INV-11` | summarizes a mid-conversation system message (a pinned unit) not said again later |
 //! | `TAMP-INV-12` | summarizes an opaque unit (a message tamp's reader did not know) |
 //! | `TAMP-INV-13` | summarizes what lies between the task and the end of a compaction boundary |
 //! | `abort` | aborts the process in `compact` |
@@ -271,6 +271,9 @@ fn pinned_span(
             .iter()
             .any(|m| !sdk::pinned::opaque(m).is_empty())
     };
+    // A system message said again later may go into a page (`sdk::pinned::repeated_later`):
+    // summarizing that copy breaks nothing.
+    let repeated = sdk::pinned::repeated_later(messages);
     let pinned = |want_opaque: bool| {
         units
             .iter()
@@ -279,6 +282,7 @@ fn pinned_span(
                     && u.range.start >= head.max(boundary)
                     && u.range.end <= range.end
                     && opaque(u) == want_opaque
+                    && !repeated[u.range.start]
             })
             .map(|u| u.range.clone())
     };
