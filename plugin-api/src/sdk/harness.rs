@@ -9,6 +9,8 @@
 //! `<environment_details>`). A list, not a shape: Cline sends the user's own task as
 //! `<task>`, and a user may write a tag of their own.
 
+use std::borrow::Cow;
+
 /// The tags of harness context.
 pub const HARNESS_TAGS: [&str; 5] = [
     "system-reminder",
@@ -19,17 +21,22 @@ pub const HARNESS_TAGS: [&str; 5] = [
 ];
 
 /// `text` without the harness context in it ([`HARNESS_TAGS`]: each element from its opening
-/// tag to its closing one, both included), trimmed. An opening tag never closed is left, as
-/// it may be the user's.
-pub fn without_harness_context(text: &str) -> String {
+/// tag to its closing one, both included); `text` itself when it has none. An opening tag
+/// never closed is left, as it may be the user's.
+pub fn without_harness_context(text: &str) -> Cow<'_, str> {
+    let Some(first) = next_element(text) else {
+        return Cow::Borrowed(text);
+    };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some((start, end)) = next_element(rest) {
+    let mut next = Some(first);
+    while let Some((start, end)) = next {
         out.push_str(&rest[..start]);
         rest = &rest[end..];
+        next = next_element(rest);
     }
     out.push_str(rest);
-    out.trim().to_string()
+    Cow::Owned(out)
 }
 
 /// The byte range of the first harness element in `text`.
@@ -67,14 +74,19 @@ mod tests {
                       </system-reminder>\nFix the totals; use Decimal.";
         assert_eq!(
             without_harness_context(claude),
-            "Fix the totals; use Decimal."
+            "\nFix the totals; use Decimal."
         );
         let codex = "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>";
-        assert_eq!(without_harness_context(codex), "");
+        assert_eq!(without_harness_context(codex).trim(), "");
         // Several, and one inside the user's text.
         let two = "Do X. <system-reminder a=\"1\">r1</system-reminder> Then Y.\
                    <environment_details>d</environment_details>";
         assert_eq!(without_harness_context(two), "Do X.  Then Y.");
+        // Nothing of the harness: the same text, not a copy.
+        assert!(matches!(
+            without_harness_context("plain"),
+            Cow::Borrowed("plain")
+        ));
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!
 //! ## How it picks
 //!
-//! 1. **Units.** The material is split into lines; prose lines are split further at sentence
+//! 1. **Units.** The material, less what an agent's harness wrote into it (Claude Code's
+//!    `<system-reminder>`, Codex's `<environment_context>`: `sdk::harness`), is split into lines; prose lines are split further at sentence
 //!    ends (`. ! ?` followed by a capitalized word or a digit, not after an abbreviation or an
 //!    initial; CJK `。！？`; an ellipsis `...` does not end a sentence). Code and log lines
 //!    (indented, inside a ``` fence, ending in `{ } ; , ( [`, starting with a timestamp, a
@@ -75,6 +76,7 @@ use futures::future::BoxFuture;
 // collision-resistant against crafted input, which costs only time here).
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 // Sentences, decision words and paths: the SDK's, which the ledger reads with too.
+use tamp_plugin_api::sdk::harness::without_harness_context;
 use tamp_plugin_api::sdk::statements::{
     as_path, has_word, is_code_like, is_installed_code, looks_like_a_file, push_unit,
     scheme_separator, split_sentences, trim_token, COMMITMENT_WORDS, CUE_WORDS, DECISION_CUE_WORDS,
@@ -133,7 +135,10 @@ impl ExtractiveSummarizer {
     /// `usage` is **estimated** from characters: input ≈ (system + prompt chars) / 4, output ≈
     /// answer chars / 4 (see [`super::estimate_tokens`]).
     pub fn answer(&self, request: &LlmRequest) -> Result<LlmResponse, ProviderError> {
-        let material = content_section(request.prompt.as_str());
+        // What an agent's harness wrote into the transcript (Claude Code's `<system-reminder>`)
+        // is no one's statement, and in a user's turn it would score as what the user wrote.
+        let material = without_harness_context(content_section(request.prompt.as_str()));
+        let material = material.as_ref();
         let budget = (request.max_output_tokens as usize).saturating_mul(CHARS_PER_TOKEN);
         if let FfiOption::RSome(schema) = &request.response_schema_json {
             let fill = fill_schema(schema.as_str(), material, budget).map_err(|reason| {
@@ -604,6 +609,24 @@ mod tests {
             "{}",
             r.text
         );
+    }
+
+    #[test]
+    fn an_agent_s_harness_text_is_not_material() {
+        // Claude Code's reminder in the user's turn, as `render_messages` writes it: it would
+        // score as what the user wrote.
+        let prompt = wrap_content(
+            "user: <system-reminder>\nThe TodoWrite tool hasn't been used recently. If you are \
+             working on tasks that would benefit from tracking progress, consider using it.\n\
+             </system-reminder>\nRename the report module to src/reports/totals.py.\n\
+             assistant: I renamed it.",
+        );
+        let r = ExtractiveSummarizer::new()
+            .answer(&request(&prompt, 200))
+            .unwrap();
+        assert!(r.text.contains("src/reports/totals.py"), "{}", r.text);
+        assert!(!r.text.contains("TodoWrite"), "{}", r.text);
+        assert!(!r.text.contains("system-reminder"), "{}", r.text);
     }
 
     const ANCHORED_SCHEMA: &str = r#"{"type": "object",

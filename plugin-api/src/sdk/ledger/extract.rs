@@ -102,7 +102,8 @@ pub fn extract(messages: &[Message]) -> Extracted {
                     let Some(call) = calls.remove(tool_use_id.as_str()) else {
                         continue;
                     };
-                    let output = without_harness_context(&result_text(content));
+                    let result = result_text(content);
+                    let output = without_harness_context(&result);
                     let signature = call_signature(call.name, call.input_json);
                     match error_line(&output, *is_error) {
                         Some(line) => {
@@ -155,7 +156,7 @@ fn said_text(message: &Message) -> String {
         .iter()
         .filter_map(ContentBlock::as_text)
         .map(without_harness_context)
-        .filter(|text| !text.is_empty())
+        .filter(|text| !text.trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n")
 }
