@@ -300,8 +300,7 @@ pub fn pinning_rule(messages: &[Message], index: usize, boundary: usize) -> Opti
 pub fn check_pinned(input: &[Message], walk: &Walk) -> Result<(), Violation> {
     let removed: std::collections::HashSet<usize> = walk.removed.iter().copied().collect();
     let copy_stays = |i: usize| {
-        input[i].role == Role::System
-            && pinned::opaque(&input[i]).is_empty()
+        pinned::is_instructions(&input[i])
             && input
                 .iter()
                 .enumerate()

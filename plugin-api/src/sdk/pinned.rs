@@ -42,6 +42,13 @@ pub fn is_pinned(message: &Message) -> bool {
     message.role == Role::System || has_marker(message, OPAQUE)
 }
 
+/// Whether `message` is instructions: a system message that is not an opaque unit (which is
+/// also a system message, holding what tamp did not read). Only instructions may be said
+/// again ([`repeated_later`]).
+pub fn is_instructions(message: &Message) -> bool {
+    message.role == Role::System && !has_marker(message, OPAQUE)
+}
+
 /// For each of `messages`, whether it is instructions said again later word for word: a
 /// system message (not an opaque unit) with an identical message after it. Such a copy is
 /// not kept after a summary of its span: the last copy keeps the instruction in the
@@ -50,7 +57,7 @@ pub fn repeated_later(messages: &[Message]) -> Vec<bool> {
     let mut repeated = vec![false; messages.len()];
     let mut later: std::collections::HashMap<String, Vec<&Message>> = Default::default();
     for (i, message) in messages.iter().enumerate().rev() {
-        if message.role != Role::System || has_marker(message, OPAQUE) {
+        if !is_instructions(message) {
             continue;
         }
         let copies = later.entry(message.joined_text()).or_default();

@@ -35,10 +35,11 @@ pub struct Selection {
     /// The pinned units inside the span, which the host keeps after the summary.
     pub kept: Vec<Range<usize>>,
 }
+
 /// The span to replace: from the start of the compactable range to its end (one contiguous
-/// run, so one page and one summary; the system messages inside it are kept, not summarized). A prior's text
-/// is kept without its ledger (which `sdk::ledger::finish` carries), in case it must be
-/// summarized as content.
+/// run, so one page and one summary; the system messages inside it are kept, not
+/// summarized). A prior's text is kept without its ledger (which `sdk::ledger::finish`
+/// carries), in case it must be summarized as content.
 pub fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -> Selection {
     let range = sdk::compactable_range(messages, keep_recent);
     let render_options = RenderOptions::default();
