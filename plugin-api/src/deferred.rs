@@ -137,7 +137,7 @@ impl<'a> PageTranscriptPrompt<'a> {
         }
         Ok(PageTranscriptPrompt {
             page_id,
-            opts: RenderOptions { max_block_chars },
+            opts: RenderOptions::cut_at(max_block_chars),
             pieces,
         })
     }
@@ -185,9 +185,7 @@ mod tests {
 
     #[test]
     fn filled_prompt_is_the_prompt_rendered_whole() {
-        let opts = RenderOptions {
-            max_block_chars: 30,
-        };
+        let opts = RenderOptions::cut_at(30);
         let vars = [("count", "2"), ("label", "1 user and 1 other turns")];
         let prompt = page_transcript_prompt(TEMPLATE, "messages", &vars, "pg_0a1b", &opts)
             .unwrap()

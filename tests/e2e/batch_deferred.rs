@@ -295,7 +295,7 @@ fn rendered_whole(pending: &str, page: &[Message], max_block_chars: usize) -> St
         .and_then(|h| h.strip_suffix(']'))
         .and_then(|h| h.split_once(" messages, "))
         .unwrap();
-    let transcript = sdk::render_messages(page, &sdk::RenderOptions { max_block_chars });
+    let transcript = sdk::render_messages(page, &sdk::RenderOptions::cut_at(max_block_chars));
     sdk::render_template(
         ODD_TEMPLATE,
         &[

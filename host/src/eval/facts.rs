@@ -134,7 +134,7 @@ impl Retention {
 /// The context a model reads: every message and summary, rendered as a summarizer reads them,
 /// no block cut short.
 pub fn render_context(messages: &[Message]) -> String {
-    render_messages(messages, &RenderOptions { max_block_chars: 0 })
+    render_messages(messages, &RenderOptions::cut_at(0))
 }
 
 /// The context a model reads, as one lowercase text to search.

@@ -14,12 +14,28 @@ use crate::sdk::summary::cap_chars;
 pub struct RenderOptions {
     /// Cut each text, tool input and tool result to this many characters (0: no cut).
     pub max_block_chars: usize,
+    /// Cut each tool input and tool result further, to about this many characters, keeping
+    /// its head and its tail (0: `max_block_chars` alone). A summarizer that reads slowly
+    /// (a small local model) is shown what each call did and how it ended, while the page
+    /// keeps the whole output.
+    pub max_tool_chars: usize,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
         RenderOptions {
             max_block_chars: 4_000,
+            max_tool_chars: 0,
+        }
+    }
+}
+
+impl RenderOptions {
+    /// Every block cut to `max_block_chars` characters (0: no cut), tool blocks no further.
+    pub fn cut_at(max_block_chars: usize) -> Self {
+        RenderOptions {
+            max_block_chars,
+            ..RenderOptions::default()
         }
     }
 }
@@ -30,6 +46,42 @@ fn cap(text: &str, opts: &RenderOptions) -> String {
     } else {
         cap_chars(text, opts.max_block_chars)
     }
+}
+
+/// A tool input or result as [`RenderOptions`] has it shown.
+fn cap_tool(text: &str, opts: &RenderOptions) -> String {
+    let tighter = opts.max_tool_chars != 0
+        && (opts.max_block_chars == 0 || opts.max_tool_chars < opts.max_block_chars);
+    if tighter {
+        head_and_tail(text, opts.max_tool_chars)
+    } else {
+        cap(text, opts)
+    }
+}
+
+/// `text` cut to its first two thirds of `max_chars` characters and its last third, with
+/// how much was left out between them. The tail is kept because a command's output ends with
+/// what it came to (the last line of a traceback, a test run's count, an exit status).
+pub fn head_and_tail(text: &str, max_chars: usize) -> String {
+    let total = text.chars().count();
+    if total <= max_chars {
+        return text.to_string();
+    }
+    let head = max_chars * 2 / 3;
+    let tail = max_chars - head;
+    let byte_at = |chars: usize| {
+        text.char_indices()
+            .nth(chars)
+            .map_or(text.len(), |(i, _)| i)
+    };
+    let head_end = byte_at(head);
+    let tail_start = byte_at(total - tail);
+    format!(
+        "{} […{} characters…] {}",
+        text[..head_end].trim_end(),
+        total - head - tail,
+        text[tail_start..].trim_start()
+    )
 }
 
 /// Renders messages as `role: text` turns, one per line group, with tool calls as
@@ -64,7 +116,7 @@ pub fn render_messages(messages: &[Message], opts: &RenderOptions) -> String {
                     // page id in it means nothing to a summarizer and costs it tokens.
                     let input = match clearing::parse_input_placeholder(input_json) {
                         Some(_) => "[input cleared]".to_string(),
-                        None => cap(input_json, opts),
+                        None => cap_tool(input_json, opts),
                     };
                     let _ = writeln!(out, "{role} called {name}({input})");
                 }
@@ -83,7 +135,11 @@ pub fn render_messages(messages: &[Message], opts: &RenderOptions) -> String {
                         let _ = writeln!(out, "{name} {verb}: [output cleared]");
                         continue;
                     }
-                    let _ = writeln!(out, "{name} {verb}: {}", cap(&result_text(content), opts));
+                    let _ = writeln!(
+                        out,
+                        "{name} {verb}: {}",
+                        cap_tool(&result_text(content), opts)
+                    );
                 }
                 ContentBlock::Opaque { .. } => {
                     let _ = writeln!(out, "{role}: [non-text content]");
@@ -411,6 +467,82 @@ mod tests {
             "user: list files\nassistant called ls([input cleared])\nls failed: [output cleared]\n"
         );
     }
+
+    #[test]
+    fn tool_blocks_are_cut_to_their_head_and_tail_and_texts_are_not() {
+        let output = format!(
+            "Traceback (most recent call last):\n{}ValueError: bad total",
+            "  frame\n".repeat(200)
+        );
+        let script = format!("{{\"command\":\"python -c '{}'\"}}", "x = 1; ".repeat(100));
+        let said = "a".repeat(900);
+        let msgs = vec![
+            Message::text(Role::User, said.as_str()),
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "bash".into(),
+                    input_json: script.clone().into(),
+                    extra_json: Default::default(),
+                }],
+            ),
+            Message::new(
+                Role::Tool,
+                vec![ContentBlock::ToolResult {
+                    tool_use_id: "c1".into(),
+                    content: vec![ToolResultPart::Text {
+                        text: output.clone().into(),
+                    }]
+                    .into(),
+                    is_error: true,
+                    extra_json: Default::default(),
+                }],
+            ),
+        ];
+        let opts = RenderOptions {
+            max_tool_chars: 300,
+            ..RenderOptions::default()
+        };
+        let text = render_messages(&msgs, &opts);
+        // The user's words stay whole; the call's input and its output keep how they start
+        // and how they end, and say how much is left out.
+        assert!(text.starts_with(&format!("user: {said}\n")), "{text}");
+        let result = &text[text.find("bash failed: ").unwrap()..].trim_end();
+        assert!(result.starts_with("bash failed: Traceback (most recent call last):"));
+        assert!(result.ends_with("ValueError: bad total"), "{result}");
+        let cut = output.chars().count() - 300;
+        assert!(
+            result.contains(&format!("[…{cut} characters…]")),
+            "{result}"
+        );
+        assert!(text.contains("bash({\"command\":\"python -c 'x = 1;"));
+        assert!(text.contains("x = 1; '\"})"), "{text}");
+        assert!(text.len() < said.len() + 900, "{} characters", text.len());
+        // Off (0), and a tool cap no tighter than the block cap, change nothing.
+        for same in [
+            RenderOptions::default(),
+            RenderOptions {
+                max_tool_chars: 5_000,
+                ..RenderOptions::default()
+            },
+        ] {
+            let whole = render_messages(&msgs, &same);
+            assert!(whole.contains(&output), "{same:?}");
+        }
+    }
+
+    #[test]
+    fn head_and_tail_counts_characters_not_bytes() {
+        assert_eq!(head_and_tail("short", 100), "short");
+        let text = "é".repeat(30) + &"ü".repeat(30);
+        let cut = head_and_tail(&text, 30);
+        assert_eq!(
+            cut,
+            format!("{} […30 characters…] {}", "é".repeat(20), "ü".repeat(10))
+        );
+    }
+
     #[test]
     fn content_section_uses_last_pair() {
         assert_eq!(content_section("no tags here"), "no tags here");

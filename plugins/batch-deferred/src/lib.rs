@@ -359,9 +359,7 @@ impl BatchDeferred {
         label: &str,
         page_id: Option<&str>,
     ) -> Result<LlmRequest, PluginError> {
-        let opts = sdk::RenderOptions {
-            max_block_chars: self.config.max_block_chars,
-        };
+        let opts = sdk::RenderOptions::cut_at(self.config.max_block_chars);
         let count = run.len().to_string();
         let vars = [("count", count.as_str()), ("label", label)];
         let templated = match page_id {

@@ -55,9 +55,7 @@ fn snippet(message: &Message, limit: usize) -> String {
     let source = if text.trim().is_empty() {
         sdk::render_messages(
             std::slice::from_ref(message),
-            &sdk::RenderOptions {
-                max_block_chars: limit,
-            },
+            &sdk::RenderOptions::cut_at(limit),
         )
     } else {
         text

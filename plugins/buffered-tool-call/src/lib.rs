@@ -158,9 +158,7 @@ impl BufferedToolCall {
         facts: &[GroupFacts],
     ) -> Vec<GroupFate> {
         let total = groups.len();
-        let render = RenderOptions {
-            max_block_chars: self.config.max_block_chars,
-        };
+        let render = RenderOptions::cut_at(self.config.max_block_chars);
         let mut requests = Vec::with_capacity(total);
         for (group, facts) in groups.iter().zip(facts) {
             let calls = render_messages(&messages[group.range.clone()], &render);

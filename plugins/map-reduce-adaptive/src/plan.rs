@@ -75,9 +75,7 @@ impl Selection {
 pub fn select(messages: &[Message], keep_recent: usize, skip: usize, config: &Config) -> Selection {
     let compactable = sdk::compactable_range(messages, keep_recent);
     let range = (compactable.start + skip).min(compactable.end)..compactable.end;
-    let render = RenderOptions {
-        max_block_chars: config.max_block_chars,
-    };
+    let render = RenderOptions::cut_at(config.max_block_chars);
     let mut selected = sdk::span::select_span(messages, range, NAME, &render);
     // The model sees a prior summary's narrative: its ledger is carried by `finish`.
     let prior: Vec<String> = selected
