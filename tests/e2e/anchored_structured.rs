@@ -219,6 +219,52 @@ fn structured_answer_is_rendered_and_kept_in_the_page() {
 }
 
 #[test]
+fn long_tool_output_is_shown_by_its_head_and_tail_and_kept_whole_in_the_page() {
+    // A small local model's time is mostly reading, and tool output is half of what an agent
+    // session holds: the model is shown how each output starts and how it ends.
+    let mut input = session("loader");
+    let middle = "    at frame in the middle of the trace\n".repeat(60);
+    let output = format!("Running 12 tests\n{middle}test result: 3 failed; 9 passed");
+    let Some(ContentBlock::ToolResult { content, .. }) =
+        input.messages[3].content.iter_mut().next()
+    else {
+        panic!("message 3 is the first tool result")
+    };
+    *content = vec![ToolResultPart::Text {
+        text: output.clone().into(),
+    }]
+    .into();
+    let answer = anchored("Fix the loader tests.", &[], &["Add a regression test."]);
+    for (config, whole) in [(json!({}), false), (json!({"max_tool_chars": 0}), true)] {
+        let provider = Arc::new(ScriptedProvider::sequence([ScriptedResponse::structured(
+            answer.clone(),
+        )]));
+        let chain = stage_chain(config.clone(), provider.clone());
+        let out = compact(&chain, &input);
+        check_replacement(&chain, &input, &out);
+        let prompt = provider.requests()[0].prompt.to_string();
+        assert_eq!(prompt.contains(&output), whole, "{config}: {prompt}");
+        assert!(
+            prompt.contains("read_file returned: Running 12 tests"),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("test result: 3 failed; 9 passed"),
+            "{prompt}"
+        );
+        if !whole {
+            let cut = output.chars().count() - 400;
+            assert!(
+                prompt.contains(&format!("[…{cut} characters…]")),
+                "{prompt}"
+            );
+            assert!(prompt.len() < output.len(), "{} characters", prompt.len());
+        }
+        // The page holds the output whole either way (check_replacement compared it).
+    }
+}
+
+#[test]
 fn empty_sections_are_omitted() {
     let provider = Arc::new(ScriptedProvider::sequence([ScriptedResponse::structured(
         json!({
@@ -701,6 +747,7 @@ fn invalid_configs_are_refused_naming_the_field() {
     for (config, field) in [
         (json!({"chunk_tokens": 10}), "chunk_tokens"),
         (json!({"max_concurrency": 0}), "max_concurrency"),
+        (json!({"max_tool_chars": 50}), "max_tool_chars"),
         (json!({"structured": "yes"}), "structured"),
         (json!({"extra": "x"}), "extra"),
     ] {

@@ -22,6 +22,11 @@ pub struct Config {
     /// ledger is kept whole).
     #[schemars(range(min = 500))]
     pub max_summary_chars: usize,
+    /// Each tool call's input and each tool result is shown to the model cut to about this
+    /// many characters, its head and its tail (0: whole, up to 4,000). The page keeps them
+    /// whole, and the ledger takes the files written and the errors from the messages
+    /// themselves; what the model reads is most of a small local model's time.
+    pub max_tool_chars: usize,
     /// An extra instruction added to every prompt, e.g. "keep every error message verbatim".
     pub extra_instruction: Option<String>,
     /// When the host has cached the summary of a leading part of the span (a client that
@@ -43,6 +48,7 @@ impl Default for Config {
             chunk_tokens: 6_144,
             max_concurrency: 4,
             max_summary_chars: 16_000,
+            max_tool_chars: 400,
             extra_instruction: None,
             reuse: Reuse::Merge,
             ledger: LedgerConfig::default(),
@@ -65,6 +71,12 @@ impl Config {
             ));
         }
         self.ledger.validate()?;
+        // Below this the head and tail say nothing of what a call did.
+        if self.max_tool_chars != 0 && self.max_tool_chars < 100 {
+            return Err(PluginError::invalid_config(
+                "max_tool_chars: must be 0 (whole) or at least 100",
+            ));
+        }
         // Room for the header, the line naming the page and a little content.
         if self.max_summary_chars < 500 {
             return Err(PluginError::invalid_config(
@@ -86,6 +98,7 @@ mod tests {
         assert!(c.structured);
         assert_eq!((c.chunk_tokens, c.max_concurrency), (6_144, 4));
         assert_eq!(c.max_summary_chars, 16_000);
+        assert_eq!(c.max_tool_chars, 400);
         assert!(c.extra_instruction.is_none());
         assert_eq!(c.reuse, Reuse::Merge);
     }
@@ -107,5 +120,19 @@ mod tests {
             .unwrap_err()
             .message
             .starts_with("max_concurrency"));
+        let tiny = Config {
+            max_tool_chars: 99,
+            ..Config::default()
+        };
+        assert!(tiny
+            .validate()
+            .unwrap_err()
+            .message
+            .starts_with("max_tool_chars"));
+        let whole = Config {
+            max_tool_chars: 0,
+            ..Config::default()
+        };
+        whole.validate().unwrap();
     }
 }

@@ -90,7 +90,7 @@ impl Strategy for AnchoredStructured {
             ..
         } = input;
         let messages = &conversation.messages;
-        let mut selection = select(messages, budget.keep_recent as usize, &self.config.ledger);
+        let mut selection = select(messages, budget.keep_recent as usize, &self.config);
         if selection.span.is_empty() {
             return Ok(CompactOutcome::unchanged(
                 "no messages outside the system prompt and the protected recent messages",

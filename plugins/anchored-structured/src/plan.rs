@@ -12,7 +12,7 @@ use tamp_plugin_api::sdk::structured;
 use tamp_plugin_api::sdk::summary::with_text;
 use tamp_plugin_api::serde_json::{json, Value};
 
-use crate::config::{LedgerConfig, Reuse};
+use crate::config::{Config, Reuse};
 use crate::schema::{
     AnchoredSummary, Merge, SummaryPath, LEDGER_LISTS, MAX_ENTRIES, MAX_ENTRIES_WITH_LEDGER,
 };
@@ -39,10 +39,15 @@ pub struct Selection {
 /// The span to replace: from the start of the compactable range to its end (one contiguous
 /// run, so one page and one summary; the system messages inside it are kept, not
 /// summarized). A prior's text is kept without its ledger (which `sdk::ledger::finish`
-/// carries), in case it must be summarized as content.
-pub fn select(messages: &[Message], keep_recent: usize, ledger: &LedgerConfig) -> Selection {
+/// carries), in case it must be summarized as content. Tool inputs and outputs are shown
+/// cut to `config.max_tool_chars`.
+pub fn select(messages: &[Message], keep_recent: usize, config: &Config) -> Selection {
     let range = sdk::compactable_range(messages, keep_recent);
-    let render_options = RenderOptions::default();
+    let ledger = &config.ledger;
+    let render_options = RenderOptions {
+        max_tool_chars: config.max_tool_chars,
+        ..RenderOptions::default()
+    };
     let mut selected = sdk::span::select_span(messages, range, NAME, &render_options);
     let (prior_pages, prior_texts) = selected
         .priors
@@ -580,7 +585,7 @@ mod tests {
             Message::text(Role::System, "mid"),
             Message::text(Role::User, "recent"),
         ];
-        let s = select(&msgs, 1, &LedgerConfig::default());
+        let s = select(&msgs, 1, &Config::default());
         assert_eq!(s.span, 1..4);
         assert_eq!(s.prior_pages, ["pg_1"]);
         assert_eq!(s.pieces.len(), 2);
