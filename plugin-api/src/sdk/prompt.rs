@@ -423,16 +423,16 @@ mod tests {
         );
     }
 
-    #[test]
-    fn renders_tool_calls_with_names() {
-        let msgs = vec![
-            Message::text(Role::User, "list files"),
+    /// A user message, then a failed call of `name` with `input` answered by `output`.
+    fn failed_call(said: &str, name: &str, input: &str, output: &str) -> Vec<Message> {
+        vec![
+            Message::text(Role::User, said),
             Message::new(
                 Role::Assistant,
                 vec![ContentBlock::ToolUse {
                     id: "c1".into(),
-                    name: "ls".into(),
-                    input_json: r#"{"dir":"/"}"#.into(),
+                    name: name.into(),
+                    input_json: input.into(),
                     extra_json: Default::default(),
                 }],
             ),
@@ -441,14 +441,19 @@ mod tests {
                 vec![ContentBlock::ToolResult {
                     tool_use_id: "c1".into(),
                     content: vec![ToolResultPart::Text {
-                        text: "etc usr".into(),
+                        text: output.into(),
                     }]
                     .into(),
                     is_error: true,
                     extra_json: Default::default(),
                 }],
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn renders_tool_calls_with_names() {
+        let msgs = failed_call("list files", "ls", r#"{"dir":"/"}"#, "etc usr");
         let text = render_messages(&msgs, &RenderOptions::default());
         assert_eq!(
             text,
@@ -476,30 +481,7 @@ mod tests {
         );
         let script = format!("{{\"command\":\"python -c '{}'\"}}", "x = 1; ".repeat(100));
         let said = "a".repeat(900);
-        let msgs = vec![
-            Message::text(Role::User, said.as_str()),
-            Message::new(
-                Role::Assistant,
-                vec![ContentBlock::ToolUse {
-                    id: "c1".into(),
-                    name: "bash".into(),
-                    input_json: script.clone().into(),
-                    extra_json: Default::default(),
-                }],
-            ),
-            Message::new(
-                Role::Tool,
-                vec![ContentBlock::ToolResult {
-                    tool_use_id: "c1".into(),
-                    content: vec![ToolResultPart::Text {
-                        text: output.clone().into(),
-                    }]
-                    .into(),
-                    is_error: true,
-                    extra_json: Default::default(),
-                }],
-            ),
-        ];
+        let msgs = failed_call(&said, "bash", &script, &output);
         let opts = RenderOptions {
             max_tool_chars: 300,
             ..RenderOptions::default()
