@@ -140,8 +140,8 @@ pub fn python_venv(name: &str, pins: &[&str], why: &str) -> PathBuf {
 /// packages ship a native binary per platform as an optional dependency; the tests run that
 /// binary directly (Claude Code's postinstall only copies it over a placeholder, so the
 /// install skips every package script).
-pub const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.328";
-pub const CODEX: &str = "@openai/codex@0.169.0";
+pub const CLAUDE_CODE: &str = "@anthropic-ai/claude-code@2.1.332";
+pub const CODEX: &str = "@openai/codex@0.171.0";
 
 /// Claude Code's native `claude` binary, installed from npm into `target/tools/claude-code`
 /// if absent.
