@@ -227,6 +227,11 @@ fn assert_finished(
     assert!(refused.is_empty(), "{}", diagnosis());
     assert!(out.status.success(), "{}", diagnosis());
     assert!(stdout.contains(&upstream.final_text()), "{}", diagnosis());
+    // Both agents ask for compressed answers, so the relay of a gzip stream is under test.
+    assert!(
+        exchanges.iter().any(|e| e.gzip),
+        "{what}: no answer went out gzip-encoded (did the agent stop asking for it?)"
+    );
     exchanges
 }
 

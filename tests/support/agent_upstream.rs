@@ -24,15 +24,22 @@
 //!
 //! Usage is reported as the request's size / 4 input tokens, so an agent that compacts on its
 //! own when usage passes a limit (Codex's `model_auto_compact_token_limit`) sees it grow.
+//!
+//! An answer is gzip-encoded, chunk by chunk, when the request's `accept-encoding` names gzip,
+//! as a compressing server's is: Claude Code asks for it, and Codex from 0.171 on. The proxy
+//! relays it as it came and the agent decodes it.
 
 use std::collections::HashSet;
+use std::convert::Infallible;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
+use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::local_server::LocalServer;
@@ -63,6 +70,8 @@ pub struct Exchange {
     pub status: u16,
     /// Why the request was refused, when it was (`status` 4xx).
     pub refusal: Option<String>,
+    /// The answer went out gzip-encoded (the request's `accept-encoding` named gzip).
+    pub gzip: bool,
 }
 
 impl Exchange {
@@ -212,6 +221,12 @@ async fn handle(
         Ok(answer) if anthropic => anthropic_answer(&shared, &body, answer, n),
         Ok(answer) => responses_answer(&shared, &body, answer, n),
     };
+    let gzip = answer.is_ok() && accepts_gzip(&headers);
+    let response = if gzip {
+        gzipped(response).await
+    } else {
+        response
+    };
     shared.exchanges.lock().unwrap().push(Exchange {
         method: method.to_string(),
         target: crate::mock_upstream::request_target(&uri),
@@ -220,8 +235,50 @@ async fn handle(
         raw,
         status: response.status().as_u16(),
         refusal: answer.err().map(|Refusal(_, _, message)| message),
+        gzip,
     });
     response
+}
+
+/// Whether `accept-encoding` names gzip (with a weight other than 0).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("accept-encoding")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            parts
+                .next()
+                .is_some_and(|name| name.eq_ignore_ascii_case("gzip"))
+                && parts.all(|param| param.replace(' ', "") != "q=0")
+        })
+}
+
+/// The answer gzip-encoded chunk by chunk, a sync flush after each, so that a stream stays a
+/// stream: each event can be decoded as it arrives.
+async fn gzipped(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let chunks: Vec<Bytes> = body
+        .into_data_stream()
+        .map(|chunk| chunk.expect("the upstream's own answer"))
+        .collect()
+        .await;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut encoded = Vec::with_capacity(chunks.len() + 1);
+    for chunk in chunks {
+        encoder.write_all(&chunk).unwrap();
+        encoder.flush().unwrap();
+        encoded.push(Bytes::from(std::mem::take(encoder.get_mut())));
+    }
+    encoded.push(Bytes::from(encoder.finish().unwrap()));
+    parts
+        .headers
+        .insert("content-encoding", HeaderValue::from_static("gzip"));
+    parts.headers.remove("content-length");
+    let stream = futures::stream::iter(encoded.into_iter().map(Ok::<_, Infallible>));
+    Response::from_parts(parts, Body::from_stream(stream))
 }
 
 /// The step number of a command `echo step N`.
