@@ -37,12 +37,16 @@ const WRITING: [&str; 12] = [
 ];
 
 /// The files the call `name(input_json)` writes, in the order it names them.
+///
+/// A freeform tool's input is its text, not JSON (an OpenAI Responses `custom_tool_call`:
+/// Codex's `apply_patch` sends its patch so); such an input is read as a patch.
 pub fn writes(name: &str, input_json: &str) -> Vec<Write> {
     let input: Value = match crate::serde_json::from_str(input_json) {
         Ok(Value::Object(map)) => Value::Object(map),
         // A bare string is a command line (a shell tool given its command as is).
         Ok(Value::String(s)) => return shell_writes(&s),
-        _ => return Vec::new(),
+        Ok(_) => return Vec::new(),
+        Err(_) => return patch_writes(input_json),
     };
     let field = |keys: &[&str]| {
         keys.iter()
@@ -423,5 +427,18 @@ mod tests {
             [pair("src/c.py", "update"), pair("src/d.py", "add")]
         );
         assert!(paths("bash", "not json").is_empty());
+    }
+
+    #[test]
+    fn a_freeform_patch_names_its_files() {
+        // Codex's `apply_patch` is a custom tool: its input is the patch itself, not JSON.
+        let patch = "*** Begin Patch\n*** Add File: /work/step-1.txt\n+step 1\n*** Update File: src/e.rs\n@@\n-a\n+b\n*** End Patch\n";
+        assert_eq!(
+            paths("apply_patch", patch),
+            [pair("/work/step-1.txt", "add"), pair("src/e.rs", "update")]
+        );
+        let diff = "--- a/lib/f.py\n+++ b/lib/f.py\n@@ -1 +1 @@\n-x\n+y\n";
+        assert_eq!(paths("edit", diff), [pair("lib/f.py", "patch")]);
+        assert!(paths("notes", "*** not a patch: /work/g.txt").is_empty());
     }
 }
