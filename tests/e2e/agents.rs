@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use tamp_e2e::agent_upstream::{AgentUpstream, Exchange, ServerCompaction};
+use tamp_e2e::agent_upstream::{AgentUpstream, Exchange, ServerCompaction, Task};
 use tamp_e2e::serve_support::{ScratchDir, Server};
 use tamp_e2e::{plugin, tools};
 
@@ -100,10 +100,26 @@ impl Setup {
         stage: &str,
         steps: u32,
     ) -> Setup {
+        Setup::start_task(name, compaction, high, proxy_extra, stage, steps, |_| {
+            Task::Echo
+        })
+    }
+
+    /// [`Setup::start_steps`] for a task whose steps do what `task` gives for the scratch
+    /// directory.
+    fn start_task(
+        name: &str,
+        compaction: ServerCompaction,
+        high: u64,
+        proxy_extra: &str,
+        stage: &str,
+        steps: u32,
+        task: impl FnOnce(&Path) -> Task,
+    ) -> Setup {
         let dir = ScratchDir::new(name);
         let store = dir.join("proxy");
         std::fs::create_dir_all(&store).unwrap();
-        let upstream = AgentUpstream::start(KEY, steps, compaction);
+        let upstream = AgentUpstream::start_task(KEY, steps, compaction, task(&dir));
         let config = chain(&store, &upstream, high, proxy_extra, stage);
         let proxy = Server::start_command("proxy", &config, &[], &[("TAMP_LOG", "debug")]);
         Setup {
@@ -138,11 +154,11 @@ fn isolated(bin: &Path, home: &Path, work: &Path) -> Command {
     command
 }
 
-/// `claude -p <task> --allowedTools Bash` with `ANTHROPIC_BASE_URL` at `base`.
+/// `claude -p <task> --allowedTools Bash,Write` with `ANTHROPIC_BASE_URL` at `base`.
 fn claude(base: &str, home: &Path, work: &Path) -> Command {
     let mut command = isolated(&tools::claude_code(), home, work);
     command
-        .args(["-p", &task("Bash"), "--allowedTools", "Bash"])
+        .args(["-p", &task("Bash"), "--allowedTools", "Bash,Write"])
         .env("ANTHROPIC_BASE_URL", base)
         .env("ANTHROPIC_API_KEY", KEY)
         .env("DISABLE_TELEMETRY", "1")
@@ -363,6 +379,136 @@ fn claude_code_s_system_messages_are_kept_and_do_not_stop_a_summary() {
         calls <= 10,
         "the last call still holds {calls} of the {LONG} tool calls: the summaries stalled"
     );
+}
+
+/// The steps whose file-writing call is still in the request (not summarized): Claude Code's
+/// `Write` `tool_use` blocks, Codex's `apply_patch` `custom_tool_call` items.
+fn writing_calls_kept(exchange: &Exchange) -> Vec<u32> {
+    let step = |text: &str| {
+        let name = text.rsplit('/').next()?;
+        let digits: String = name
+            .strip_prefix("step-")?
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse::<u32>().ok()
+    };
+    let mut kept = Vec::new();
+    for message in exchange.body["messages"].as_array().into_iter().flatten() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_use" && block["name"] == "Write" {
+                kept.extend(block["input"]["file_path"].as_str().and_then(step));
+            }
+        }
+    }
+    for item in exchange.body["input"].as_array().into_iter().flatten() {
+        if item["type"] == "custom_tool_call" && item["name"] == "apply_patch" {
+            let input = item["input"].as_str().unwrap_or("");
+            kept.extend(
+                input
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("*** Add File: "))
+                    .find_map(step),
+            );
+        }
+    }
+    kept
+}
+
+/// Asserts every file the agent wrote is on disk, and that the last model call either still
+/// holds the call that wrote it or lists it in a summary's ledger as `path (how)`.
+fn assert_files_in_the_ledger(
+    what: &str,
+    exchanges: &[&Exchange],
+    work: &Path,
+    how: &str,
+    steps: u32,
+) {
+    let last = exchanges.last().expect("a model call");
+    let kept = writing_calls_kept(last);
+    let text = String::from_utf8_lossy(&last.raw);
+    let mut listed = 0;
+    for step in 1..=steps {
+        let path = work.join(format!("step-{step}.txt"));
+        let written = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            written.trim(),
+            format!("step {step}"),
+            "{what}: {}",
+            path.display()
+        );
+        let entry = format!("{} ({how})", path.display());
+        if text.contains(&entry) {
+            listed += 1;
+        } else {
+            assert!(
+                kept.contains(&step),
+                "{what}: step {step}'s file is neither in the last call ({kept:?} kept) nor \
+                 listed as `{entry}` in its ledger"
+            );
+        }
+    }
+    assert!(
+        listed >= 4,
+        "{what}: only {listed} files listed in the ledger"
+    );
+}
+
+#[test]
+fn the_ledger_lists_the_files_the_agents_write_with_their_own_editor_tools() {
+    // Claude Code writes with `Write` (JSON input); Codex with `apply_patch`, a freeform tool
+    // whose input is the patch itself. Summarized by map-reduce-adaptive, each file written is
+    // listed in the summary's ledger: before, Codex's were not (its input is not JSON).
+    let stage = fold_stage();
+    let claude_setup = Setup::start_task(
+        "agents-claude-writes",
+        ServerCompaction::Present,
+        4_100,
+        "",
+        &stage,
+        STEPS,
+        |dir| Task::WriteFiles(dir.join("claude/work")),
+    );
+    let (home, work) = agent_dirs(&claude_setup.dir, "claude");
+    let out = run(claude(&claude_setup.proxy.base, &home, &work), "claude");
+    let exchanges = assert_finished(
+        "claude -p",
+        &out,
+        &claude_setup.upstream,
+        &claude_setup.proxy,
+    );
+    let turns: Vec<&Exchange> = exchanges
+        .iter()
+        .filter(|e| e.target.starts_with("/v1/messages"))
+        .collect();
+    assert_compacted("claude -p", &turns);
+    assert_files_in_the_ledger("claude -p", &turns, &work, "Write", STEPS);
+
+    // Codex's first request is 5,700 tokens: at CODEX_HIGH the low watermark is below it and
+    // each compaction can take one step only, whose summary has no room for a ledger line
+    // (a summary stays smaller than its span). 1,500 tokens more leave room for a few steps.
+    const CODEX_WRITES: u32 = 24;
+    let codex_setup = Setup::start_task(
+        "agents-codex-writes",
+        ServerCompaction::Present,
+        CODEX_HIGH + 1_500,
+        "",
+        &stage,
+        CODEX_WRITES,
+        |dir| Task::WriteFiles(dir.join("codex/work")),
+    );
+    let (home, work) = agent_dirs(&codex_setup.dir, "codex");
+    let base = format!("{}/v1", codex_setup.proxy.base);
+    let out = run(codex(&base, &home, &work, "", ""), "codex exec");
+    let exchanges = assert_finished(
+        "codex exec",
+        &out,
+        &codex_setup.upstream,
+        &codex_setup.proxy,
+    );
+    let turns: Vec<&Exchange> = exchanges.iter().collect();
+    assert_compacted("codex exec", &turns);
+    assert_files_in_the_ledger("codex exec", &turns, &work, "add", CODEX_WRITES);
 }
 
 /// What an agent sent, as a fixture: every request of the session in order, its headers less

@@ -22,6 +22,10 @@
 //!   `function_call` / `function_call_output` paired by `call_id` both ways; a `reasoning`
 //!   item followed by the item it belongs to, and unaltered; `compaction_trigger` last.
 //!
+//! [`Task::WriteFiles`] makes step `n` write the file `step-n.txt` with the agent's own editor
+//! tool instead: Claude Code's `Write`, Codex's `apply_patch` (a freeform tool: its input is
+//! the patch, not JSON).
+//!
 //! Usage is reported as the request's size / 4 input tokens, so an agent that compacts on its
 //! own when usage passes a limit (Codex's `model_auto_compact_token_limit`) sees it grow.
 //!
@@ -100,9 +104,20 @@ impl Exchange {
     }
 }
 
+/// What each step of the scripted task does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Task {
+    /// The shell command `echo step n`.
+    Echo,
+    /// Writes `step-n.txt`, `step n` in it, into this directory (absolute, as Claude Code's
+    /// `Write` requires), with the agent's editor tool.
+    WriteFiles(std::path::PathBuf),
+}
+
 struct Shared {
     key: String,
     steps: u32,
+    task: Task,
     compaction: ServerCompaction,
     exchanges: Mutex<Vec<Exchange>>,
     /// Thinking signatures, reasoning and compaction contents this upstream issued.
@@ -119,9 +134,20 @@ pub struct AgentUpstream {
 impl AgentUpstream {
     /// An upstream that takes only `key` and scripts a task of `steps` commands.
     pub fn start(key: &str, steps: u32, compaction: ServerCompaction) -> AgentUpstream {
+        AgentUpstream::start_task(key, steps, compaction, Task::Echo)
+    }
+
+    /// [`AgentUpstream::start`] for a task whose steps do `task`.
+    pub fn start_task(
+        key: &str,
+        steps: u32,
+        compaction: ServerCompaction,
+        task: Task,
+    ) -> AgentUpstream {
         let shared = Arc::new(Shared {
             key: key.to_string(),
             steps,
+            task,
             compaction,
             exchanges: Mutex::new(Vec::new()),
             issued: Mutex::new(HashSet::new()),
@@ -291,8 +317,35 @@ fn step_of(command: &str) -> Option<u32> {
         .ok()
 }
 
-fn next(shared: &Shared, done: u32, has_shell: bool) -> Answer {
-    if has_shell && done < shared.steps {
+/// The step number of a file `…/step-N.txt`.
+fn step_of_file(path: &str) -> Option<u32> {
+    path.trim()
+        .rsplit('/')
+        .next()?
+        .strip_prefix("step-")?
+        .strip_suffix(".txt")?
+        .parse()
+        .ok()
+}
+
+/// The step a `Write` call (`file_path`) or an `apply_patch` patch (`*** Add File: `) did.
+fn step_of_write(input: &str) -> Option<u32> {
+    input
+        .lines()
+        .filter_map(|line| line.strip_prefix("*** Add File: "))
+        .find_map(step_of_file)
+}
+
+/// The file step `step` writes, and what it holds.
+fn step_file(dir: &std::path::Path, step: u32) -> (String, String) {
+    (
+        format!("{}/step-{step}.txt", dir.display()),
+        format!("step {step}"),
+    )
+}
+
+fn next(shared: &Shared, done: u32, has_tool: bool) -> Answer {
+    if has_tool && done < shared.steps {
         Answer::Step(done + 1)
     } else {
         Answer::Done
@@ -351,9 +404,12 @@ fn check_messages(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
         for block in blocks(message) {
             match block["type"].as_str() {
                 Some("tool_use") => {
-                    if let Some(step) = block["input"]["command"].as_str().and_then(step_of) {
-                        done = done.max(step);
-                    }
+                    let input = &block["input"];
+                    let step = match block["name"].as_str() {
+                        Some("Write") => input["file_path"].as_str().and_then(step_of_file),
+                        _ => input["command"].as_str().and_then(step_of),
+                    };
+                    done = done.max(step.unwrap_or(0));
                 }
                 Some("thinking") => {
                     let signature = block["signature"].as_str().unwrap_or("");
@@ -420,10 +476,14 @@ fn check_messages(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
             )));
         }
     }
-    let has_shell = body["tools"]
+    let tool = match shared.task {
+        Task::Echo => "Bash",
+        Task::WriteFiles(_) => "Write",
+    };
+    let has_tool = body["tools"]
         .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["name"] == "Bash"));
-    Ok(next(shared, done, has_shell))
+        .is_some_and(|tools| tools.iter().any(|t| t["name"] == tool));
+    Ok(next(shared, done, has_tool))
 }
 
 fn count_cache_control(value: &Value) -> usize {
@@ -495,6 +555,17 @@ fn check_responses(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
                     done = done.max(step);
                 }
             }
+            "custom_tool_call" => {
+                let call_id = item["call_id"].as_str().unwrap_or("");
+                if !outputs.contains(&call_id) {
+                    return Err(invalid(format!(
+                        "No tool output found for custom tool call {call_id}."
+                    )));
+                }
+                if let Some(step) = item["input"].as_str().and_then(step_of_write) {
+                    done = done.max(step);
+                }
+            }
             "function_call_output" | "custom_tool_call_output" => {
                 let call_id = item["call_id"].as_str().unwrap_or("");
                 let earlier = items[..i].iter().any(|c| {
@@ -545,10 +616,14 @@ fn check_responses(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
     if trigger {
         return Ok(Answer::Compaction);
     }
-    let has_shell = body["tools"]
+    let tool = match shared.task {
+        Task::Echo => "exec_command",
+        Task::WriteFiles(_) => "apply_patch",
+    };
+    let has_tool = body["tools"]
         .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["name"] == "exec_command"));
-    Ok(next(shared, done, has_shell))
+        .is_some_and(|tools| tools.iter().any(|t| t["name"] == tool));
+    Ok(next(shared, done, has_tool))
 }
 
 fn issue(shared: &Shared, what: String) -> String {
@@ -598,8 +673,23 @@ fn anthropic_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
         Answer::Step(step) => {
             let signature = issue(shared, format!("EsYDCkYIBxgCKkD{n:08}step{step}sig=="));
             content.push(json!({"type": "thinking", "thinking": "", "signature": signature}));
-            content.push(json!({"type": "tool_use", "id": format!("toolu_{n:08}"), "name": "Bash",
-                "input": {"command": format!("echo step {step}"), "description": format!("Print step {step}")}}));
+            let (name, input) = match &shared.task {
+                Task::Echo => (
+                    "Bash",
+                    json!({"command": format!("echo step {step}"), "description": format!("Print step {step}")}),
+                ),
+                Task::WriteFiles(dir) => {
+                    let (path, text) = step_file(dir, *step);
+                    (
+                        "Write",
+                        json!({"file_path": path, "content": format!("{text}\n")}),
+                    )
+                }
+            };
+            content.push(
+                json!({"type": "tool_use", "id": format!("toolu_{n:08}"), "name": name,
+                "input": input}),
+            );
             "tool_use"
         }
         Answer::Done | Answer::Compaction => {
@@ -674,9 +764,17 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             let content = issue(shared, format!("gAAAAB-reasoning-{n:08}-step{step}"));
             vec![
                 json!({"type": "reasoning", "id": format!("rs_{n:08}"), "summary": [], "encrypted_content": content}),
-                json!({"type": "function_call", "id": format!("fc_{n:08}"), "status": "completed",
-                    "call_id": format!("call_{n:08}"), "name": "exec_command",
-                    "arguments": json!({"cmd": format!("echo step {step}")}).to_string()}),
+                match &shared.task {
+                    Task::Echo => json!({"type": "function_call", "id": format!("fc_{n:08}"),
+                        "status": "completed", "call_id": format!("call_{n:08}"), "name": "exec_command",
+                        "arguments": json!({"cmd": format!("echo step {step}")}).to_string()}),
+                    Task::WriteFiles(dir) => {
+                        let (path, text) = step_file(dir, *step);
+                        json!({"type": "custom_tool_call", "id": format!("ctc_{n:08}"),
+                            "status": "completed", "call_id": format!("call_{n:08}"), "name": "apply_patch",
+                            "input": format!("*** Begin Patch\n*** Add File: {path}\n+{text}\n*** End Patch\n")})
+                    }
+                },
             ]
         }
         Answer::Done => vec![
