@@ -162,8 +162,10 @@ fn said_text(message: &Message) -> String {
 }
 
 /// Words that mark a line of tool output as an error (ASCII, case ignored): tools write
-/// their errors in English whatever the user speaks.
-const ERROR_MARKS: [&str; 10] = [
+/// their errors in English whatever the user speaks. `no such file` is the C library's
+/// ENOENT message (`cat: x: No such file or directory`), the commonest failure of a shell
+/// command that names no error otherwise.
+const ERROR_MARKS: [&str; 11] = [
     "error",
     "exception",
     "traceback",
@@ -174,11 +176,13 @@ const ERROR_MARKS: [&str; 10] = [
     "not found",
     "denied",
     "refused",
+    "no such file",
 ];
 
 /// The line of a tool's output that says what went wrong, when the call failed: its result
 /// is marked as an error, or its output reports a non-zero exit code
-/// (`<returncode>1</returncode>`, `exit code 1`, `Exit status: 2`). The last line naming an
+/// (`<returncode>1</returncode>`, `exit code 1`, `Exit status: 2`, Codex's `Process exited
+/// with code 1`: an OpenAI Responses tool output has no error flag). The last line naming an
 /// error, or the output's last line; `None` for a success, and for a non-zero exit with no
 /// error in its output (`grep` finding nothing).
 fn error_line(output: &str, is_error: bool) -> Option<String> {
@@ -223,6 +227,7 @@ fn exit_code(output: &str) -> Option<i64> {
     };
     after("<returncode>")
         .or_else(|| after("exit code"))
+        .or_else(|| after("exited with code"))
         .or_else(|| after("exit status"))
 }
 
@@ -298,6 +303,25 @@ mod tests {
         let got = extract(&messages);
         let lines: Vec<String> = got.entries.iter().map(Entry::line).collect();
         assert_eq!(lines, ["- m2 file: out.txt (python >)"]);
+    }
+
+    #[test]
+    fn codex_s_exit_code_line_tells_a_failure() {
+        // Codex's exec_command output, as it sends it back (Responses: no error flag).
+        let output = |code: u8, out: &str| {
+            format!(
+                "Chunk ID: 1f0c2a\nWall time: 0.0012 seconds\nProcess exited with code {code}\n\
+                 Original token count: 9\nOutput:\n{out}"
+            )
+        };
+        let missing = "cat: missing-1.txt: No such file or directory\n";
+        assert_eq!(
+            error_line(&output(1, missing), false).as_deref(),
+            Some("cat: missing-1.txt: No such file or directory")
+        );
+        assert_eq!(error_line(&output(0, "step 1\n"), false), None);
+        // grep finding nothing: a non-zero exit, no error.
+        assert_eq!(error_line(&output(1, ""), false), None);
     }
 
     #[test]
