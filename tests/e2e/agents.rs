@@ -381,6 +381,38 @@ fn claude_code_s_system_messages_are_kept_and_do_not_stop_a_summary() {
     );
 }
 
+/// How many ledger entries the summaries in `text` say they moved out to their pages (`(N
+/// older entries moved out …)`): past a ledger's room its oldest entries go to the page,
+/// counted, never silently.
+fn moved_out(text: &str) -> usize {
+    text.match_indices(" older entries moved out")
+        .filter_map(|(at, _)| {
+            let digits = text[..at].rsplit(|c: char| !c.is_ascii_digit()).next()?;
+            digits.parse::<usize>().ok()
+        })
+        .sum()
+}
+
+/// Asserts that of `steps` facts each is still in the last call (`kept`) or listed in a
+/// summary's ledger (`listed`), but for as many as the summaries say moved out to their
+/// pages; and that the ledger lists at least four.
+fn assert_accounted(what: &str, text: &str, steps: u32, kept: &[u32], listed: &[u32]) {
+    let missing: Vec<u32> = (1..=steps)
+        .filter(|s| !kept.contains(s) && !listed.contains(s))
+        .collect();
+    let moved = moved_out(text);
+    assert!(
+        missing.len() <= moved,
+        "{what}: steps {missing:?} are neither in the last call ({kept:?}) nor in a ledger \
+         ({listed:?}), and the summaries say {moved} entries moved out"
+    );
+    assert!(
+        listed.len() >= 4,
+        "{what}: only {} listed in the ledger: {listed:?}",
+        listed.len()
+    );
+}
+
 /// The steps whose file-writing call is still in the request (not summarized): Claude Code's
 /// `Write` `tool_use` blocks, Codex's `apply_patch` `custom_tool_call` items.
 fn writing_calls_kept(exchange: &Exchange) -> Vec<u32> {
@@ -416,7 +448,8 @@ fn writing_calls_kept(exchange: &Exchange) -> Vec<u32> {
 }
 
 /// Asserts every file the agent wrote is on disk, and that the last model call either still
-/// holds the call that wrote it or lists it in a summary's ledger as `path (how)`.
+/// holds the call that wrote it or lists it in a summary's ledger as `path (how)` (see
+/// [`assert_accounted`]).
 fn assert_files_in_the_ledger(
     what: &str,
     exchanges: &[&Exchange],
@@ -427,7 +460,7 @@ fn assert_files_in_the_ledger(
     let last = exchanges.last().expect("a model call");
     let kept = writing_calls_kept(last);
     let text = String::from_utf8_lossy(&last.raw);
-    let mut listed = 0;
+    let mut listed = Vec::new();
     for step in 1..=steps {
         let path = work.join(format!("step-{step}.txt"));
         let written = std::fs::read_to_string(&path).unwrap_or_default();
@@ -437,21 +470,11 @@ fn assert_files_in_the_ledger(
             "{what}: {}",
             path.display()
         );
-        let entry = format!("{} ({how})", path.display());
-        if text.contains(&entry) {
-            listed += 1;
-        } else {
-            assert!(
-                kept.contains(&step),
-                "{what}: step {step}'s file is neither in the last call ({kept:?} kept) nor \
-                 listed as `{entry}` in its ledger"
-            );
+        if text.contains(&format!("{} ({how})", path.display())) {
+            listed.push(step);
         }
     }
-    assert!(
-        listed >= 4,
-        "{what}: only {listed} files listed in the ledger"
-    );
+    assert_accounted(what, &text, steps, &kept, &listed);
 }
 
 #[test]
@@ -509,6 +532,89 @@ fn the_ledger_lists_the_files_the_agents_write_with_their_own_editor_tools() {
     let turns: Vec<&Exchange> = exchanges.iter().collect();
     assert_compacted("codex exec", &turns);
     assert_files_in_the_ledger("codex exec", &turns, &work, "add", CODEX_WRITES);
+}
+
+/// The steps whose failing `cat missing-N.txt` call is still in the request (not summarized).
+fn failing_calls_kept(exchange: &Exchange, steps: u32) -> Vec<u32> {
+    let text = exchange.body.to_string();
+    (1..=steps)
+        .filter(|step| {
+            // The call's input as the request carries it: JSON inside a JSON string (Codex's
+            // arguments) or a JSON object (Claude Code's input).
+            let command = format!("cat missing-{step}.txt");
+            text.contains(&format!("\\\"cmd\\\":\\\"{command}\\\""))
+                || text.contains(&format!("\"command\":\"{command}\""))
+        })
+        .collect()
+}
+
+/// Asserts that the last model call either still holds each failed `cat missing-N.txt` or
+/// lists it in a summary's ledger as an open error, with the line that says why (see
+/// [`assert_accounted`]).
+fn assert_errors_in_the_ledger(what: &str, exchanges: &[&Exchange], steps: u32) {
+    let last = exchanges.last().expect("a model call");
+    let kept = failing_calls_kept(last, steps);
+    let text = String::from_utf8_lossy(&last.raw);
+    let listed: Vec<u32> = (1..=steps)
+        .filter(|step| {
+            text.contains(&format!(
+                "failed: cat: missing-{step}.txt: No such file or directory"
+            ))
+        })
+        .collect();
+    assert_accounted(what, &text, steps, &kept, &listed);
+}
+
+#[test]
+fn the_ledger_lists_the_commands_that_failed_for_the_agents() {
+    // Claude Code marks a failed command's result `is_error`; Codex's Responses output has no
+    // such flag, only its text: `Process exited with code 1`, then the output.
+    let stage = fold_stage();
+    let claude_setup = Setup::start_task(
+        "agents-claude-fails",
+        ServerCompaction::Present,
+        4_100,
+        "",
+        &stage,
+        STEPS,
+        |_| Task::FailingCommands,
+    );
+    let (home, work) = agent_dirs(&claude_setup.dir, "claude");
+    let out = run(claude(&claude_setup.proxy.base, &home, &work), "claude");
+    let exchanges = assert_finished(
+        "claude -p",
+        &out,
+        &claude_setup.upstream,
+        &claude_setup.proxy,
+    );
+    let turns: Vec<&Exchange> = exchanges
+        .iter()
+        .filter(|e| e.target.starts_with("/v1/messages"))
+        .collect();
+    assert_compacted("claude -p", &turns);
+    assert_errors_in_the_ledger("claude -p", &turns, STEPS);
+
+    let codex_setup = Setup::start_task(
+        "agents-codex-fails",
+        ServerCompaction::Present,
+        CODEX_HIGH + 1_500,
+        "",
+        &stage,
+        STEPS * 2,
+        |_| Task::FailingCommands,
+    );
+    let (home, work) = agent_dirs(&codex_setup.dir, "codex");
+    let base = format!("{}/v1", codex_setup.proxy.base);
+    let out = run(codex(&base, &home, &work, "", ""), "codex exec");
+    let exchanges = assert_finished(
+        "codex exec",
+        &out,
+        &codex_setup.upstream,
+        &codex_setup.proxy,
+    );
+    let turns: Vec<&Exchange> = exchanges.iter().collect();
+    assert_compacted("codex exec", &turns);
+    assert_errors_in_the_ledger("codex exec", &turns, STEPS * 2);
 }
 
 /// What an agent sent, as a fixture: every request of the session in order, its headers less

@@ -24,7 +24,7 @@
 //!
 //! [`Task::WriteFiles`] makes step `n` write the file `step-n.txt` with the agent's own editor
 //! tool instead: Claude Code's `Write`, Codex's `apply_patch` (a freeform tool: its input is
-//! the patch, not JSON).
+//! the patch, not JSON); [`Task::FailingCommands`] makes it `cat missing-n.txt`, which fails.
 //!
 //! Usage is reported as the request's size / 4 input tokens, so an agent that compacts on its
 //! own when usage passes a limit (Codex's `model_auto_compact_token_limit`) sees it grow.
@@ -109,6 +109,8 @@ impl Exchange {
 pub enum Task {
     /// The shell command `echo step n`.
     Echo,
+    /// The shell command `cat missing-n.txt`, which fails: no such file.
+    FailingCommands,
     /// Writes `step-n.txt`, `step n` in it, into this directory (absolute, as Claude Code's
     /// `Write` requires), with the agent's editor tool.
     WriteFiles(std::path::PathBuf),
@@ -307,14 +309,22 @@ async fn gzipped(response: Response) -> Response {
     Response::from_parts(parts, Body::from_stream(stream))
 }
 
-/// The step number of a command `echo step N`.
+/// The step number of a command `echo step N` or `cat missing-N.txt`.
 fn step_of(command: &str) -> Option<u32> {
-    command
-        .trim()
-        .strip_prefix("echo step ")?
-        .trim()
-        .parse()
-        .ok()
+    let command = command.trim();
+    let number = match command.strip_prefix("echo step ") {
+        Some(n) => n,
+        None => command.strip_prefix("cat missing-")?.strip_suffix(".txt")?,
+    };
+    number.trim().parse().ok()
+}
+
+/// The shell command of step `step` of a shell task.
+fn shell_command(task: &Task, step: u32) -> String {
+    match task {
+        Task::FailingCommands => format!("cat missing-{step}.txt"),
+        _ => format!("echo step {step}"),
+    }
 }
 
 /// The step number of a file `…/step-N.txt`.
@@ -477,7 +487,7 @@ fn check_messages(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
         }
     }
     let tool = match shared.task {
-        Task::Echo => "Bash",
+        Task::Echo | Task::FailingCommands => "Bash",
         Task::WriteFiles(_) => "Write",
     };
     let has_tool = body["tools"]
@@ -617,7 +627,7 @@ fn check_responses(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
         return Ok(Answer::Compaction);
     }
     let tool = match shared.task {
-        Task::Echo => "exec_command",
+        Task::Echo | Task::FailingCommands => "exec_command",
         Task::WriteFiles(_) => "apply_patch",
     };
     let has_tool = body["tools"]
@@ -674,9 +684,9 @@ fn anthropic_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             let signature = issue(shared, format!("EsYDCkYIBxgCKkD{n:08}step{step}sig=="));
             content.push(json!({"type": "thinking", "thinking": "", "signature": signature}));
             let (name, input) = match &shared.task {
-                Task::Echo => (
+                Task::Echo | Task::FailingCommands => (
                     "Bash",
-                    json!({"command": format!("echo step {step}"), "description": format!("Print step {step}")}),
+                    json!({"command": shell_command(&shared.task, *step), "description": format!("Print step {step}")}),
                 ),
                 Task::WriteFiles(dir) => {
                     let (path, text) = step_file(dir, *step);
@@ -765,9 +775,10 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             vec![
                 json!({"type": "reasoning", "id": format!("rs_{n:08}"), "summary": [], "encrypted_content": content}),
                 match &shared.task {
-                    Task::Echo => json!({"type": "function_call", "id": format!("fc_{n:08}"),
-                        "status": "completed", "call_id": format!("call_{n:08}"), "name": "exec_command",
-                        "arguments": json!({"cmd": format!("echo step {step}")}).to_string()}),
+                    Task::Echo | Task::FailingCommands => json!({"type": "function_call",
+                        "id": format!("fc_{n:08}"), "status": "completed", "call_id": format!("call_{n:08}"),
+                        "name": "exec_command",
+                        "arguments": json!({"cmd": shell_command(&shared.task, *step)}).to_string()}),
                     Task::WriteFiles(dir) => {
                         let (path, text) = step_file(dir, *step);
                         json!({"type": "custom_tool_call", "id": format!("ctc_{n:08}"),
