@@ -11,6 +11,8 @@ use std::ops::Range;
 
 use crate::conversation::{ContentBlock, Message};
 use crate::sdk::exchanges::Unit;
+use crate::sdk::failure::failed;
+use crate::sdk::prompt::result_text;
 
 /// How many messages come after the messages in `range`, in a conversation of `len` messages:
 /// 0 for a unit that ends the conversation. This is a unit's age measured in messages: it only
@@ -143,8 +145,10 @@ fn list_counts(counts: &[(String, usize)]) -> String {
         .join(", ")
 }
 
-/// The tools `messages` call and which of their results are errors (`is_error`), matched by
-/// tool-call id so that parallel calls answered in any order are named right.
+/// The tools `messages` call and which of their results are failures ([`failed`]: the
+/// `is_error` flag, or the exit code the output reports where the wire has no flag, as
+/// Codex's Responses outputs), matched by tool-call id so that parallel calls answered in any
+/// order are named right.
 pub fn tool_activity(messages: &[Message]) -> ToolActivity {
     let mut activity = ToolActivity::default();
     let mut names: HashMap<&str, &str> = HashMap::new();
@@ -157,9 +161,10 @@ pub fn tool_activity(messages: &[Message]) -> ToolActivity {
                 }
                 ContentBlock::ToolResult {
                     tool_use_id,
-                    is_error: true,
+                    content,
+                    is_error,
                     ..
-                } => {
+                } if failed(&result_text(content), *is_error) => {
                     let name = names.get(tool_use_id.as_str()).copied().unwrap_or("tool");
                     bump(&mut activity.failed, name);
                 }
@@ -189,11 +194,15 @@ mod tests {
     }
 
     fn answer(id: &str, is_error: bool) -> Message {
+        answer_with(id, "out", is_error)
+    }
+
+    fn answer_with(id: &str, text: &str, is_error: bool) -> Message {
         Message::new(
             Role::Tool,
             vec![ContentBlock::ToolResult {
                 tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text { text: "out".into() }].into(),
+                content: vec![ToolResultPart::Text { text: text.into() }].into(),
                 is_error,
                 extra_json: Default::default(),
             }],
@@ -301,6 +310,17 @@ mod tests {
         assert_eq!(activity.calls(), 3);
         assert_eq!(activity.failed_list(), "bash, tool");
         assert_eq!(activity.errors(), 2);
+
+        // A Responses output has no error flag: Codex says so in its text.
+        let codex = tool_activity(&[
+            call("c", "exec_command"),
+            answer_with(
+                "c",
+                "Process exited with code 1\nOutput:\ncat: a.txt: No such file or directory",
+                false,
+            ),
+        ]);
+        assert_eq!(codex.failed_list(), "exec_command");
 
         let quiet = tool_activity(&[call("y", "ls"), answer("y", false)]);
         assert_eq!(quiet.errors(), 0);

@@ -1,4 +1,5 @@
-//! Helpers every strategy needs, written once: tool-exchange-aware grouping, the protected
+//! Helpers every strategy needs, written once: tool-exchange-aware grouping, whether a tool
+//! call failed ([`failure`]), the protected
 //! and pinned parts of a conversation ([`pinned`]: instructions, opaque units, compaction
 //! boundaries), summary messages, clearings ([`clearing`]), prompt rendering and templates ([`prompt`]),
 //! stage reports from plain values ([`report`]), typed structured output ([`structured`]),
@@ -11,6 +12,7 @@ pub mod chunk;
 pub mod clearing;
 pub mod config;
 pub mod exchanges;
+pub mod failure;
 pub mod groups;
 pub mod harness;
 pub mod incremental;
