@@ -72,6 +72,27 @@ fn exit_code(output: &str) -> Option<i64> {
         .or_else(|| after("exit status"))
 }
 
+/// The first line of an output that reports no exit code, when that line names an error:
+/// how an editor tool says it wrote nothing (Codex's `apply_patch verification failed: Failed
+/// to read file to update …`). Only the first line, for such a tool answers in one; a
+/// command's output may name errors anywhere and still have succeeded, so this reads only
+/// the answers of calls that write.
+pub fn refusal_line(output: &str) -> Option<String> {
+    let first = output
+        .lines()
+        .map(str::trim)
+        .find(|l| l.chars().any(char::is_alphanumeric) && !is_markup(l))?;
+    // Paths and file names aside: `created /w/error.log` names no error.
+    let words: Vec<String> = first
+        .split_whitespace()
+        .filter(|w| !w.contains(['/', '.', '\\']))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let said = words.join(" ");
+    (exit_code(output).is_none() && ERROR_MARKS.iter().any(|m| said.contains(m)))
+        .then(|| first.to_string())
+}
+
 /// Whether a tool result with `output` failed (see [`failure_line`]).
 pub fn failed(output: &str, is_error: bool) -> bool {
     failure_line(output, is_error).is_some()
@@ -98,6 +119,22 @@ mod tests {
         assert_eq!(failure_line(&output(0, "step 1\n"), false), None);
         // grep finding nothing: a non-zero exit, no error.
         assert_eq!(failure_line(&output(1, ""), false), None);
+    }
+
+    #[test]
+    fn an_editor_tool_that_says_it_failed_wrote_nothing() {
+        // Codex 0.171's answer to an apply_patch on a file that is not there, as captured.
+        let refused = "apply_patch verification failed: Failed to read file to update \
+                       /w/nothere.txt: No such file or directory (os error 2)";
+        assert_eq!(refusal_line(refused).as_deref(), Some(refused));
+        assert_eq!(
+            refusal_line("Success. Updated the following files:\nM /w/a.txt\n"),
+            None
+        );
+        assert_eq!(
+            refusal_line("File created successfully at: /w/error.log"),
+            None
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::writes::writes;
 use super::{Entry, Kind, MAX_ENTRY_CHARS, MAX_INPUT_CHARS};
 use crate::conversation::{ContentBlock, Message, Role};
-use crate::sdk::failure::failure_line;
+use crate::sdk::failure::{failure_line, refusal_line};
 use crate::sdk::harness::without_harness_context;
 use crate::sdk::prompt::result_text;
 use crate::sdk::statements::{read_decision, sentences, Reading};
@@ -106,7 +106,15 @@ pub fn extract(messages: &[Message]) -> Extracted {
                     let result = result_text(content);
                     let output = without_harness_context(&result);
                     let signature = call_signature(call.name, call.input_json);
-                    match failure_line(&output, *is_error) {
+                    let written = writes(call.name, call.input_json);
+                    let failure = failure_line(&output, *is_error).or_else(|| {
+                        // An editor tool reports no exit code: one that says it failed did
+                        // not write (Codex's `apply_patch verification failed: …`).
+                        (!written.is_empty())
+                            .then(|| refusal_line(&output))
+                            .flatten()
+                    });
+                    match failure {
                         Some(line) => {
                             let at = found.len();
                             found.push(Some(Entry {
@@ -123,7 +131,7 @@ pub fn extract(messages: &[Message]) -> Extracted {
                             }
                         }
                         None => {
-                            for w in writes(call.name, call.input_json) {
+                            for w in written {
                                 found.push(Some(Entry {
                                     kind: Kind::File,
                                     message: call.message,
@@ -234,6 +242,41 @@ mod tests {
         let got = extract(&messages);
         let lines: Vec<String> = got.entries.iter().map(Entry::line).collect();
         assert_eq!(lines, ["- m2 file: out.txt (python >)"]);
+    }
+
+    #[test]
+    fn a_patch_the_editor_refused_is_an_error_not_a_file() {
+        // Codex's apply_patch: a freeform input, and an answer with no exit code.
+        let patch = |id: &str, path: &str| {
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    id,
+                    "apply_patch",
+                    format!(
+                        "*** Begin Patch\n*** Update File: {path}\n@@\n-a\n+b\n*** End Patch\n"
+                    ),
+                )],
+            )
+        };
+        let messages = vec![
+            patch("p1", "nothere.txt"),
+            result(
+                "p1",
+                "apply_patch verification failed: Failed to read file to update \
+                 /w/nothere.txt: No such file or directory (os error 2)",
+            ),
+            patch("p2", "src/a.rs"),
+            result("p2", "Success. Updated the following files:\nM src/a.rs\n"),
+        ];
+        let lines: Vec<String> = extract(&messages).entries.iter().map(Entry::line).collect();
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(
+            lines[0].starts_with("- m1 error: apply_patch(*** Begin Patch")
+                && lines[0].ends_with("failed: apply_patch verification failed: Failed to read file to update /w/nothere.txt: No such file or directory (os error 2)"),
+            "{lines:#?}"
+        );
+        assert_eq!(lines[1], "- m2 file: src/a.rs (update)");
     }
 
     #[test]
