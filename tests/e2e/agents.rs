@@ -88,25 +88,13 @@ impl Setup {
         proxy_extra: &str,
         stage: &str,
     ) -> Setup {
-        Setup::start_steps(name, compaction, high, proxy_extra, stage, STEPS)
-    }
-
-    /// [`Setup::start_with`] for a task of `steps` commands.
-    fn start_steps(
-        name: &str,
-        compaction: ServerCompaction,
-        high: u64,
-        proxy_extra: &str,
-        stage: &str,
-        steps: u32,
-    ) -> Setup {
-        Setup::start_task(name, compaction, high, proxy_extra, stage, steps, |_| {
+        Setup::start_task(name, compaction, high, proxy_extra, stage, STEPS, |_| {
             Task::Echo
         })
     }
 
-    /// [`Setup::start_steps`] for a task whose steps do what `task` gives for the scratch
-    /// directory.
+    /// [`Setup::start_with`] for a task of `steps` steps, each doing what `task` gives for
+    /// the scratch directory.
     fn start_task(
         name: &str,
         compaction: ServerCompaction,
@@ -333,13 +321,14 @@ fn claude_code_s_system_messages_are_kept_and_do_not_stop_a_summary() {
         upstream,
         dir,
         ..
-    } = Setup::start_steps(
+    } = Setup::start_task(
         "agents-claude-long",
         ServerCompaction::Present,
         4_100,
         "",
         &stage,
         LONG,
+        |_| Task::Echo,
     );
     let (home, work) = agent_dirs(&dir, "claude");
     let out = run(claude(&proxy.base, &home, &work), "claude");
@@ -452,7 +441,7 @@ fn writing_calls_kept(exchange: &Exchange) -> Vec<u32> {
 /// [`assert_accounted`]).
 fn assert_files_in_the_ledger(
     what: &str,
-    exchanges: &[&Exchange],
+    exchanges: &[Exchange],
     work: &Path,
     how: &str,
     steps: u32,
@@ -477,61 +466,76 @@ fn assert_files_in_the_ledger(
     assert_accounted(what, &text, steps, &kept, &listed);
 }
 
+/// One agent's run through the proxy with map-reduce-adaptive summarizing (its ledger on).
+struct FoldRun {
+    what: &'static str,
+    /// Every model call, in order (the agent finished, and at least 4 were compacted).
+    turns: Vec<Exchange>,
+    /// The folder the agent worked in.
+    work: PathBuf,
+    steps: u32,
+    _setup: Setup,
+}
+
+/// Claude Code, then Codex, each doing a `steps`-step task of `task` (given its working
+/// folder) through the proxy with map-reduce-adaptive. Codex's first request is 5,700
+/// tokens: at `CODEX_HIGH` the low watermark is below it, so each compaction could take one
+/// step only, whose summary has no room for a ledger line (a summary stays smaller than its
+/// span); 1,500 tokens more, and twice the steps, leave room for a few steps a summary.
+fn fold_runs(name: &str, steps: u32, task: fn(PathBuf) -> Task) -> [FoldRun; 2] {
+    let stage = fold_stage();
+    let agents: [(&'static str, u64, u32); 2] = [
+        ("claude", 4_100, steps),
+        ("codex", CODEX_HIGH + 1_500, steps * 2),
+    ];
+    agents.map(|(agent, high, steps)| {
+        let setup = Setup::start_task(
+            &format!("{name}-{agent}"),
+            ServerCompaction::Present,
+            high,
+            "",
+            &stage,
+            steps,
+            |dir| task(dir.join(agent).join("work")),
+        );
+        let (home, work) = agent_dirs(&setup.dir, agent);
+        let (what, command) = if agent == "claude" {
+            ("claude -p", claude(&setup.proxy.base, &home, &work))
+        } else {
+            let base = format!("{}/v1", setup.proxy.base);
+            ("codex exec", codex(&base, &home, &work, "", ""))
+        };
+        let out = run(command, what);
+        let turns: Vec<Exchange> = assert_finished(what, &out, &setup.upstream, &setup.proxy)
+            .into_iter()
+            .filter(|e| {
+                e.target.starts_with("/v1/messages") || e.target.starts_with("/v1/responses")
+            })
+            .collect();
+        assert_compacted(what, &turns.iter().collect::<Vec<_>>());
+        FoldRun {
+            what,
+            turns,
+            work,
+            steps,
+            _setup: setup,
+        }
+    })
+}
+
 #[test]
 fn the_ledger_lists_the_files_the_agents_write_with_their_own_editor_tools() {
     // Claude Code writes with `Write` (JSON input); Codex with `apply_patch`, a freeform tool
     // whose input is the patch itself. Summarized by map-reduce-adaptive, each file written is
     // listed in the summary's ledger: before, Codex's were not (its input is not JSON).
-    let stage = fold_stage();
-    let claude_setup = Setup::start_task(
-        "agents-claude-writes",
-        ServerCompaction::Present,
-        4_100,
-        "",
-        &stage,
-        STEPS,
-        |dir| Task::WriteFiles(dir.join("claude/work")),
-    );
-    let (home, work) = agent_dirs(&claude_setup.dir, "claude");
-    let out = run(claude(&claude_setup.proxy.base, &home, &work), "claude");
-    let exchanges = assert_finished(
-        "claude -p",
-        &out,
-        &claude_setup.upstream,
-        &claude_setup.proxy,
-    );
-    let turns: Vec<&Exchange> = exchanges
-        .iter()
-        .filter(|e| e.target.starts_with("/v1/messages"))
-        .collect();
-    assert_compacted("claude -p", &turns);
-    assert_files_in_the_ledger("claude -p", &turns, &work, "Write", STEPS);
-
-    // Codex's first request is 5,700 tokens: at CODEX_HIGH the low watermark is below it and
-    // each compaction can take one step only, whose summary has no room for a ledger line
-    // (a summary stays smaller than its span). 1,500 tokens more leave room for a few steps.
-    const CODEX_WRITES: u32 = 24;
-    let codex_setup = Setup::start_task(
-        "agents-codex-writes",
-        ServerCompaction::Present,
-        CODEX_HIGH + 1_500,
-        "",
-        &stage,
-        CODEX_WRITES,
-        |dir| Task::WriteFiles(dir.join("codex/work")),
-    );
-    let (home, work) = agent_dirs(&codex_setup.dir, "codex");
-    let base = format!("{}/v1", codex_setup.proxy.base);
-    let out = run(codex(&base, &home, &work, "", ""), "codex exec");
-    let exchanges = assert_finished(
-        "codex exec",
-        &out,
-        &codex_setup.upstream,
-        &codex_setup.proxy,
-    );
-    let turns: Vec<&Exchange> = exchanges.iter().collect();
-    assert_compacted("codex exec", &turns);
-    assert_files_in_the_ledger("codex exec", &turns, &work, "add", CODEX_WRITES);
+    for run in fold_runs("agents-writes", STEPS, Task::WriteFiles) {
+        let how = if run.what == "claude -p" {
+            "Write"
+        } else {
+            "add"
+        };
+        assert_files_in_the_ledger(run.what, &run.turns, &run.work, how, run.steps);
+    }
 }
 
 /// The steps whose failing `cat missing-N.txt` call is still in the request (not summarized).
@@ -551,7 +555,7 @@ fn failing_calls_kept(exchange: &Exchange, steps: u32) -> Vec<u32> {
 /// Asserts that the last model call either still holds each failed `cat missing-N.txt` or
 /// lists it in a summary's ledger as an open error, with the line that says why (see
 /// [`assert_accounted`]).
-fn assert_errors_in_the_ledger(what: &str, exchanges: &[&Exchange], steps: u32) {
+fn assert_errors_in_the_ledger(what: &str, exchanges: &[Exchange], steps: u32) {
     let last = exchanges.last().expect("a model call");
     let kept = failing_calls_kept(last, steps);
     let text = String::from_utf8_lossy(&last.raw);
@@ -569,52 +573,9 @@ fn assert_errors_in_the_ledger(what: &str, exchanges: &[&Exchange], steps: u32) 
 fn the_ledger_lists_the_commands_that_failed_for_the_agents() {
     // Claude Code marks a failed command's result `is_error`; Codex's Responses output has no
     // such flag, only its text: `Process exited with code 1`, then the output.
-    let stage = fold_stage();
-    let claude_setup = Setup::start_task(
-        "agents-claude-fails",
-        ServerCompaction::Present,
-        4_100,
-        "",
-        &stage,
-        STEPS,
-        |_| Task::FailingCommands,
-    );
-    let (home, work) = agent_dirs(&claude_setup.dir, "claude");
-    let out = run(claude(&claude_setup.proxy.base, &home, &work), "claude");
-    let exchanges = assert_finished(
-        "claude -p",
-        &out,
-        &claude_setup.upstream,
-        &claude_setup.proxy,
-    );
-    let turns: Vec<&Exchange> = exchanges
-        .iter()
-        .filter(|e| e.target.starts_with("/v1/messages"))
-        .collect();
-    assert_compacted("claude -p", &turns);
-    assert_errors_in_the_ledger("claude -p", &turns, STEPS);
-
-    let codex_setup = Setup::start_task(
-        "agents-codex-fails",
-        ServerCompaction::Present,
-        CODEX_HIGH + 1_500,
-        "",
-        &stage,
-        STEPS * 2,
-        |_| Task::FailingCommands,
-    );
-    let (home, work) = agent_dirs(&codex_setup.dir, "codex");
-    let base = format!("{}/v1", codex_setup.proxy.base);
-    let out = run(codex(&base, &home, &work, "", ""), "codex exec");
-    let exchanges = assert_finished(
-        "codex exec",
-        &out,
-        &codex_setup.upstream,
-        &codex_setup.proxy,
-    );
-    let turns: Vec<&Exchange> = exchanges.iter().collect();
-    assert_compacted("codex exec", &turns);
-    assert_errors_in_the_ledger("codex exec", &turns, STEPS * 2);
+    for run in fold_runs("agents-fails", STEPS, |_| Task::FailingCommands) {
+        assert_errors_in_the_ledger(run.what, &run.turns, run.steps);
+    }
 }
 
 /// What an agent sent, as a fixture: every request of the session in order, its headers less
