@@ -27,6 +27,10 @@ const ERROR_MARKS: [&str; 11] = [
 /// error, or the output's last line; `None` for a success, and for a non-zero exit with no
 /// error in its output (`grep` finding nothing).
 pub fn failure_line(output: &str, is_error: bool) -> Option<String> {
+    // Most results succeed: settle those on the exit code before reading any line.
+    if !is_error && exit_code(output).is_none_or(|code| code == 0) {
+        return None;
+    }
     let lines: Vec<&str> = output
         .lines()
         .map(str::trim)
@@ -43,10 +47,7 @@ pub fn failure_line(output: &str, is_error: bool) -> Option<String> {
                 .map_or_else(|| "(no output)".to_string(), |l| l.to_string()),
         );
     }
-    match exit_code(output) {
-        Some(code) if code != 0 => marked.map(|l| l.to_string()),
-        _ => None,
-    }
+    marked.map(|l| l.to_string())
 }
 
 /// A line that is only an output's markup (`<returncode>1</returncode>`, `<output>`).
@@ -56,8 +57,9 @@ fn is_markup(line: &str) -> bool {
 
 /// The exit code an output reports, if it reports one.
 fn exit_code(output: &str) -> Option<i64> {
+    // ASCII lowercasing keeps every byte offset, so a match in `lower` indexes `output`.
+    let lower = output.to_ascii_lowercase();
     let after = |marker: &str| {
-        let lower = output.to_ascii_lowercase();
         let at = lower.find(marker)? + marker.len();
         let rest = output[at..].trim_start_matches([' ', ':', '=']);
         let digits: String = rest

@@ -164,7 +164,7 @@ pub fn tool_activity(messages: &[Message]) -> ToolActivity {
                     content,
                     is_error,
                     ..
-                } if failed(&result_text(content), *is_error) => {
+                } if *is_error || failed(&result_text(content), false) => {
                     let name = names.get(tool_use_id.as_str()).copied().unwrap_or("tool");
                     bump(&mut activity.failed, name);
                 }

@@ -107,12 +107,14 @@ pub fn extract(messages: &[Message]) -> Extracted {
                     let output = without_harness_context(&result);
                     let signature = call_signature(call.name, call.input_json);
                     let written = writes(call.name, call.input_json);
+                    // An editor tool reports no exit code: one that says it failed did not
+                    // write (Codex's `apply_patch verification failed: …`).
                     let failure = failure_line(&output, *is_error).or_else(|| {
-                        // An editor tool reports no exit code: one that says it failed did
-                        // not write (Codex's `apply_patch verification failed: …`).
-                        (!written.is_empty())
-                            .then(|| refusal_line(&output))
-                            .flatten()
+                        if written.is_empty() {
+                            None
+                        } else {
+                            refusal_line(&output)
+                        }
                     });
                     match failure {
                         Some(line) => {
