@@ -178,14 +178,19 @@ mod tests {
     use crate::conversation::SummaryStatus;
     use crate::sdk::summary::summary_message;
 
-    fn call(id: &str, command: &str) -> Message {
+    /// An assistant message making one call of `name` with `input` as its input text.
+    fn tool_call(id: &str, name: &str, input: String) -> Message {
         Message::new(
             Role::Assistant,
-            vec![ContentBlock::tool_use(
-                id,
-                "bash",
-                crate::serde_json::json!({ "command": command }).to_string(),
-            )],
+            vec![ContentBlock::tool_use(id, name, input)],
+        )
+    }
+
+    fn call(id: &str, command: &str) -> Message {
+        tool_call(
+            id,
+            "bash",
+            crate::serde_json::json!({ "command": command }).to_string(),
         )
     }
 
@@ -250,15 +255,10 @@ mod tests {
     fn a_patch_the_editor_refused_is_an_error_not_a_file() {
         // Codex's apply_patch: a freeform input, and an answer with no exit code.
         let patch = |id: &str, path: &str| {
-            Message::new(
-                Role::Assistant,
-                vec![ContentBlock::tool_use(
-                    id,
-                    "apply_patch",
-                    format!(
-                        "*** Begin Patch\n*** Update File: {path}\n@@\n-a\n+b\n*** End Patch\n"
-                    ),
-                )],
+            tool_call(
+                id,
+                "apply_patch",
+                format!("*** Begin Patch\n*** Update File: {path}\n@@\n-a\n+b\n*** End Patch\n"),
             )
         };
         let messages = vec![
