@@ -616,6 +616,140 @@ fn a_prior_anchored_summary_is_merged() {
     assert!(text.contains("## Next steps\n- Add a test."), "{text}");
 }
 
+/// With the ledger on, the model is shown the prior's intent and not its lists: a small
+/// model shown them wrote them back word for word (7 of the 12 structured answers recorded
+/// on the planted session), so the anchor stopped changing. The plugin merges them instead.
+#[test]
+fn with_the_ledger_the_model_is_shown_the_prior_s_intent_and_the_plugin_merges_its_lists() {
+    let first = json!({
+        "session_intent": "Fix the loader so the CI tests pass.",
+        "open_questions": ["Does the ini parser drop trailing comments?"],
+        "next_steps": ["Bisect the loader change."],
+    });
+    let second = json!({
+        "session_intent": "Fix the loader and the ini format.",
+        "open_questions": [],
+        "next_steps": ["Release 1.2."],
+    });
+    let provider = Arc::new(ScriptedProvider::sequence([
+        ScriptedResponse::structured(first),
+        ScriptedResponse::structured(second),
+    ]));
+    let chain = StageChain::new("tamp_anchored_structured", json!({}), provider.clone())
+        .llm_concurrency(64)
+        .timeout(Duration::from_secs(60))
+        .build();
+    let once = compact(&chain, &session("loader")).conversation;
+    let mut messages: Vec<Message> = once.messages.into();
+    let tail = messages.split_off(messages.len() - 2);
+    messages.extend(session("ini").messages.into_iter().skip(1));
+    messages.extend(tail);
+    let grown = Conversation::new(messages);
+    let out = compact(&chain, &grown);
+    check_replacement(&chain, &grown, &out);
+    assert_eq!(stage(&out).details["prior_merged"], true);
+    assert_eq!(stage(&out).details["path"], "structured");
+
+    let request = &provider.requests()[1];
+    let after_material = request.prompt.rsplit("</content>").next().unwrap();
+    assert!(
+        after_material.contains("Fix the loader so the CI tests pass."),
+        "{after_material}"
+    );
+    assert!(
+        !request
+            .prompt
+            .contains("Does the ini parser drop trailing comments?")
+            && !request.prompt.contains("Bisect the loader change.")
+            && !request.prompt.contains("An earlier anchored summary"),
+        "{}",
+        request.prompt
+    );
+    let merged = &page_metadata(&chain, &out)["anchored_summary"];
+    assert_eq!(
+        merged["session_intent"],
+        "Fix the loader and the ini format."
+    );
+    assert_eq!(
+        merged["open_questions"],
+        json!(["Does the ini parser drop trailing comments?"])
+    );
+    assert_eq!(
+        merged["next_steps"],
+        json!(["Bisect the loader change.", "Release 1.2."])
+    );
+    let text = summary_of(&out).joined_text();
+    assert!(text.contains("- Bisect the loader change."), "{text}");
+}
+
+/// A prior made on the prose fallback is shown by its prose: the sections it carried (in its
+/// JSON, merged like any prior's) are not material a model can copy back past their cap.
+#[test]
+fn a_fallback_prior_is_shown_by_its_prose_and_its_carried_lists_are_merged() {
+    let first = json!({
+        "session_intent": "Fix the loader so the CI tests pass.",
+        "open_questions": [],
+        "next_steps": ["Bisect the loader change."],
+    });
+    let third = json!({
+        "session_intent": "Fix the loader and the ini format.",
+        "open_questions": [],
+        "next_steps": ["Release 1.2."],
+    });
+    for mode in [json!({}), json!({"ledger": {"enabled": false}})] {
+        // Without the ledger the schema asks for the two lists it would hold.
+        let answer = |summary: &Value| {
+            let mut summary = summary.clone();
+            if mode.get("ledger").is_some() {
+                summary["files_modified"] = json!([]);
+                summary["decisions_made"] = json!([]);
+            }
+            ScriptedResponse::structured(summary)
+        };
+        let provider = Arc::new(ScriptedProvider::sequence([
+            answer(&first),
+            // The second compaction's structured answer is no JSON: the prose fallback.
+            ScriptedResponse::text("not an object"),
+            ScriptedResponse::text("The agent found the ini parser dropping comments."),
+            answer(&third),
+        ]));
+        let chain = StageChain::new("tamp_anchored_structured", mode.clone(), provider.clone())
+            .llm_concurrency(64)
+            .timeout(Duration::from_secs(60))
+            .build();
+        let mut conversation = session("loader");
+        for (i, topic) in ["ini", "yaml"].into_iter().enumerate() {
+            let once = compact(&chain, &conversation).conversation;
+            let mut messages: Vec<Message> = once.messages.into();
+            let tail = messages.split_off(messages.len() - 2);
+            messages.extend(session(topic).messages.into_iter().skip(1));
+            messages.extend(tail);
+            conversation = Conversation::new(messages);
+            if i == 1 {
+                let out = compact(&chain, &conversation);
+                assert_eq!(stage(&out).details["path"], "structured", "{mode}");
+                let merged = &page_metadata(&chain, &out)["anchored_summary"];
+                assert_eq!(
+                    merged["next_steps"],
+                    json!(["Bisect the loader change.", "Release 1.2."]),
+                    "{mode}"
+                );
+            }
+        }
+        let requests = provider.requests();
+        let last = requests.last().unwrap();
+        let material = last.prompt.split("</content>").next().unwrap();
+        assert!(
+            material.contains("The agent found the ini parser dropping comments."),
+            "{mode}: {material}"
+        );
+        assert!(
+            !material.contains("Bisect the loader change."),
+            "{mode}: {material}"
+        );
+    }
+}
+
 /// A client that resends its whole history: the first conversation, then the same messages
 /// with a second session appended.
 fn resent_history() -> (Conversation, Conversation) {

@@ -175,7 +175,7 @@ impl Strategy for AnchoredStructured {
 }
 
 /// The prior summaries' JSON, merged in order, read back from their pages. A prior whose JSON
-/// cannot be read is summarized like any other content (with a warning), and so is the text
+/// cannot be read is summarized like any other content (with a warning), and so is the prose
 /// of a prior made on a fallback path (its prose is not in its JSON): nothing it said is lost.
 async fn load_prior(
     host: &Host,
@@ -206,7 +206,7 @@ async fn load_prior(
         match found {
             Ok((prior, structured)) => {
                 if !structured {
-                    as_content.push(text.clone());
+                    as_content.push(plan::without_sections(text, &prior));
                 }
                 merged = Some(match merged {
                     Some(earlier) => prior.merged_over(&earlier).0,

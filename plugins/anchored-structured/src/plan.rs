@@ -281,6 +281,22 @@ pub fn body(path: SummaryPath, prose: Option<&str>, merged: &AnchoredSummary) ->
     body
 }
 
+/// What a prior made on a fallback path says beyond its JSON: its rendered `text` without the
+/// sections that JSON holds (the prior is merged under the answer like any other). Shown
+/// them as material, a small model copied the lists back, past their cap, so its answer
+/// failed and the next summary fell back too. `text` is whole when the sections are not
+/// found in it as rendered (a summary cut at `max_summary_chars`).
+pub fn without_sections(text: &str, prior: &AnchoredSummary) -> String {
+    let sections = prior.markdown_sections();
+    let sections = sections.trim();
+    match text.find(sections) {
+        Some(at) if !sections.is_empty() => {
+            format!("{}{}", text[..at].trim_end(), &text[at + sections.len()..])
+        }
+        _ => text.to_string(),
+    }
+}
+
 /// The structured answer, parsed, within the limits and complete; or why not.
 pub fn structured_answer(
     answer: Result<LlmResponse, HostError>,
@@ -398,6 +414,7 @@ pub fn file_paths(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::render;
     use tamp_plugin_api::sdk::structured::scripted_answer;
     use tamp_plugin_api::serde_json;
 
@@ -428,6 +445,35 @@ mod tests {
         assert!(structured_answer(ok(&long))
             .unwrap_err()
             .starts_with("session_intent"));
+    }
+
+    #[test]
+    fn a_fallback_prior_is_shown_by_its_prose_without_the_sections_its_json_holds() {
+        let prior = AnchoredSummary {
+            session_intent: "Fix the loader.".into(),
+            next_steps: vec!["Add a test.".into()],
+            ..Default::default()
+        };
+        let text = render(
+            SummaryPath::Prose,
+            4,
+            &body(
+                SummaryPath::Prose,
+                Some("The agent read the loader."),
+                &prior,
+            ),
+            usize::MAX,
+        );
+        let shown = without_sections(&format!("user: {text}\n"), &prior);
+        assert!(
+            shown.contains("## Summary\nThe agent read the loader."),
+            "{shown}"
+        );
+        assert!(!shown.contains("Add a test.") && !shown.contains("## Session intent"));
+        // Sections not found as rendered (a summary cut short): the text is shown whole.
+        let cut = &text[..text.len() - 3];
+        assert_eq!(without_sections(cut, &prior), cut);
+        assert_eq!(without_sections(&text, &AnchoredSummary::default()), text);
     }
 
     #[test]

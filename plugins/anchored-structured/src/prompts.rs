@@ -14,8 +14,7 @@ use tamp_plugin_api::serde_json;
 
 use crate::config::Config;
 use crate::schema::{
-    AnchoredSummary, LEDGER_LISTS, MAX_ENTRIES, MAX_ENTRIES_WITH_LEDGER, MAX_ENTRY_CHARS,
-    MAX_INTENT_CHARS,
+    AnchoredSummary, MAX_ENTRIES, MAX_ENTRIES_WITH_LEDGER, MAX_ENTRY_CHARS, MAX_INTENT_CHARS,
 };
 
 pub const SYSTEM: &str =
@@ -67,25 +66,22 @@ pub fn structured_request(
         "agent session above"
     };
     let prior_text = match prior {
-        Some(prior) => {
-            let mut shown = prior.clone();
-            if ledger {
-                shown.files_modified.clear();
-                shown.decisions_made.clear();
-            }
-            let mut json = serde_json::to_value(&shown).unwrap_or_default();
-            if let (true, Some(map)) = (ledger, json.as_object_mut()) {
-                for key in LEDGER_LISTS {
-                    map.shift_remove(key);
-                }
-            }
-            format!(
-                "\nAn earlier anchored summary of the session before the material above (its \
-                 lists are carried forward by the host, so list only what the material \
-                 adds):\n{}\n",
-                serde_json::to_string_pretty(&json).unwrap_or_default()
-            )
-        }
+        // A small model shown the prior's lists copies them back instead of writing what
+        // the material adds: on the planted session 7 of its 12 answers were the prior word
+        // for word, and 6 the same as the answer before them. While the ledger is on, the
+        // model is shown the prior's intent alone; its lists are merged in by the plugin.
+        Some(prior) if ledger => format!(
+            "\nThe session's intent, as an earlier summary of the session before the material \
+             above states it (the host keeps that summary's open questions and next steps): \
+             {}\n",
+            one_paragraph(&prior.session_intent)
+        ),
+        Some(prior) => format!(
+            "\nAn earlier anchored summary of the session before the material above (its \
+             lists are carried forward by the host, so list only what the material \
+             adds):\n{}\n",
+            serde_json::to_string_pretty(prior).unwrap_or_default()
+        ),
         None => String::new(),
     };
     let max_entries = if ledger {
@@ -118,6 +114,11 @@ pub fn structured_request(
     LlmRequest::new(SYSTEM, prompt, length::output_cap(target))
         .with_label("anchored summary")
         .with_schema_json(&AnchoredSummary::request_schema(ledger))
+}
+
+/// `text` on one line: an intent the model wrote over several lines reads as one statement.
+fn one_paragraph(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 pub fn prose_request(config: &Config, material: &str, chunked: bool, target: u32) -> LlmRequest {
@@ -157,5 +158,32 @@ mod tests {
         }
         let chunk = chunk_request(&config, material, 1, 2, 300);
         assert!(chunk.prompt.starts_with(opening.as_str()));
+    }
+
+    /// With the ledger on, the prior's intent is shown and its lists are not (a small model
+    /// copied them back); with it off, the prior's JSON is shown, every list in it.
+    #[test]
+    fn with_the_ledger_the_prior_is_shown_by_its_intent_alone() {
+        let prior = AnchoredSummary {
+            session_intent: "Fix the loader\n so CI passes.".into(),
+            decisions_made: vec!["Decision: keep the old format".into()],
+            next_steps: vec!["Bisect the loader change.".into()],
+            ..Default::default()
+        };
+        let mut config = Config::default();
+        let on = structured_request(&config, "m", false, Some(&prior), 300).prompt;
+        let after = on.rsplit("</content>").next().unwrap();
+        assert!(
+            after.contains(": Fix the loader so CI passes.\n"),
+            "{after}"
+        );
+        assert!(!after.contains("Bisect") && !after.contains("keep the old format"));
+        config.ledger.enabled = false;
+        let off = structured_request(&config, "m", false, Some(&prior), 300).prompt;
+        assert!(
+            off.contains("\"next_steps\": [\n    \"Bisect the loader change.\""),
+            "{off}"
+        );
+        assert!(off.contains("keep the old format"), "{off}");
     }
 }
