@@ -30,10 +30,25 @@ const PROSE_OF_CHUNKS_CALL: &str = "Summarize the summaries above";
 const CHUNK_CALL: &str = "Summarize the part above";
 
 fn stage_chain(config: Value, provider: Arc<dyn Provider>) -> Chain {
-    StageChain::new("tamp_anchored_structured", without_ledger(config), provider)
+    chain_with_ledger(without_ledger(config), provider)
+}
+
+/// `stage_chain` with the ledger as `config` sets it (on unless it says otherwise).
+fn chain_with_ledger(config: Value, provider: Arc<dyn Provider>) -> Chain {
+    StageChain::new("tamp_anchored_structured", config, provider)
         .llm_concurrency(64)
         .timeout(Duration::from_secs(60))
         .build()
+}
+
+/// `compacted` grown by `topic`'s session (without its system prompt) before its last two
+/// messages, so the next compaction meets the summary in it.
+fn grown_by(compacted: Conversation, topic: &str) -> Conversation {
+    let mut messages: Vec<Message> = compacted.messages.into();
+    let tail = messages.split_off(messages.len() - 2);
+    messages.extend(session(topic).messages.into_iter().skip(1));
+    messages.extend(tail);
+    Conversation::new(messages)
 }
 
 fn compact(chain: &Chain, input: &Conversation) -> Compacted {
@@ -548,13 +563,8 @@ fn a_prior_anchored_summary_is_merged() {
         ScriptedResponse::structured(second),
     ]));
     let chain = stage_chain(json!({}), provider.clone());
-    let once = compact(&chain, &session("loader")).conversation;
     // The conversation grows; the next compaction meets the first summary.
-    let mut messages: Vec<Message> = once.messages.into();
-    let tail = messages.split_off(messages.len() - 2);
-    messages.extend(session("ini").messages.into_iter().skip(1));
-    messages.extend(tail);
-    let grown = Conversation::new(messages);
+    let grown = grown_by(compact(&chain, &session("loader")).conversation, "ini");
     let out = compact(&chain, &grown);
     check_replacement(&chain, &grown, &out);
     assert_eq!(stage(&out).details["prior_merged"], true);
@@ -635,16 +645,8 @@ fn with_the_ledger_the_model_is_shown_the_prior_s_intent_and_the_plugin_merges_i
         ScriptedResponse::structured(first),
         ScriptedResponse::structured(second),
     ]));
-    let chain = StageChain::new("tamp_anchored_structured", json!({}), provider.clone())
-        .llm_concurrency(64)
-        .timeout(Duration::from_secs(60))
-        .build();
-    let once = compact(&chain, &session("loader")).conversation;
-    let mut messages: Vec<Message> = once.messages.into();
-    let tail = messages.split_off(messages.len() - 2);
-    messages.extend(session("ini").messages.into_iter().skip(1));
-    messages.extend(tail);
-    let grown = Conversation::new(messages);
+    let chain = chain_with_ledger(json!({}), provider.clone());
+    let grown = grown_by(compact(&chain, &session("loader")).conversation, "ini");
     let out = compact(&chain, &grown);
     check_replacement(&chain, &grown, &out);
     assert_eq!(stage(&out).details["prior_merged"], true);
@@ -713,18 +715,10 @@ fn a_fallback_prior_is_shown_by_its_prose_and_its_carried_lists_are_merged() {
             ScriptedResponse::text("The agent found the ini parser dropping comments."),
             answer(&third),
         ]));
-        let chain = StageChain::new("tamp_anchored_structured", mode.clone(), provider.clone())
-            .llm_concurrency(64)
-            .timeout(Duration::from_secs(60))
-            .build();
+        let chain = chain_with_ledger(mode.clone(), provider.clone());
         let mut conversation = session("loader");
         for (i, topic) in ["ini", "yaml"].into_iter().enumerate() {
-            let once = compact(&chain, &conversation).conversation;
-            let mut messages: Vec<Message> = once.messages.into();
-            let tail = messages.split_off(messages.len() - 2);
-            messages.extend(session(topic).messages.into_iter().skip(1));
-            messages.extend(tail);
-            conversation = Conversation::new(messages);
+            conversation = grown_by(compact(&chain, &conversation).conversation, topic);
             if i == 1 {
                 let out = compact(&chain, &conversation);
                 assert_eq!(stage(&out).details["path"], "structured", "{mode}");
