@@ -70,12 +70,14 @@ pub fn structured_request(
         // the material adds: on the planted session 7 of its 12 answers were the prior word
         // for word, and 6 the same as the answer before them. While the ledger is on, the
         // model is shown the prior's intent alone; its lists are merged in by the plugin.
-        Some(prior) if ledger => format!(
-            "\nThe session's intent, as an earlier summary of the session before the material \
-             above states it (the host keeps that summary's open questions and next steps): \
-             {}\n",
-            one_paragraph(&prior.session_intent)
-        ),
+        Some(prior) if ledger => match one_paragraph(&prior.session_intent) {
+            intent if intent.is_empty() => String::new(),
+            intent => format!(
+                "\nThe session's intent, as an earlier summary of the session before the \
+                 material above states it (the host keeps that summary's open questions and \
+                 next steps): {intent}\n"
+            ),
+        },
         Some(prior) => format!(
             "\nAn earlier anchored summary of the session before the material above (its \
              lists are carried forward by the host, so list only what the material \
@@ -178,6 +180,16 @@ mod tests {
             "{after}"
         );
         assert!(!after.contains("Bisect") && !after.contains("keep the old format"));
+        // A prior that states no intent adds no line; its lists are merged all the same.
+        let no_intent = AnchoredSummary {
+            session_intent: " ".into(),
+            ..prior.clone()
+        };
+        let shown = structured_request(&config, "m", false, Some(&no_intent), 300).prompt;
+        assert_eq!(
+            shown,
+            structured_request(&config, "m", false, None, 300).prompt
+        );
         config.ledger.enabled = false;
         let off = structured_request(&config, "m", false, Some(&prior), 300).prompt;
         assert!(
