@@ -311,17 +311,98 @@ fn openai_json_schema_answer_through_the_chain() {
     assert_eq!(format["json_schema"]["strict"], true);
     let schema = &format["json_schema"]["schema"];
     assert_sent_schema_suits_the_provider(schema);
-    // Every property required, in the order the plugin's schema lists them.
+    // Every property required, in the order the plugin's schema lists them: as the summary
+    // reads, intent first.
     assert_eq!(
         schema["required"],
         json!([
-            "decisions_made",
+            "session_intent",
             "files_modified",
-            "next_steps",
+            "decisions_made",
             "open_questions",
-            "session_intent"
+            "next_steps"
         ])
     );
+    let keys: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A structured answer cut at its output limit (`finish_reason: "length"`, the JSON unclosed)
+/// is taken up to its last finished value; the schema check still asks for every key.
+#[test]
+fn an_openai_answer_cut_at_its_limit_keeps_what_it_finished() {
+    with_key();
+    let cut = |content: &str| {
+        json!({
+            "id": "chatcmpl-cut",
+            "object": "chat.completion",
+            "created": 1741569953,
+            "model": "qwen2.5-coder",
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "length"
+            }],
+            "usage": {"prompt_tokens": 1500, "completion_tokens": 300, "total_tokens": 1800}
+        })
+        .to_string()
+    };
+    let mock = MockLlm::start();
+    mock.set_default(Reply::raw(
+        200,
+        &cut("{\"session_intent\": \"Fix the failing loader tests on CI.\", \"files_modified\": [], \
+              \"decisions_made\": [], \"open_questions\": [], \"next_steps\": [\"Run the loader \
+              tests again on CI\", \"Check the loader again\", \"Check the lo"),
+    ));
+    let dir = scratch_dir("prov-openai-cut");
+    let path = chain_file(
+        &dir,
+        &provider_section("openai", &mock, ""),
+        "tamp_anchored_structured",
+        ANCHORED_CONFIG,
+    );
+    let out = compact_with(&path, fifty_message_conversation());
+    let stage = &out.report.stages[0];
+    assert_eq!(stage.details["path"], "structured", "{:#}", stage.details);
+    let text = out
+        .conversation
+        .messages
+        .iter()
+        .find(|m| m.summary_info().is_some())
+        .expect("a summary")
+        .joined_text();
+    let steps: Vec<&str> = text.lines().filter(|l| l.starts_with("- ")).collect();
+    assert_eq!(
+        steps,
+        [
+            "- Run the loader tests again on CI",
+            "- Check the loader again"
+        ],
+        "{text}"
+    );
+
+    // Cut before any list was finished: a required key is missing, so the prose fallback.
+    let mock = MockLlm::start();
+    mock.set_default(Reply::raw(
+        200,
+        &cut("{\"session_intent\": \"Fix the failing loader tests on CI.\", \"files_mod"),
+    ));
+    let path = chain_file(
+        &scratch_dir("prov-openai-cut-early"),
+        &provider_section("openai", &mock, ""),
+        "tamp_anchored_structured",
+        ANCHORED_CONFIG,
+    );
+    let out = compact_with(&path, fifty_message_conversation());
+    assert_ne!(out.report.stages[0].details["path"], "structured");
 }
 
 #[test]

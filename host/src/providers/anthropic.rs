@@ -20,7 +20,9 @@ use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 
 use super::http::{self, ApiKey, ClientSettings};
 use super::schema::{self, Dialect};
-use super::structured::{extract_json, prompt_with_json_instruction, StructuredMode};
+use super::structured::{
+    close_cut_json, extract_json, prompt_with_json_instruction, StructuredMode,
+};
 use super::{Provider, ProviderError, ProviderErrorKind};
 
 /// The public endpoint.
@@ -223,12 +225,21 @@ fn parse_message(provider: &str, asked: Asked, body: &Value) -> Result<LlmRespon
                 "the answer has no `{ANSWER_TOOL}` tool_use block (stop_reason {stop_reason:?})"
             ))
         })?),
-        Asked::Native | Asked::Prompt => Some(extract_json(&text).ok_or_else(|| {
-            malformed(format!(
-                "the structured answer is not a JSON object (stop_reason {stop_reason:?}): {}",
-                http::excerpt(&text)
-            ))
-        })?),
+        Asked::Native | Asked::Prompt => Some(
+            extract_json(&text)
+                .or_else(|| {
+                    // Cut at its output limit: what it finished, closed (as for OpenAI).
+                    (stop_reason == "max_tokens")
+                        .then(|| close_cut_json(&text))
+                        .flatten()
+                })
+                .ok_or_else(|| {
+                    malformed(format!(
+                        "the structured answer is not a JSON object (stop_reason {stop_reason:?}): {}",
+                        http::excerpt(&text)
+                    ))
+                })?,
+        ),
     };
     let structured_json = structured.map(|v| v.to_string());
     if asked == Asked::Tool {
@@ -378,6 +389,25 @@ mod tests {
             e.message.contains("no `record_answer` tool_use block"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_json_answer_cut_at_max_tokens_keeps_what_it_finished() {
+        let cut = |stop_reason: &str| {
+            json!({
+                "id": "msg_3", "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": "{\"summary\": \"ok\", \"steps\": [\"a\", \"b"}],
+                "stop_reason": stop_reason, "usage": {"input_tokens": 1, "output_tokens": 2}
+            })
+        };
+        let r = parse_message("a", Asked::Native, &cut("max_tokens")).unwrap();
+        assert_eq!(
+            r.structured_json.as_ref().map(|s| s.as_str()),
+            FfiOption::RSome(r#"{"summary":"ok","steps":["a"]}"#)
+        );
+        assert_eq!(r.stop_reason.as_str(), "max_tokens");
+        // Unclosed for any other reason, it is still malformed.
+        assert!(parse_message("a", Asked::Prompt, &cut("end_turn")).is_err());
     }
 
     #[test]

@@ -27,7 +27,9 @@ use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 
 use super::http::{self, ApiKey, ClientSettings};
 use super::schema::{self, Dialect};
-use super::structured::{extract_json, prompt_with_json_instruction, StructuredMode};
+use super::structured::{
+    close_cut_json, extract_json, prompt_with_json_instruction, StructuredMode,
+};
 use super::{Provider, ProviderError, ProviderErrorKind};
 
 /// The public endpoint.
@@ -247,6 +249,13 @@ fn parse_completion(
         Asked::Text => None,
         Asked::Native | Asked::Prompt => Some(
             extract_json(&text)
+                .or_else(|| {
+                    // Cut at its output limit: what it finished, closed (the schema check
+                    // that follows still asks for every required key).
+                    (finish_reason == "length")
+                        .then(|| close_cut_json(&text))
+                        .flatten()
+                })
                 .ok_or_else(|| {
                     malformed(format!(
                         "the structured answer is not a JSON object (finish_reason {finish_reason:?}): {}",

@@ -71,10 +71,74 @@ pub fn extract_json(text: &str) -> Option<Value> {
     (end > start).then(|| parse(&text[start..=end])).flatten()
 }
 
+/// The object a structured answer cut at its output limit holds so far: its text up to the
+/// last value it finished, with the brackets still open closed. `None` when no value inside
+/// the outermost object was finished.
+pub fn close_cut_json(text: &str) -> Option<Value> {
+    let start = text.find('{')?;
+    let body = &text[start..];
+    let mut open: Vec<char> = Vec::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    // The last place a value ended (before a comma, or after a closing bracket), with the
+    // brackets open there.
+    let mut last: Option<(usize, Vec<char>)> = None;
+    for (i, c) in body.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' | '[' => open.push(c),
+            '}' | ']' => {
+                open.pop();
+                if open.is_empty() {
+                    return serde_json::from_str(&body[..=i]).ok();
+                }
+                last = Some((i + 1, open.clone()));
+            }
+            ',' if !open.is_empty() => last = Some((i, open.clone())),
+            _ => {}
+        }
+    }
+    let (end, open) = last?;
+    let mut closed = body[..end].trim_end().to_string();
+    for bracket in open.iter().rev() {
+        closed.push(if *bracket == '{' { '}' } else { ']' });
+    }
+    serde_json::from_str::<Value>(&closed)
+        .ok()
+        .filter(Value::is_object)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_cut_answer_is_closed_after_its_last_finished_value() {
+        let cut = r#"{"session_intent": "Fix the loader, then ship.", "next_steps": ["Add a test.", "Bisect the loader ch"#;
+        assert_eq!(
+            close_cut_json(cut),
+            Some(
+                json!({"session_intent": "Fix the loader, then ship.", "next_steps": ["Add a test."]})
+            )
+        );
+        let in_intent = r#"{"session_intent": "Fix the lo"#;
+        assert_eq!(close_cut_json(in_intent), None);
+        let escaped = r#"{"a": ["say \"x, y\"", "z"#;
+        assert_eq!(
+            close_cut_json(escaped),
+            Some(json!({"a": ["say \"x, y\""]}))
+        );
+    }
 
     #[test]
     fn modes_parse() {

@@ -74,6 +74,29 @@ impl AnchoredSummary {
                 required.retain(|k| !LEDGER_LISTS.iter().any(|l| k == l));
             }
         }
+        // The keys in the order the summary reads, intent first: a model that follows the
+        // schema's order (llama.cpp's grammar does) and is cut at its output limit then
+        // loses the last list's tail, not the intent.
+        const ORDER: [&str; 5] = [
+            "session_intent",
+            "files_modified",
+            "decisions_made",
+            "open_questions",
+            "next_steps",
+        ];
+        if let Some(properties) = schema["properties"].as_object_mut() {
+            let mut ordered = tamp_plugin_api::serde_json::Map::new();
+            for key in ORDER {
+                if let Some(p) = properties.shift_remove(key) {
+                    ordered.insert(key.to_string(), p);
+                }
+            }
+            ordered.append(properties);
+            *properties = ordered;
+        }
+        if let Some(required) = schema["required"].as_array_mut() {
+            required.sort_by_key(|k| ORDER.iter().position(|o| k == o));
+        }
         schema
     }
 
