@@ -390,7 +390,7 @@ const MAX_CACHED_SCHEMAS: usize = 64;
 /// Checks a structured answer before the plugin sees it: the provider must have returned
 /// `structured_json`, and it must be JSON satisfying the request's schema. Validators are
 /// compiled once per distinct schema text.
-fn check_structured(schema: &str, response: &LlmResponse) -> Result<(), String> {
+pub(crate) fn check_structured(schema: &str, response: &LlmResponse) -> Result<(), String> {
     static VALIDATORS: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
         OnceLock::new();
     let FfiOption::RSome(answer) = &response.structured_json else {

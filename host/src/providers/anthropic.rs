@@ -21,7 +21,8 @@ use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 use super::http::{self, ApiKey, ClientSettings};
 use super::schema::{self, Dialect};
 use super::structured::{
-    close_cut_json, extract_json, prompt_with_json_instruction, StructuredMode,
+    close_cut_json, extract_json, keep_cut_answer_if_accepted, prompt_with_json_instruction,
+    StructuredMode,
 };
 use super::{Provider, ProviderError, ProviderErrorKind};
 
@@ -150,6 +151,7 @@ impl AnthropicProvider {
         body: &Value,
     ) -> Result<LlmResponse, ProviderError> {
         parse_message(&self.name, self.asked(request), body)
+            .and_then(|r| keep_cut_answer_if_accepted(&self.name, request, r, "max_tokens"))
     }
 
     async fn call(&self, request: &LlmRequest) -> Result<LlmResponse, ProviderError> {

@@ -28,7 +28,8 @@ use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 use super::http::{self, ApiKey, ClientSettings};
 use super::schema::{self, Dialect};
 use super::structured::{
-    close_cut_json, extract_json, prompt_with_json_instruction, StructuredMode,
+    close_cut_json, extract_json, keep_cut_answer_if_accepted, prompt_with_json_instruction,
+    StructuredMode,
 };
 use super::{Provider, ProviderError, ProviderErrorKind};
 
@@ -168,6 +169,7 @@ impl OpenAiProvider {
         }
         let answer = http::post_json(&self.name, http_request, &body, self.key.as_ref()).await?;
         parse_completion(&self.name, asked, &answer)
+            .and_then(|r| keep_cut_answer_if_accepted(&self.name, request, r, "length"))
     }
 
     async fn call(&self, request: &LlmRequest) -> Result<LlmResponse, ProviderError> {

@@ -117,10 +117,73 @@ pub fn close_cut_json(text: &str) -> Option<Value> {
         .filter(Value::is_object)
 }
 
+/// A structured answer that stopped at its output limit (`cut_reason`, as the provider names
+/// it) is kept only if the request's schema accepts it: what [`close_cut_json`] mended, or
+/// anything else cut, is otherwise the provider's `malformed` error, as a cut answer was
+/// before mending, so a recording never keeps an answer the host then refuses.
+pub fn keep_cut_answer_if_accepted(
+    provider: &str,
+    request: &tamp_plugin_api::LlmRequest,
+    response: tamp_plugin_api::LlmResponse,
+    cut_reason: &str,
+) -> Result<tamp_plugin_api::LlmResponse, super::ProviderError> {
+    let tamp_plugin_api::FfiOption::RSome(schema) = &request.response_schema_json else {
+        return Ok(response);
+    };
+    if response.stop_reason.as_str() != cut_reason {
+        return Ok(response);
+    }
+    match crate::services::check_structured(schema.as_str(), &response) {
+        Ok(()) => Ok(response),
+        Err(reason) => Err(super::ProviderError::new(
+            provider,
+            super::ProviderErrorKind::Malformed,
+            format!("the structured answer stopped at its output limit ({cut_reason}): {reason}"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_cut_answer_is_kept_only_if_the_schema_accepts_it() {
+        use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
+        let mut request = LlmRequest::new("", "p", 10);
+        request.response_schema_json = FfiOption::RSome(
+            json!({"type": "object", "required": ["a"]})
+                .to_string()
+                .into(),
+        );
+        let answer = |json: &str, stop: &str| LlmResponse {
+            text: json.into(),
+            structured_json: FfiOption::RSome(json.into()),
+            usage: Usage::default(),
+            model: "m".into(),
+            stop_reason: stop.into(),
+        };
+        assert!(keep_cut_answer_if_accepted(
+            "p",
+            &request,
+            answer(r#"{"a":1}"#, "length"),
+            "length"
+        )
+        .is_ok());
+        let refused =
+            keep_cut_answer_if_accepted("p", &request, answer(r#"{"b":1}"#, "length"), "length")
+                .unwrap_err();
+        assert!(
+            refused.to_string().contains("output limit (length)"),
+            "{refused}"
+        );
+        // Not cut: the host's check decides later, as for any answer.
+        assert!(
+            keep_cut_answer_if_accepted("p", &request, answer(r#"{"b":1}"#, "stop"), "length")
+                .is_ok()
+        );
+    }
 
     #[test]
     fn a_cut_answer_is_closed_after_its_last_finished_value() {
