@@ -5,7 +5,6 @@
 //! (pages archived, LLM usage), so the chain can check the stage's output and report on it
 //! without trusting the plugin's own account.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -24,7 +23,7 @@ use tamp_plugin_api::{
 use tokio::sync::Semaphore;
 
 use crate::digest::CacheKey;
-use crate::providers::{Provider, ProviderError};
+use crate::providers::{schema, Provider, ProviderError};
 use crate::store::{
     CacheScope, DeferredQueue, NewDeferred, NewPage, PageStore, QueueState, StoreError,
     SummaryCache, Written,
@@ -295,7 +294,7 @@ impl StageServices {
         let state = &self.0;
         let result = match answered {
             Ok(Ok(response)) => match &request.response_schema_json {
-                FfiOption::RSome(schema) => check_structured(schema.as_str(), &response)
+                FfiOption::RSome(schema) => schema::check_answer(schema.as_str(), &response)
                     .map(|()| response)
                     .map_err(|reason| {
                         PluginError::new(
@@ -381,51 +380,6 @@ impl StageServices {
             progress(&self.0.stage, event);
         }
     }
-}
-
-/// Distinct response schemas whose compiled validators are kept; past it the cache starts
-/// over (plugins use a handful of fixed schemas, so this only bounds a pathological caller).
-const MAX_CACHED_SCHEMAS: usize = 64;
-
-/// Checks a structured answer before the plugin sees it: the provider must have returned
-/// `structured_json`, and it must be JSON satisfying the request's schema. Validators are
-/// compiled once per distinct schema text.
-pub(crate) fn check_structured(schema: &str, response: &LlmResponse) -> Result<(), String> {
-    static VALIDATORS: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
-        OnceLock::new();
-    let FfiOption::RSome(answer) = &response.structured_json else {
-        return Err(
-            "the request has a response schema but the answer has no structured JSON".to_string(),
-        );
-    };
-    let validator = {
-        let mut cache = lock(VALIDATORS.get_or_init(Mutex::default));
-        match cache.get(schema) {
-            Some(validator) => validator.clone(),
-            None => {
-                let parsed: serde_json::Value = serde_json::from_str(schema)
-                    .map_err(|e| format!("the request's response schema is not JSON: {e}"))?;
-                let validator = Arc::new(jsonschema::validator_for(&parsed).map_err(|e| {
-                    format!("the request's response schema is not a valid JSON Schema: {e}")
-                })?);
-                if cache.len() >= MAX_CACHED_SCHEMAS {
-                    cache.clear();
-                }
-                cache.insert(schema.to_string(), validator.clone());
-                validator
-            }
-        }
-    };
-    let value: serde_json::Value = serde_json::from_str(answer.as_str())
-        .map_err(|e| format!("the structured answer is not valid JSON: {e}"))?;
-    if let Some(error) = validator.iter_errors(&value).next() {
-        let at = error.instance_path().to_string();
-        let at = if at.is_empty() { "/".to_string() } else { at };
-        return Err(format!(
-            "the structured answer does not satisfy the schema at {at}: {error}"
-        ));
-    }
-    Ok(())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -701,19 +655,6 @@ impl HostServices for StageServices {
 mod tests {
     use super::*;
 
-    fn answer(structured: Option<&str>) -> LlmResponse {
-        LlmResponse {
-            text: "t".into(),
-            structured_json: match structured {
-                Some(json) => FfiOption::RSome(json.into()),
-                None => FfiOption::RNone,
-            },
-            usage: Usage::default(),
-            model: "m".into(),
-            stop_reason: "end_turn".into(),
-        }
-    }
-
     /// Services whose provider answers after `answer_after`, with a host LLM timeout of
     /// `llm_timeout`.
     fn slow_services(answer_after: Duration, llm_timeout: Duration) -> StageServices {
@@ -783,30 +724,6 @@ mod tests {
         assert!(
             guarded_size <= call_size + 64,
             "contained: {guarded_size} bytes around a {call_size}-byte call"
-        );
-    }
-
-    const SCHEMA: &str = r#"{"type":"object","required":["facts"],
-        "properties":{"facts":{"type":"array","items":{"type":"string"},"maxItems":2}}}"#;
-
-    #[test]
-    fn structured_answers_are_checked_against_the_schema() {
-        check_structured(SCHEMA, &answer(Some(r#"{"facts":["a"]}"#))).unwrap();
-        // Twice: the second run uses the cached validator.
-        check_structured(SCHEMA, &answer(Some(r#"{"facts":[]}"#))).unwrap();
-        let missing = check_structured(SCHEMA, &answer(None)).unwrap_err();
-        assert!(missing.contains("no structured JSON"), "{missing}");
-        let broken = check_structured(SCHEMA, &answer(Some("{\"facts\": ["))).unwrap_err();
-        assert!(broken.contains("not valid JSON"), "{broken}");
-        let too_many =
-            check_structured(SCHEMA, &answer(Some(r#"{"facts":["a","b","c"]}"#))).unwrap_err();
-        assert!(too_many.contains("/facts"), "{too_many}");
-        let wrong_type = check_structured(SCHEMA, &answer(Some(r#"{"facts":[1]}"#))).unwrap_err();
-        assert!(wrong_type.contains("/facts/0"), "{wrong_type}");
-        let bad_schema = check_structured("{\"type\": 5}", &answer(Some("{}"))).unwrap_err();
-        assert!(
-            bad_schema.contains("not a valid JSON Schema"),
-            "{bad_schema}"
         );
     }
 }

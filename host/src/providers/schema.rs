@@ -4,13 +4,16 @@
 //! (`additionalProperties: false`), no `$schema`, no length, range or count keywords, only a
 //! few `format`s, `anyOf` rather than `oneOf`; OpenAI's strict mode also wants every property
 //! `required`. What is dropped here is not lost: the host validates every answer against the
-//! request's *original* schema (`services::check_structured`) before a plugin sees it.
+//! request's *original* schema ([`check_answer`]) before a plugin sees it.
 //!
 //! Every answer valid for the sent schema is valid for the original except for the dropped
 //! keywords: closing an object only forbids extra keys, and requiring an optional property
 //! only asks the model to always fill it.
 //!
 //! Keywords are removed only where they are keywords: a property *named* `maximum` stays.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{Map, Value};
 
@@ -189,6 +192,54 @@ fn convert(schema: &Value, dialect: Dialect) -> Value {
     Value::Object(out)
 }
 
+/// Distinct response schemas whose compiled validators are kept; past it the cache starts
+/// over (plugins use a handful of fixed schemas, so this only bounds a pathological caller).
+const MAX_CACHED_SCHEMAS: usize = 64;
+
+/// Checks a structured answer before the plugin sees it: the provider must have returned
+/// `structured_json`, and it must be JSON satisfying the request's schema. Validators are
+/// compiled once per distinct schema text.
+pub fn check_answer(schema: &str, response: &tamp_plugin_api::LlmResponse) -> Result<(), String> {
+    static VALIDATORS: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
+        OnceLock::new();
+    let tamp_plugin_api::FfiOption::RSome(answer) = &response.structured_json else {
+        return Err(
+            "the request has a response schema but the answer has no structured JSON".to_string(),
+        );
+    };
+    let validator = {
+        let mut cache = VALIDATORS
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match cache.get(schema) {
+            Some(validator) => validator.clone(),
+            None => {
+                let parsed: serde_json::Value = serde_json::from_str(schema)
+                    .map_err(|e| format!("the request's response schema is not JSON: {e}"))?;
+                let validator = Arc::new(jsonschema::validator_for(&parsed).map_err(|e| {
+                    format!("the request's response schema is not a valid JSON Schema: {e}")
+                })?);
+                if cache.len() >= MAX_CACHED_SCHEMAS {
+                    cache.clear();
+                }
+                cache.insert(schema.to_string(), validator.clone());
+                validator
+            }
+        }
+    };
+    let value: serde_json::Value = serde_json::from_str(answer.as_str())
+        .map_err(|e| format!("the structured answer is not valid JSON: {e}"))?;
+    if let Some(error) = validator.iter_errors(&value).next() {
+        let at = error.instance_path().to_string();
+        let at = if at.is_empty() { "/".to_string() } else { at };
+        return Err(format!(
+            "the structured answer does not satisfy the schema at {at}: {error}"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,5 +396,42 @@ mod tests {
             assert!(!text.contains(keyword), "{keyword} left in {text}");
         }
         assert_eq!(sent["additionalProperties"], json!(false));
+    }
+
+    fn answer(structured: Option<&str>) -> tamp_plugin_api::LlmResponse {
+        tamp_plugin_api::LlmResponse {
+            text: "t".into(),
+            structured_json: match structured {
+                Some(json) => tamp_plugin_api::FfiOption::RSome(json.into()),
+                None => tamp_plugin_api::FfiOption::RNone,
+            },
+            usage: tamp_plugin_api::Usage::default(),
+            model: "m".into(),
+            stop_reason: "end_turn".into(),
+        }
+    }
+
+    const SCHEMA: &str = r#"{"type":"object","required":["facts"],
+        "properties":{"facts":{"type":"array","items":{"type":"string"},"maxItems":2}}}"#;
+
+    #[test]
+    fn structured_answers_are_checked_against_the_schema() {
+        check_answer(SCHEMA, &answer(Some(r#"{"facts":["a"]}"#))).unwrap();
+        // Twice: the second run uses the cached validator.
+        check_answer(SCHEMA, &answer(Some(r#"{"facts":[]}"#))).unwrap();
+        let missing = check_answer(SCHEMA, &answer(None)).unwrap_err();
+        assert!(missing.contains("no structured JSON"), "{missing}");
+        let broken = check_answer(SCHEMA, &answer(Some("{\"facts\": ["))).unwrap_err();
+        assert!(broken.contains("not valid JSON"), "{broken}");
+        let too_many =
+            check_answer(SCHEMA, &answer(Some(r#"{"facts":["a","b","c"]}"#))).unwrap_err();
+        assert!(too_many.contains("/facts"), "{too_many}");
+        let wrong_type = check_answer(SCHEMA, &answer(Some(r#"{"facts":[1]}"#))).unwrap_err();
+        assert!(wrong_type.contains("/facts/0"), "{wrong_type}");
+        let bad_schema = check_answer("{\"type\": 5}", &answer(Some("{}"))).unwrap_err();
+        assert!(
+            bad_schema.contains("not a valid JSON Schema"),
+            "{bad_schema}"
+        );
     }
 }

@@ -133,7 +133,7 @@ pub fn keep_cut_answer_if_accepted(
     if response.stop_reason.as_str() != cut_reason {
         return Ok(response);
     }
-    match crate::services::check_structured(schema.as_str(), &response) {
+    match super::schema::check_answer(schema.as_str(), &response) {
         Ok(()) => Ok(response),
         Err(reason) => Err(super::ProviderError::new(
             provider,
