@@ -203,19 +203,29 @@ fn assert_sent_schema_suits_the_provider(schema: &Value) {
 /// narrower request is tested in `ledger::anchored_structured_asks_a_bounded_answer_...`).
 const ANCHORED_CONFIG: &str = "chunk_tokens = 200000\nledger = { enabled = false }";
 
+/// anchored-structured, through a chain file on `provider` (its section's `extra` lines) at
+/// `mock`, compacting the fifty-message conversation.
+fn anchored_through(provider: &str, mock: &MockLlm, extra: &str, dir: &str) -> Compacted {
+    let path = chain_file(
+        &scratch_dir(dir),
+        &provider_section(provider, mock, extra),
+        "tamp_anchored_structured",
+        ANCHORED_CONFIG,
+    );
+    compact_with(&path, fifty_message_conversation())
+}
+
 #[test]
 fn anthropic_tool_use_structured_answer_through_the_chain() {
     with_key();
     let mock = MockLlm::start();
     mock.set_default(Reply::fixture(200, "anthropic/message_tool_use.json"));
-    let dir = scratch_dir("prov-tool");
-    let path = chain_file(
-        &dir,
-        &provider_section("anthropic", &mock, "structured_output = \"tool\""),
-        "tamp_anchored_structured",
-        ANCHORED_CONFIG,
+    let out = anchored_through(
+        "anthropic",
+        &mock,
+        "structured_output = \"tool\"",
+        "prov-tool",
     );
-    let out = compact_with(&path, fifty_message_conversation());
     let stage = &out.report.stages[0];
     assert_eq!(
         stage.status,
@@ -247,14 +257,7 @@ fn anthropic_json_schema_answer_through_the_chain() {
     with_key();
     let mock = MockLlm::start();
     mock.set_default(Reply::fixture(200, "anthropic/message_json.json"));
-    let dir = scratch_dir("prov-native");
-    let path = chain_file(
-        &dir,
-        &provider_section("anthropic", &mock, ""),
-        "tamp_anchored_structured",
-        ANCHORED_CONFIG,
-    );
-    let out = compact_with(&path, fifty_message_conversation());
+    let out = anchored_through("anthropic", &mock, "", "prov-native");
     let stage = &out.report.stages[0];
     assert_eq!(
         stage.status,
@@ -278,14 +281,7 @@ fn openai_json_schema_answer_through_the_chain() {
     with_key();
     let mock = MockLlm::start();
     mock.set_default(Reply::fixture(200, "openai/chat_completion_json.json"));
-    let dir = scratch_dir("prov-openai");
-    let path = chain_file(
-        &dir,
-        &provider_section("openai", &mock, ""),
-        "tamp_anchored_structured",
-        ANCHORED_CONFIG,
-    );
-    let out = compact_with(&path, fifty_message_conversation());
+    let out = anchored_through("openai", &mock, "", "prov-openai");
     let stage = &out.report.stages[0];
     assert_eq!(
         stage.status,
@@ -362,14 +358,7 @@ fn an_openai_answer_cut_at_its_limit_keeps_what_it_finished() {
               \"decisions_made\": [], \"open_questions\": [], \"next_steps\": [\"Run the loader \
               tests again on CI\", \"Check the loader again\", \"Check the lo"),
     ));
-    let dir = scratch_dir("prov-openai-cut");
-    let path = chain_file(
-        &dir,
-        &provider_section("openai", &mock, ""),
-        "tamp_anchored_structured",
-        ANCHORED_CONFIG,
-    );
-    let out = compact_with(&path, fifty_message_conversation());
+    let out = anchored_through("openai", &mock, "", "prov-openai-cut");
     let stage = &out.report.stages[0];
     assert_eq!(stage.details["path"], "structured", "{:#}", stage.details);
     let text = out
@@ -395,13 +384,7 @@ fn an_openai_answer_cut_at_its_limit_keeps_what_it_finished() {
         200,
         &cut("{\"session_intent\": \"Fix the failing loader tests on CI.\", \"files_mod"),
     ));
-    let path = chain_file(
-        &scratch_dir("prov-openai-cut-early"),
-        &provider_section("openai", &mock, ""),
-        "tamp_anchored_structured",
-        ANCHORED_CONFIG,
-    );
-    let out = compact_with(&path, fifty_message_conversation());
+    let out = anchored_through("openai", &mock, "", "prov-openai-cut-early");
     assert_ne!(out.report.stages[0].details["path"], "structured");
 }
 
@@ -410,14 +393,7 @@ fn a_401_reaches_the_report_verbatim_and_is_not_retried() {
     with_key();
     let mock = MockLlm::start();
     mock.set_default(Reply::fixture(401, "anthropic/error_authentication.json"));
-    let dir = scratch_dir("prov-401");
-    let path = chain_file(
-        &dir,
-        &provider_section("anthropic", &mock, "max_retries = 3"),
-        "tamp_anchored_structured",
-        ANCHORED_CONFIG,
-    );
-    let out = compact_with(&path, fifty_message_conversation());
+    let out = anchored_through("anthropic", &mock, "max_retries = 3", "prov-401");
     let stage = &out.report.stages[0];
     // The plugin tries a structured summary, then prose, then falls back to its own.
     assert_eq!(stage.failed_llm_calls, 2, "{stage:?}");

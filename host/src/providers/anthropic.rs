@@ -21,8 +21,7 @@ use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 use super::http::{self, ApiKey, ClientSettings};
 use super::schema::{self, Dialect};
 use super::structured::{
-    close_cut_json, extract_json, keep_cut_answer_if_accepted, prompt_with_json_instruction,
-    StructuredMode,
+    extract_or_mend, keep_cut_answer_if_accepted, prompt_with_json_instruction, StructuredMode,
 };
 use super::{Provider, ProviderError, ProviderErrorKind};
 
@@ -228,19 +227,12 @@ fn parse_message(provider: &str, asked: Asked, body: &Value) -> Result<LlmRespon
             ))
         })?),
         Asked::Native | Asked::Prompt => Some(
-            extract_json(&text)
-                .or_else(|| {
-                    // Cut at its output limit: what it finished, closed (as for OpenAI).
-                    (stop_reason == "max_tokens")
-                        .then(|| close_cut_json(&text))
-                        .flatten()
-                })
-                .ok_or_else(|| {
-                    malformed(format!(
-                        "the structured answer is not a JSON object (stop_reason {stop_reason:?}): {}",
-                        http::excerpt(&text)
-                    ))
-                })?,
+            extract_or_mend(&text, stop_reason == "max_tokens").ok_or_else(|| {
+                malformed(format!(
+                    "the structured answer is not a JSON object (stop_reason {stop_reason:?}): {}",
+                    http::excerpt(&text)
+                ))
+            })?,
         ),
     };
     let structured_json = structured.map(|v| v.to_string());

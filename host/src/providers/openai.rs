@@ -28,8 +28,7 @@ use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Usage};
 use super::http::{self, ApiKey, ClientSettings};
 use super::schema::{self, Dialect};
 use super::structured::{
-    close_cut_json, extract_json, keep_cut_answer_if_accepted, prompt_with_json_instruction,
-    StructuredMode,
+    extract_or_mend, keep_cut_answer_if_accepted, prompt_with_json_instruction, StructuredMode,
 };
 use super::{Provider, ProviderError, ProviderErrorKind};
 
@@ -250,14 +249,7 @@ fn parse_completion(
     let structured_json = match asked {
         Asked::Text => None,
         Asked::Native | Asked::Prompt => Some(
-            extract_json(&text)
-                .or_else(|| {
-                    // Cut at its output limit: what it finished, closed (the schema check
-                    // that follows still asks for every required key).
-                    (finish_reason == "length")
-                        .then(|| close_cut_json(&text))
-                        .flatten()
-                })
+            extract_or_mend(&text, finish_reason == "length")
                 .ok_or_else(|| {
                     malformed(format!(
                         "the structured answer is not a JSON object (finish_reason {finish_reason:?}): {}",

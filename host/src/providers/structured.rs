@@ -71,6 +71,13 @@ pub fn extract_json(text: &str) -> Option<Value> {
     (end > start).then(|| parse(&text[start..=end])).flatten()
 }
 
+/// The JSON object a structured free-text answer holds ([`extract_json`]); for an answer the
+/// provider `cut` at its output limit, else what it finished, closed ([`close_cut_json`]).
+/// The schema check that follows still asks for every required key.
+pub fn extract_or_mend(text: &str, cut: bool) -> Option<Value> {
+    extract_json(text).or_else(|| cut.then(|| close_cut_json(text)).flatten())
+}
+
 /// The object a structured answer cut at its output limit holds so far: its text up to the
 /// last value it finished, with the brackets still open closed. `None` when no value inside
 /// the outermost object was finished.
