@@ -234,9 +234,10 @@ fn structured_answer_is_rendered_and_kept_in_the_page() {
 }
 
 #[test]
-fn long_tool_output_is_shown_by_its_head_and_tail_and_kept_whole_in_the_page() {
-    // A small local model's time is mostly reading, and tool output is half of what an agent
-    // session holds: the model is shown how each output starts and how it ends.
+fn long_tool_output_and_narration_are_shown_by_head_and_tail_and_kept_whole_in_the_page() {
+    // A small local model's time is mostly reading, and tool output and the agent's own
+    // narration are most of what an agent session holds: the model is shown how each starts
+    // and how it ends; the page keeps them whole and the ledger quotes the messages themselves.
     let mut input = session("loader");
     let middle = "    at frame in the middle of the trace\n".repeat(60);
     let output = format!("Running 12 tests\n{middle}test result: 3 failed; 9 passed");
@@ -249,33 +250,56 @@ fn long_tool_output_is_shown_by_its_head_and_tail_and_kept_whole_in_the_page() {
         text: output.clone().into(),
     }]
     .into();
+    let decision = "We decided to apply defaults before validation because the optional table \
+                    may be missing.";
+    let narration = format!(
+        "{decision} {}Next I will add a regression test.",
+        "I read the loader and its tests once more, line by line. ".repeat(40)
+    );
+    assert_eq!(input.messages[6].role, Role::Assistant);
+    input.messages[6] = Message::text(Role::Assistant, narration.as_str());
     let answer = anchored("Fix the loader tests.", &[], &["Add a regression test."]);
-    for (config, whole) in [(json!({}), false), (json!({"max_tool_chars": 0}), true)] {
+    for (config, whole) in [
+        (json!({}), false),
+        (json!({"max_tool_chars": 0, "max_assistant_chars": 0}), true),
+    ] {
         let provider = Arc::new(ScriptedProvider::sequence([ScriptedResponse::structured(
             answer.clone(),
         )]));
-        let chain = stage_chain(config.clone(), provider.clone());
+        let chain = chain_with_ledger(config.clone(), provider.clone());
         let out = compact(&chain, &input);
         check_replacement(&chain, &input, &out);
         let prompt = provider.requests()[0].prompt.to_string();
         assert_eq!(prompt.contains(&output), whole, "{config}: {prompt}");
-        assert!(
-            prompt.contains("read_file returned: Running 12 tests"),
-            "{prompt}"
-        );
-        assert!(
-            prompt.contains("test result: 3 failed; 9 passed"),
-            "{prompt}"
-        );
-        if !whole {
-            let cut = output.chars().count() - 400;
-            assert!(
-                prompt.contains(&format!("[…{cut} characters…]")),
-                "{prompt}"
-            );
-            assert!(prompt.len() < output.len(), "{} characters", prompt.len());
+        assert_eq!(prompt.contains(&narration), whole, "{config}: {prompt}");
+        for kept in [
+            "read_file returned: Running 12 tests",
+            "test result: 3 failed; 9 passed",
+            &format!("assistant: {decision}"),
+            "Next I will add a regression test.",
+        ] {
+            assert!(prompt.contains(kept), "{config}: {kept:?} in {prompt}");
         }
-        // The page holds the output whole either way (check_replacement compared it).
+        if !whole {
+            for (text, shown) in [(&output, 200), (&narration, 1_000)] {
+                let cut = text.chars().count() - shown;
+                assert!(
+                    prompt.contains(&format!("[…{cut} characters…]")),
+                    "{prompt}"
+                );
+            }
+            assert!(
+                prompt.len() < output.len() + narration.len(),
+                "{} characters",
+                prompt.len()
+            );
+        }
+        // The ledger quotes the decision from the message, cut or not.
+        assert!(
+            summary_of(&out).joined_text().contains(decision),
+            "{config}"
+        );
+        // The page holds both whole either way (check_replacement compared it).
     }
 }
 
@@ -774,7 +798,8 @@ fn a_resent_history_is_summarized_only_in_its_new_part() {
         ScriptedResponse::structured(first.clone()),
         ScriptedResponse::structured(second),
     ]));
-    let chain = stage_chain(json!({}), provider.clone());
+    // Tool output shown whole, so the material's filler can be counted.
+    let chain = stage_chain(json!({"max_tool_chars": 0}), provider.clone());
     let (short, long) = resent_history();
     let out1 = compact(&chain, &short);
     check_replacement(&chain, &short, &out1);
@@ -811,7 +836,10 @@ fn a_resent_history_is_summarized_only_in_its_new_part() {
     // With `reuse = "off"` the whole history is sent again.
     let off_provider =
         Arc::new(ScriptedProvider::sequence([]).with_default(ScriptedResponse::structured(first)));
-    let off = stage_chain(json!({ "reuse": "off" }), off_provider.clone());
+    let off = stage_chain(
+        json!({ "reuse": "off", "max_tool_chars": 0 }),
+        off_provider.clone(),
+    );
     compact(&off, &short);
     compact(&off, &long);
     let request = &off_provider.requests()[1];
@@ -876,6 +904,7 @@ fn invalid_configs_are_refused_naming_the_field() {
         (json!({"chunk_tokens": 10}), "chunk_tokens"),
         (json!({"max_concurrency": 0}), "max_concurrency"),
         (json!({"max_tool_chars": 50}), "max_tool_chars"),
+        (json!({"max_assistant_chars": 99}), "max_assistant_chars"),
         (json!({"structured": "yes"}), "structured"),
         (json!({"extra": "x"}), "extra"),
     ] {

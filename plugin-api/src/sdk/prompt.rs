@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use crate::conversation::{ContentBlock, Message, ToolResultPart};
+use crate::conversation::{ContentBlock, Message, Role, ToolResultPart};
 use crate::error::PluginError;
 use crate::sdk::clearing;
 use crate::sdk::summary::cap_chars;
@@ -19,6 +19,11 @@ pub struct RenderOptions {
     /// (a small local model) is shown what each call did and how it ended, while the page
     /// keeps the whole output.
     pub max_tool_chars: usize,
+    /// Cut each text the assistant wrote further, to about this many characters, keeping its
+    /// head and its tail (0: `max_block_chars` alone). An agent's long narration is most of
+    /// what a slow summarizer reads; its start says what it found and its end what it does
+    /// next. The user's words are never cut further.
+    pub max_assistant_chars: usize,
 }
 
 impl Default for RenderOptions {
@@ -26,6 +31,7 @@ impl Default for RenderOptions {
         RenderOptions {
             max_block_chars: 4_000,
             max_tool_chars: 0,
+            max_assistant_chars: 0,
         }
     }
 }
@@ -48,15 +54,19 @@ fn cap(text: &str, opts: &RenderOptions) -> String {
     }
 }
 
-/// A tool input or result as [`RenderOptions`] has it shown.
-fn cap_tool(text: &str, opts: &RenderOptions) -> String {
-    let tighter = opts.max_tool_chars != 0
-        && (opts.max_block_chars == 0 || opts.max_tool_chars < opts.max_block_chars);
+/// A block with its own head-and-tail cut `max_chars` (0: none), as [`RenderOptions`] has
+/// it shown: that cut where it is tighter than `max_block_chars`, else `max_block_chars`'s.
+fn cap_to(text: &str, max_chars: usize, opts: &RenderOptions) -> String {
+    let tighter = max_chars != 0 && (opts.max_block_chars == 0 || max_chars < opts.max_block_chars);
     if tighter {
-        head_and_tail(text, opts.max_tool_chars)
+        head_and_tail(text, max_chars)
     } else {
         cap(text, opts)
     }
+}
+
+fn cap_tool(text: &str, opts: &RenderOptions) -> String {
+    cap_to(text, opts.max_tool_chars, opts)
 }
 
 /// `text` cut to its first two thirds of `max_chars` characters and its last third, with
@@ -103,7 +113,12 @@ pub fn render_messages(messages: &[Message], opts: &RenderOptions) -> String {
         for block in message.content.iter() {
             match block {
                 ContentBlock::Text { text, .. } => {
-                    let _ = writeln!(out, "{role}: {}", cap(text, opts));
+                    let shown = if message.role == Role::Assistant {
+                        cap_to(text, opts.max_assistant_chars, opts)
+                    } else {
+                        cap(text, opts)
+                    };
+                    let _ = writeln!(out, "{role}: {shown}");
                 }
                 ContentBlock::ToolUse {
                     id,
@@ -512,6 +527,36 @@ mod tests {
             let whole = render_messages(&msgs, &same);
             assert!(whole.contains(&output), "{same:?}");
         }
+    }
+
+    #[test]
+    fn the_assistant_s_texts_are_cut_to_their_head_and_tail_and_the_user_s_are_not() {
+        let said = format!("Please fix the loader. {}", "Details. ".repeat(200));
+        let narration = format!(
+            "I found the cause. {}Next I will run the tests.",
+            "Reading the code. ".repeat(200)
+        );
+        let msgs = vec![
+            Message::text(Role::User, said.as_str()),
+            Message::text(Role::Assistant, narration.as_str()),
+        ];
+        let opts = RenderOptions {
+            max_assistant_chars: 300,
+            ..RenderOptions::default()
+        };
+        let text = render_messages(&msgs, &opts);
+        assert!(text.starts_with(&format!("user: {said}\n")), "{text}");
+        let shown = text.lines().nth(1).unwrap();
+        assert!(
+            shown.starts_with("assistant: I found the cause."),
+            "{shown}"
+        );
+        assert!(shown.ends_with("Next I will run the tests."), "{shown}");
+        let cut = narration.chars().count() - 300;
+        assert!(shown.contains(&format!("[…{cut} characters…]")), "{shown}");
+        // Off (0) changes nothing below the block cap.
+        let whole = render_messages(&msgs, &RenderOptions::cut_at(0));
+        assert!(whole.contains(&narration));
     }
 
     #[test]

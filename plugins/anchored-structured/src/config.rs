@@ -27,6 +27,10 @@ pub struct Config {
     /// whole, and the ledger takes the files written and the errors from the messages
     /// themselves; what the model reads is most of a small local model's time.
     pub max_tool_chars: usize,
+    /// Each text the assistant wrote is shown to the model cut to about this many characters,
+    /// its head and its tail (0: whole, up to 4,000). The user's words are shown whole, and
+    /// the ledger takes the decisions from the messages themselves.
+    pub max_assistant_chars: usize,
     /// An extra instruction added to every prompt, e.g. "keep every error message verbatim".
     pub extra_instruction: Option<String>,
     /// When the host has cached the summary of a leading part of the span (a client that
@@ -48,7 +52,8 @@ impl Default for Config {
             chunk_tokens: 6_144,
             max_concurrency: 4,
             max_summary_chars: 16_000,
-            max_tool_chars: 400,
+            max_tool_chars: 200,
+            max_assistant_chars: 1_000,
             extra_instruction: None,
             reuse: Reuse::Merge,
             ledger: LedgerConfig::default(),
@@ -72,10 +77,15 @@ impl Config {
         }
         self.ledger.validate()?;
         // Below this the head and tail say nothing of what a call did.
-        if self.max_tool_chars != 0 && self.max_tool_chars < 100 {
-            return Err(PluginError::invalid_config(
-                "max_tool_chars: must be 0 (whole) or at least 100",
-            ));
+        for (field, value) in [
+            ("max_tool_chars", self.max_tool_chars),
+            ("max_assistant_chars", self.max_assistant_chars),
+        ] {
+            if value != 0 && value < 100 {
+                return Err(PluginError::invalid_config(format!(
+                    "{field}: must be 0 (whole) or at least 100"
+                )));
+            }
         }
         // Room for the header, the line naming the page and a little content.
         if self.max_summary_chars < 500 {
@@ -98,7 +108,7 @@ mod tests {
         assert!(c.structured);
         assert_eq!((c.chunk_tokens, c.max_concurrency), (6_144, 4));
         assert_eq!(c.max_summary_chars, 16_000);
-        assert_eq!(c.max_tool_chars, 400);
+        assert_eq!((c.max_tool_chars, c.max_assistant_chars), (200, 1_000));
         assert!(c.extra_instruction.is_none());
         assert_eq!(c.reuse, Reuse::Merge);
     }

@@ -46,6 +46,7 @@ pub fn select(messages: &[Message], keep_recent: usize, config: &Config) -> Sele
     let ledger = &config.ledger;
     let render_options = RenderOptions {
         max_tool_chars: config.max_tool_chars,
+        max_assistant_chars: config.max_assistant_chars,
         ..RenderOptions::default()
     };
     let mut selected = sdk::span::select_span(messages, range, NAME, &render_options);
