@@ -708,6 +708,57 @@ fn with_the_ledger_the_model_is_shown_the_prior_s_intent_and_the_plugin_merges_i
     assert!(text.contains("- Bisect the loader change."), "{text}");
 }
 
+/// An answer that names no next step is complete once merged over a prior that has some, as
+/// the page keeps it: the structured path, not a prose call. Without a prior it is not.
+#[test]
+fn an_answer_without_next_steps_carries_the_prior_s_and_stays_structured() {
+    let first = json!({
+        "session_intent": "Fix the loader so the CI tests pass.",
+        "open_questions": [],
+        "next_steps": ["Bisect the loader change."],
+    });
+    let no_steps = json!({
+        "session_intent": "Fix the loader and the ini format.",
+        "open_questions": ["Does the ini parser drop trailing comments?"],
+        "next_steps": [],
+    });
+    let provider = Arc::new(ScriptedProvider::sequence([
+        ScriptedResponse::structured(first),
+        ScriptedResponse::structured(no_steps.clone()),
+    ]));
+    let chain = chain_with_ledger(json!({}), provider.clone());
+    let grown = grown_by(compact(&chain, &session("loader")).conversation, "ini");
+    let out = compact(&chain, &grown);
+    check_replacement(&chain, &grown, &out);
+    assert_eq!(provider.request_count(), 2, "no prose call");
+    assert_eq!(stage(&out).details["path"], "structured");
+    let merged = &page_metadata(&chain, &out)["anchored_summary"];
+    assert_eq!(
+        merged["session_intent"],
+        "Fix the loader and the ini format."
+    );
+    assert_eq!(merged["next_steps"], json!(["Bisect the loader change."]));
+    assert_eq!(
+        merged["open_questions"],
+        json!(["Does the ini parser drop trailing comments?"])
+    );
+
+    // The same answer with no prior to carry steps from: the prose fallback.
+    let provider = Arc::new(ScriptedProvider::sequence([
+        ScriptedResponse::structured(no_steps),
+        ScriptedResponse::text("The loader and the ini format are being fixed."),
+    ]));
+    let chain = chain_with_ledger(json!({}), provider.clone());
+    let out = compact(&chain, &session("loader"));
+    assert_eq!(provider.request_count(), 2);
+    assert_eq!(
+        stage(&out).details["path"],
+        "prose",
+        "{:#}",
+        stage(&out).details
+    );
+}
+
 /// A prior made on the prose fallback is shown by its prose: the sections it carried (in its
 /// JSON, merged like any prior's) are not material a model can copy back past their cap.
 #[test]

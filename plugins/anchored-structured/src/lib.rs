@@ -307,13 +307,14 @@ impl AnchoredStructured {
                     .get(r.pieces)
                     .map_or(selection.span.end, |range| range.start);
                 let ledger_tokens = self.ledger_tokens(host, messages, new_start, selection);
-                self.summarize(host, &selection.pieces[r.pieces..], shown, ledger_tokens)
+                let pieces = &selection.pieces[r.pieces..];
+                self.summarize(host, pieces, shown, Some(&r.summary), ledger_tokens)
                     .await
             }
             None => {
                 let ledger_tokens =
                     self.ledger_tokens(host, messages, selection.span.start, selection);
-                self.summarize(host, &selection.pieces, prior, ledger_tokens)
+                self.summarize(host, &selection.pieces, prior, prior, ledger_tokens)
                     .await
             }
         }
@@ -336,14 +337,16 @@ impl AnchoredStructured {
         sdk::ledger::tokens_found(&messages[new_start..selection.span.end], &count)
     }
 
-    /// Runs the fallback order; never fails, the last step needing no LLM. The last call's
-    /// length target leaves out `ledger_tokens`, what the summary's ledger will say of the
-    /// pieces word for word (see `LedgerConfig::narrative_target`).
+    /// Runs the fallback order; never fails, the last step needing no LLM. The model is
+    /// shown `prior`; its answer is merged over `merged_over`, and judged complete as merged.
+    /// The last call's length target leaves out `ledger_tokens`, what the summary's ledger
+    /// will say of the pieces word for word (see `LedgerConfig::narrative_target`).
     async fn summarize(
         &self,
         host: &Host,
         pieces: &[String],
         prior: Option<&AnchoredSummary>,
+        merged_over: Option<&AnchoredSummary>,
         ledger_tokens: u64,
     ) -> Produced {
         let ledger = &self.config.ledger;
@@ -406,7 +409,7 @@ impl AnchoredStructured {
                 .max(MIN_STRUCTURED_TOKENS);
             let request =
                 prompts::structured_request(&self.config, &material, chunked, prior, target);
-            match structured_answer(host.complete(request).await) {
+            match structured_answer(host.complete(request).await, merged_over) {
                 Ok(summary) => return Produced::structured(summary, chunks, warnings),
                 Err(reason) => fall_back(
                     &mut warnings,

@@ -298,9 +298,12 @@ pub fn without_sections(text: &str, prior: &AnchoredSummary) -> String {
     }
 }
 
-/// The structured answer, parsed, within the limits and complete; or why not.
+/// The structured answer, parsed and within the limits, complete once merged over `prior`
+/// (as the page will keep it: an answer that names no next step carries the prior's); or
+/// why not.
 pub fn structured_answer(
     answer: Result<LlmResponse, HostError>,
+    prior: Option<&AnchoredSummary>,
 ) -> Result<AnchoredSummary, String> {
     let response = answer.map_err(|e| format!("the call failed: {}", e.message))?;
     let mut value = response.structured_value().map_err(|e| e.to_string())?;
@@ -312,10 +315,18 @@ pub fn structured_answer(
     }
     let summary: AnchoredSummary = structured::parse(value).map_err(|e| e.to_string())?;
     summary.validate()?;
-    let missing = summary.missing_anchors();
+    let missing = match prior {
+        Some(prior) => summary.clone().merged_over(prior).0.missing_anchors(),
+        None => summary.missing_anchors(),
+    };
     if !missing.is_empty() {
+        let carried = if prior.is_some() {
+            ", the prior's too"
+        } else {
+            ""
+        };
         return Err(format!(
-            "incomplete answer: {} empty",
+            "incomplete answer: {} empty{carried}",
             missing.join(" and ")
         ));
     }
@@ -434,16 +445,35 @@ mod tests {
         let ok = |json: &str| Ok(scripted_answer(json, Some(json)));
         let full = r#"{"session_intent":"x","files_modified":[],"decisions_made":[],
             "open_questions":[],"next_steps":["y"]}"#;
-        structured_answer(ok(full)).unwrap();
+        structured_answer(ok(full), None).unwrap();
         let incomplete = full.replace("[\"y\"]", "[]");
-        assert!(structured_answer(ok(&incomplete))
+        assert!(structured_answer(ok(&incomplete), None)
             .unwrap_err()
             .contains("next_steps"));
-        assert!(structured_answer(ok("{not json"))
+        // Complete as merged: the prior's steps carry on, as the page keeps them.
+        let with_steps = AnchoredSummary {
+            session_intent: "x".into(),
+            next_steps: vec!["Add a test.".into()],
+            ..Default::default()
+        };
+        let kept = structured_answer(ok(&incomplete), Some(&with_steps)).unwrap();
+        assert!(
+            kept.next_steps.is_empty(),
+            "the answer itself is kept as it came"
+        );
+        let without_steps = AnchoredSummary {
+            session_intent: "x".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            structured_answer(ok(&incomplete), Some(&without_steps)).unwrap_err(),
+            "incomplete answer: next_steps empty, the prior's too"
+        );
+        assert!(structured_answer(ok("{not json"), None)
             .unwrap_err()
             .starts_with("invalid JSON"));
         let long = full.replace("\"x\"", &format!("\"{}\"", "x".repeat(2_001)));
-        assert!(structured_answer(ok(&long))
+        assert!(structured_answer(ok(&long), None)
             .unwrap_err()
             .starts_with("session_intent"));
     }
