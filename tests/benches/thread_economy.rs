@@ -21,7 +21,9 @@
 //! session sent uncompacted, and each target met or missed; then an anatomy of the prefix
 //! reuse (requests that compacted against the others) and a check that both clients got the
 //! same answers, request by request; and where each row's cost goes (cache reads, and cache
-//! writes in the requests that compacted and in the others).
+//! writes in the requests that compacted and in the others), with an estimate of the cost if
+//! the summaries' ledger entries stayed in place as a cached prefix (a layout not built: it
+//! weighs whether building it would pay).
 //!
 //! The same session and rows then run once more in each OpenAI format, Chat Completions and
 //! the Responses API (each request's messages written in that format and read back, so the
@@ -123,11 +125,19 @@ fn cost_split(results: &[(&str, Mode, Replay, Replay)], baseline: f64, requests:
     println!(
         "\ncost split (raw client): the main-model cost ÷ the uncompacted session's, as cache \
          reads, cache writes in the requests in which a stage acted and in the others; the mean \
-         context sent, in tokens"
+         context sent, in tokens; and an estimate for a layout not built, the cost if every \
+         summary's ledger entries stayed in place (cached) ahead of the narratives"
     );
     println!(
-        "{:<22} {:<34} {:>7} {:>7} {:>13} {:>13} {:>8}",
-        "row", "summarizer", "cost", "reads", "writes acted", "writes others", "context"
+        "{:<22} {:<34} {:>7} {:>7} {:>13} {:>13} {:>8} {:>16}",
+        "row",
+        "summarizer",
+        "cost",
+        "reads",
+        "writes acted",
+        "writes others",
+        "context",
+        "ledger in place"
     );
     for (name, mode, fixed, offline) in results {
         if *mode != Mode::Raw {
@@ -136,14 +146,15 @@ fn cost_split(results: &[(&str, Mode, Replay, Replay)], baseline: f64, requests:
         for (llm, r) in [(Llm::Fixed, fixed), (Llm::Extractive, offline)] {
             let a = &r.anatomy;
             println!(
-                "{:<22} {:<34} {:>6.3}x {:>6.3}x {:>12.3}x {:>12.3}x {:>8.0}",
+                "{:<22} {:<34} {:>6.3}x {:>6.3}x {:>12.3}x {:>12.3}x {:>8.0} {:>15.3}x",
                 name,
                 llm.label(),
                 r.cost / baseline,
                 a.reads / baseline,
                 a.acted_writes / baseline,
                 a.other_writes / baseline,
-                a.context_tokens as f64 / requests.max(1) as f64
+                a.context_tokens as f64 / requests.max(1) as f64,
+                (r.cost - a.ledger_in_place_saving) / baseline
             );
         }
     }

@@ -633,6 +633,35 @@ pub struct Anatomy {
     pub other_writes: f64,
     /// Tokens of every answer, summed (÷ requests: the mean context sent).
     pub context_tokens: u64,
+    /// An estimate, to weigh a layout not built: what the cache writes would cost less if every
+    /// summary's ledger entries sat in place ahead of the narratives, so that entries an
+    /// answer repeats, in order, from the previous answer's were cache reads (a fold or a
+    /// rewritten anchor then writes only the entries after the first one that changed).
+    pub ledger_in_place_saving: f64,
+}
+
+/// The ledger entries (`- ` lines of the ledger sections) of `messages`' summaries, in order.
+fn ledger_lines(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.is_summary())
+        .flat_map(|m| {
+            let text = m.joined_text();
+            let narrative = tamp_plugin_api::sdk::ledger::narrative(&text).len();
+            text[narrative..]
+                .lines()
+                .filter(|l| l.starts_with("- "))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The leading entries of `now` that `before` has in the same order: what a ledger kept in
+/// place would still have cached.
+fn cached_in_place<'a>(before: &[String], now: &'a [String]) -> &'a [String] {
+    let same = before.iter().zip(now).take_while(|(a, b)| a == b).count();
+    &now[..same]
 }
 
 impl Replay {
@@ -815,6 +844,14 @@ pub fn replay(
             CACHE_WRITE * answer_tokens.saturating_sub(kept_tokens) as f64,
         );
         out.cost += reads + writes;
+        if let Some(previous) = &previous {
+            let (kept_ledger, ledger) = (ledger_lines(&answer[..kept]), ledger_lines(&answer));
+            let cached = cached_in_place(&ledger_lines(previous), &ledger);
+            let count =
+                |lines: &[String]| -> u64 { lines.iter().map(|l| tokens.count_text(l)).sum() };
+            out.anatomy.ledger_in_place_saving += (CACHE_WRITE - CACHE_READ)
+                * count(cached).saturating_sub(count(&kept_ledger)) as f64;
+        }
         let a = &mut out.anatomy;
         a.reads += reads;
         if acted {
