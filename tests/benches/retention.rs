@@ -16,8 +16,9 @@
 //! its twin with the ledger turned off (`ledger = { enabled = false }`, written to
 //! `target/bench-retention/chains/`). The first table gives the final context's size, the
 //! summarizer's bill and what of each kind of fact the final context still holds; the second
-//! sets each chain beside its twin: the bill's ratios, and the facts kept with the ledger and
-//! without. Then, where `examples/eval/recorded/` holds a real model's recorded answers for
+//! sets each chain beside its twin: the bill's ratios (the summarizer's, and the main
+//! model's with prompt caching, as `tamp eval` reckons it), and the facts kept with the ledger
+//! and without. Then, where `examples/eval/recorded/` holds a real model's recorded answers for
 //! the examples' planted session, the same two tables for their replays.
 //!
 //! Run: `cargo bench -p tamp-e2e --bench retention` (`TAMP_BENCH_TURNS=100` for a quick run;
@@ -362,12 +363,14 @@ fn print_tables(runs: &[Run], planted: &Planted) {
         );
     }
     println!(
-        "\nwith the ledger : without (ratios are with / without)\n{:<24} {:<9} {:>11} {:>9} {:>12} {:>13} {:>15} {:>13}",
+        "\nwith the ledger : without (ratios are with / without; main model: its cost with prompt \
+         caching, replays only)\n{:<24} {:<9} {:>11} {:>9} {:>12} {:>10} {:>13} {:>15} {:>13}",
         "chain",
         "mode",
         "tokens sent",
         "LLM calls",
         "tokens after",
+        "main model",
         "instructions",
         "decisions",
         "files"
@@ -394,13 +397,18 @@ fn print_tables(runs: &[Run], planted: &Planted) {
                 kept(without, prefix, total)
             )
         };
+        let main_model = match (with.main_model_cost, without.main_model_cost) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "-".to_string(),
+        };
         println!(
-            "{:<24} {:<9} {:>11} {:>9} {:>12} {:>13} {:>15} {:>13}",
+            "{:<24} {:<9} {:>11} {:>9} {:>12} {:>10} {:>13} {:>15} {:>13}",
             with.chain,
             with.mode.label(),
             ratio(with.tokens_sent, without.tokens_sent),
             ratio(with.llm_calls, without.llm_calls),
             ratio(with.tokens_after, without.tokens_after),
+            main_model,
             both("instruction-", planted.instructions),
             both("decision-", planted.decisions),
             both("file-", planted.files),

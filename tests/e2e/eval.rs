@@ -234,6 +234,7 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
             "one_shot" => {
                 assert_eq!(run["requests"], 1, "{ctx}");
                 assert!(run["prefix_reuse"].is_null(), "{ctx}");
+                assert!(run["main_model_cost"].is_null(), "{ctx}");
             }
             "replay" => {
                 let series = run["series"].as_array().unwrap();
@@ -257,6 +258,10 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
                 );
                 let reuse = run["prefix_reuse"].as_f64().unwrap();
                 assert!(reuse > 0.5 && reuse <= 1.0, "{ctx}: {reuse}");
+                // Smaller contexts, mostly cached: the main model pays less than for the
+                // history as posted.
+                let main_model = run["main_model_cost"].as_f64().unwrap();
+                assert!(main_model > 0.0 && main_model < 1.0, "{ctx}: {main_model}");
             }
             other => panic!("{ctx}: mode {other}"),
         }
@@ -368,6 +373,47 @@ fn a_responses_conversation_is_evaluated_as_its_chat_completions_form() {
         }
         assert!(tokens(items, "tokens_after") < tokens(items, "tokens_before"));
     }
+}
+
+/// The main model's cost of a replay whose chain never acts is the history's own: the
+/// compacted side and the posted side are the same requests.
+#[test]
+fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
+    let dir = scratch_dir("eval-main-model");
+    let root = workspace_root();
+    let roomy = dir.join("roomy.toml");
+    let original = std::fs::read_to_string(root.join(CHAINS[0])).unwrap();
+    std::fs::write(
+        &roomy,
+        original.replace("max_tokens = 6000", "max_tokens = 1000000"),
+    )
+    .unwrap();
+    let out = Command::new(tamp_bin())
+        .args(["eval", "--replay-only", "--format", "json", "--chain"])
+        .arg(&roomy)
+        .arg("--chain")
+        .arg(root.join(CHAINS[0]))
+        .arg(root.join(CONVERSATIONS[0].0))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cost = |chain: &str| {
+        let run = report["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["chain"] == chain)
+            .unwrap_or_else(|| panic!("no run of {chain}: {report}"));
+        (
+            run["llm_calls"].as_u64().unwrap(),
+            run["main_model_cost"].as_f64().unwrap(),
+        )
+    };
+    assert_eq!(cost("roomy"), (0, 1.0));
+    let (calls, compacted) = cost("summarize");
+    assert!(calls > 0 && compacted < 1.0, "{calls} calls, {compacted}");
 }
 
 #[test]
@@ -898,14 +944,14 @@ fn the_docs_sample_is_what_its_command_prints() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // Each line's words; a row's ms/compaction (its 11th cell of 14) left out.
+    // Each line's words; a row's ms/compaction (its 12th word of 15) left out.
     let words = |output: &str| -> Vec<Vec<String>> {
         output
             .lines()
             .map(|line| {
                 let mut words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-                if words.len() == 14 && words[0] != "conversation" {
-                    words.remove(10);
+                if words.len() == 15 && words[0] != "conversation" {
+                    words.remove(11);
                 }
                 words
             })

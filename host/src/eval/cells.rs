@@ -13,6 +13,12 @@ pub fn prefix_reuse(run: &Run) -> String {
     run.prefix_reuse.map_or("-".into(), |r| format!("{r:.3}"))
 }
 
+/// The main model's cost with prompt caching ÷ the uncompacted history's.
+pub fn main_model_cost(run: &Run) -> String {
+    run.main_model_cost
+        .map_or("-".into(), |r| format!("{r:.3}x"))
+}
+
 /// `found/total (share)` of the facts kept.
 pub fn retention(run: &Run) -> String {
     run.retention.as_ref().map_or("-".into(), |r| {

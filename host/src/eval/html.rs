@@ -88,7 +88,7 @@ fn table(out: &mut String, runs: &[Run]) {
     out.push_str(
         "<table><tr><th>conversation</th><th>chain</th><th>mode</th><th>requests</th>\
          <th>tokens before</th><th>tokens after</th><th>LLM calls</th><th>tokens sent</th>\
-         <th>cost</th><th>prefix reuse</th><th>ms/compaction</th><th>retention</th>\
+         <th>cost</th><th>prefix reuse</th><th>main model</th><th>ms/compaction</th><th>retention</th>\
          <th>lost</th><th>probe</th></tr>\n",
     );
     for r in runs {
@@ -96,8 +96,8 @@ fn table(out: &mut String, runs: &[Run]) {
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td>\
-             </tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
             escape(&r.conversation),
             escape(&r.chain),
             r.mode.label(),
@@ -108,6 +108,7 @@ fn table(out: &mut String, runs: &[Run]) {
             r.tokens_sent,
             cells::cost(r),
             cells::prefix_reuse(r),
+            cells::main_model_cost(r),
             r.ms_per_compaction,
             retention.map_or("-".into(), |x| format!("{}/{}", x.found, x.total)),
             retention.map_or(String::new(), |x| escape(&x.lost.join(", "))),

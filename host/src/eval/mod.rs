@@ -8,7 +8,9 @@
 //!   client posting its whole history with a thread id, so the chain continues the thread from
 //!   its last answer (thread continuity). Prefix reuse is the mean, over the requests after the
 //!   first, of the share of each answer's tokens that is an unchanged message prefix of the
-//!   previous answer: what a main model's prompt cache keeps.
+//!   previous answer: what a main model's prompt cache keeps. The main model's cost is what
+//!   those answers cost it with prompt caching, ÷ what the history as posted would have
+//!   ([`main_model`]).
 //!
 //! Each run has a scratch store of its own (pages, summary cache, thread states), so runs do
 //! not share cached summaries and the chain files' own stores are never written. Retention is
@@ -18,6 +20,7 @@
 pub mod cells;
 pub mod facts;
 pub mod html;
+pub mod main_model;
 pub mod names;
 pub mod output;
 pub mod probe;
@@ -34,6 +37,7 @@ use crate::config::LoadedChainFile;
 use crate::store::threads::common_prefix;
 use crate::wire::{self, WireFormat};
 use facts::{Fact, FactsFile, Retention};
+use main_model::MainModelCost;
 use probe::{Judge, ProbeResult, References};
 
 /// What `tamp eval` runs (its flags, but for where the output goes; `tamp eval --help` says
@@ -105,6 +109,9 @@ pub struct Run {
     pub cost_usd: Option<f64>,
     /// Replays: the mean share of each answer kept as a prefix of the previous one.
     pub prefix_reuse: Option<f64>,
+    /// Replays: the main model's input cost for the answers, with prompt caching, ÷ its cost
+    /// for the history as the client posted it ([`main_model`]).
+    pub main_model_cost: Option<f64>,
     /// Mean wall time of a compaction (LLM calls included), in milliseconds.
     pub ms_per_compaction: f64,
     /// Facts found in the final context, when there are facts for the conversation.
@@ -346,6 +353,7 @@ async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Fini
         tokens_sent: tokens_sent(&r.usage),
         cost_usd: r.cost_usd,
         prefix_reuse: None,
+        main_model_cost: None,
         ms_per_compaction: ms,
         retention: None,
         probe: None,
@@ -400,6 +408,7 @@ async fn replay(
         tokens_sent: 0,
         cost_usd: None,
         prefix_reuse: None,
+        main_model_cost: None,
         ms_per_compaction: 0.0,
         retention: None,
         probe: None,
@@ -416,6 +425,7 @@ async fn replay(
     run.tokens_before = posted_tokens[messages.len()];
     let mut previous: Option<Vec<Message>> = None;
     let (mut reuse, mut reused_requests, mut ms) = (0.0, 0usize, 0.0);
+    let mut main_model = MainModelCost::default();
     let thread = format!("tamp-eval-{}", input.name);
     for (n, &cut) in cuts.iter().enumerate() {
         let mut posted = input.conversation.with_messages(messages[..cut].to_vec());
@@ -438,12 +448,17 @@ async fn replay(
         run.rolled_back += rolled_back(r);
         let answer = out.conversation.messages.to_vec();
         let tokens_after = r.tokens_after;
-        if let Some(prev) = &previous {
+        let kept_tokens = previous.as_ref().map_or(0, |prev| {
             let kept = common_prefix(prev, &answer);
-            reuse +=
-                chain.tokens().count_messages(&answer[..kept]) as f64 / tokens_after.max(1) as f64;
+            chain.tokens().count_messages(&answer[..kept])
+        });
+        if previous.is_some() {
+            reuse += kept_tokens as f64 / tokens_after.max(1) as f64;
             reused_requests += 1;
         }
+        // Counted as the postings are, so that a chain that changes nothing costs 1.0.
+        let answer_tokens = chain.tokens().count_messages(&answer);
+        main_model.add(kept_tokens, answer_tokens, posted_tokens[cut]);
         run.series.push(Point {
             messages: cut,
             tokens_posted: posted_tokens[cut],
@@ -464,6 +479,7 @@ async fn replay(
         }
     }
     run.prefix_reuse = (reused_requests > 0).then(|| reuse / reused_requests as f64);
+    run.main_model_cost = main_model.ratio();
     run.ms_per_compaction = ms / cuts.len().max(1) as f64;
     Ok((run, previous.unwrap_or_default()))
 }

@@ -50,7 +50,7 @@ pub fn render(runs: &[Run], format: Format) -> String {
     }
 }
 
-const HEADER: [&str; 13] = [
+const HEADER: [&str; 14] = [
     "conversation",
     "chain",
     "mode",
@@ -61,12 +61,13 @@ const HEADER: [&str; 13] = [
     "tokens sent",
     "cost",
     "prefix reuse",
+    "main model",
     "ms/compaction",
     "retention",
     "rolled back",
 ];
 
-fn cells(run: &Run) -> [String; 13] {
+fn cells(run: &Run) -> [String; 14] {
     [
         run.conversation.clone(),
         run.chain.clone(),
@@ -78,6 +79,7 @@ fn cells(run: &Run) -> [String; 13] {
         run.tokens_sent.to_string(),
         cells::cost(run),
         cells::prefix_reuse(run),
+        cells::main_model_cost(run),
         format!("{:.1}", run.ms_per_compaction),
         cells::retention(run),
         run.rolled_back.to_string(),
@@ -90,9 +92,11 @@ fn text(runs: &[Run]) -> String {
     let mut header: Vec<&str> = HEADER.to_vec();
     let mut rows: Vec<Vec<String>> = runs.iter().map(|r| cells(r).to_vec()).collect();
     if probed {
-        header.insert(12, "probe");
+        // Before the last column, "rolled back".
+        let at = header.len() - 1;
+        header.insert(at, "probe");
         for (row, run) in rows.iter_mut().zip(runs) {
-            row.insert(12, cells::probe(run));
+            row.insert(at, cells::probe(run));
         }
     }
     let widths: Vec<usize> = (0..header.len())
@@ -194,6 +198,7 @@ fn csv(runs: &[Run]) -> String {
         "tokens_sent",
         "cost_usd",
         "prefix_reuse",
+        "main_model_cost",
         "ms_per_compaction",
         "facts_found",
         "facts_total",
@@ -215,6 +220,8 @@ fn csv(runs: &[Run]) -> String {
             r.tokens_sent.to_string(),
             r.cost_usd.map_or(String::new(), |c| format!("{c:.6}")),
             r.prefix_reuse.map_or(String::new(), |p| format!("{p:.4}")),
+            r.main_model_cost
+                .map_or(String::new(), |c| format!("{c:.4}")),
             format!("{:.3}", r.ms_per_compaction),
             r.retention
                 .as_ref()
@@ -255,6 +262,7 @@ mod tests {
             tokens_sent: 900,
             cost_usd: None,
             prefix_reuse: Some(0.95),
+            main_model_cost: Some(0.25),
             ms_per_compaction: 1.25,
             retention: Some(Retention {
                 found: 3,
@@ -273,7 +281,9 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("conversation  chain"), "{text}");
         assert!(
-            lines[1].contains("3/4 (75%)") && lines[1].contains("0.950"),
+            lines[1].contains("3/4 (75%)")
+                && lines[1].contains("0.950")
+                && lines[1].contains("0.250x"),
             "{text}"
         );
         assert!(text.contains("conv / default / replay: lost d2"), "{text}");

@@ -43,9 +43,9 @@ pub const MAX_EXCHANGE_TOKENS: u64 = 800;
 /// last answer.
 pub const CONSTRAINT: &str = "do not touch the billing module";
 pub const THREAD_ID: &str = "thread-economy";
-/// Anthropic prompt caching, as multiples of the base input price (5-minute cache).
-pub const CACHE_READ: f64 = 0.1;
-pub const CACHE_WRITE: f64 = 1.25;
+/// Anthropic prompt caching, as multiples of the base input price (5-minute cache): the
+/// same model `tamp eval`'s main-model cost uses.
+pub use tamp_host::eval::main_model::{CACHE_READ, CACHE_WRITE};
 /// The base input price used to turn the estimate into dollars (Claude Sonnet, $/Mtok).
 pub const INPUT_USD_PER_MTOK: f64 = 3.0;
 
@@ -913,7 +913,7 @@ pub fn baseline_cost(session: &Session) -> f64 {
     let mut previous = 0;
     let mut cost = 0.0;
     for &raw in &session.raw_tokens {
-        cost += CACHE_READ * previous as f64 + CACHE_WRITE * (raw - previous) as f64;
+        cost += tamp_host::eval::main_model::request_cost(previous, raw);
         previous = raw;
     }
     cost
