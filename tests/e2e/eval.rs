@@ -3,7 +3,7 @@
 //! from the facts files; the chain files' own stores left alone; mistakes refused before any
 //! chain runs, naming the file at fault.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -375,19 +375,23 @@ fn a_responses_conversation_is_evaluated_as_its_chat_completions_form() {
     }
 }
 
+/// `CHAINS[0]` as `edit` changes it, written to `dir/name`.
+fn first_chain_edited(dir: &Path, name: &str, edit: impl FnOnce(String) -> String) -> PathBuf {
+    let original = std::fs::read_to_string(workspace_root().join(CHAINS[0])).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, edit(original)).unwrap();
+    path
+}
+
 /// The main model's cost of a replay whose chain never acts is the history's own: the
 /// compacted side and the posted side are the same requests.
 #[test]
 fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
     let dir = scratch_dir("eval-main-model");
     let root = workspace_root();
-    let roomy = dir.join("roomy.toml");
-    let original = std::fs::read_to_string(root.join(CHAINS[0])).unwrap();
-    std::fs::write(
-        &roomy,
-        original.replace("max_tokens = 6000", "max_tokens = 1000000"),
-    )
-    .unwrap();
+    let roomy = first_chain_edited(&dir, "roomy.toml", |chain| {
+        chain.replace("max_tokens = 6000", "max_tokens = 1000000")
+    });
     let out = Command::new(tamp_bin())
         .args(["eval", "--replay-only", "--format", "json", "--chain"])
         .arg(&roomy)
@@ -420,13 +424,9 @@ fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
 fn eval_never_writes_the_chain_files_store() {
     let dir = scratch_dir("eval-store");
     let root = workspace_root();
-    let chain = dir.join("chain.toml");
-    let original = std::fs::read_to_string(root.join(CHAINS[0])).unwrap();
-    std::fs::write(
-        &chain,
-        format!("{original}\n[store]\npath = \"own-store.sqlite3\"\n"),
-    )
-    .unwrap();
+    let chain = first_chain_edited(&dir, "chain.toml", |chain| {
+        format!("{chain}\n[store]\npath = \"own-store.sqlite3\"\n")
+    });
     let out = Command::new(tamp_bin())
         .args(["eval", "--one-shot-only", "--chain"])
         .arg(&chain)
