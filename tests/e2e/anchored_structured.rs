@@ -122,6 +122,16 @@ fn anchored(intent: &str, files: &[&str], next: &[&str]) -> Value {
     })
 }
 
+/// A structured answer as the model gives it with the ledger on: the ledger holds the files and
+/// decisions, so the schema asks for the intent and the two lists only.
+fn ledger_answer(intent: &str, questions: &[&str], next: &[&str]) -> Value {
+    json!({
+        "session_intent": intent,
+        "open_questions": questions,
+        "next_steps": next,
+    })
+}
+
 fn summary_of(out: &Compacted) -> &Message {
     out.conversation
         .messages
@@ -655,16 +665,12 @@ fn a_prior_anchored_summary_is_merged() {
 /// on the planted session), so the anchor stopped changing. The plugin merges them instead.
 #[test]
 fn with_the_ledger_the_model_is_shown_the_prior_s_intent_and_the_plugin_merges_its_lists() {
-    let first = json!({
-        "session_intent": "Fix the loader so the CI tests pass.",
-        "open_questions": ["Does the ini parser drop trailing comments?"],
-        "next_steps": ["Bisect the loader change."],
-    });
-    let second = json!({
-        "session_intent": "Fix the loader and the ini format.",
-        "open_questions": [],
-        "next_steps": ["Release 1.2."],
-    });
+    let first = ledger_answer(
+        "Fix the loader so the CI tests pass.",
+        &["Does the ini parser drop trailing comments?"],
+        &["Bisect the loader change."],
+    );
+    let second = ledger_answer("Fix the loader and the ini format.", &[], &["Release 1.2."]);
     let provider = Arc::new(ScriptedProvider::sequence([
         ScriptedResponse::structured(first),
         ScriptedResponse::structured(second),
@@ -712,16 +718,16 @@ fn with_the_ledger_the_model_is_shown_the_prior_s_intent_and_the_plugin_merges_i
 /// the page keeps it: the structured path, not a prose call. Without a prior it is not.
 #[test]
 fn an_answer_without_next_steps_carries_the_prior_s_and_stays_structured() {
-    let first = json!({
-        "session_intent": "Fix the loader so the CI tests pass.",
-        "open_questions": [],
-        "next_steps": ["Bisect the loader change."],
-    });
-    let no_steps = json!({
-        "session_intent": "Fix the loader and the ini format.",
-        "open_questions": ["Does the ini parser drop trailing comments?"],
-        "next_steps": [],
-    });
+    let first = ledger_answer(
+        "Fix the loader so the CI tests pass.",
+        &[],
+        &["Bisect the loader change."],
+    );
+    let no_steps = ledger_answer(
+        "Fix the loader and the ini format.",
+        &["Does the ini parser drop trailing comments?"],
+        &[],
+    );
     let provider = Arc::new(ScriptedProvider::sequence([
         ScriptedResponse::structured(first),
         ScriptedResponse::structured(no_steps.clone()),
@@ -763,16 +769,12 @@ fn an_answer_without_next_steps_carries_the_prior_s_and_stays_structured() {
 /// JSON, merged like any prior's) are not material a model can copy back past their cap.
 #[test]
 fn a_fallback_prior_is_shown_by_its_prose_and_its_carried_lists_are_merged() {
-    let first = json!({
-        "session_intent": "Fix the loader so the CI tests pass.",
-        "open_questions": [],
-        "next_steps": ["Bisect the loader change."],
-    });
-    let third = json!({
-        "session_intent": "Fix the loader and the ini format.",
-        "open_questions": [],
-        "next_steps": ["Release 1.2."],
-    });
+    let first = ledger_answer(
+        "Fix the loader so the CI tests pass.",
+        &[],
+        &["Bisect the loader change."],
+    );
+    let third = ledger_answer("Fix the loader and the ini format.", &[], &["Release 1.2."]);
     for mode in [json!({}), json!({"ledger": {"enabled": false}})] {
         // Without the ledger the schema asks for the two lists it would hold.
         let answer = |summary: &Value| {
