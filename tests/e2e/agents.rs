@@ -699,7 +699,7 @@ fn codex_finishes_a_tool_task_through_the_proxy_with_its_history_compacted() {
         .expect("Codex sends its prompt_cache_key");
     let continued = format!("thread session:{session}; continued");
     assert!(
-        proxy.log().contains(&continued),
+        proxy.log_containing(&[&continued]).contains(&continued),
         "no \"{continued}\" in the log"
     );
     proxy.assert_secret_kept_out(KEY, &store);

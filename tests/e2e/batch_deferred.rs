@@ -881,7 +881,8 @@ fn tamp_serve_runs_the_worker_and_reports_it_in_metrics() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(server.log().contains("deferred-summary worker started"));
+    let started = "deferred-summary worker started";
+    assert!(server.log_containing(&[started]).contains(started));
 
     let body = serde_json::json!({ "conversation": first["conversation"].clone() });
     let (status, second) = rt.block_on(server.compact(&body));
