@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::Args;
+use tamp_host::eval::main_model::CachePrices;
 use tamp_host::eval::output::{self, Format};
 use tamp_host::eval::{EvalOptions, Plan};
 
@@ -52,6 +53,11 @@ pub struct EvalArgs {
     /// and from each run's final context; the probe is the share answered the same.
     #[arg(long, value_name = "JUDGE_FILE")]
     pub probe: Option<PathBuf>,
+    /// The main model's prompt-cache prices, as multiples of its input price: `READ,WRITE`.
+    /// The `main model` column prices each replay's requests at them. Anthropic's by default;
+    /// OpenAI charges nothing to write and reads at 0.5, 0.25 or 0.1 by model (`0.5,1`).
+    #[arg(long, value_name = "READ,WRITE", default_value = "0.1,1.25")]
+    pub cache_prices: CachePrices,
 }
 
 /// Runs `tamp eval`: checks that the output can be written, reads and checks everything,
@@ -70,6 +76,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         one_shot_only: args.one_shot_only,
         replay_only: args.replay_only,
         probe: args.probe,
+        cache_prices: args.cache_prices,
     })?;
     let progress = |line: &str| eprintln!("tamp eval: {line}");
     let runs = plan.run(&progress).await?;

@@ -318,7 +318,7 @@ fn run_side_by_side(
         conversations: vec![conversation],
         one_shot_only,
         replay_only,
-        probe: None,
+        ..EvalOptions::default()
     };
     let plan = Plan::read(&args).unwrap_or_else(|e| panic!("{e:#}"));
     let rt = tokio::runtime::Builder::new_multi_thread()

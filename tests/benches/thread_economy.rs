@@ -317,9 +317,11 @@ fn main() {
     );
     println!(
         "uncompacted baseline: {} tokens sent to the main model over the session; with prompt \
-         caching (reads {CACHE_READ}x, writes {CACHE_WRITE}x, 5-minute cache) {:.0} \
+         caching (reads {}x, writes {}x, 5-minute cache) {:.0} \
          base-token equivalents = ${:.2} at ${INPUT_USD_PER_MTOK}/Mtok",
         session.raw_tokens.iter().sum::<u64>(),
+        PRICES.read,
+        PRICES.write,
         baseline,
         baseline * INPUT_USD_PER_MTOK / 1e6
     );

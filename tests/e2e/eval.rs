@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, workspace_root};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
 use tamp_host::eval::facts::{self, Fact, FactsFile};
@@ -384,7 +384,8 @@ fn first_chain_edited(dir: &Path, name: &str, edit: impl FnOnce(String) -> Strin
 }
 
 /// The main model's cost of a replay whose chain never acts is the history's own: the
-/// compacted side and the posted side are the same requests.
+/// compacted side and the posted side are the same requests, at any cache prices. A chain
+/// that compacts costs less, and what it costs follows the prices given.
 #[test]
 fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
     let dir = scratch_dir("eval-main-model");
@@ -392,32 +393,47 @@ fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
     let roomy = first_chain_edited(&dir, "roomy.toml", |chain| {
         chain.replace("max_tokens = 6000", "max_tokens = 1000000")
     });
-    let out = Command::new(tamp_bin())
-        .args(["eval", "--replay-only", "--format", "json", "--chain"])
-        .arg(&roomy)
-        .arg("--chain")
-        .arg(root.join(CHAINS[0]))
-        .arg(root.join(CONVERSATIONS[0].0))
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let cost = |chain: &str| {
-        let run = report["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["chain"] == chain)
-            .unwrap_or_else(|| panic!("no run of {chain}: {report}"));
-        (
-            run["llm_calls"].as_u64().unwrap(),
-            run["main_model_cost"].as_f64().unwrap(),
-        )
+    let costs = |prices: &[&str]| {
+        let out = Command::new(tamp_bin())
+            .args(["eval", "--replay-only", "--format", "json", "--chain"])
+            .arg(&roomy)
+            .arg("--chain")
+            .arg(root.join(CHAINS[0]))
+            .args(prices)
+            .arg(root.join(CONVERSATIONS[0].0))
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let cost = |chain: &str| {
+            let run = report["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["chain"] == chain)
+                .unwrap_or_else(|| panic!("no run of {chain}: {report}"));
+            (
+                run["llm_calls"].as_u64().unwrap(),
+                run["main_model_cost"].as_f64().unwrap(),
+                run["main_model_prices"].clone(),
+            )
+        };
+        (cost("roomy"), cost("summarize"))
     };
-    assert_eq!(cost("roomy"), (0, 1.0));
-    let (calls, compacted) = cost("summarize");
+    let (roomy_cost, (calls, compacted, prices)) = costs(&[]);
+    assert_eq!(roomy_cost, (0, 1.0, json!({"read": 0.1, "write": 1.25})));
     assert!(calls > 0 && compacted < 1.0, "{calls} calls, {compacted}");
+    assert_eq!(prices, json!({"read": 0.1, "write": 1.25}));
+
+    // OpenAI's automatic caching: cached input at half price, nothing more to write.
+    let (roomy_cost, (_, openai, prices)) = costs(&["--cache-prices", "0.5,1"]);
+    assert_eq!(roomy_cost, (0, 1.0, json!({"read": 0.5, "write": 1.0})));
+    assert_eq!(prices, json!({"read": 0.5, "write": 1.0}));
+    assert!(
+        openai < 1.0 && openai != compacted,
+        "{openai} against {compacted}"
+    );
 }
 
 #[test]
@@ -528,6 +544,12 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
         conversation,
     ]);
     assert!(err.contains("--probe") && err.contains("question"), "{err}");
+
+    let err = run(&["--chain", chain, "--cache-prices", "0.1,x", conversation]);
+    assert!(
+        err.contains("--cache-prices") && err.contains("the write price \"x\""),
+        "{err}"
+    );
 
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"messages\": [").unwrap();

@@ -37,7 +37,7 @@ use crate::config::LoadedChainFile;
 use crate::store::threads::common_prefix;
 use crate::wire::{self, WireFormat};
 use facts::{Fact, FactsFile, Retention};
-use main_model::MainModelCost;
+use main_model::{CachePrices, MainModelCost};
 use probe::{Judge, ProbeResult, References};
 
 /// What `tamp eval` runs (its flags, but for where the output goes; `tamp eval --help` says
@@ -56,6 +56,8 @@ pub struct EvalOptions {
     pub replay_only: bool,
     /// A judge's chain file: its `[provider]` answers the facts' questions.
     pub probe: Option<PathBuf>,
+    /// What the main model's provider charges for a cache read and a cache write.
+    pub cache_prices: CachePrices,
 }
 
 /// How a conversation was run.
@@ -112,6 +114,8 @@ pub struct Run {
     /// Replays: the main model's input cost for the answers, with prompt caching, ÷ its cost
     /// for the history as the client posted it ([`main_model`]).
     pub main_model_cost: Option<f64>,
+    /// Replays: the cache prices that cost is reckoned at.
+    pub main_model_prices: Option<CachePrices>,
     /// Mean wall time of a compaction (LLM calls included), in milliseconds.
     pub ms_per_compaction: f64,
     /// Facts found in the final context, when there are facts for the conversation.
@@ -143,6 +147,7 @@ pub struct Plan {
     one_shot_only: bool,
     replay_only: bool,
     judge: Option<Judge>,
+    cache_prices: CachePrices,
 }
 
 impl Plan {
@@ -222,6 +227,7 @@ impl Plan {
             one_shot_only: args.one_shot_only,
             replay_only: args.replay_only,
             judge,
+            cache_prices: args.cache_prices,
         })
     }
 
@@ -244,7 +250,7 @@ impl Plan {
                     finished.push(one_shot(path, name, input).await?);
                 }
                 if !self.one_shot_only {
-                    finished.push(replay(path, name, input, progress).await?);
+                    finished.push(replay(path, name, input, self.cache_prices, progress).await?);
                 }
                 for (mut run, context) in finished {
                     run.retention = input
@@ -354,6 +360,7 @@ async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Fini
         cost_usd: r.cost_usd,
         prefix_reuse: None,
         main_model_cost: None,
+        main_model_prices: None,
         ms_per_compaction: ms,
         retention: None,
         probe: None,
@@ -385,6 +392,7 @@ async fn replay(
     path: &Path,
     name: &str,
     input: &Input,
+    prices: CachePrices,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Finished> {
     let scratch = Scratch::new()?;
@@ -409,6 +417,7 @@ async fn replay(
         cost_usd: None,
         prefix_reuse: None,
         main_model_cost: None,
+        main_model_prices: None,
         ms_per_compaction: 0.0,
         retention: None,
         probe: None,
@@ -425,7 +434,7 @@ async fn replay(
     run.tokens_before = posted_tokens[messages.len()];
     let mut previous: Option<Vec<Message>> = None;
     let (mut reuse, mut reused_requests, mut ms) = (0.0, 0usize, 0.0);
-    let mut main_model = MainModelCost::default();
+    let mut main_model = MainModelCost::new(prices);
     let thread = format!("tamp-eval-{}", input.name);
     for (n, &cut) in cuts.iter().enumerate() {
         let mut posted = input.conversation.with_messages(messages[..cut].to_vec());
@@ -480,6 +489,7 @@ async fn replay(
     }
     run.prefix_reuse = (reused_requests > 0).then(|| reuse / reused_requests as f64);
     run.main_model_cost = main_model.ratio();
+    run.main_model_prices = Some(prices);
     run.ms_per_compaction = ms / cuts.len().max(1) as f64;
     Ok((run, previous.unwrap_or_default()))
 }

@@ -263,6 +263,7 @@ mod tests {
             cost_usd: None,
             prefix_reuse: Some(0.95),
             main_model_cost: Some(0.25),
+            main_model_prices: Some(super::super::main_model::CachePrices::ANTHROPIC),
             ms_per_compaction: 1.25,
             retention: Some(Retention {
                 found: 3,

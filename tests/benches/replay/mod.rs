@@ -43,9 +43,10 @@ pub const MAX_EXCHANGE_TOKENS: u64 = 800;
 /// last answer.
 pub const CONSTRAINT: &str = "do not touch the billing module";
 pub const THREAD_ID: &str = "thread-economy";
+pub use tamp_host::eval::main_model::CachePrices;
 /// Anthropic prompt caching, as multiples of the base input price (5-minute cache): the
-/// same model `tamp eval`'s main-model cost uses.
-pub use tamp_host::eval::main_model::{CACHE_READ, CACHE_WRITE};
+/// default of `tamp eval`'s main-model cost.
+pub const PRICES: CachePrices = CachePrices::ANTHROPIC;
 /// The base input price used to turn the estimate into dollars (Claude Sonnet, $/Mtok).
 pub const INPUT_USD_PER_MTOK: f64 = 3.0;
 
@@ -840,8 +841,8 @@ pub fn replay(
             &mut digest,
         );
         let (reads, writes) = (
-            CACHE_READ * kept_tokens as f64,
-            CACHE_WRITE * answer_tokens.saturating_sub(kept_tokens) as f64,
+            PRICES.read * kept_tokens as f64,
+            PRICES.write * answer_tokens.saturating_sub(kept_tokens) as f64,
         );
         out.cost += reads + writes;
         if let Some(previous) = &previous {
@@ -849,7 +850,7 @@ pub fn replay(
             let cached = cached_in_place(&ledger_lines(previous), &ledger);
             let count =
                 |lines: &[String]| -> u64 { lines.iter().map(|l| tokens.count_text(l)).sum() };
-            out.anatomy.ledger_in_place_saving += (CACHE_WRITE - CACHE_READ)
+            out.anatomy.ledger_in_place_saving += (PRICES.write - PRICES.read)
                 * count(cached).saturating_sub(count(&kept_ledger)) as f64;
         }
         let a = &mut out.anatomy;
@@ -913,7 +914,7 @@ pub fn baseline_cost(session: &Session) -> f64 {
     let mut previous = 0;
     let mut cost = 0.0;
     for &raw in &session.raw_tokens {
-        cost += tamp_host::eval::main_model::request_cost(previous, raw);
+        cost += PRICES.request_cost(previous, raw);
         previous = raw;
     }
     cost
