@@ -34,8 +34,8 @@
 //!   [`LedgerConfig::max_share`]; shared by the summaries before it where they never fold,
 //!   [`LedgerConfig::cap_before`]) the oldest errors move out to the pages, where their
 //!   messages are; then the oldest of what the user said and what was decided are packed to
-//!   their first [`PACKED_CHARS`] characters; then files move out, then the oldest of the
-//!   rest, never silently (the note line counts what moved and what was packed). Open errors
+//!   their first [`PACKED_CHARS`] characters; then files move out, then the oldest
+//!   decisions, and what the user said last, never silently (the note line counts what moved and what was packed). Open errors
 //!   keep the newest [`MAX_OPEN_ERRORS`].
 //! - **Not a prompt**: a strategy sends the model its prior summary's narrative only
 //!   ([`narrative`]); the ledger never reaches a request, so requests stay as they were.
@@ -482,9 +482,11 @@ impl Ledger {
     /// brought to three quarters of it (so the next few summaries need not touch it, and keep
     /// their ledgers' prefix): the oldest errors move out first, then the oldest of what the
     /// user said and what was decided are packed ([`PACKED_CHARS`]), then the oldest files
-    /// move out, then the oldest of the rest. A re-run and the repository tell an error and a
-    /// file again; nothing tells again what the user said or what was decided, so those are
-    /// shortened before any of them goes. Moved and packed entries are counted.
+    /// move out, then the oldest decisions, and what the user said last. A re-run and the
+    /// repository tell an error and a file again; nothing tells again what the user said or
+    /// what was decided, so those are shortened before any of them goes; and an agent's
+    /// decisions follow from what its user told it, so the user's words outlast them. Moved
+    /// and packed entries are counted.
     pub fn bounded(mut self, cap_tokens: u64, count: &dyn Fn(&str) -> u64) -> Ledger {
         let errors = self.entries().filter(|e| e.kind == Kind::Error).count();
         self.move_out(Kind::Error, errors.saturating_sub(MAX_OPEN_ERRORS));
@@ -508,7 +510,8 @@ impl Ledger {
         total = self.move_out_until(&[Kind::Error], total, target, count);
         total = self.pack_until(total, target, count);
         total = self.move_out_until(&[Kind::File], total, target, count);
-        self.move_out_until(&[Kind::User, Kind::Decision], total, target, count);
+        total = self.move_out_until(&[Kind::Decision], total, target, count);
+        self.move_out_until(&[Kind::User], total, target, count);
         self
     }
 
@@ -923,12 +926,14 @@ mod tests {
         let kept = bounded.entries().count();
         assert!(words(&bounded.render()) <= all / 2 * 3 / 4 + 1);
         assert_eq!(bounded.moved, 41 - kept);
-        // The newest stay, and those that stay read as they did.
+        // The user's instruction and the newest decisions stay, and those that stay read as
+        // they did: the oldest decisions moved out.
         let last = bounded.entries().last().unwrap();
         assert_eq!(last.text, decision(40));
         let kept_lines: Vec<String> = bounded.entries().map(Entry::line).collect();
         let all_lines: Vec<String> = ledger.entries().map(Entry::line).collect();
-        assert_eq!(kept_lines[..], all_lines[41 - kept..]);
+        assert_eq!(kept_lines[0], all_lines[0]);
+        assert_eq!(kept_lines[1..], all_lines[41 - kept + 1..]);
         assert!(bounded
             .render()
             .contains(&format!("({} older entries moved out", 41 - kept)));
@@ -962,6 +967,35 @@ mod tests {
         let bounded = ledger.bounded(7, &lines);
         let kinds: Vec<(Kind, usize)> = bounded.entries().map(|e| (e.kind, e.message)).collect();
         assert_eq!(kinds, [(Kind::Decision, 0), (Kind::User, 3)]);
+        assert_eq!(bounded.moved, 3);
+    }
+
+    #[test]
+    fn past_the_cap_decisions_move_out_before_what_the_user_said() {
+        let entry = |kind, message| Entry {
+            kind,
+            message,
+            text: format!("entry number {message} of its kind"),
+        };
+        let ledger = Ledger {
+            groups: vec![Group {
+                page: None,
+                entries: vec![
+                    entry(Kind::User, 0),
+                    entry(Kind::Decision, 1),
+                    entry(Kind::User, 2),
+                    entry(Kind::Decision, 3),
+                    entry(Kind::Decision, 4),
+                ],
+            }],
+            ..Ledger::default()
+        };
+        // A line a token: 8 lines against a cap of 7 leave 5 (two entries). The oldest user
+        // entry is older than every decision, and still outlasts them.
+        let lines = |_: &str| 1;
+        let bounded = ledger.bounded(7, &lines);
+        let kept: Vec<(Kind, usize)> = bounded.entries().map(|e| (e.kind, e.message)).collect();
+        assert_eq!(kept, [(Kind::User, 0), (Kind::User, 2)]);
         assert_eq!(bounded.moved, 3);
     }
 
