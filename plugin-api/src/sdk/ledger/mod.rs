@@ -941,62 +941,48 @@ mod tests {
         assert_eq!(ledger.clone().bounded(all + 100, &words), ledger);
     }
 
-    #[test]
-    fn past_the_cap_errors_and_files_move_out_before_words_and_decisions() {
-        let entry = |kind, message| Entry {
-            kind,
-            message,
-            text: format!("entry number {message} of its kind"),
-        };
+    /// One group of entries of `kinds` (entry N from message N), brought within a cap of 7
+    /// tokens with a line a token: the header, the group's, the note and five entries make 8,
+    /// so entries move out until 5 lines are left (two entries). What stays, and how many
+    /// moved.
+    fn kept_of_five_within_seven(kinds: [Kind; 5]) -> (Vec<(Kind, usize)>, usize) {
+        let entries = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(message, kind)| Entry {
+                kind,
+                message,
+                text: format!("entry number {message} of its kind"),
+            })
+            .collect();
         let ledger = Ledger {
             groups: vec![Group {
                 page: None,
-                entries: vec![
-                    entry(Kind::Decision, 0),
-                    entry(Kind::File, 1),
-                    entry(Kind::Error, 2),
-                    entry(Kind::User, 3),
-                    entry(Kind::File, 4),
-                ],
+                entries,
             }],
             ..Ledger::default()
         };
-        // A line a token: the header, the group's, the note and five entries make 8; a cap of
-        // 7 moves entries out until 5 are left (two entries): the error, then both files.
-        let lines = |_: &str| 1;
-        let bounded = ledger.bounded(7, &lines);
-        let kinds: Vec<(Kind, usize)> = bounded.entries().map(|e| (e.kind, e.message)).collect();
-        assert_eq!(kinds, [(Kind::Decision, 0), (Kind::User, 3)]);
-        assert_eq!(bounded.moved, 3);
+        let bounded = ledger.bounded(7, &|_: &str| 1);
+        let kept = bounded.entries().map(|e| (e.kind, e.message)).collect();
+        (kept, bounded.moved)
+    }
+
+    #[test]
+    fn past_the_cap_errors_and_files_move_out_before_words_and_decisions() {
+        use Kind::*;
+        // The error, then both files.
+        let (kept, moved) = kept_of_five_within_seven([Decision, File, Error, User, File]);
+        assert_eq!(kept, [(Decision, 0), (User, 3)]);
+        assert_eq!(moved, 3);
     }
 
     #[test]
     fn past_the_cap_decisions_move_out_before_what_the_user_said() {
-        let entry = |kind, message| Entry {
-            kind,
-            message,
-            text: format!("entry number {message} of its kind"),
-        };
-        let ledger = Ledger {
-            groups: vec![Group {
-                page: None,
-                entries: vec![
-                    entry(Kind::User, 0),
-                    entry(Kind::Decision, 1),
-                    entry(Kind::User, 2),
-                    entry(Kind::Decision, 3),
-                    entry(Kind::Decision, 4),
-                ],
-            }],
-            ..Ledger::default()
-        };
-        // A line a token: 8 lines against a cap of 7 leave 5 (two entries). The oldest user
-        // entry is older than every decision, and still outlasts them.
-        let lines = |_: &str| 1;
-        let bounded = ledger.bounded(7, &lines);
-        let kept: Vec<(Kind, usize)> = bounded.entries().map(|e| (e.kind, e.message)).collect();
-        assert_eq!(kept, [(Kind::User, 0), (Kind::User, 2)]);
-        assert_eq!(bounded.moved, 3);
+        use Kind::*;
+        // The oldest user entry is older than every decision, and still outlasts them.
+        let (kept, moved) = kept_of_five_within_seven([User, Decision, User, Decision, Decision]);
+        assert_eq!(kept, [(User, 0), (User, 2)]);
+        assert_eq!(moved, 3);
     }
 
     #[test]
