@@ -56,7 +56,7 @@ pub struct EvalArgs {
     /// The main model's prompt-cache prices, as multiples of its input price: `READ,WRITE`.
     /// The `main model` column prices each replay's requests at them. Anthropic's by default;
     /// OpenAI charges nothing to write and reads at 0.5, 0.25 or 0.1 by model (`0.5,1`).
-    #[arg(long, value_name = "READ,WRITE", default_value = "0.1,1.25")]
+    #[arg(long, value_name = "READ,WRITE", default_value_t = CachePrices::ANTHROPIC)]
     pub cache_prices: CachePrices,
 }
 

@@ -33,6 +33,13 @@ impl Default for CachePrices {
     }
 }
 
+/// As `--cache-prices` takes them: `READ,WRITE`.
+impl std::fmt::Display for CachePrices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{}", self.read, self.write)
+    }
+}
+
 impl std::str::FromStr for CachePrices {
     type Err = String;
 
@@ -154,6 +161,13 @@ mod tests {
         let posted = 4_000.0 + (0.5 * 4_000.0 + 2_000.0);
         assert!((openai_cost.ratio().unwrap() - compacted / posted).abs() < 1e-12);
         assert_ne!(openai_cost.ratio(), anthropic_cost.ratio());
+    }
+
+    #[test]
+    fn prices_read_back_as_they_are_written() {
+        let anthropic = CachePrices::ANTHROPIC.to_string();
+        assert_eq!(anthropic, "0.1,1.25");
+        assert_eq!(anthropic.parse::<CachePrices>(), Ok(CachePrices::ANTHROPIC));
     }
 
     #[test]
