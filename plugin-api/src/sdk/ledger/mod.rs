@@ -35,8 +35,8 @@
 //!   [`LedgerConfig::cap_before`]) the oldest errors move out to the pages, where their
 //!   messages are; then the oldest of what the user said and what was decided are packed to
 //!   their first [`PACKED_CHARS`] characters; then files move out, then the oldest
-//!   decisions, and what the user said last, never silently (the note line counts what moved and what was packed). Open errors
-//!   keep the newest [`MAX_OPEN_ERRORS`].
+//!   decisions, and what the user said last, never silently (the note line counts what moved
+//!   and what was packed). Open errors keep the newest [`MAX_OPEN_ERRORS`].
 //! - **Not a prompt**: a strategy sends the model its prior summary's narrative only
 //!   ([`narrative`]); the ledger never reaches a request, so requests stay as they were.
 //!
