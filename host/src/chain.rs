@@ -743,7 +743,7 @@ impl Chain {
     }
 
     /// [`Chain::unchanged_up_to`] with `budget`.
-    fn unchanged_up_to_with(&self, budget: &BudgetConfig) -> Option<u64> {
+    pub fn unchanged_up_to_with(&self, budget: &BudgetConfig) -> Option<u64> {
         let mut limit = u64::MAX;
         for stage in &self.stages {
             match stage.trigger {

@@ -245,6 +245,11 @@ impl Conversation {
         self.thread_id.as_ref().into_option().map(RString::as_str)
     }
 
+    /// Names the thread the conversation belongs to.
+    pub fn set_thread_id(&mut self, id: &str) {
+        self.thread_id = ROption::RSome(id.into());
+    }
+
     /// A copy with other messages and the same thread id and metadata.
     pub fn with_messages(&self, messages: Vec<Message>) -> Self {
         Conversation {

@@ -841,3 +841,168 @@ fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
     assert!(archived.contains("echo step 1"), "{archived}");
     proxy.assert_secret_kept_out(KEY, &store);
 }
+
+/// `system` and the conversation of a model call (Anthropic's `system` and `messages`, or the
+/// Responses `instructions` and `input`) with every `cache_control` mark taken out: what a
+/// provider's prompt cache compares.
+fn cached_prefix(exchange: &Exchange) -> (serde_json::Value, Vec<serde_json::Value>) {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("cache_control");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut body = exchange.body.clone();
+    strip(&mut body);
+    let (head, list) = if body.get("messages").is_some() {
+        ("system", "messages")
+    } else {
+        ("instructions", "input")
+    };
+    let items = body[list].as_array().cloned().unwrap_or_default();
+    (body[head].take(), items)
+}
+
+/// How many model calls start with the call before them (its system and conversation, marks
+/// aside): the requests whose prefix a provider's prompt cache can read.
+fn extending(turns: &[&Exchange]) -> usize {
+    turns
+        .windows(2)
+        .filter(|pair| {
+            let (head_a, a) = cached_prefix(pair[0]);
+            let (head_b, b) = cached_prefix(pair[1]);
+            head_a == head_b && b.len() >= a.len() && b[..a.len()] == a[..]
+        })
+        .count()
+}
+
+/// The page ids a request names (in placeholders and summaries).
+fn pages_named(exchange: &Exchange) -> std::collections::HashSet<String> {
+    let text = String::from_utf8_lossy(&exchange.raw);
+    text.match_indices("pg_")
+        .map(|(at, _)| {
+            text[at + 3..]
+                .chars()
+                .take_while(char::is_ascii_hexdigit)
+                .collect::<String>()
+        })
+        .filter(|hex| hex.len() >= 16)
+        .map(|hex| format!("pg_{hex}"))
+        .collect()
+}
+
+/// Of the model calls that are not a compaction (naming no page the call before did not),
+/// the share that start with the call before them (see [`extending`]); and how many calls
+/// were compactions.
+fn extending_between_compactions(turns: &[&Exchange]) -> (f64, usize) {
+    let mut pairs = 0;
+    let mut extend = 0;
+    let mut compactions = 0;
+    for pair in turns.windows(2) {
+        if !pages_named(pair[1]).is_subset(&pages_named(pair[0])) {
+            compactions += 1;
+            continue;
+        }
+        pairs += 1;
+        extend += extending(pair);
+    }
+    (extend as f64 / pairs.max(1) as f64, compactions)
+}
+
+/// `examples/chains/agents.toml` in `dir`, its upstreams `upstream`'s, every model's budget
+/// `max_tokens` (the agents' real windows would take a long session to fill).
+fn agents_chain(dir: &Path, upstream: &AgentUpstream, max_tokens: u64) -> PathBuf {
+    let shipped = tamp_e2e::workspace_root().join("examples/chains/agents.toml");
+    let text = std::fs::read_to_string(shipped).unwrap();
+    let (head, rest) = text.split_once("[proxy.models]\n").unwrap();
+    let stages = &rest[rest.find("[[stage]]").unwrap()..];
+    let head = head
+        .replace("https://api.anthropic.com", &upstream.url())
+        .replace("https://api.openai.com/v1", &upstream.openai_url());
+    let text = format!("{head}[proxy.models]\n\"*\" = {{ max_tokens = {max_tokens} }}\n\n{stages}");
+    let path = dir.join("agents.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The model calls of `exchanges`.
+fn model_calls(exchanges: &[Exchange]) -> Vec<&Exchange> {
+    exchanges
+        .iter()
+        .filter(|e| e.target.starts_with("/v1/messages") || e.target.starts_with("/v1/responses"))
+        .collect()
+}
+
+/// An agent's 40-step task of ~4,000-token outputs, straight at the upstream and then through
+/// the proxy with the agents chain: between compactions, a request through the proxy starts
+/// with the one before it at least 0.9 times as often as the agent's own requests do straight
+/// at the upstream (the provider's prompt cache reads what it wrote).
+fn assert_prompt_cache_holds(agent: &str) {
+    const TURNS: u32 = 40;
+    let task = || Task::Logs { recall_after: None };
+    let command = |base: &str, home: &Path, work: &Path| {
+        if agent == "claude" {
+            claude(base, home, work)
+        } else {
+            codex(&format!("{base}/v1"), home, work, "", "")
+        }
+    };
+    let dir = ScratchDir::new(&format!("agents-cache-{agent}"));
+    let direct = AgentUpstream::start_task(KEY, TURNS, ServerCompaction::Present, task());
+    let (home, work) = agent_dirs(&dir, "direct");
+    let out = run(command(&direct.url(), &home, &work), agent);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let straight_exchanges = direct.exchanges();
+    let straight = model_calls(&straight_exchanges);
+    let straight_share = extending(&straight) as f64 / (straight.len() - 1) as f64;
+
+    let upstream = AgentUpstream::start_task(KEY, TURNS, ServerCompaction::Present, task());
+    let config = agents_chain(&dir, &upstream, 60_000);
+    let proxy = Server::start_command("proxy", &config, &[], &[]);
+    let (home, work) = agent_dirs(&dir, "proxied");
+    let out = run(command(&proxy.base, &home, &work), agent);
+    let exchanges = assert_finished(agent, &out, &upstream, &proxy);
+    let through = model_calls(&exchanges);
+    let (share, compactions) = extending_between_compactions(&through);
+    eprintln!(
+        "{agent}: straight {:.3} of {} requests extend the one before; through the proxy {share:.3} \
+         between {compactions} compaction(s) in {} requests",
+        straight_share,
+        straight.len(),
+        through.len()
+    );
+    // Compactions come only as the context crosses the high watermark again (each takes
+    // it far under): a request that did not continue its thread is compacted again from
+    // the raw history, a compaction on every request.
+    assert!(
+        (2..=TURNS as usize / 4).contains(&compactions),
+        "{agent}: {compactions} compaction(s) in {} requests\n{}",
+        through.len(),
+        tail(&proxy.log(), 60)
+    );
+    assert!(
+        share >= 0.9 * straight_share,
+        "{agent}: between compactions {share:.3} of the requests through the proxy extend the \
+         one before, straight {straight_share:.3}\n{}",
+        tail(&proxy.log(), 60)
+    );
+    drop(proxy);
+}
+
+#[test]
+fn claude_code_s_prompt_cache_holds_between_compactions() {
+    assert_prompt_cache_holds("claude");
+}
+
+#[test]
+fn codex_s_prompt_cache_holds_between_compactions() {
+    assert_prompt_cache_holds("codex");
+}

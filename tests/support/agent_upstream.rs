@@ -26,6 +26,11 @@
 //! tool instead: Claude Code's `Write`, Codex's `apply_patch` (a freeform tool: its input is
 //! the patch, not JSON); [`Task::FailingCommands`] makes it `cat missing-n.txt`, which fails.
 //!
+//! [`Task::Logs`] makes each step print a build log of about 3,000 tokens, the first step's
+//! starting with a planted fact ([`PLANTED_FACT`]); with `recall_after`, once that many steps
+//! are done the model calls the agent's `recall` tool (an MCP tool: any tool whose name ends in
+//! `recall`) on the page that holds the first step's output, then goes on with the steps.
+//!
 //! Usage is reported as the request's size / 4 input tokens, so an agent that compacts on its
 //! own when usage passes a limit (Codex's `model_auto_compact_token_limit`) sees it grow.
 //!
@@ -114,7 +119,14 @@ pub enum Task {
     /// Writes `step-n.txt`, `step n` in it, into this directory (absolute, as Claude Code's
     /// `Write` requires), with the agent's editor tool.
     WriteFiles(std::path::PathBuf),
+    /// The shell command `echo step n; seq …`: a build log of about 3,000 tokens, the first
+    /// step's starting with [`PLANTED_FACT`]. With `recall_after`, once that many steps are
+    /// done, one call of the `recall` tool first (see the module's doc).
+    Logs { recall_after: Option<u32> },
 }
+
+/// The fact the first step of [`Task::Logs`] prints on its first line.
+pub const PLANTED_FACT: &str = "deploy code: K7-4481-QX";
 
 struct Shared {
     key: String,
@@ -193,6 +205,8 @@ enum Answer {
     Done,
     /// A Responses request ending in `compaction_trigger`: a `compaction` item.
     Compaction,
+    /// A call of the agent's recall tool (its name as the request's `tools` give it) on a page.
+    Recall { tool: String, page: String },
 }
 
 /// A refusal: status, the provider's error type, the message.
@@ -313,7 +327,8 @@ async fn gzipped(response: Response) -> Response {
 fn step_of(command: &str) -> Option<u32> {
     let command = command.trim();
     let number = match command.strip_prefix("echo step ") {
-        Some(n) => n,
+        // A log step goes on after its number: `echo step 3; seq …`.
+        Some(n) => n.split(';').next()?,
         None => command.strip_prefix("cat missing-")?.strip_suffix(".txt")?,
     };
     number.trim().parse().ok()
@@ -323,6 +338,18 @@ fn step_of(command: &str) -> Option<u32> {
 fn shell_command(task: &Task, step: u32) -> String {
     match task {
         Task::FailingCommands => format!("cat missing-{step}.txt"),
+        // 200 lines of about 15 tokens: some 3,000 tokens of output.
+        Task::Logs { .. } => {
+            let fact = if step == 1 {
+                format!("echo '{PLANTED_FACT}'; ")
+            } else {
+                String::new()
+            };
+            format!(
+                "echo step {step}; {fact}seq -f 'step {step} build log line %g: compiled one \
+                 more module without warnings, artifacts cached' 1 200"
+            )
+        }
         _ => format!("echo step {step}"),
     }
 }
@@ -359,6 +386,67 @@ fn next(shared: &Shared, done: u32, has_tool: bool) -> Answer {
         Answer::Step(done + 1)
     } else {
         Answer::Done
+    }
+}
+
+/// With [`Task::Logs`]' `recall_after` steps done and no recall made yet, the recall of the
+/// page that holds the first step's output, as a model would make it: the page its cleared
+/// placeholder names, or (once the step was summarized) the first summary's. `None` while the
+/// output is still there as it was, or when the request offers no recall tool.
+///
+/// `tools` are the request's tool names; `calls` its tool calls' names and inputs in order
+/// (inputs as text); `first_output` the text of the first step's result, if it is still there;
+/// `text` the whole request.
+fn recall(
+    shared: &Shared,
+    done: u32,
+    tools: &[&str],
+    calls: &[(String, String)],
+    first_output: Option<&str>,
+    text: &str,
+) -> Option<Answer> {
+    let Task::Logs {
+        recall_after: Some(after),
+    } = shared.task
+    else {
+        return None;
+    };
+    let tool = tools.iter().find(|t| t.ends_with("recall"))?;
+    if done < after || calls.iter().any(|(name, _)| name == tool) {
+        return None;
+    }
+    let page = match first_output {
+        Some(output) if output.contains(PLANTED_FACT) => return None,
+        Some(output) => page_named(output, "<tamp-cleared page=\"")?,
+        None => page_named(text, SUMMARY_MARKER)
+            .or_else(|| page_named(&text.replace("\\\"", "\""), SUMMARY_MARKER))?,
+    };
+    Some(Answer::Recall {
+        tool: tool.to_string(),
+        page,
+    })
+}
+
+/// The page id right after the first `marker` in `text`.
+fn page_named(text: &str, marker: &str) -> Option<String> {
+    let at = text.find(marker)? + marker.len();
+    let id: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!id.is_empty()).then_some(id)
+}
+
+/// The text of a tool result's content: a string, or its text blocks joined.
+fn result_text(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
     }
 }
 
@@ -487,13 +575,38 @@ fn check_messages(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
         }
     }
     let tool = match shared.task {
-        Task::Echo | Task::FailingCommands => "Bash",
+        Task::Echo | Task::FailingCommands | Task::Logs { .. } => "Bash",
         Task::WriteFiles(_) => "Write",
     };
-    let has_tool = body["tools"]
+    let tools: Vec<&str> = body["tools"]
         .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["name"] == tool));
-    Ok(next(shared, done, has_tool))
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    let all_blocks: Vec<Value> = messages.iter().flat_map(blocks).collect();
+    let calls: Vec<(String, String)> = all_blocks
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| {
+            let name = b["name"].as_str().unwrap_or("").to_string();
+            (name, b["input"].to_string())
+        })
+        .collect();
+    let first_call = all_blocks.iter().find(|b| {
+        b["type"] == "tool_use" && b["input"]["command"].as_str().and_then(step_of) == Some(1)
+    });
+    let first_output = first_call.and_then(|call| {
+        all_blocks
+            .iter()
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == call["id"])
+            .map(|b| result_text(&b["content"]))
+    });
+    let text = body.to_string();
+    if let Some(recall) = recall(shared, done, &tools, &calls, first_output.as_deref(), &text) {
+        return Ok(recall);
+    }
+    Ok(next(shared, done, tools.contains(&tool)))
 }
 
 fn count_cache_control(value: &Value) -> usize {
@@ -627,13 +740,42 @@ fn check_responses(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
         return Ok(Answer::Compaction);
     }
     let tool = match shared.task {
-        Task::Echo | Task::FailingCommands => "exec_command",
+        Task::Echo | Task::FailingCommands | Task::Logs { .. } => "exec_command",
         Task::WriteFiles(_) => "apply_patch",
     };
-    let has_tool = body["tools"]
+    let tools: Vec<&str> = body["tools"]
         .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["name"] == tool));
-    Ok(next(shared, done, has_tool))
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    let calls: Vec<(String, String)> = items
+        .iter()
+        .filter(|i| i["type"] == "function_call")
+        .map(|i| {
+            let name = i["name"].as_str().unwrap_or("").to_string();
+            (name, i["arguments"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    let first_call = items.iter().find(|i| {
+        i["type"] == "function_call"
+            && i["arguments"]
+                .as_str()
+                .and_then(|a| serde_json::from_str::<Value>(a).ok())
+                .and_then(|a| a["cmd"].as_str().and_then(step_of))
+                == Some(1)
+    });
+    let first_output = first_call.and_then(|call| {
+        items
+            .iter()
+            .find(|i| i["type"] == "function_call_output" && i["call_id"] == call["call_id"])
+            .map(|i| result_text(&i["output"]))
+    });
+    let text = body.to_string();
+    if let Some(recall) = recall(shared, done, &tools, &calls, first_output.as_deref(), &text) {
+        return Ok(recall);
+    }
+    Ok(next(shared, done, tools.contains(&tool)))
 }
 
 fn issue(shared: &Shared, what: String) -> String {
@@ -684,7 +826,7 @@ fn anthropic_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             let signature = issue(shared, format!("EsYDCkYIBxgCKkD{n:08}step{step}sig=="));
             content.push(json!({"type": "thinking", "thinking": "", "signature": signature}));
             let (name, input) = match &shared.task {
-                Task::Echo | Task::FailingCommands => (
+                Task::Echo | Task::FailingCommands | Task::Logs { .. } => (
                     "Bash",
                     json!({"command": shell_command(&shared.task, *step), "description": format!("Print step {step}")}),
                 ),
@@ -699,6 +841,15 @@ fn anthropic_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             content.push(
                 json!({"type": "tool_use", "id": format!("toolu_{n:08}"), "name": name,
                 "input": input}),
+            );
+            "tool_use"
+        }
+        Answer::Recall { tool, page } => {
+            let signature = issue(shared, format!("EsYDCkYIBxgCKkD{n:08}recall=="));
+            content.push(json!({"type": "thinking", "thinking": "", "signature": signature}));
+            content.push(
+                json!({"type": "tool_use", "id": format!("toolu_{n:08}"), "name": tool,
+                "input": {"page": page}}),
             );
             "tool_use"
         }
@@ -775,10 +926,12 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             vec![
                 json!({"type": "reasoning", "id": format!("rs_{n:08}"), "summary": [], "encrypted_content": content}),
                 match &shared.task {
-                    Task::Echo | Task::FailingCommands => json!({"type": "function_call",
+                    Task::Echo | Task::FailingCommands | Task::Logs { .. } => {
+                        json!({"type": "function_call",
                         "id": format!("fc_{n:08}"), "status": "completed", "call_id": format!("call_{n:08}"),
                         "name": "exec_command",
-                        "arguments": json!({"cmd": shell_command(&shared.task, *step)}).to_string()}),
+                        "arguments": json!({"cmd": shell_command(&shared.task, *step)}).to_string()})
+                    }
                     Task::WriteFiles(dir) => {
                         let (path, text) = step_file(dir, *step);
                         json!({"type": "custom_tool_call", "id": format!("ctc_{n:08}"),
@@ -786,6 +939,15 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
                             "input": format!("*** Begin Patch\n*** Add File: {path}\n+{text}\n*** End Patch\n")})
                     }
                 },
+            ]
+        }
+        Answer::Recall { tool, page } => {
+            let content = issue(shared, format!("gAAAAB-reasoning-{n:08}-recall"));
+            vec![
+                json!({"type": "reasoning", "id": format!("rs_{n:08}"), "summary": [], "encrypted_content": content}),
+                json!({"type": "function_call", "id": format!("fc_{n:08}"), "status": "completed",
+                    "call_id": format!("call_{n:08}"), "name": tool,
+                    "arguments": json!({"page": page}).to_string()}),
             ]
         }
         Answer::Done => vec![

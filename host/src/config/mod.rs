@@ -245,7 +245,10 @@ impl LoadedChainFile {
         self.check_provider()?;
         self.file.store.validate().map_err(at_field)?;
         self.file.batch.validate().map_err(at_field)?;
-        self.file.proxy.validate().map_err(at_field)?;
+        self.file
+            .proxy
+            .validate(&self.file.budget)
+            .map_err(at_field)?;
         self.file.http.validate().map_err(at_field)?;
         self.file.threads.validate().map_err(at_field)?;
         if self

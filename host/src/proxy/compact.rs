@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use abi_stable::std_types::ROption;
 use axum::body::Bytes;
 
 use super::last_read::LastReads;
-use super::outcome::{nothing_to_compact, server_side_field, Outcome, ThreadHint};
-use super::{precount, session};
+use super::outcome::{nothing_to_compact, Outcome};
+use super::precount;
+use super::session::{RequestFields, ThreadHint};
 use crate::chain::{ChainError, ChainReport, CompactOptions, StageStatus};
 use crate::http::active::ActiveChain;
 use crate::http::limits::InFlight;
@@ -56,6 +56,7 @@ pub async fn compact(
                 &thread,
                 &last,
                 &active.config_hash,
+                &active.proxy.models,
             ),
         );
         if let Ok(Some(outcome)) = decided.await {
@@ -128,29 +129,28 @@ async fn run(
         Err(e) if e.path.is_empty() => return invalid(format!("request body: {}", e.message)),
         Err(e) => return invalid(format!("request body: {e}")),
     };
+    // The body's top-level fields, as the wire reader kept them. Fields of other types than
+    // the proxy reads (a `metadata` that is not an object, ...) name nothing here: the
+    // upstream refuses them.
+    let fields = RequestFields::read(conversation.metadata_json.as_str()).unwrap_or_default();
     if format == WireFormat::Responses {
-        if let Some(field) = server_side_state(conversation.metadata_json.as_str()) {
+        if let Some(field) = fields.server_side() {
             return nothing_to_compact(field);
         }
     }
-    // The header, then a `thread_id` of the body's own (read as such by the wire reader),
-    // then the agent's session.
-    let named = thread
-        .given
-        .or_else(|| conversation.thread_id().map(str::to_string))
-        .or_else(|| {
-            session::thread_of(
-                conversation.metadata_json.as_str(),
-                thread.header_session.as_deref(),
-            )
-        });
+    let named = fields.thread(&thread);
+    let budget = active
+        .proxy
+        .models
+        .for_model(fields.model.as_deref(), active.chain.budget());
+    drop(fields);
     if let Some(id) = &named {
-        conversation.thread_id = ROption::RSome(id.as_str().into());
+        conversation.set_thread_id(id);
     }
     let options = CompactOptions {
         format: Some(format),
         force: false,
-        budget: None,
+        budget,
         thread_continuity: true,
     };
     // Kept to count what the client sent when the chain continues the thread (its report
@@ -220,23 +220,6 @@ async fn run(
     }
 }
 
-/// The Responses field through which a request leans on state the upstream keeps
-/// (`previous_response_id`, `conversation`), if it does.
-fn server_side_state(metadata_json: &str) -> Option<&'static str> {
-    #[derive(serde::Deserialize)]
-    struct Fields {
-        #[serde(default)]
-        previous_response_id: Option<serde::de::IgnoredAny>,
-        #[serde(default)]
-        conversation: Option<serde::de::IgnoredAny>,
-    }
-    let fields: Fields = serde_json::from_str(metadata_json).ok()?;
-    server_side_field(
-        fields.previous_response_id.is_some(),
-        fields.conversation.is_some(),
-    )
-}
-
 fn acted(report: &ChainReport) -> bool {
     report.stages.iter().any(|s| s.status == StageStatus::Acted)
 }
@@ -259,23 +242,6 @@ fn unchanged_reason(report: &ChainReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn server_side_state_is_a_non_null_previous_response_id_or_conversation() {
-        assert_eq!(
-            server_side_state(r#"{"model":"m","previous_response_id":"resp_1"}"#),
-            Some("previous_response_id")
-        );
-        assert_eq!(
-            server_side_state(r#"{"conversation":{"id":"conv_1"}}"#),
-            Some("conversation")
-        );
-        assert_eq!(
-            server_side_state(r#"{"previous_response_id":null,"conversation":null}"#),
-            None
-        );
-        assert_eq!(server_side_state(r#"{"model":"m"}"#), None);
-    }
 
     #[test]
     fn the_header_is_ascii_on_one_line() {

@@ -1,6 +1,5 @@
-//! What the proxy made of a request body ([`Outcome`], and the headers that say so) and what
-//! names its thread besides the body ([`ThreadHint`]): shared by the full read
-//! (`proxy::compact`) and the pre-count that skips it (`proxy::precount`).
+//! What the proxy made of a request body ([`Outcome`], and the headers that say so): shared by
+//! the full read (`proxy::compact`) and the pre-count that skips it (`proxy::precount`).
 
 use axum::body::Bytes;
 use axum::http::HeaderValue;
@@ -96,28 +95,6 @@ fn header_text(reason: &str) -> String {
         text.push_str("...");
     }
     text
-}
-
-/// What names a request's thread besides its body: the client's `x-tamp-thread-id`, which
-/// wins, and the agent session its headers name (see [`session`]).
-#[derive(Debug, Clone, Default)]
-pub struct ThreadHint {
-    pub given: Option<String>,
-    pub header_session: Option<String>,
-}
-
-/// Which of the fields that lean on server-side state a request gives (non-null).
-pub(super) fn server_side_field(
-    previous_response_id: bool,
-    conversation: bool,
-) -> Option<&'static str> {
-    if previous_response_id {
-        Some("previous_response_id")
-    } else if conversation {
-        Some("conversation")
-    } else {
-        None
-    }
 }
 
 /// The outcome of a request that continues server-side state through `field`.

@@ -31,34 +31,15 @@
 //! client's bytes, with `x-tamp-compaction: unchanged (...)` saying why; one that is not a
 //! conversation at all is the upstream's to refuse.
 
-use std::borrow::Cow;
-
-use serde::Deserialize;
-
 use super::last_read::LastReads;
-use super::outcome::{nothing_to_compact, server_side_field, Outcome, ThreadHint};
-use super::session;
+use super::outcome::{nothing_to_compact, Outcome};
+use super::session::{RequestFields, ThreadHint};
 use crate::chain::Chain;
+use crate::config::proxy::ModelBudgets;
 use crate::tokens::TokenCounter;
 #[cfg(doc)]
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
 use crate::wire::{self, WireFormat};
-
-/// The top-level fields that name a request's thread or say its history is the upstream's;
-/// every other field (the conversation among them) is skipped unread.
-#[derive(Deserialize)]
-struct Top<'a> {
-    #[serde(borrow, default)]
-    thread_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    metadata: Option<session::Metadata<'a>>,
-    #[serde(borrow, default)]
-    prompt_cache_key: Option<Cow<'a, str>>,
-    #[serde(default)]
-    previous_response_id: Option<serde::de::IgnoredAny>,
-    #[serde(default)]
-    conversation: Option<serde::de::IgnoredAny>,
-}
 
 /// The most tokens `counter` can count in a conversation read from a body of `bytes` bytes
 /// (see the module's documentation).
@@ -70,7 +51,8 @@ pub fn bound(counter: &TokenCounter, bytes: usize) -> u64 {
 /// with, the body forwarded as it is; `None` when the chain must read it. `last` holds the
 /// threads' last read requests (see [`super::last_read`]), read by the chain of
 /// `config_hash`: a body over the bound of its length may be under the bound from its
-/// thread's last request.
+/// thread's last request. The limit is the chain's under the budget the request would be
+/// compacted with: its model's, from `models` (`[proxy.models]`), else the chain's own.
 pub async fn decide(
     chain: &Chain,
     format: WireFormat,
@@ -78,10 +60,13 @@ pub async fn decide(
     thread: &ThreadHint,
     last: &LastReads,
     config_hash: &str,
+    models: &ModelBudgets,
 ) -> Option<Outcome> {
-    let limit = chain.unchanged_up_to()?;
+    let own_limit = chain.unchanged_up_to()?;
     let by_length = bound(chain.tokens(), body.len());
-    if by_length > limit && last.is_empty() {
+    // Without per-model budgets, a body over the bound of its length with no earlier request
+    // to bound it from is read at once; with them, its model may have a larger budget.
+    if by_length > own_limit && last.is_empty() && models.is_empty() {
         return None;
     }
     // The store is asked about the header's thread (which wins over any the body names)
@@ -100,17 +85,17 @@ pub async fn decide(
     }
     // A body that is not an object, or whose fields have other types than these, takes the
     // full path, which says what is wrong with it.
-    let top: Top = serde_json::from_str(text).ok()?;
+    let top = RequestFields::read(text)?;
     if format == WireFormat::Responses {
-        let field = server_side_field(
-            top.previous_response_id.is_some(),
-            top.conversation.is_some(),
-        );
-        if let Some(field) = field {
+        if let Some(field) = top.server_side() {
             return Some(nothing_to_compact(field));
         }
     }
-    let named = thread_name(top.thread_id, top.metadata, top.prompt_cache_key, thread);
+    let limit = match models.for_model(top.model.as_deref(), chain.budget()) {
+        Some(budget) => chain.unchanged_up_to_with(&budget)?,
+        None => own_limit,
+    };
+    let named = top.thread(thread);
     let reason = if by_length <= limit {
         if limit == u64::MAX {
             "the chain has no stages".to_string()
@@ -156,24 +141,6 @@ pub async fn decide(
         reason: format!("{reason}: forwarded unread"),
         thread,
     })
-}
-
-/// The thread a request names, as `compact::run` names it: the header, the body's
-/// `thread_id`, the agent's session.
-fn thread_name(
-    thread_id: Option<Cow<'_, str>>,
-    metadata: Option<session::Metadata<'_>>,
-    prompt_cache_key: Option<Cow<'_, str>>,
-    hint: &ThreadHint,
-) -> Option<String> {
-    let fields = session::Fields {
-        metadata,
-        prompt_cache_key,
-    };
-    hint.given
-        .clone()
-        .or_else(|| thread_id.map(Cow::into_owned))
-        .or_else(|| session::session_thread(fields.session(), hint.header_session.as_deref()))
 }
 
 #[cfg(test)]
@@ -273,6 +240,7 @@ mod tests {
             t,
             &LastReads::default(),
             "h",
+            &ModelBudgets::default(),
         )
         .await
         {
@@ -379,7 +347,8 @@ mod tests {
                 b"{\"input\":\"\xff\"}",
                 &none,
                 &LastReads::default(),
-                "h"
+                "h",
+                &ModelBudgets::default()
             )
             .await
             .map(|_| ()),

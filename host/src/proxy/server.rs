@@ -294,10 +294,7 @@ async fn compacted_body(
         &state.in_flight,
         format,
         bytes.clone(),
-        outcome::ThreadHint {
-            given,
-            header_session: session::header_session(headers),
-        },
+        session::ThreadHint::new(given, headers),
         Arc::clone(&state.last_reads),
     )
     .await;

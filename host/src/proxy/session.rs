@@ -1,10 +1,16 @@
-//! One thread per agent session, from what the agents already send with every request of a
-//! session.
+//! The thread a proxied request counts under, and the top-level fields of a request that the
+//! proxy reads without reading its conversation. One order, for the pre-count and the full
+//! read alike ([`RequestFields::thread`]):
 //!
-//! Without it the thread is derived from the system prompt and the user's opening turn, which
-//! are the same for every session of one agent in one folder: two sessions running at once
-//! would take turns overwriting each other's thread state, and neither would continue its
-//! own. So before that fallback the proxy looks for a session of the agent's own:
+//! 1. the client's `x-tamp-thread-id` header;
+//! 2. the body's `thread_id`;
+//! 3. the agent's own session, from its body, then from its headers (`session:<id>`);
+//! 4. else none here: the chain derives one from the system prompt and the user's opening turn.
+//!
+//! Without the agent's session the thread would be derived from the system prompt and the
+//! user's opening turn, which are the same for every session of one agent in one folder: two
+//! sessions running at once would take turns overwriting each other's thread state, and
+//! neither would continue its own. The sessions the agents already send with every request:
 //!
 //! - Claude Code's `metadata.user_id`: a JSON string
 //!   `{"device_id": ..., "account_uuid": ..., "session_id": "<uuid>"}` since 2.1, earlier
@@ -13,12 +19,11 @@
 //! - Codex's `prompt_cache_key` (its session uuid; any Responses or Chat Completions client
 //!   may set one: it names the requests that share a prompt cache, which is what a thread is)
 //!   and its `session-id` header (the same uuid).
-//!
-//! The thread's name is `session:<id>`. A client's `x-tamp-thread-id` still wins.
 
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 /// Longest session id taken; a longer value names no session.
@@ -27,53 +32,92 @@ const MAX_LEN: usize = 200;
 /// The headers that carry an agent's session id: Claude Code's, then Codex's.
 const SESSION_HEADERS: [&str; 2] = ["x-claude-code-session-id", "session-id"];
 
-/// The thread of an agent session, from the request's top-level fields other than the
-/// conversation (a wire reader's `metadata_json`), or else from the session its headers name
-/// ([`header_session`]).
-pub fn thread_of(metadata_json: &str, header_session: Option<&str>) -> Option<String> {
-    // Fields of other types than these (a `metadata` that is not an object, ...) are the
-    // upstream's to refuse: they name no session here.
-    let fields: Option<Fields> = serde_json::from_str(metadata_json).ok();
-    session_thread(fields.and_then(Fields::session), header_session)
+/// What names a request's thread besides its body: the client's `x-tamp-thread-id`, which
+/// wins, and the agent session its headers name.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadHint {
+    pub given: Option<String>,
+    pub header_session: Option<String>,
 }
 
-/// The top-level fields that can name a session; every other field is skipped unread.
-#[derive(Deserialize)]
-pub(super) struct Fields<'a> {
+impl ThreadHint {
+    /// The hint of a request with these headers; the client's thread id as read from its
+    /// header (already checked).
+    pub fn new(given: Option<String>, headers: &HeaderMap) -> ThreadHint {
+        ThreadHint {
+            given,
+            header_session: header_session(headers),
+        }
+    }
+}
+
+/// The top-level fields of a request body that the proxy reads: what names its thread, its
+/// model, and whether its history is the upstream's. Every other field (the conversation
+/// among them) is skipped unread.
+#[derive(Deserialize, Default)]
+pub struct RequestFields<'a> {
     #[serde(borrow, default)]
-    pub metadata: Option<Metadata<'a>>,
+    thread_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    pub prompt_cache_key: Option<Cow<'a, str>>,
+    metadata: Option<Metadata<'a>>,
+    #[serde(borrow, default)]
+    prompt_cache_key: Option<Cow<'a, str>>,
+    /// The model the request asks for (`[proxy.models]` picks its budget by it).
+    #[serde(borrow, default)]
+    pub model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    previous_response_id: Option<IgnoredAny>,
+    #[serde(default)]
+    conversation: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
-pub(super) struct Metadata<'a> {
+struct Metadata<'a> {
     #[serde(borrow, default)]
     user_id: Option<Cow<'a, str>>,
 }
 
-impl Fields<'_> {
-    /// The session these fields name, if any.
-    pub fn session(self) -> Option<String> {
+impl<'a> RequestFields<'a> {
+    /// The fields of the JSON object `text` (a body, or a wire reader's `metadata_json`);
+    /// `None` when it is not an object or a field has another type than these (such a body
+    /// takes the path that says what is wrong with it).
+    pub fn read(text: &'a str) -> Option<RequestFields<'a>> {
+        serde_json::from_str(text).ok()
+    }
+
+    /// The thread the request counts under, in the order of the module's doc; `None` when
+    /// nothing but its leading messages names it.
+    pub fn thread(&self, hint: &ThreadHint) -> Option<String> {
+        if let Some(given) = &hint.given {
+            return Some(given.clone());
+        }
+        if let Some(id) = &self.thread_id {
+            return Some(id.to_string());
+        }
         let claude = self
             .metadata
-            .and_then(|m| m.user_id)
-            .and_then(|user_id| claude_code_session(&user_id));
+            .as_ref()
+            .and_then(|m| m.user_id.as_deref())
+            .and_then(claude_code_session);
         claude
-            .or_else(|| self.prompt_cache_key.map(Cow::into_owned))
+            .or_else(|| self.prompt_cache_key.as_ref().map(|k| k.to_string()))
             .filter(|id| usable(id))
+            .or_else(|| hint.header_session.clone())
+            .map(|id| format!("session:{id}"))
     }
-}
 
-/// The thread of the session a body names (`body_session`, from its [`Fields`]), else of
-/// the one its headers name.
-pub(super) fn session_thread(
-    body_session: Option<String>,
-    header_session: Option<&str>,
-) -> Option<String> {
-    body_session
-        .or_else(|| header_session.map(str::to_string))
-        .map(|id| format!("session:{id}"))
+    /// The field through which the request leans on state the upstream keeps
+    /// (`previous_response_id`, `conversation`, non-null), if it does: its history is then the
+    /// upstream's, not in the body.
+    pub fn server_side(&self) -> Option<&'static str> {
+        if self.previous_response_id.is_some() {
+            Some("previous_response_id")
+        } else if self.conversation.is_some() {
+            Some("conversation")
+        } else {
+            None
+        }
+    }
 }
 
 /// The `session_id` of Claude Code's `metadata.user_id`, in either of its forms.
@@ -93,7 +137,7 @@ fn claude_code_session(user_id: &str) -> Option<String> {
 
 /// The session a request's headers name (Claude Code's `x-claude-code-session-id`, Codex's
 /// `session-id`), if any.
-pub fn header_session(headers: &HeaderMap) -> Option<String> {
+fn header_session(headers: &HeaderMap) -> Option<String> {
     SESSION_HEADERS.iter().find_map(|name| {
         let value = headers.get(*name)?.to_str().ok()?.trim();
         usable(value).then(|| value.to_string())
@@ -109,6 +153,40 @@ fn usable(id: &str) -> bool {
 mod tests {
     use super::*;
     use crate::proxy::route::tests::headers;
+
+    /// The thread of a body with these top-level fields and no `x-tamp-thread-id`.
+    fn thread_of(fields: &str, header_session: Option<&str>) -> Option<String> {
+        let hint = ThreadHint {
+            given: None,
+            header_session: header_session.map(str::to_string),
+        };
+        RequestFields::read(fields)
+            .unwrap_or_default()
+            .thread(&hint)
+    }
+
+    #[test]
+    fn the_header_then_the_body_s_thread_id_then_the_session_name_the_thread() {
+        let body = r#"{"thread_id":"t8","prompt_cache_key":"s1"}"#;
+        let hint = |given: Option<&str>| ThreadHint {
+            given: given.map(str::to_string),
+            header_session: Some("h1".into()),
+        };
+        let fields = RequestFields::read(body).unwrap();
+        assert_eq!(fields.thread(&hint(Some("t9"))).as_deref(), Some("t9"));
+        assert_eq!(fields.thread(&hint(None)).as_deref(), Some("t8"));
+        let fields = RequestFields::read(r#"{"prompt_cache_key":"s1"}"#).unwrap();
+        assert_eq!(fields.thread(&hint(None)).as_deref(), Some("session:s1"));
+        let fields = RequestFields::read(r#"{"model":"m"}"#).unwrap();
+        assert_eq!(fields.thread(&hint(None)).as_deref(), Some("session:h1"));
+        assert_eq!(fields.model.as_deref(), Some("m"));
+        assert_eq!(fields.server_side(), None);
+        let continuing = RequestFields::read(r#"{"previous_response_id":"resp_1"}"#).unwrap();
+        assert_eq!(continuing.server_side(), Some("previous_response_id"));
+        let null = RequestFields::read(r#"{"previous_response_id":null,"conversation":null}"#);
+        assert_eq!(null.unwrap().server_side(), None);
+        assert!(RequestFields::read(r#"{"thread_id":7}"#).is_none());
+    }
 
     #[test]
     fn claude_codes_user_id_names_its_session_in_both_forms() {

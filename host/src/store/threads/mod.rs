@@ -15,30 +15,27 @@
 //! (the system prompt and the user's opening turn); `[threads] derive_key = false` or a
 //! caller's opt-out turns that off.
 //!
-//! A message counts as sent again when it is the same but for its *marks* ([`unmarked`]):
-//! what a client moves from request to request without changing the message. Claude Code puts
-//! Anthropic's `cache_control` on the last block of the last message only, so the message that
-//! was last loses it on the next request (and a system message that was last goes from one
-//! cache-marked text block back to a plain string). The answer a request continues from takes
-//! the request's marks ([`remarked`]): left as they were, the old breakpoints would pile up
-//! past the four Anthropic allows.
+//! A message counts as sent again when it is the same but for its *marks* (see [`marks`]):
+//! what a client moves from request to request without changing the message, such as Claude
+//! Code's `cache_control` on its newest block.
 //!
 //! The store keeps the states (this module's [`ThreadStore`], implemented by both backends);
 //! this is the one home of the concept: the `[threads]` table, the keys, the hash chain, the
 //! marks and the stored state.
 
-use std::borrow::Cow;
+mod marks;
 
-use abi_stable::std_types::RString;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tamp_plugin_api::sdk::opening_turn;
-use tamp_plugin_api::{ContentBlock, Message, Role};
+use tamp_plugin_api::{Message, Role};
 
 use super::StoreError;
 use crate::config_error::FieldError;
 use crate::digest::message_digest;
+
+pub use marks::{remarked, unmarked};
 
 /// `[threads]` in the chain file.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -132,98 +129,6 @@ impl ThreadKey {
             key: format!("lead:{}", hex::encode(&h.finalize()[..16])),
             derived: true,
         })
-    }
-}
-
-/// The key of a block's or message's `extra_json` that is a mark: a client moves it between
-/// requests without changing the message.
-const MARKS: [&str; 1] = ["cache_control"];
-/// The wire reader's record of a `content` field's shape (string or array): a mark too.
-const SHAPE: &str = "tamp:content";
-
-/// `message` without its marks (see the module doc): the same message, or a copy without
-/// them when it has any.
-pub fn unmarked(message: &Message) -> Cow<'_, Message> {
-    let marked = has_key(&message.extra_json, SHAPE)
-        || message
-            .content
-            .iter()
-            .any(|b| block_extra(b).is_some_and(has_marks));
-    if !marked {
-        return Cow::Borrowed(message);
-    }
-    let mut copy = message.clone();
-    copy.extra_json = without_keys(&copy.extra_json, &[SHAPE]);
-    for block in copy.content.iter_mut() {
-        if let Some(extra) = block_extra_mut(block) {
-            *extra = without_keys(extra, &MARKS);
-        }
-    }
-    Cow::Owned(copy)
-}
-
-/// The thread's stored answer as a continuation of `request` (whose leading messages it
-/// stands for): each of its messages that `request` sends again (the same but for marks) as
-/// `request` sends it now, every other without marks.
-pub fn remarked(output: &[Message], request: &[Message]) -> Vec<Message> {
-    let sent: std::collections::HashMap<_, &Message> = request
-        .iter()
-        .map(|m| (message_digest(&unmarked(m)), m))
-        .collect();
-    output
-        .iter()
-        .map(|m| {
-            let bare = unmarked(m);
-            match sent.get(&message_digest(&bare)) {
-                Some(now) => (*now).clone(),
-                None => bare.into_owned(),
-            }
-        })
-        .collect()
-}
-
-fn block_extra(block: &ContentBlock) -> Option<&RString> {
-    match block {
-        ContentBlock::Text { extra_json, .. }
-        | ContentBlock::ToolUse { extra_json, .. }
-        | ContentBlock::ToolResult { extra_json, .. } => Some(extra_json),
-        ContentBlock::Opaque { .. } => None,
-    }
-}
-
-fn block_extra_mut(block: &mut ContentBlock) -> Option<&mut RString> {
-    match block {
-        ContentBlock::Text { extra_json, .. }
-        | ContentBlock::ToolUse { extra_json, .. }
-        | ContentBlock::ToolResult { extra_json, .. } => Some(extra_json),
-        ContentBlock::Opaque { .. } => None,
-    }
-}
-
-fn has_marks(extra: &RString) -> bool {
-    MARKS.iter().any(|key| has_key(extra, key))
-}
-
-/// Whether the JSON object text `extra` has `key` (a cheap test first: most have none).
-fn has_key(extra: &RString, key: &str) -> bool {
-    extra.contains(key)
-        && serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(extra)
-            .is_ok_and(|map| map.contains_key(key))
-}
-
-/// The JSON object text `extra` less `keys` (empty when nothing is left).
-fn without_keys(extra: &RString, keys: &[&str]) -> RString {
-    let Ok(mut map) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(extra)
-    else {
-        return extra.clone();
-    };
-    for key in keys {
-        map.remove(*key);
-    }
-    if map.is_empty() {
-        RString::new()
-    } else {
-        serde_json::Value::Object(map).to_string().into()
     }
 }
 
@@ -406,59 +311,6 @@ mod tests {
         assert_eq!(continuation(&state, &prefix_hashes(&edited)), None);
         // Shorter than the covered messages: no continuation.
         assert_eq!(continuation(&state, &prefix_hashes(&raw[..1])), None);
-    }
-
-    fn marked(role: Role, text: &str, cache: bool) -> Message {
-        let mut m = Message::text(role, text);
-        if cache {
-            m.content[0] = ContentBlock::Text {
-                text: text.into(),
-                extra_json: r#"{"cache_control":{"type":"ephemeral"}}"#.into(),
-            };
-            m.extra_json = r#"{"tamp:content":"array"}"#.into();
-        }
-        m
-    }
-
-    #[test]
-    fn a_message_that_only_lost_its_cache_mark_is_sent_again() {
-        // Claude Code: the last message carries the breakpoint, then the next one does.
-        let first = vec![
-            marked(Role::User, "a", false),
-            marked(Role::Assistant, "b", true),
-        ];
-        let second = vec![
-            marked(Role::User, "a", false),
-            marked(Role::Assistant, "b", false),
-            marked(Role::User, "c", true),
-        ];
-        assert_eq!(prefix_hashes(&first)[2], prefix_hashes(&second)[2]);
-        assert_eq!(common_prefix(&first, &second), 2);
-        // Other fields still count.
-        let mut cited = marked(Role::Assistant, "b", false);
-        cited.content[0] = ContentBlock::Text {
-            text: "b".into(),
-            extra_json: r#"{"cache_control":{"type":"ephemeral"},"citations":[]}"#.into(),
-        };
-        let bare = unmarked(&cited);
-        let ContentBlock::Text { extra_json, .. } = &bare.content[0] else {
-            panic!("{bare:?}")
-        };
-        assert_eq!(extra_json, r#"{"citations":[]}"#);
-        assert_ne!(*bare, first[1]);
-        let edited = vec![
-            marked(Role::User, "a", false),
-            marked(Role::Assistant, "B", false),
-        ];
-        assert_ne!(prefix_hashes(&first)[2], prefix_hashes(&edited)[2]);
-
-        // The stored answer takes the request's marks: the old breakpoint goes, a summary
-        // keeps none, a message sent again comes as it is sent now.
-        let summary = marked(Role::User, "summary", true);
-        let output = vec![summary, marked(Role::Assistant, "b", true)];
-        let now = remarked(&output, &second);
-        assert_eq!(now[0], marked(Role::User, "summary", false));
-        assert_eq!(now[1], second[1]);
     }
 
     #[test]
