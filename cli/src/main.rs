@@ -20,6 +20,7 @@ mod batch;
 mod conformance;
 mod eval;
 mod logging;
+mod mcp;
 mod output;
 mod proxy;
 mod serve;
@@ -106,6 +107,9 @@ enum Command {
     #[command(subcommand)]
     Batch(batch::BatchCommand),
     Eval(eval::EvalArgs),
+    /// An MCP server over stdio for a local agent: its model reads back what was archived
+    /// (`recall`) and finds it by its words (`search`).
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Args)]
@@ -299,6 +303,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => rt.block_on(eval::run(args)),
         Command::CheckConfig(args) => serve::check_config(args),
         Command::Batch(cmd) => rt.block_on(batch::run(cmd)),
+        Command::Mcp(args) => rt.block_on(mcp::run(args)),
         Command::Conformance(_) => unreachable!("run above"),
     };
     // A pinned plugin is loaded from a private copy even here (see `loader::load_trusted`);

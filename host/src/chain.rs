@@ -33,7 +33,7 @@ use crate::store::threads::{
     common_prefix, continuation, prefix_hashes, remarked, ThreadKey, ThreadReport, ThreadState,
     ThreadStore, ThreadsConfig,
 };
-use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
+use crate::store::{DeferredQueue, PageSearch, PageStore, SqliteStore, SummaryCache};
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
@@ -92,6 +92,8 @@ pub struct Chain {
     price: Option<PriceConfig>,
     ctx: Arc<HostContext>,
     threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
+    /// The store's search index and page owners (what `recall` and `search` read).
+    search: Option<Arc<dyn PageSearch>>,
 }
 
 /// Per-call choices.
@@ -325,6 +327,7 @@ pub struct ChainBuilder {
     progress: Option<ProgressFn>,
     stages: Vec<Stage>,
     threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
+    search: Option<Arc<dyn PageSearch>>,
 }
 
 impl ChainBuilder {
@@ -342,6 +345,7 @@ impl ChainBuilder {
             progress: None,
             stages: Vec::new(),
             threads: None,
+            search: None,
         }
     }
 
@@ -359,6 +363,13 @@ impl ChainBuilder {
 
     pub fn store(mut self, store: Arc<dyn PageStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// The search index and page owners of the store given to [`ChainBuilder::store`] (the
+    /// built-in store's when no store is given).
+    pub fn search(mut self, search: Arc<dyn PageSearch>) -> Self {
+        self.search = Some(search);
         self
     }
 
@@ -468,10 +479,12 @@ impl ChainBuilder {
                 .validate()
                 .map_err(|e| ChainError::Setup(e.to_string()))?;
         }
+        let mut search = self.search;
         let (store, cache, queue) = match self.store {
             Some(store) => (store, self.cache.flatten(), self.queue.flatten()),
             None => {
                 let built_in = Arc::new(SqliteStore::in_memory().map_err(ChainError::Store)?);
+                search.get_or_insert_with(|| Arc::clone(&built_in) as Arc<dyn PageSearch>);
                 let cache = match self.cache {
                     Some(explicit) => explicit,
                     None => Some(Arc::clone(&built_in) as Arc<dyn SummaryCache>),
@@ -504,6 +517,7 @@ impl ChainBuilder {
                 progress: self.progress,
             }),
             threads: self.threads,
+            search,
         })
     }
 }
@@ -660,6 +674,7 @@ impl Chain {
             .provider(provider)
             .threads(store.threads, cfg.threads)
             .store(store.pages)
+            .search(store.search)
             .cache(cache)
             .queue(Some(store.queue))
             .tokens(Arc::new(tokens))
@@ -727,6 +742,12 @@ impl Chain {
 
     pub fn store(&self) -> &Arc<dyn PageStore> {
         &self.ctx.store
+    }
+
+    /// The store's search index and page owners, when the chain was given them (a chain
+    /// built from a file always is).
+    pub fn search(&self) -> Option<&Arc<dyn PageSearch>> {
+        self.search.as_ref()
     }
 
     /// The deferred queue this chain's stages queue into, when it has one.

@@ -390,8 +390,13 @@ pub(crate) struct Ready {
     cleared: bool,
 }
 
+/// The key of a clearing's page metadata that says a placeholder stands for the page, not a
+/// summary (what `recall` tells the model).
+pub(crate) const REPLACED_BY: &str = "replaced_by";
+pub(crate) const PLACEHOLDER: &str = "placeholder";
+
 /// The page drafts of the `Summarize` and `Clear` edits, in order, for the host to archive
-/// (a clearing's page holds the original message alone).
+/// (a clearing's page holds the original message alone, its metadata [`REPLACED_BY`]).
 pub(crate) fn drafts(messages: &[Message], checked: &[Checked], strategy: &str) -> Vec<PageDraft> {
     checked
         .iter()
@@ -408,7 +413,7 @@ pub(crate) fn drafts(messages: &[Message], checked: &[Checked], strategy: &str) 
             Checked::Clear { index, .. } => Some(PageDraft {
                 messages: vec![messages[*index].clone()].into(),
                 strategy: strategy.into(),
-                metadata_json: Default::default(),
+                metadata_json: format!(r#"{{"{REPLACED_BY}":"{PLACEHOLDER}"}}"#).into(),
             }),
             _ => None,
         })

@@ -18,6 +18,8 @@
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
 //!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
 //! - [`eval`]: `tamp eval`, chains compared side by side.
+//! - [`recall`]: what a model reads back of the archive (a page as text, a search), within
+//!   what its caller may see; [`mcp`] serves it (`tamp mcp`, and `/tamp/mcp` on the proxy).
 //! - [`wasm`]: strategies as WebAssembly components (the runtime is the `wasm` feature).
 //!
 //! Features (on by default): `http-providers` (the Anthropic and OpenAI clients),
@@ -42,6 +44,8 @@ pub mod http;
 pub mod invariants;
 pub mod loader;
 pub mod logging;
+#[cfg(feature = "serve")]
+pub mod mcp;
 /// The check that host modules import one another without circles (a test).
 #[cfg(test)]
 mod module_graph;
@@ -49,6 +53,7 @@ pub mod plugin_load;
 pub mod providers;
 #[cfg(feature = "serve")]
 pub mod proxy;
+pub mod recall;
 pub mod rules;
 #[cfg(test)]
 mod scratch;
@@ -58,6 +63,7 @@ pub mod services;
 pub mod signals;
 pub mod stage_guard;
 pub mod store;
+pub mod time_text;
 pub mod tokens;
 pub mod wasm;
 pub mod wire;

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use tamp_e2e::agent_upstream::{AgentUpstream, Exchange, ServerCompaction, Task};
+use tamp_e2e::agent_upstream::{AgentUpstream, Exchange, ServerCompaction, Task, PLANTED_FACT};
 use tamp_e2e::serve_support::{ScratchDir, Server};
 use tamp_e2e::{plugin, tools};
 
@@ -1005,4 +1005,302 @@ fn claude_code_s_prompt_cache_holds_between_compactions() {
 #[test]
 fn codex_s_prompt_cache_holds_between_compactions() {
     assert_prompt_cache_holds("codex");
+}
+
+/// How an agent reaches `tamp mcp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mcp {
+    /// `tamp mcp --config <chain>`, started by the agent.
+    Stdio,
+    /// The proxy's `/tamp/mcp`, with the agent's key.
+    Http,
+}
+
+/// Steps of the recall task: step 1 prints the fact, and by step 5 its output is cleared.
+const RECALL_STEPS: u32 = 8;
+const RECALL_AFTER: u32 = 5;
+
+/// Claude Code's MCP configuration (`--mcp-config`) for `tamp mcp` as `how` says.
+fn claude_mcp_config(how: Mcp, chain: &Path, proxy: &Server) -> String {
+    let server = match how {
+        Mcp::Stdio => serde_json::json!({
+            "command": tamp_e2e::tamp_bin(),
+            "args": ["mcp", "--config", chain],
+        }),
+        Mcp::Http => serde_json::json!({
+            "type": "http",
+            "url": proxy.url("/tamp/mcp"),
+            "headers": {"x-api-key": KEY},
+        }),
+    };
+    serde_json::json!({"mcpServers": {"tamp": server}}).to_string()
+}
+
+/// Codex's `[mcp_servers.tamp]` for `tamp mcp` as `how` says.
+fn codex_mcp_config(how: Mcp, chain: &Path, proxy: &Server) -> String {
+    match how {
+        Mcp::Stdio => format!(
+            "[mcp_servers.tamp]\ncommand = {}\nargs = [\"mcp\", \"--config\", {}]\n",
+            toml_string(&tamp_e2e::tamp_bin().display().to_string()),
+            toml_string(&chain.display().to_string()),
+        ),
+        Mcp::Http => format!(
+            "[mcp_servers.tamp]\nurl = {}\nbearer_token_env_var = \"TAMP_AGENT_KEY\"\n",
+            toml_string(&proxy.url("/tamp/mcp")),
+        ),
+    }
+}
+
+fn toml_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
+/// An agent's run of the recall task through the proxy with the agents chain, `tamp mcp`
+/// reached as `how`: the model calls `recall` on the page of the cleared first output, and the
+/// fact planted there is in the next request (it was in none since the clearing).
+fn assert_recalls_a_cleared_fact(agent: &str, how: Mcp) -> (Setup, PathBuf) {
+    let name = format!("agents-recall-{agent}-{how:?}").to_lowercase();
+    let dir = ScratchDir::new(&name);
+    let upstream = AgentUpstream::start_task(
+        KEY,
+        RECALL_STEPS,
+        ServerCompaction::Present,
+        Task::Logs {
+            recall_after: Some(RECALL_AFTER),
+        },
+    );
+    let store = dir.join("proxy");
+    std::fs::create_dir_all(&store).unwrap();
+    // A budget the first request fits in, and the fourth step's output overflows.
+    let budget = if agent == "claude" { 24_000 } else { 30_000 };
+    let chain = agents_chain(&store, &upstream, budget);
+    let proxy = Server::start_command("proxy", &chain, &[], &[("TAMP_LOG", "debug")]);
+    let (home, work) = agent_dirs(&dir, agent);
+    let command = if agent == "claude" {
+        let mut command = claude(&proxy.base, &home, &work);
+        let config = claude_mcp_config(how, &chain, &proxy);
+        command
+            .args([
+                "--mcp-config",
+                &config,
+                "--strict-mcp-config",
+                "--allowedTools",
+                "mcp__tamp__recall",
+            ])
+            // Past a custom base URL Claude Code defers MCP tools behind its ToolSearch tool,
+            // which a scripted model would have to call first; listed, the model calls it.
+            .env("ENABLE_TOOL_SEARCH", "false");
+        command
+    } else {
+        let base = format!("{}/v1", proxy.base);
+        // Codex defers MCP tools behind its client-executed `tool_search` tool: the scripted
+        // model searches for the recall tool first, as a real one does.
+        codex(
+            &base,
+            &home,
+            &work,
+            "",
+            &codex_mcp_config(how, &chain, &proxy),
+        )
+    };
+    let out = run(command, agent);
+    let exchanges = assert_finished(agent, &out, &upstream, &proxy);
+    let turns = model_calls(&exchanges);
+    let has_fact = |e: &Exchange| String::from_utf8_lossy(&e.raw).contains(PLANTED_FACT);
+    let called = turns
+        .iter()
+        .position(|e| !recall_result_text(e).is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{agent} ({how:?}): no request carries a recall result; tools offered: {:?}\n\
+                 agent's stderr:\n{}\nproxy log:\n{}",
+                turns.last().map(|e| tool_names(e)),
+                String::from_utf8_lossy(&out.stderr),
+                tail(&proxy.log(), 40)
+            )
+        });
+    let recalled = recall_result_text(turns[called]);
+    assert!(
+        recalled.contains(PLANTED_FACT),
+        "{agent} ({how:?}): the recall's result lacks the fact: {recalled}\n{}",
+        String::from_utf8_lossy(&turns[called].raw)
+            .split("mcp__tamp__recall")
+            .nth(1)
+            .unwrap_or("")
+            .chars()
+            .take(300)
+            .collect::<String>()
+    );
+    assert!(
+        !has_fact(turns[called - 1]),
+        "{agent} ({how:?}): the fact was still in the request before the recall: not a test"
+    );
+    let setup = Setup {
+        proxy,
+        upstream,
+        store,
+        dir,
+    };
+    (setup, chain)
+}
+
+/// The text of the recall call's result in a request (what the MCP server answered): the
+/// result of the call of a tool whose name ends in `recall`, in either API.
+fn recall_result_text(exchange: &Exchange) -> String {
+    let body = &exchange.body;
+    let is_recall = |name: &serde_json::Value| name.as_str().is_some_and(|n| n.ends_with("recall"));
+    let blocks: Vec<&serde_json::Value> = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .collect();
+    let items: Vec<&serde_json::Value> = body["input"].as_array().into_iter().flatten().collect();
+    let call = blocks
+        .iter()
+        .find(|b| b["type"] == "tool_use" && is_recall(&b["name"]))
+        .map(|b| b["id"].clone())
+        .or_else(|| {
+            items
+                .iter()
+                .find(|i| i["type"] == "function_call" && is_recall(&i["name"]))
+                .map(|i| i["call_id"].clone())
+        });
+    let Some(call) = call else {
+        return String::new();
+    };
+    let result = blocks
+        .iter()
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == call)
+        .map(|b| b["content"].clone())
+        .or_else(|| {
+            items
+                .iter()
+                .find(|i| i["type"] == "function_call_output" && i["call_id"] == call)
+                .map(|i| i["output"].clone())
+        });
+    result.map(|r| r.to_string()).unwrap_or_default()
+}
+
+fn tool_names(exchange: &Exchange) -> Vec<String> {
+    exchange.body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            if t["type"] == "tool_search" {
+                t.to_string()
+            } else {
+                t["name"]
+                    .as_str()
+                    .unwrap_or(t["type"].as_str().unwrap_or("?"))
+                    .to_string()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn claude_code_recalls_a_cleared_fact_through_tamp_mcp_over_stdio() {
+    assert_recalls_a_cleared_fact("claude", Mcp::Stdio);
+}
+
+#[test]
+fn claude_code_recalls_a_cleared_fact_through_the_proxy_s_mcp_route() {
+    let (setup, _) = assert_recalls_a_cleared_fact("claude", Mcp::Http);
+    let proxy = &setup.proxy;
+    // The key whose requests archived the page reads it; another key finds and reads nothing,
+    // and a call with no key is told what to send.
+    let page = setup
+        .upstream
+        .exchanges()
+        .iter()
+        .find_map(|e| {
+            let text = e.body["messages"].to_string().replace("\\\"", "\"");
+            let at = text.find("<tamp-cleared page=\"")? + "<tamp-cleared page=\"".len();
+            Some(
+                text[at..]
+                    .chars()
+                    .take_while(|c| *c != '"')
+                    .collect::<String>(),
+            )
+        })
+        .expect("a cleared output");
+    let recall = serde_json::json!({"page": page});
+    let search = serde_json::json!({"query": "deploy code K7-4481-QX"});
+    let own = [("x-api-key", KEY)];
+    let (ok, text) = mcp_call(proxy, &own, "recall", &recall);
+    assert!(ok && text.contains(PLANTED_FACT), "{text}");
+    let (ok, text) = mcp_call(proxy, &own, "search", &search);
+    assert!(ok && text.contains(&page), "{text}");
+    for other in [
+        [("x-api-key", "sk-someone-else-0123456789")],
+        [("authorization", "Bearer sk-someone-else-0123456789")],
+    ] {
+        let (ok, text) = mcp_call(proxy, &other, "recall", &recall);
+        assert!(!ok && text.starts_with("no page "), "{text}");
+        let (ok, text) = mcp_call(proxy, &other, "search", &search);
+        assert!(
+            ok && text.starts_with("No archived message matches"),
+            "{text}"
+        );
+    }
+    let (ok, text) = mcp_call(proxy, &[], "recall", &recall);
+    assert!(!ok && text.contains("x-api-key"), "{text}");
+}
+
+/// Calls `tool` with `arguments` on the proxy's MCP route with `headers`, as an MCP client
+/// does over Streamable HTTP (initialize, then the call); whether the tool succeeded, and its
+/// text.
+fn mcp_call(
+    proxy: &Server,
+    headers: &[(&str, &str)],
+    tool: &str,
+    arguments: &serde_json::Value,
+) -> (bool, String) {
+    let client = reqwest::Client::new();
+    let post = |body: serde_json::Value| {
+        let mut request = client
+            .post(proxy.url("/tamp/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        tamp_e2e::rt().block_on(async {
+            let answer = request.send().await.expect("the MCP route answers");
+            let status = answer.status();
+            let text = answer.text().await.unwrap();
+            assert!(status.is_success(), "{status}: {text}");
+            text
+        })
+    };
+    post(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "tamp-e2e", "version": "1"}}}),
+    );
+    let text = post(
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}}),
+    );
+    let answer: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let result = &answer["result"];
+    let text = result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (result["isError"] != true, text)
+}
+
+#[test]
+fn codex_recalls_a_cleared_fact_through_tamp_mcp_over_stdio() {
+    assert_recalls_a_cleared_fact("codex", Mcp::Stdio);
+}
+
+#[test]
+fn codex_recalls_a_cleared_fact_through_the_proxy_s_mcp_route() {
+    assert_recalls_a_cleared_fact("codex", Mcp::Http);
 }

@@ -685,8 +685,10 @@ fn summary_markers_read_back_exactly_and_nothing_else_does() {
                 },
             };
             let text = summary_marker::render(&info, &body);
-            let (read, read_body) = summary_marker::parse(&text)
+            let marker = summary_marker::parse(&text)
                 .ok_or_else(|| TestCaseError::fail(format!("not read back: {text:?}")))?;
+            let (read, read_body) = (&marker.info, marker.body);
+            prop_assert!(marker.recall_line);
             prop_assert_eq!(read.page_ref.as_str(), page.as_str());
             prop_assert_eq!(read.strategy.as_str(), strategy.as_str());
             prop_assert_eq!(read.status, info.status);
@@ -695,8 +697,9 @@ fn summary_markers_read_back_exactly_and_nothing_else_does() {
             prop_assert_eq!(summary_marker::unescape_attr(&escaped), page.as_str());
             // Damaged: whatever is read as a marker is the canonical text of what was read.
             let damaged = apply_bytes(&text, &damage);
-            if let Some((info, body)) = summary_marker::parse(&damaged) {
-                prop_assert_eq!(summary_marker::render(&info, body), damaged);
+            if let Some(read) = summary_marker::parse(&damaged) {
+                let again = summary_marker::render_as(&read.info, read.body, read.recall_line);
+                prop_assert_eq!(again, damaged);
             }
             Ok(())
         },

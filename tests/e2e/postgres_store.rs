@@ -19,7 +19,8 @@ use tamp_host::store::queue::{
     QueueState, QueueStatus, RequeueKind, Transition,
 };
 use tamp_host::store::{
-    self, page_id, short_ref, NewPage, PageStore, PostgresStore, SqliteStore, StoreError, StoreSpec,
+    self, page_id, short_ref, NewPage, PageSearch, PageStore, PostgresStore, Scope, SqliteStore,
+    StoreError, StoreSpec,
 };
 use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Message, Role, Usage};
 
@@ -979,4 +980,77 @@ async fn timed<T: std::fmt::Debug>(
     let started = Instant::now();
     let err = op.await.expect_err("the database is down");
     (err, started.elapsed())
+}
+
+/// What `tamp mcp` reads: a page found by its words, recalled as text, and only by its owner's
+/// credential, on `search`'s backend; pages written through `pages` (the same store).
+async fn search_and_owners(pages: &dyn PageStore, search: &dyn PageSearch) {
+    use tamp_host::recall;
+    use tamp_host::store::search::owner_of_credential;
+    use tamp_plugin_api::ContentBlock;
+    let output = |text: &str| NewPage {
+        messages: vec![Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result("t1", text, false)],
+        )],
+        ..new_page(Vec::new(), "tool-result-clearing")
+    };
+    let fact = pages
+        .put_page(output("step 1\ndeploy code: K7-4481-QX\nbuild ok"))
+        .await
+        .unwrap();
+    let other = pages.put_page(output("nothing here")).await.unwrap();
+    let key = search.owner_key().await.unwrap();
+    assert_eq!(key, search.owner_key().await.unwrap(), "one key per store");
+    let alice = owner_of_credential(&key, "sk-alice");
+    let bob = owner_of_credential(&key, "sk-bob");
+    search
+        .record_owner(&alice, std::slice::from_ref(&fact), Some("thread-1"))
+        .await
+        .unwrap();
+    search.record_owner(&bob, &[other], None).await.unwrap();
+
+    let hits = recall::search(search, Scope::Owner(&alice), "deploy K7-4481-QX", 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0].page_id, fact);
+    assert!(hits[0].snippet.contains("[deploy]"), "{hits:?}");
+    let hits = recall::search(search, Scope::Owner(&bob), "deploy K7-4481-QX", 10)
+        .await
+        .unwrap();
+    assert!(hits.is_empty(), "bob found alice's page: {hits:?}");
+    // Query syntax is text, never an error.
+    for odd in ["\"", "a & | !b", "code:*", ""] {
+        recall::search(search, Scope::All, odd, 10).await.unwrap();
+    }
+
+    let read = recall::recall(pages, search, Scope::Owner(&alice), &fact, 0)
+        .await
+        .unwrap();
+    assert!(
+        read.text.contains("deploy code: K7-4481-QX"),
+        "{}",
+        read.text
+    );
+    assert!(read.text.contains("thread thread-1"), "{}", read.text);
+    let refused = recall::recall(pages, search, Scope::Owner(&bob), &fact, 0)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().starts_with("no page "), "{refused}");
+    // A short ref names the page for its owner alone as well.
+    let refused = recall::recall(pages, search, Scope::Owner(&bob), short_ref(&fact), 0)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().starts_with("no page "), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archived_messages_are_found_and_recalled_by_their_owner_alone_on_both_backends() {
+    let url = database("search_owners");
+    let (a, b) = replicas(&url);
+    // Written through one replica, found through the other.
+    search_and_owners(&a, &b).await;
+    let sqlite = SqliteStore::in_memory().unwrap();
+    search_and_owners(&sqlite, &sqlite).await;
 }

@@ -482,11 +482,12 @@ async fn every_field_of_a_page_in_postgres_is_checked_and_an_old_database_is_sea
         ids.push(store.put_page(page).await.unwrap());
     }
     drop(store);
-    // An older tamp's database: no seal column, schema version 5. Reopened, it migrates and
-    // seals its pages as they are.
+    // An older tamp's database: no seal column (nor what came after it), schema version 5.
+    // Reopened, it migrates and seals its pages as they are.
     server.psql(
         db,
-        "ALTER TABLE pages DROP COLUMN seal; DELETE FROM tamp_schema_migrations WHERE version = 6;",
+        "ALTER TABLE pages DROP COLUMN seal; DROP TABLE page_owners, page_text, store_keys; \
+         DELETE FROM tamp_schema_migrations WHERE version >= 6;",
     );
     let store = PostgresStore::open_unshared(&url, 2).unwrap();
     let check = store.verify_pages().await.unwrap();

@@ -136,6 +136,9 @@ struct Shared {
     exchanges: Mutex<Vec<Exchange>>,
     /// Thinking signatures, reasoning and compaction contents this upstream issued.
     issued: Mutex<HashSet<String>>,
+    /// The id of the first step's tool call, once issued: its result is what a recall asks
+    /// for (the call's input may be cleared with it).
+    first_call: Mutex<Option<String>>,
     next_id: AtomicU64,
 }
 
@@ -165,6 +168,7 @@ impl AgentUpstream {
             compaction,
             exchanges: Mutex::new(Vec::new()),
             issued: Mutex::new(HashSet::new()),
+            first_call: Mutex::new(None),
             next_id: AtomicU64::new(1),
         });
         let state = Arc::clone(&shared);
@@ -205,8 +209,16 @@ enum Answer {
     Done,
     /// A Responses request ending in `compaction_trigger`: a `compaction` item.
     Compaction,
-    /// A call of the agent's recall tool (its name as the request's `tools` give it) on a page.
-    Recall { tool: String, page: String },
+    /// A call of the agent's recall tool (its name as the request's `tools` give it, and its
+    /// namespace when it is in one) on a page.
+    Recall {
+        tool: String,
+        namespace: Option<String>,
+        page: String,
+    },
+    /// A client-executed `tool_search_call` for the recall tool (Codex defers MCP tools
+    /// behind its `tool_search` tool, as OpenAI's API lets a client do).
+    ToolSearch,
 }
 
 /// A refusal: status, the provider's error type, the message.
@@ -423,6 +435,7 @@ fn recall(
     };
     Some(Answer::Recall {
         tool: tool.to_string(),
+        namespace: None,
         page,
     })
 }
@@ -593,16 +606,14 @@ fn check_messages(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
             (name, b["input"].to_string())
         })
         .collect();
-    let first_call = all_blocks.iter().find(|b| {
-        b["type"] == "tool_use" && b["input"]["command"].as_str().and_then(step_of) == Some(1)
-    });
-    let first_output = first_call.and_then(|call| {
+    let first_call = shared.first_call.lock().unwrap().clone();
+    let first_output = first_call.and_then(|id| {
         all_blocks
             .iter()
-            .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == call["id"])
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id.as_str())
             .map(|b| result_text(&b["content"]))
     });
-    let text = body.to_string();
+    let text = body["messages"].to_string();
     if let Some(recall) = recall(shared, done, &tools, &calls, first_output.as_deref(), &text) {
         return Ok(recall);
     }
@@ -743,12 +754,30 @@ fn check_responses(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
         Task::Echo | Task::FailingCommands | Task::Logs { .. } => "exec_command",
         Task::WriteFiles(_) => "apply_patch",
     };
-    let tools: Vec<&str> = body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["name"].as_str())
+    // The tools offered, and those a client-executed tool search loaded since; a namespace's
+    // tools by their own names, with the namespace a call names.
+    let loaded: Vec<&Value> = items
+        .iter()
+        .filter(|i| i["type"] == "tool_search_output")
+        .flat_map(|i| i["tools"].as_array().into_iter().flatten())
         .collect();
+    let offered: Vec<&Value> = body["tools"].as_array().into_iter().flatten().collect();
+    let mut namespaced: Vec<(Option<&str>, &str)> = Vec::new();
+    for tool in offered.iter().chain(&loaded) {
+        match tool["type"].as_str() {
+            Some("namespace") => namespaced.extend(
+                tool["tools"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| Some((tool["name"].as_str(), t["name"].as_str()?))),
+            ),
+            _ => namespaced.extend(tool["name"].as_str().map(|name| (None, name))),
+        }
+    }
+    let tools: Vec<&str> = namespaced.iter().map(|(_, name)| *name).collect();
+    let searched = items.iter().any(|i| i["type"] == "tool_search_call");
+    let can_search = offered.iter().any(|t| t["type"] == "tool_search");
     let calls: Vec<(String, String)> = items
         .iter()
         .filter(|i| i["type"] == "function_call")
@@ -757,23 +786,33 @@ fn check_responses(shared: &Shared, body: &Value) -> Result<Answer, Refusal> {
             (name, i["arguments"].as_str().unwrap_or("").to_string())
         })
         .collect();
-    let first_call = items.iter().find(|i| {
-        i["type"] == "function_call"
-            && i["arguments"]
-                .as_str()
-                .and_then(|a| serde_json::from_str::<Value>(a).ok())
-                .and_then(|a| a["cmd"].as_str().and_then(step_of))
-                == Some(1)
-    });
-    let first_output = first_call.and_then(|call| {
+    let first_call = shared.first_call.lock().unwrap().clone();
+    let first_output = first_call.and_then(|id| {
         items
             .iter()
-            .find(|i| i["type"] == "function_call_output" && i["call_id"] == call["call_id"])
+            .find(|i| i["type"] == "function_call_output" && i["call_id"] == id.as_str())
             .map(|i| result_text(&i["output"]))
     });
-    let text = body.to_string();
-    if let Some(recall) = recall(shared, done, &tools, &calls, first_output.as_deref(), &text) {
-        return Ok(recall);
+    let text = body["input"].to_string();
+    let first_output = first_output.as_deref();
+    if let Some(mut answer) = recall(shared, done, &tools, &calls, first_output, &text) {
+        if let Answer::Recall {
+            tool, namespace, ..
+        } = &mut answer
+        {
+            *namespace = namespaced
+                .iter()
+                .find(|(_, name)| name == tool)
+                .and_then(|(ns, _)| ns.map(str::to_string));
+        }
+        return Ok(answer);
+    }
+    // A recall is due but its tool is deferred: search for it first.
+    if can_search
+        && !searched
+        && recall(shared, done, &["recall"], &calls, first_output, &text).is_some()
+    {
+        return Ok(Answer::ToolSearch);
     }
     Ok(next(shared, done, tools.contains(&tool)))
 }
@@ -838,13 +877,16 @@ fn anthropic_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
                     )
                 }
             };
+            if *step == 1 {
+                *shared.first_call.lock().unwrap() = Some(format!("toolu_{n:08}"));
+            }
             content.push(
                 json!({"type": "tool_use", "id": format!("toolu_{n:08}"), "name": name,
                 "input": input}),
             );
             "tool_use"
         }
-        Answer::Recall { tool, page } => {
+        Answer::Recall { tool, page, .. } => {
             let signature = issue(shared, format!("EsYDCkYIBxgCKkD{n:08}recall=="));
             content.push(json!({"type": "thinking", "thinking": "", "signature": signature}));
             content.push(
@@ -853,7 +895,7 @@ fn anthropic_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             );
             "tool_use"
         }
-        Answer::Done | Answer::Compaction => {
+        Answer::Done | Answer::Compaction | Answer::ToolSearch => {
             content.push(json!({"type": "text", "text": final_text(shared.steps)}));
             "end_turn"
         }
@@ -923,6 +965,9 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
     let output = match answer {
         Answer::Step(step) => {
             let content = issue(shared, format!("gAAAAB-reasoning-{n:08}-step{step}"));
+            if *step == 1 {
+                *shared.first_call.lock().unwrap() = Some(format!("call_{n:08}"));
+            }
             vec![
                 json!({"type": "reasoning", "id": format!("rs_{n:08}"), "summary": [], "encrypted_content": content}),
                 match &shared.task {
@@ -941,13 +986,21 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
                 },
             ]
         }
-        Answer::Recall { tool, page } => {
+        Answer::Recall {
+            tool,
+            namespace,
+            page,
+        } => {
             let content = issue(shared, format!("gAAAAB-reasoning-{n:08}-recall"));
+            let mut call = json!({"type": "function_call", "id": format!("fc_{n:08}"),
+                "status": "completed", "call_id": format!("call_{n:08}"), "name": tool,
+                "arguments": json!({"page": page}).to_string()});
+            if let Some(namespace) = namespace {
+                call["namespace"] = json!(namespace);
+            }
             vec![
                 json!({"type": "reasoning", "id": format!("rs_{n:08}"), "summary": [], "encrypted_content": content}),
-                json!({"type": "function_call", "id": format!("fc_{n:08}"), "status": "completed",
-                    "call_id": format!("call_{n:08}"), "name": tool,
-                    "arguments": json!({"page": page}).to_string()}),
+                call,
             ]
         }
         Answer::Done => vec![
@@ -955,6 +1008,15 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
             "role": "assistant", "content": [{"type": "output_text", "text": final_text(shared.steps), "annotations": []}]}),
         ],
         Answer::Compaction => vec![compaction_item(shared, n)],
+        Answer::ToolSearch => {
+            let content = issue(shared, format!("gAAAAB-reasoning-{n:08}-search"));
+            vec![
+                json!({"type": "reasoning", "id": format!("rs_{n:08}"), "summary": [], "encrypted_content": content}),
+                json!({"type": "tool_search_call", "id": format!("tsc_{n:08}"), "call_id": format!("call_{n:08}"),
+                    "execution": "client", "arguments": {"query": "recall archived page", "limit": 3},
+                    "status": "completed"}),
+            ]
+        }
     };
     let response = json!({"id": format!("resp_{n:08}"), "object": "response", "created_at": 1_795_000_000u64,
         "status": "completed", "model": request["model"], "output": output, "usage": responses_usage(request)});

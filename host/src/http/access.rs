@@ -52,6 +52,11 @@ impl Access {
         })
     }
 
+    /// Whether the guarded paths require a bearer token.
+    pub fn has_token(&self) -> bool {
+        self.auth_token.is_some()
+    }
+
     /// The Host check (see the module's docs).
     fn check_host(&self, request: &Request) -> Result<(), ApiError> {
         let refused = |message: String| {

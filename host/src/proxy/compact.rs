@@ -17,6 +17,13 @@ use crate::http::limits::InFlight;
 use crate::http::metrics::Metrics;
 use crate::wire::{self, WireFormat};
 
+/// Who sent a request, as its headers say: what names its thread, and whose the pages its
+/// compaction writes are (see [`super::owner`]).
+pub struct Origin {
+    pub thread: ThreadHint,
+    pub owner: Option<String>,
+}
+
 /// The answer header that says what the chain did to the request.
 pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
 
@@ -30,6 +37,8 @@ pub const COMPACTION_HEADER: &str = "x-tamp-compaction";
 /// read and left as it is, in a named thread, is kept in `last` as that thread's last read
 /// request, to bound the next one.
 ///
+/// The pages it writes are recorded as the origin's owner's.
+///
 /// The compaction runs on a task of its own: a client that hangs up, or a request that stops
 /// waiting after `[proxy] compaction_timeout_secs`, does not cancel it half-way (the pages it
 /// archives stay whole and the thread state it leaves is a valid start for the next
@@ -41,9 +50,10 @@ pub async fn compact(
     in_flight: &Arc<InFlight>,
     format: WireFormat,
     body: Bytes,
-    thread: ThreadHint,
+    origin: Origin,
     last: Arc<LastReads>,
 ) -> Outcome {
+    let Origin { thread, owner } = origin;
     let timeout = active.proxy.compaction_timeout();
     if !active.proxy.strict {
         // The same wait as the compaction's: a thread store that hangs is not waited on longer.
@@ -69,7 +79,7 @@ pub async fn compact(
         let body = body.clone();
         async move {
             let _guard = guard;
-            run(&active, &metrics, format, &body, thread, &last).await
+            run(&active, &metrics, format, &body, thread, owner, &last).await
         }
     });
     match tokio::time::timeout(timeout, task).await {
@@ -106,6 +116,7 @@ async fn run(
     format: WireFormat,
     body: &Bytes,
     thread: ThreadHint,
+    owner: Option<String>,
     last: &LastReads,
 ) -> Outcome {
     let invalid = |reason: String| {
@@ -170,6 +181,9 @@ async fn run(
     };
     metrics.compaction(&compacted.report);
     let report = &compacted.report;
+    if let Some(owner) = &owner {
+        super::owner::record(active, owner, report, named.as_deref()).await;
+    }
     let continued = report.thread.as_ref().is_some_and(|t| t.continued);
     // A compaction item of tamp's was read as the items it stands for: the body must be
     // written anew, for the upstream cannot read that item.

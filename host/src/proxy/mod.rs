@@ -6,7 +6,10 @@
 //!   [`precount`]: a body the chain would certainly leave as it is, forwarded unread;
 //!   [`last_read`]: each thread's last request read, which bounds the next one's tokens.
 //! - [`outcome`]: what the proxy made of a body, and the headers that say so.
-//! - [`session`]: the thread of an agent's session, from what the agent sends.
+//! - [`session`]: the thread a request counts under (the agent's session, from what it sends)
+//!   and the top-level fields the proxy reads.
+//! - [`owner`]: whose the pages a request's compaction writes are (its credential's keyed
+//!   hash), for `/tamp/mcp`, the MCP server (`crate::mcp`) that reads them back.
 //! - [`server_compaction`]: OpenAI's server-side compaction, answered by tamp's chain for an
 //!   upstream that lacks it.
 //! - [`forward`]: the upstream clients and the answer's relay, chunk by chunk.
@@ -24,6 +27,7 @@ pub mod forward;
 pub mod last_read;
 pub mod metrics;
 pub mod outcome;
+pub mod owner;
 pub mod precount;
 pub mod route;
 mod server;

@@ -28,9 +28,11 @@ use super::forward::Upstreams;
 use super::last_read::LastReads;
 use super::metrics::ProxyMetrics;
 use super::outcome;
+use super::owner::Owners;
 use super::server_compaction::{self, Asked};
 use super::{forward, route, session};
 use crate::config::proxy::CompactionBy;
+use crate::mcp::{Reader, RecallServer};
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").
@@ -58,6 +60,8 @@ struct ProxyState {
     upstreams: Upstreams,
     /// Each thread's last request read, to bound the next one's tokens unread.
     last_reads: Arc<LastReads>,
+    /// Whose the pages a request's compaction writes are.
+    owners: Owners,
 }
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
@@ -85,17 +89,37 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         gate: started.gate(1),
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
         last_reads: Arc::default(),
+        owners: Owners::new(started.access.has_token()),
     });
-    started.serve(router(state), &[upstreams]).await
+    // The MCP server reads the store the chain was started with: a reload that names another
+    // store is refused.
+    let mcp = {
+        let chain = &started.slot.current().chain;
+        chain.search().map(|search| {
+            let server = RecallServer::new(
+                Arc::clone(chain.store()),
+                Arc::clone(search),
+                Reader::ByCredential {
+                    own_token: state.owners.own_token(),
+                },
+            );
+            crate::mcp::http_service(server)
+        })
+    };
+    started.serve(router(state, mcp), &[upstreams]).await
 }
 
 /// tamp's own routes under `/tamp/` (no provider has that path); everything else goes
 /// upstream.
-fn router(state: Arc<ProxyState>) -> Router {
-    Router::new()
+fn router(state: Arc<ProxyState>, mcp: Option<crate::mcp::HttpService>) -> Router {
+    let mut router = Router::new()
         .route("/tamp/v1/pages/{id}", get(page))
         .route("/tamp/healthz", get(healthz))
-        .route("/tamp/metrics", get(metrics_text))
+        .route("/tamp/metrics", get(metrics_text));
+    if let Some(mcp) = mcp {
+        router = router.route_service("/tamp/mcp", mcp);
+    }
+    router
         .method_not_allowed_fallback(answers::method_not_allowed)
         .fallback(proxy_request)
         .layer(axum::middleware::from_fn_with_state(
@@ -153,7 +177,8 @@ async fn proxy_request(State(state): State<Arc<ProxyState>>, request: Request) -
             ApiErrorCode::NotFound,
             format!(
                 "no route {} {path}; tamp's routes: GET /tamp/v1/pages/{{id}}, GET \
-                 /tamp/healthz, GET /tamp/metrics (every other path goes upstream)",
+                 /tamp/healthz, GET /tamp/metrics, POST /tamp/mcp (every other path goes \
+                 upstream)",
                 request.method()
             ),
         )
@@ -186,7 +211,10 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
     if route.server_compaction && tamp_compacts {
         let answer = async {
             let bytes = read_body(state, &parts.headers, body).await?;
-            server_compaction::answer(&active, &state.metrics, Asked::CompactEndpoint, &bytes).await
+            let owner = state.owners.of(&active, &parts.headers).await;
+            let asked = Asked::CompactEndpoint;
+            server_compaction::answer(&active, &state.metrics, asked, &bytes, owner.as_deref())
+                .await
         };
         return answer
             .await
@@ -283,8 +311,15 @@ async fn compacted_body(
         && active.proxy.openai_compaction == CompactionBy::Tamp
         && server_compaction::ends_in_trigger(&bytes)
     {
-        let answer =
-            server_compaction::answer(active, &state.metrics, Asked::Trigger, &bytes).await?;
+        let owner = state.owners.of(active, headers).await;
+        let answer = server_compaction::answer(
+            active,
+            &state.metrics,
+            Asked::Trigger,
+            &bytes,
+            owner.as_deref(),
+        )
+        .await?;
         return Ok(Prepared::Answered(answer));
     }
     let started = Instant::now();
@@ -294,7 +329,10 @@ async fn compacted_body(
         &state.in_flight,
         format,
         bytes.clone(),
-        session::ThreadHint::new(given, headers),
+        compact::Origin {
+            thread: session::ThreadHint::new(given, headers),
+            owner: state.owners.of(active, headers).await,
+        },
         Arc::clone(&state.last_reads),
     )
     .await;

@@ -66,6 +66,7 @@ pub async fn answer(
     metrics: &Metrics,
     asked: Asked,
     body: &Bytes,
+    owner: Option<&str>,
 ) -> Result<Response, ProxyError> {
     let invalid = |message: String| {
         let mut e = ProxyError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
@@ -126,6 +127,9 @@ pub async fn answer(
             ProxyError::new(status, "compaction_failed", e.to_string())
         })?;
     metrics.compaction(&compacted.report);
+    if let Some(owner) = owner {
+        super::owner::record(active, owner, &compacted.report, None).await;
+    }
 
     // What the client drops and the item stands for: all but the leading instructions and
     // the user messages it keeps.

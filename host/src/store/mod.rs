@@ -27,6 +27,7 @@ pub mod postgres;
 pub mod queue;
 mod rows;
 mod seal;
+pub mod search;
 mod sqlite;
 pub mod threads;
 
@@ -34,6 +35,7 @@ pub use cache::{CacheScope, SummaryCache};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use queue::{DeferredQueue, Lease, NewDeferred, OpenBatch, QueueItem, QueueState, QueueStatus};
+pub use search::{PageSearch, Scope, SearchHit};
 pub use sqlite::SqliteStore;
 pub use threads::{ThreadLimits, ThreadState, ThreadStore};
 
@@ -94,14 +96,15 @@ impl fmt::Debug for StoreSpec {
     }
 }
 
-/// An open store: its pages, summary cache, deferred queue and thread states (one backend
-/// behind all four). Cheap to clone.
+/// An open store: its pages, summary cache, deferred queue, thread states and search index
+/// (one backend behind all five). Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pub pages: Arc<dyn PageStore>,
     pub cache: Arc<dyn SummaryCache>,
     pub queue: Arc<dyn DeferredQueue>,
     pub threads: Arc<dyn ThreadStore>,
+    pub search: Arc<dyn PageSearch>,
 }
 
 impl Store {
@@ -110,13 +113,16 @@ impl Store {
         self.pages.describe()
     }
 
-    fn of<S: PageStore + SummaryCache + DeferredQueue + ThreadStore + 'static>(store: S) -> Self {
+    fn of<S: PageStore + SummaryCache + DeferredQueue + ThreadStore + PageSearch + 'static>(
+        store: S,
+    ) -> Self {
         let store = Arc::new(store);
         Store {
             pages: Arc::clone(&store) as Arc<dyn PageStore>,
             cache: Arc::clone(&store) as Arc<dyn SummaryCache>,
             queue: Arc::clone(&store) as Arc<dyn DeferredQueue>,
-            threads: store,
+            threads: Arc::clone(&store) as Arc<dyn ThreadStore>,
+            search: store,
         }
     }
 }

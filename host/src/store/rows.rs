@@ -16,6 +16,7 @@ use super::queue::{
     Billing, NewDeferred, OpenBatch, QueueEvent, QueueItem, QueueState, QueueStatus,
 };
 use super::seal::PageRow;
+use super::search::SearchHit;
 use super::threads::ThreadState;
 use super::{canonical_json, page_id_of_json, NewPage, PageSummary, StoredPage};
 
@@ -439,6 +440,18 @@ pub(crate) fn add_billed_usage(
         None => {}
     }
     Ok(())
+}
+
+/// A page a search found: the columns `id`, `thread_id`, `strategy`, `created_at` and
+/// `snippet` (both backends select these).
+pub(crate) fn read_search_hit(row: &dyn Columns) -> Result<SearchHit, RowError> {
+    Ok(SearchHit {
+        page_id: row.text("id")?,
+        thread_id: row.optional_text("thread_id")?,
+        strategy: row.text("strategy")?,
+        created_at: row.unsigned("created_at")?,
+        snippet: row.text("snippet")?,
+    })
 }
 
 #[cfg(test)]

@@ -335,6 +335,18 @@ pub(crate) fn strip_whitespace(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The JSON object text `extra` with the string marker `key` = `"absent"` added in front (a
+/// reader's record made after the object was finished; markers are found by key, so where
+/// it stands does not matter).
+pub(crate) fn with_marker(extra: &RString, key: &str) -> RString {
+    let marker = format!("\"{key}\":\"absent\"");
+    match extra.trim().strip_prefix('{') {
+        None => format!("{{{marker}}}").into(),
+        Some(rest) if rest.trim_start().starts_with('}') => format!("{{{marker}}}").into(),
+        Some(rest) => format!("{{{marker},{rest}").into(),
+    }
+}
+
 /// The fields of an `extra_json` / `metadata_json` object, read back by a writer: wire fields
 /// as their exact original text, and the `tamp:` markers a reader recorded. Empty or invalid
 /// text (a plugin's) has no fields.

@@ -798,10 +798,14 @@ fn read_summary(message: &mut Message) {
     if !summary_marker::looks_like_marker(text.as_str()) {
         return;
     }
-    if let Some((info, body)) = summary_marker::parse(text.as_str()) {
-        let body = RString::from(body);
-        *text = body;
-        message.summary = ROption::RSome(info);
+    if let Some(read) = summary_marker::parse(text.as_str()) {
+        let recall_line = read.recall_line;
+        message.summary = ROption::RSome(read.info);
+        *text = RString::from(read.body);
+        if !recall_line {
+            // Written back as it came: the writer leaves the line out.
+            message.extra_json = json::with_marker(&message.extra_json, form::NO_RECALL_LINE);
+        }
     }
 }
 
@@ -819,7 +823,10 @@ fn written_blocks(message: &Message) -> Cow<'_, [ContentBlock]> {
                     _ => None,
                 })
                 .unwrap_or_default();
-            let text = summary_marker::render(info, &message.joined_text());
+            let recall_line = json::Extra::parse(message.extra_json.as_str())
+                .marker(form::NO_RECALL_LINE)
+                .is_none();
+            let text = summary_marker::render_as(info, &message.joined_text(), recall_line);
             Cow::Owned(vec![ContentBlock::Text {
                 text: RString::from(text),
                 extra_json,

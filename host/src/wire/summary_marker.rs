@@ -6,8 +6,13 @@
 //! ```text
 //! <tamp-summary page="PAGE" strategy="NAME" status="final|pending">
 //! BODY
+//! (The original messages: recall page PAGE.)
 //! </tamp-summary>
 //! ```
+//!
+//! The last line tells the model it can read the summarized messages back with `tamp mcp`'s
+//! `recall` tool ([`recall_line`]); a summary read without it (as an earlier tamp wrote them) is
+//! a summary all the same, and is written with it.
 //!
 //! Attribute values escape `&`, `"` and `<` as `&amp;`, `&quot;` and `&lt;`. Only this exact
 //! (canonical) form is read back as a summary, so that reading and writing a summary gives the
@@ -27,13 +32,38 @@ pub fn looks_like_marker(text: &str) -> bool {
     text.starts_with(OPEN)
 }
 
-/// The wire text of a summary with `body`.
+/// The line after a summary's body that tells the model how to read its page back.
+pub fn recall_line(page: &str) -> String {
+    format!("(The original messages: recall page {page}.)")
+}
+
+/// A summary marker as read: its info, its body (a slice of the text), and whether it had its
+/// recall line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Read<'a> {
+    pub info: SummaryInfo,
+    pub body: &'a str,
+    pub recall_line: bool,
+}
+
+/// The wire text of a summary with `body`, with its recall line.
 pub fn render(info: &SummaryInfo, body: &str) -> String {
+    render_as(info, body, true)
+}
+
+/// The wire text of a summary with `body`, with or without its recall line (a summary read
+/// without one is written back as it came).
+pub fn render_as(info: &SummaryInfo, body: &str, recall_line: bool) -> String {
     let page = escape_attr(info.page_ref.as_str());
     let strategy = escape_attr(info.strategy.as_str());
     let status = info.status.as_str();
+    let hint = if recall_line {
+        format!("\n{}", self::recall_line(&page))
+    } else {
+        String::new()
+    };
     let mut out = String::with_capacity(
-        OPEN.len() + page.len() + strategy.len() + body.len() + CLOSE.len() + 32,
+        OPEN.len() + page.len() + strategy.len() + body.len() + hint.len() + CLOSE.len() + 32,
     );
     out.push_str(OPEN);
     out.push_str(&page);
@@ -43,13 +73,14 @@ pub fn render(info: &SummaryInfo, body: &str) -> String {
     out.push_str(status);
     out.push_str("\">\n");
     out.push_str(body);
+    out.push_str(&hint);
     out.push_str(CLOSE);
     out
 }
 
-/// Reads a summary marker: its info and the body (a slice of `text`). `None` when `text` is
-/// not exactly the canonical form [`render`] writes.
-pub fn parse(text: &str) -> Option<(SummaryInfo, &str)> {
+/// Reads a summary marker. `None` when `text` is not exactly the canonical form [`render_as`]
+/// writes.
+pub fn parse(text: &str) -> Option<Read<'_>> {
     let rest = text.strip_prefix(OPEN)?;
     let (page_esc, rest) = rest.split_once('"')?;
     let rest = rest.strip_prefix(" strategy=\"")?;
@@ -58,6 +89,14 @@ pub fn parse(text: &str) -> Option<(SummaryInfo, &str)> {
     let (status, rest) = rest.split_once('"')?;
     let rest = rest.strip_prefix(">\n")?;
     let body = rest.strip_suffix(CLOSE)?;
+    // The recall line the page's own id names, when the summary has it.
+    let hinted = body
+        .strip_suffix(recall_line(page_esc).as_str())
+        .and_then(|b| b.strip_suffix('\n'));
+    let (body, hinted) = match hinted {
+        Some(body) => (body, true),
+        None => (body, false),
+    };
     let status = match status {
         "final" => SummaryStatus::Final,
         "pending" => SummaryStatus::Pending,
@@ -69,14 +108,15 @@ pub fn parse(text: &str) -> Option<(SummaryInfo, &str)> {
     if escape_attr(&page) != page_esc || escape_attr(&strategy) != strategy_esc {
         return None;
     }
-    Some((
-        SummaryInfo {
+    Some(Read {
+        info: SummaryInfo {
             page_ref: RString::from(page.into_owned()),
             strategy: RString::from(strategy.into_owned()),
             status,
         },
         body,
-    ))
+        recall_line: hinted,
+    })
 }
 
 /// Escapes an attribute value: `&` → `&amp;`, `"` → `&quot;`, `<` → `&lt;`.
@@ -142,11 +182,25 @@ mod tests {
         );
         assert_eq!(
             text,
-            "<tamp-summary page=\"pg_1\" strategy=\"map-reduce\" status=\"final\">\nthe body\n</tamp-summary>"
+            "<tamp-summary page=\"pg_1\" strategy=\"map-reduce\" status=\"final\">\nthe body\n\
+             (The original messages: recall page pg_1.)\n</tamp-summary>"
         );
-        let (back, body) = parse(&text).unwrap();
-        assert_eq!(back, info("pg_1", "map-reduce", SummaryStatus::Final));
-        assert_eq!(body, "the body");
+        let read = parse(&text).unwrap();
+        assert_eq!(read.info, info("pg_1", "map-reduce", SummaryStatus::Final));
+        assert_eq!((read.body, read.recall_line), ("the body", true));
+        // As an earlier tamp wrote it, without the recall line: a summary all the same, and
+        // written back as it came.
+        let earlier = "<tamp-summary page=\"pg_1\" strategy=\"map-reduce\" status=\"final\">\n\
+                       the body\n</tamp-summary>";
+        let read = parse(earlier).unwrap();
+        assert_eq!((read.body, read.recall_line), ("the body", false));
+        assert_eq!(render_as(&read.info, read.body, false), earlier);
+        // Another page's recall line is body text.
+        let other = text.replace("recall page pg_1", "recall page pg_2");
+        assert_eq!(
+            parse(&other).unwrap().body,
+            "the body\n(The original messages: recall page pg_2.)"
+        );
     }
 
     #[test]
@@ -156,10 +210,10 @@ mod tests {
         assert!(text.starts_with(
             "<tamp-summary page=\"a&quot;b&amp;c&lt;d>e\" strategy=\"x&amp;amp;y\" status=\"pending\">\n"
         ));
-        let (back, body) = parse(&text).unwrap();
-        assert_eq!(back, i);
-        assert_eq!(body, "body with </tamp-summary> inside\nand lines");
-        assert_eq!(render(&back, body), text);
+        let read = parse(&text).unwrap();
+        assert_eq!(read.info, i);
+        assert_eq!(read.body, "body with </tamp-summary> inside\nand lines");
+        assert_eq!(render(&read.info, read.body), text);
     }
 
     #[test]
@@ -168,9 +222,11 @@ mod tests {
         let text = render(&i, "");
         assert_eq!(
             text,
-            "<tamp-summary page=\"\" strategy=\"\" status=\"final\">\n\n</tamp-summary>"
+            "<tamp-summary page=\"\" strategy=\"\" status=\"final\">\n\n\
+             (The original messages: recall page .)\n</tamp-summary>"
         );
-        assert_eq!(parse(&text), Some((i, "")));
+        let read = parse(&text).unwrap();
+        assert_eq!((read.info, read.body), (i, ""));
     }
 
     #[test]
@@ -187,7 +243,7 @@ mod tests {
             " <tamp-summary page=\"p\" strategy=\"s\" status=\"final\">\nb\n</tamp-summary>",
             "plain text",
         ] {
-            assert_eq!(parse(text), None, "{text}");
+            assert!(parse(text).is_none(), "{text}");
         }
     }
 

@@ -907,7 +907,9 @@ fn summary_messages_round_trip_in_both_formats() {
         Message::text(Role::Assistant, "ok"),
     ]);
     let marker = "<tamp-summary page=\"pg_&quot;7&quot; &amp; &lt;more>\" strategy=\"map-reduce\" \
-                  status=\"pending\">\nThe agent listed files.\nThen it fixed a bug.\n</tamp-summary>";
+                  status=\"pending\">\nThe agent listed files.\nThen it fixed a bug.\n\
+                  (The original messages: recall page pg_&quot;7&quot; &amp; &lt;more>.)\n\
+                  </tamp-summary>";
     for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
         let value = to_value(&conversation, format);
         let index = match format {

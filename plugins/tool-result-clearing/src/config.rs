@@ -12,7 +12,8 @@ pub const PLACEHOLDERS: [(&str, &str); 3] = [
 ];
 
 /// The default note inside each placeholder: short, since every cleared result carries it.
-pub const DEFAULT_PLACEHOLDER: &str = "Output of {tool} cleared to save context ({tokens} tokens).";
+pub const DEFAULT_PLACEHOLDER: &str =
+    "Output of {tool} ({tokens} tokens) cleared; recall this page to read it.";
 
 /// How the strategy chooses what to clear.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -82,7 +83,7 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(
             crate::plan::note(&config.note_template().unwrap(), "bash", 1234, "pg_1"),
-            "Output of bash cleared to save context (1234 tokens)."
+            "Output of bash (1234 tokens) cleared; recall this page to read it."
         );
     }
 

@@ -362,7 +362,7 @@ mod tests {
                 panic!()
             };
             assert!(
-                text.contains("Output of bash cleared to save context (203 tokens)."),
+                text.contains("Output of bash (203 tokens) cleared; recall this page to read it."),
                 "{text}"
             );
         }

@@ -25,6 +25,7 @@
 mod cache;
 mod pages;
 mod queue;
+mod search;
 mod threads;
 pub mod tls;
 
@@ -126,7 +127,13 @@ const MIGRATIONS: &[&str] = &[
     crate::store::threads::MIGRATION_POSTGRES,
     // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
     "ALTER TABLE pages ADD COLUMN seal TEXT;",
+    // 6 -> 7: page owners, the search index and the store's keys (see `store::search`);
+    // `migrate` indexes the pages already there.
+    search::MIGRATION,
 ];
+
+/// The first schema version with the search index.
+const INDEXED_SINCE: i64 = 7;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -544,6 +551,11 @@ async fn migrate(mut client: deadpool_postgres::Object) -> Result<(), Failure> {
         seal_existing_pages(&tx)
             .await
             .map_err(|e| Failure::Other(format!("seal the pages already stored: {e}")))?;
+    }
+    if found < INDEXED_SINCE {
+        search::index_existing_pages(&tx)
+            .await
+            .map_err(|e| Failure::Other(format!("index the pages already stored: {e}")))?;
     }
     tx.commit().await?;
     Ok(())

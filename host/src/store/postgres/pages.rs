@@ -3,44 +3,54 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::search::insert_indexed;
 use super::{bind, read_all, Failure, PostgresStore, NOW_SECS};
 use crate::store::rows::{
     self, encode_messages, NewPageRow, PageRecord, ENCODE_INLINE_MAX, PAGE_COLUMNS,
     PAGE_INSERT_COLUMNS, PAGE_INSERT_VALUES, SUMMARY_COLUMNS,
 };
+use crate::store::search::searchable_text;
 use crate::store::{one_page, prefix_ref, NewPage, PageStore, PageSummary, StoreError, StoredPage};
 
 impl PageStore for PostgresStore {
     fn put_page(&self, page: NewPage) -> BoxFuture<'_, Result<String, StoreError>> {
         async move {
-            let (id, json) = if page.messages.len() > ENCODE_INLINE_MAX {
+            let encode = |messages: &[tamp_plugin_api::Message]| {
+                (encode_messages(messages), searchable_text(messages))
+            };
+            let ((id, json), text) = if page.messages.len() > ENCODE_INLINE_MAX {
                 match tokio::runtime::Handle::try_current() {
                     Ok(handle) => {
                         let messages = page.messages.clone();
                         handle
-                            .spawn_blocking(move || encode_messages(&messages))
+                            .spawn_blocking(move || encode(&messages))
                             .await
                             .map_err(|e| {
                                 StoreError::backend(&self.inner.location, "encode a page", e)
                             })?
                     }
-                    Err(_) => encode_messages(&page.messages),
+                    Err(_) => encode(&page.messages),
                 }
             } else {
-                encode_messages(&page.messages)
+                encode(&page.messages)
             };
             let operation = format!("write page {id}");
             self.run(operation, move |client| async move {
-                // Immutable: an existing page (from this host or another) stays as it is.
-                let sql = format!(
+                // Immutable: an existing page (from this host or another) stays as it is, and
+                // so does its text in the index.
+                let insert = format!(
                     "INSERT INTO pages ({PAGE_INSERT_COLUMNS}, created_at)
                      VALUES ({}, {NOW_SECS})
                      ON CONFLICT (id) DO NOTHING",
                     rows::placeholders('$', 1, PAGE_INSERT_VALUES)
                 );
+                let sql = insert_indexed(&insert, PAGE_INSERT_VALUES + 1);
                 let row = NewPageRow::new(&id, &json, &page);
+                let values = row.values();
+                let mut params = bind(&values);
+                params.push(&text);
                 let stmt = client.prepare_cached(&sql).await?;
-                client.execute(&stmt, &bind(&row.values())).await?;
+                client.execute(&stmt, &params).await?;
                 Ok(id)
             })
             .await

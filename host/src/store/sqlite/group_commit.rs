@@ -26,6 +26,7 @@ use crate::store::rows::{
     self, encode_messages, NewPageRow, Value, ENCODE_INLINE_MAX, PAGE_INSERT_COLUMNS,
     PAGE_INSERT_VALUES,
 };
+use crate::store::search::searchable_text;
 use crate::store::{NewPage, StoreError, StoredPage};
 
 /// How long a flusher waits for puts that are still encoding their page before it commits
@@ -73,6 +74,8 @@ struct PendingPut {
     page: NewPage,
     /// `(page id, canonical JSON)`.
     encoded: (String, String),
+    /// What the page is searched by (see [`crate::store::search`]).
+    text: String,
     reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -120,21 +123,23 @@ impl SqliteStore {
         // Serializing and hashing is CPU work done by the caller, so concurrent puts spread
         // it over the runtime's threads; the flusher only runs SQL.
         let encoding = Encoding::start(&self.inner.writes);
-        let (page, encoded) = if page.messages.len() > ENCODE_INLINE_MAX {
-            self.run("encode a page".to_owned(), move |_| {
-                let encoded = encode_messages(&page.messages);
-                Ok((page, encoded))
-            })
-            .await?
-        } else {
+        let encode = |page: NewPage| {
             let encoded = encode_messages(&page.messages);
-            (page, encoded)
+            let text = searchable_text(&page.messages);
+            (page, encoded, text)
+        };
+        let (page, encoded, text) = if page.messages.len() > ENCODE_INLINE_MAX {
+            self.run("encode a page".to_owned(), move |_| Ok(encode(page)))
+                .await?
+        } else {
+            encode(page)
         };
         let id = encoded.0.clone();
         let (reply, written) = oneshot::channel();
         lock(&self.inner.writes.pending).push(Write::Page(PendingPut {
             page,
             encoded,
+            text,
             reply,
         }));
         drop(encoding);
@@ -287,6 +292,8 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
                 rows::placeholders('?', 1, PAGE_INSERT_VALUES),
                 PAGE_INSERT_VALUES + 1
             ))?;
+            let mut index =
+                tx.prepare_cached("INSERT INTO page_text (page_id, body) VALUES (?1, ?2)")?;
             for write in &batch {
                 answers.push(match write {
                     Write::Page(put) => {
@@ -294,9 +301,13 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
                         let row = NewPageRow::new(id, json, &put.page);
                         let created_at = Value::Int(to_i64(now_secs()));
                         let values = row.values().into_iter().chain([created_at]);
+                        // A page written before (the same messages) is indexed already.
                         let written = insert
                             .execute(rusqlite::params_from_iter(values))
-                            .map(drop)
+                            .and_then(|inserted| match inserted {
+                                0 => Ok(()),
+                                _ => index.execute((id, &put.text)).map(drop),
+                            })
                             .map_err(|e| {
                                 StoreError::backend(&inner.location, format!("write page {id}"), e)
                             });
@@ -364,11 +375,13 @@ mod tests {
     fn pending_put(text: &str) -> Write {
         let page = new_page(text, 1);
         let encoded = encode_messages(&page.messages);
+        let text = searchable_text(&page.messages);
         // The answer is not awaited here.
         let (reply, _) = oneshot::channel();
         Write::Page(PendingPut {
             page,
             encoded,
+            text,
             reply,
         })
     }

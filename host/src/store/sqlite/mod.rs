@@ -21,6 +21,7 @@ mod checkpoint;
 mod group_commit;
 mod pages;
 mod queue;
+mod search;
 mod threads;
 
 use std::path::{Path, PathBuf};
@@ -75,7 +76,13 @@ const MIGRATIONS: &[&str] = &[
     super::threads::MIGRATION_SQLITE,
     // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
     "ALTER TABLE pages ADD COLUMN seal TEXT;",
+    // 6 -> 7: page owners, the search index and the store's keys (see `store::search`);
+    // `migrate` indexes the pages already there.
+    search::MIGRATION,
 ];
+
+/// The first schema version with the search index.
+const INDEXED_SINCE: i64 = 7;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -462,6 +469,10 @@ fn migrate(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
         seal_existing_pages(&tx)
             .map_err(|e| StoreError::backend(location, "seal the pages already stored", e))?;
     }
+    if version < INDEXED_SINCE {
+        search::index_existing_pages(&tx)
+            .map_err(|e| StoreError::backend(location, "index the pages already stored", e))?;
+    }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|e| fail("migrate the schema", e))?;
     tx.commit().map_err(|e| fail("migrate the schema", e))
@@ -649,7 +660,8 @@ pub(super) mod tests {
         conn.execute_batch(
             "DROP TABLE llm_answers; DROP TABLE range_summaries;
              DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
-             ALTER TABLE pages DROP COLUMN seal;",
+             ALTER TABLE pages DROP COLUMN seal;
+                 DROP TABLE page_owners; DROP TABLE page_text; DROP TABLE store_keys;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();

@@ -630,7 +630,8 @@ pub(crate) mod tests {
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
                 "DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
-                 ALTER TABLE pages DROP COLUMN seal;",
+                 ALTER TABLE pages DROP COLUMN seal;
+                 DROP TABLE page_owners; DROP TABLE page_text; DROP TABLE store_keys;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 2).unwrap();
@@ -869,7 +870,8 @@ pub(crate) mod tests {
                  ALTER TABLE deferred_items DROP COLUMN lease_owner;
                  ALTER TABLE deferred_items DROP COLUMN lease_until_ms;
                  DROP TABLE threads;
-                 ALTER TABLE pages DROP COLUMN seal;",
+                 ALTER TABLE pages DROP COLUMN seal;
+                 DROP TABLE page_owners; DROP TABLE page_text; DROP TABLE store_keys;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 3).unwrap();
