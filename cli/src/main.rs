@@ -274,7 +274,11 @@ struct StoreArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.verbose, matches!(cli.command, Command::Compact(_)));
+    logging::init(
+        cli.verbose,
+        matches!(cli.command, Command::Compact(_)),
+        matches!(cli.command, Command::Proxy(_)),
+    );
     if let Command::Conformance(args) = cli.command {
         // No runtime: each check runs in a process of its own.
         return conformance::run(args);

@@ -1193,3 +1193,115 @@ async fn a_request_that_repeats_its_threads_last_read_one_goes_unread() {
     let (compaction, _) = post_in_thread(&proxy, "t1", &edited).await;
     assert!(compaction.ends_with("forwarded unread)"), "{compaction}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_is_one_access_line_and_a_request_of_no_api_reaches_no_upstream() {
+    let dir = ScratchDir::new("proxy-access");
+    let upstream = MockUpstream::start();
+    // The default log level: what a user sees without TAMP_LOG.
+    let proxy = Server::start_command("proxy", &shipped_chain(&dir, &upstream, ""), &[], &[]);
+    let client = reqwest::Client::new();
+
+    // A conversation over the chain's budget, in an agent's session: compacted.
+    let mut body: Value =
+        serde_json::from_str(&corpus("anthropic", "openhands_llama4_ponyc-4588")).unwrap();
+    body["metadata"] = json!({"user_id": "user_ab12_account_cd34_session_7f3e-a1"});
+    body["model"] = json!("claude-opus-5-5");
+    let answer = client
+        .post(proxy.url("/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let header = answer.headers()["x-tamp-compaction"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let pages = compacted_pages(&json!(header));
+    let (tokens, _) = header.split_once(';').unwrap();
+    let line = format!(
+        "POST /v1/messages model=claude-opus-5-5 thread=session:7f3e-a1 tokens={tokens} \
+         pages={} compaction=compacted upstream=200 ",
+        pages.len()
+    );
+    let log = proxy.log_containing(&[&line]);
+    assert!(log.contains(&line), "no \"{line}\" in:\n{log}");
+
+    // The thread's totals.
+    let threads: Value = client
+        .get(proxy.url("/tamp/v1/threads"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let thread = &threads["threads"][0];
+    assert_eq!(thread["thread"], "session:7f3e-a1", "{threads}");
+    assert_eq!(thread["requests"], 1);
+    assert_eq!(thread["compactions"], 1);
+    assert_eq!(thread["pages"], pages.len());
+    let (before, after) = tokens.split_once("->").unwrap();
+    assert_eq!(thread["tokens_in"].to_string(), before);
+    assert_eq!(thread["tokens_out"].to_string(), after);
+
+    // Claude Code's HEAD /api/hello carries no provider's headers: answered here, 404, and
+    // sent to neither upstream; with a provider's header it goes to that provider.
+    let before = upstream.received().len();
+    let hello = client.head(proxy.url("/api/hello")).send().await.unwrap();
+    assert_eq!(hello.status(), 404);
+    let hello = client.get(proxy.url("/api/hello")).send().await.unwrap();
+    assert_eq!(hello.status(), 404);
+    let text = hello.text().await.unwrap();
+    assert!(
+        text.contains("belongs to no API this proxy serves"),
+        "{text}"
+    );
+    assert_eq!(
+        upstream.received().len(),
+        before,
+        "a request of no API went upstream"
+    );
+    client
+        .get(proxy.url("/api/hello"))
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap();
+    let received = upstream.received();
+    assert_eq!(on(&received, "/api/hello").len(), 1);
+    assert!(
+        proxy.log().contains("HEAD /api/hello upstream=404"),
+        "{}",
+        proxy.log()
+    );
+
+    // An upstream that is down is a warning, naming no key.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let text = std::fs::read_to_string(dir.join("chain.toml"))
+        .unwrap()
+        .replace(
+            &format!("openai = \"{}\"", upstream.openai_url()),
+            &format!("openai = \"http://127.0.0.1:{port}/v1\""),
+        );
+    write_atomically(&dir.join("chain.toml"), text.as_bytes());
+    proxy.log_containing(&["tamp proxy: reloaded"]);
+    let answer = client
+        .post(proxy.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .body("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    let warning = "POST /v1/chat/completions: the upstream failed after";
+    let log = proxy.log_containing(&[warning]);
+    assert!(log.contains(warning) && log.contains("WARN"), "{log}");
+    assert!(log.contains("upstream=502"), "{log}");
+    assert!(!log.contains(KEY), "{log}");
+}

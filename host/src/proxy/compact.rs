@@ -150,6 +150,7 @@ async fn run(
         }
     }
     let named = fields.thread(&thread);
+    let model = fields.model.as_deref().map(str::to_string);
     let budget = active
         .proxy
         .models
@@ -211,6 +212,8 @@ async fn run(
         return Outcome::Unchanged {
             reason: unchanged_reason(report),
             thread,
+            model,
+            tokens: Some(report.tokens_before),
         };
     }
     // Written by the wire writer: every field tamp does not interpret (`model`, `stream`,
@@ -231,6 +234,7 @@ async fn run(
             .flat_map(|s| s.pages.iter().cloned())
             .collect(),
         thread,
+        model,
     }
 }
 
@@ -267,6 +271,8 @@ mod tests {
         let long = Outcome::Unchanged {
             reason: "x".repeat(1000),
             thread: None,
+            model: None,
+            tokens: None,
         };
         assert!(long.header().len() < 320);
         assert_eq!(long.thread_header(), None);
@@ -276,7 +282,10 @@ mod tests {
             tokens_after: 4410,
             pages: vec!["pg_1".into(), "pg_2".into()],
             thread: Some("session:0de6b6e7; continued".into()),
+            model: Some("claude-opus-5-5".into()),
         };
+        assert_eq!(compacted.thread(), Some("session:0de6b6e7"));
+        assert_eq!(compacted.tokens(), Some((12034, 4410)));
         assert_eq!(compacted.header(), "12034->4410; pages=pg_1,pg_2");
         assert_eq!(
             compacted.thread_header().unwrap(),

@@ -5,7 +5,8 @@
 //! - [`compact`]: a body through the chain, falling back to the original (never in the way);
 //!   [`precount`]: a body the chain would certainly leave as it is, forwarded unread;
 //!   [`last_read`]: each thread's last request read, which bounds the next one's tokens.
-//! - [`outcome`]: what the proxy made of a body, and the headers that say so.
+//! - [`outcome`]: what the proxy made of a body, and the headers that say so;
+//!   [`access_log`]: one line per request, and the recent threads' totals.
 //! - [`session`]: the thread a request counts under (the agent's session, from what it sends)
 //!   and the top-level fields the proxy reads.
 //! - [`owner`]: whose the pages a request's compaction writes are (its credential's keyed
@@ -21,6 +22,7 @@
 //! answers and the metrics.
 //! See `docs/proxy.md`.
 
+pub mod access_log;
 pub mod compact;
 pub mod error;
 pub mod forward;

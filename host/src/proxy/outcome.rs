@@ -15,12 +15,18 @@ pub enum Outcome {
         tokens_after: u64,
         pages: Vec<String>,
         thread: Option<String>,
+        /// The model the request names.
+        model: Option<String>,
     },
     /// The chain ran and left the conversation as it was (under the watermark, or every
-    /// stage that ran was rolled back): the original bytes are forwarded.
+    /// stage that ran was rolled back), or would have (forwarded unread): the original bytes
+    /// are forwarded.
     Unchanged {
         reason: String,
         thread: Option<String>,
+        model: Option<String>,
+        /// The conversation's tokens, when it was read and counted.
+        tokens: Option<u64>,
     },
     /// The request has nothing to compact: its history is the upstream's (a Responses
     /// request continuing `previous_response_id` or a `conversation`). The original bytes are
@@ -66,6 +72,46 @@ impl Outcome {
             Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => &None,
         };
         HeaderValue::from_str(&header_text(thread.as_deref()?)).ok()
+    }
+
+    /// The model the request names, when the proxy read it.
+    pub fn model(&self) -> Option<&str> {
+        match self {
+            Outcome::Compacted { model, .. } | Outcome::Unchanged { model, .. } => model.as_deref(),
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => None,
+        }
+    }
+
+    /// The thread the request counts under (as `x-tamp-thread` names it, without
+    /// `; continued`), when one applied.
+    pub fn thread(&self) -> Option<&str> {
+        match self {
+            Outcome::Compacted { thread, .. } | Outcome::Unchanged { thread, .. } => {
+                thread.as_deref().map(|t| t.trim_end_matches("; continued"))
+            }
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => None,
+        }
+    }
+
+    /// The tokens the client sent and the tokens forwarded, when they were counted.
+    pub fn tokens(&self) -> Option<(u64, u64)> {
+        match self {
+            Outcome::Compacted {
+                tokens_before,
+                tokens_after,
+                ..
+            } => Some((*tokens_before, *tokens_after)),
+            Outcome::Unchanged { tokens, .. } => tokens.map(|t| (t, t)),
+            Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => None,
+        }
+    }
+
+    /// The pages the request's compaction wrote.
+    pub fn pages(&self) -> &[String] {
+        match self {
+            Outcome::Compacted { pages, .. } => pages,
+            _ => &[],
+        }
     }
 
     /// The label of `tamp_proxy_compactions_total`.

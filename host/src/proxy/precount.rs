@@ -140,6 +140,8 @@ pub async fn decide(
     Some(Outcome::Unchanged {
         reason: format!("{reason}: forwarded unread"),
         thread,
+        model: top.model.as_deref().map(str::to_string),
+        tokens: None,
     })
 }
 

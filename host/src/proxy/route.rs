@@ -28,9 +28,12 @@ pub struct Route {
 }
 
 /// Routes a request by its path, and where the path is shared by both APIs (`/v1/models`,
-/// `/v1/files`, ...) by its headers: the Anthropic SDKs always send `anthropic-version`, and
-/// only Anthropic takes the key in `x-api-key`.
-pub fn route(method: &Method, path: &str, headers: &HeaderMap) -> Route {
+/// `/v1/files`, ...) or belongs to neither by its headers: the Anthropic SDKs always send
+/// `anthropic-version`, and only Anthropic takes the key in `x-api-key`; an OpenAI client
+/// sends its key in `Authorization`. `None` for a request that carries none of them on such a
+/// path (Claude Code's `HEAD /api/hello`): it belongs to no API the proxy serves, and goes to
+/// no upstream, where a guess would hand it to another company's server.
+pub fn route(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
     let post = method == Method::POST;
     let (provider, compact, label) = match path {
         "/v1/messages" if post => (
@@ -66,14 +69,17 @@ pub fn route(method: &Method, path: &str, headers: &HeaderMap) -> Route {
         _ if headers.contains_key("anthropic-version") || headers.contains_key("x-api-key") => {
             (Provider::Anthropic, None, "anthropic (passed through)")
         }
-        _ => (Provider::OpenAi, None, "openai (passed through)"),
+        _ if headers.contains_key("authorization") => {
+            (Provider::OpenAi, None, "openai (passed through)")
+        }
+        _ => return None,
     };
-    Route {
+    Some(Route {
         provider,
         compact,
         server_compaction: label == "POST /v1/responses/compact",
         label,
-    }
+    })
 }
 
 /// The upstream URL of a request: only the base changes, the request target (path and
@@ -220,35 +226,36 @@ pub(super) mod tests {
     #[test]
     fn conversations_are_compacted_and_the_rest_routed_by_path_then_headers() {
         let none = HeaderMap::new();
-        let r = route(&Method::POST, "/v1/messages", &none);
+        let r = route(&Method::POST, "/v1/messages", &none).unwrap();
         assert_eq!(
             (r.provider, r.compact),
             (Provider::Anthropic, Some(WireFormat::Anthropic))
         );
-        let r = route(&Method::POST, "/v1/messages/count_tokens", &none);
+        let r = route(&Method::POST, "/v1/messages/count_tokens", &none).unwrap();
         assert_eq!(r.compact, Some(WireFormat::Anthropic));
-        let r = route(&Method::POST, "/v1/chat/completions", &none);
+        let r = route(&Method::POST, "/v1/chat/completions", &none).unwrap();
         assert_eq!(
             (r.provider, r.compact),
             (Provider::OpenAi, Some(WireFormat::OpenAi))
         );
-        let r = route(&Method::POST, "/v1/messages/batches", &none);
+        let r = route(&Method::POST, "/v1/messages/batches", &none).unwrap();
         assert_eq!((r.provider, r.compact), (Provider::Anthropic, None));
         let r = route(
             &Method::POST,
             "/v1/responses",
             &headers(&[("x-api-key", "k")]),
-        );
+        )
+        .unwrap();
         assert_eq!(
             (r.provider, r.compact),
             (Provider::OpenAi, Some(WireFormat::Responses))
         );
-        let r = route(&Method::POST, "/v1/responses/compact", &none);
+        let r = route(&Method::POST, "/v1/responses/compact", &none).unwrap();
         assert_eq!(
             (r.provider, r.compact, r.server_compaction),
             (Provider::OpenAi, None, true)
         );
-        let r = route(&Method::GET, "/v1/responses/resp_1", &none);
+        let r = route(&Method::GET, "/v1/responses/resp_1", &none).unwrap();
         assert_eq!(
             (r.provider, r.compact, r.server_compaction),
             (Provider::OpenAi, None, false)
@@ -257,17 +264,21 @@ pub(super) mod tests {
             &Method::GET,
             "/v1/models",
             &headers(&[("anthropic-version", "2023-06-01")]),
-        );
+        )
+        .unwrap();
         assert_eq!(r.provider, Provider::Anthropic);
         let r = route(
             &Method::GET,
             "/v1/models",
             &headers(&[("authorization", "Bearer k")]),
-        );
+        )
+        .unwrap();
         assert_eq!(r.provider, Provider::OpenAi);
         // Only POST compacts: a GET of the same path is passed through.
         assert_eq!(
-            route(&Method::GET, "/v1/chat/completions", &none).compact,
+            route(&Method::GET, "/v1/chat/completions", &none)
+                .unwrap()
+                .compact,
             None
         );
     }

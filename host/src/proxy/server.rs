@@ -22,6 +22,7 @@ use crate::http::metrics::{self, Metrics};
 use crate::http::reload::ChainSlot;
 use crate::http::server::{ServerOptions, Startup};
 
+use super::access_log::{self, RecentThreads};
 use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
 use super::forward::Upstreams;
@@ -62,6 +63,8 @@ struct ProxyState {
     last_reads: Arc<LastReads>,
     /// Whose the pages a request's compaction writes are.
     owners: Owners,
+    /// The recent threads' totals (`GET /tamp/v1/threads`).
+    recent: RecentThreads,
 }
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
@@ -90,6 +93,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
         last_reads: Arc::default(),
         owners: Owners::new(started.access.has_token()),
+        recent: RecentThreads::default(),
     });
     // The MCP server reads the store the chain was started with: a reload that names another
     // store is refused.
@@ -114,6 +118,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
 fn router(state: Arc<ProxyState>, mcp: Option<crate::mcp::HttpService>) -> Router {
     let mut router = Router::new()
         .route("/tamp/v1/pages/{id}", get(page))
+        .route("/tamp/v1/threads", get(threads))
         .route("/tamp/healthz", get(healthz))
         .route("/tamp/metrics", get(metrics_text));
     if let Some(mcp) = mcp {
@@ -177,22 +182,72 @@ async fn proxy_request(State(state): State<Arc<ProxyState>>, request: Request) -
             ApiErrorCode::NotFound,
             format!(
                 "no route {} {path}; tamp's routes: GET /tamp/v1/pages/{{id}}, GET \
-                 /tamp/healthz, GET /tamp/metrics, POST /tamp/mcp (every other path goes \
-                 upstream)",
+                 /tamp/v1/threads, GET /tamp/healthz, GET /tamp/metrics, POST /tamp/mcp \
+                 (every other path goes upstream)",
                 request.method()
             ),
         )
         .into_response();
     }
-    let route = route::route(request.method(), path, request.headers());
-    let response = forward(&state, route, request).await;
-    state
-        .metrics
-        .http_request(route.label.to_string(), response.status().as_u16());
+    let method = request.method().clone();
+    let started = Instant::now();
+    let Some(route) = route::route(&method, path, request.headers()) else {
+        let response = not_a_provider_request(&method, path);
+        state.metrics.http_request(
+            "not a provider request".to_string(),
+            response.status().as_u16(),
+        );
+        let note = access_log::Note::default();
+        access_log::log(method.as_str(), path, &note, 404, started.elapsed());
+        return response;
+    };
+    let path = path.to_string();
+    let (response, note) = forward(&state, route, request).await;
+    let status = response.status().as_u16();
+    state.metrics.http_request(route.label.to_string(), status);
+    access_log::log(method.as_str(), &path, &note, status, started.elapsed());
+    state.recent.record(&note);
     response
 }
 
-async fn forward(state: &ProxyState, route: route::Route, request: Request) -> Response {
+/// The answer to a request that belongs to no API the proxy serves: a path that is neither
+/// Anthropic's nor OpenAI's, with no header that names either (see [`route::route`]).
+fn not_a_provider_request(method: &axum::http::Method, path: &str) -> Response {
+    let message = format!(
+        "tamp proxy: {method} {path} belongs to no API this proxy serves (a path outside \
+         the Anthropic and OpenAI APIs, with no anthropic-version, x-api-key or Authorization \
+         header): it is answered here and sent to no upstream"
+    );
+    let mut response =
+        ApiError::new(StatusCode::NOT_FOUND, ApiErrorCode::NotFound, message).into_response();
+    if method == axum::http::Method::HEAD {
+        *response.body_mut() = Body::empty();
+    }
+    response
+}
+
+/// `GET /tamp/v1/threads`: the recent threads' totals, most recently seen first.
+async fn threads(State(state): State<Arc<ProxyState>>) -> Response {
+    axum::Json(serde_json::json!({ "threads": state.recent.list() })).into_response()
+}
+
+/// Forwards a routed request; the answer, and what its compaction came to for the access log.
+async fn forward(
+    state: &ProxyState,
+    route: route::Route,
+    request: Request,
+) -> (Response, access_log::Note) {
+    let mut note = access_log::Note::default();
+    let response = forward_noted(state, route, request, &mut note).await;
+    (response, note)
+}
+
+async fn forward_noted(
+    state: &ProxyState,
+    route: route::Route,
+    request: Request,
+    note: &mut access_log::Note,
+) -> Response {
     let (parts, body) = request.into_parts();
     // The chain and the `[proxy]` table are taken once: a reload does not change them under
     // this request.
@@ -222,8 +277,9 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
     }
     let body = match route.compact {
         Some(format) => match compacted_body(state, &active, &parts.headers, format, body).await {
-            Ok(Prepared::Forward(body, headers)) => {
+            Ok(Prepared::Forward(body, headers, what)) => {
                 extra.extend(headers);
+                *note = what;
                 Some(reqwest::Body::from(body))
             }
             Ok(Prepared::Answered(response)) => return response,
@@ -253,6 +309,14 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
         }
         Err(e) => {
             state.proxy_metrics.upstream_failed(route.label);
+            tracing::warn!(
+                target: access_log::TARGET,
+                "{}: the upstream failed after {} ms: {} ({})",
+                route.label,
+                sent.elapsed().as_millis(),
+                e.message,
+                e.code
+            );
             let mut response = e.into_response_for(route.provider);
             response.headers_mut().extend(extra);
             response
@@ -263,8 +327,12 @@ async fn forward(state: &ProxyState, route: route::Route, request: Request) -> R
 /// What a compacted route does with its request.
 enum Prepared {
     /// Forward this body, and add these headers to the answer (`x-tamp-compaction`,
-    /// `x-tamp-thread`).
-    Forward(axum::body::Bytes, Vec<(HeaderName, HeaderValue)>),
+    /// `x-tamp-thread`); what the body came to, for the access log.
+    Forward(
+        axum::body::Bytes,
+        Vec<(HeaderName, HeaderValue)>,
+        access_log::Note,
+    ),
     /// tamp answered it: OpenAI's server-side compaction, for an upstream that lacks it.
     Answered(Response),
 }
@@ -343,10 +411,13 @@ async fn compacted_body(
     if let Some(thread) = outcome.thread_header() {
         answer_headers.push((HeaderName::from_static(THREAD_ANSWER_HEADER), thread));
     }
+    let note = access_log::Note::of(&outcome);
     match outcome {
-        outcome::Outcome::Compacted { body, .. } => Ok(Prepared::Forward(body, answer_headers)),
+        outcome::Outcome::Compacted { body, .. } => {
+            Ok(Prepared::Forward(body, answer_headers, note))
+        }
         outcome::Outcome::Unchanged { .. } | outcome::Outcome::NothingToCompact { .. } => {
-            Ok(Prepared::Forward(bytes, answer_headers))
+            Ok(Prepared::Forward(bytes, answer_headers, note))
         }
         outcome::Outcome::Skipped { reason, invalid } => {
             if active.proxy.strict {
@@ -359,7 +430,7 @@ async fn compacted_body(
                 return Err(e);
             }
             tracing::warn!("compaction skipped, the original body is forwarded: {reason}");
-            Ok(Prepared::Forward(bytes, answer_headers))
+            Ok(Prepared::Forward(bytes, answer_headers, note))
         }
     }
 }
