@@ -973,6 +973,15 @@ fn assert_prompt_cache_holds(agent: &str) {
     let out = run(command(&proxy.base, &home, &work), agent);
     let exchanges = assert_finished(agent, &out, &upstream, &proxy);
     let through = model_calls(&exchanges);
+    // The agent's session reaches the upstream on every request as it sent it: Claude
+    // Code's `metadata.user_id`, Codex's `prompt_cache_key` (what OpenAI keys its cache by).
+    let session = through[0].session().expect("the agent names its session");
+    assert!(
+        through
+            .iter()
+            .all(|e| e.session().as_ref() == Some(&session)),
+        "{agent}: a request reached the upstream without its session"
+    );
     let (share, compactions) = extending_between_compactions(&through);
     eprintln!(
         "{agent}: straight {:.3} of {} requests extend the one before; through the proxy {share:.3} \

@@ -21,7 +21,7 @@ import {
   withEdits,
 } from "../tamp-guest.js";
 
-const DEFAULT_PLACEHOLDER = "Output of {tool} cleared to save context ({tokens} tokens).";
+const DEFAULT_PLACEHOLDER = "Output of {tool} ({tokens} tokens) cleared; recall this page to read it.";
 // A page id's length ("pg_" and 32 hex digits), for sizing placeholders before pages exist.
 const SAMPLE_PAGE = "pg_" + "0".repeat(32);
 const U64_MAX = "18446744073709551615";

@@ -10,7 +10,7 @@ native strategy with the same config (the end-to-end tests compare the two).
 import tamp_guest as tamp
 from tamp_guest.clearing import Clearing, input_placeholder, is_cleared, result_placeholder
 
-DEFAULT_PLACEHOLDER = "Output of {tool} cleared to save context ({tokens} tokens)."
+DEFAULT_PLACEHOLDER = "Output of {tool} ({tokens} tokens) cleared; recall this page to read it."
 # A page id's length ("pg_" and 32 hex digits), for sizing placeholders before pages exist.
 SAMPLE_PAGE = "pg_" + "0" * 32
 U64_MAX = 2**64 - 1
