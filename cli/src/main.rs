@@ -210,6 +210,10 @@ enum PluginsCommand {
         /// A directory to list instead of the default ones (repeat for several).
         #[arg(long, value_name = "DIR")]
         dir: Vec<PathBuf>,
+        /// Also list tamp's own test fixtures (`libtamp_test_*`), which a build of the whole
+        /// workspace puts beside the shipped plugins.
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -650,15 +654,18 @@ fn plugins(cmd: PluginsCommand) -> Result<()> {
                 serde_json::to_string_pretty(&find_plugin(&plugin)?.meta().config_schema)?
             );
         }
-        PluginsCommand::List { dir } => list_plugins(dir)?,
+        PluginsCommand::List { dir, all } => list_plugins(dir, all)?,
     }
     Ok(())
 }
 
-/// `tamp plugins list`: a line per plugin; a line on stderr per library that does not load
-/// (and why); when none is found, what each directory held instead.
-fn list_plugins(given: Vec<PathBuf>) -> Result<()> {
+/// `tamp plugins list`: a line per plugin, first the name a chain file's `plugin = "..."`
+/// takes; a line on stderr per library that does not load (and why); when none is found, what
+/// each directory held instead. tamp's test fixtures only with `all`.
+fn list_plugins(given: Vec<PathBuf>, all: bool) -> Result<()> {
     let explicit = !given.is_empty();
+    let mut fixtures = 0;
+    let mut header = false;
     let dirs = if explicit {
         given
     } else {
@@ -694,6 +701,12 @@ fn list_plugins(given: Vec<PathBuf>) -> Result<()> {
             .collect();
         let mut here = 0;
         for path in &libraries {
+            let chain_name =
+                tamp_host::loader::chain_name(path).unwrap_or_else(|| path.display().to_string());
+            if !all && chain_name.starts_with(tamp_host::loader::FIXTURE_PREFIX) {
+                fixtures += 1;
+                continue;
+            }
             match tamp_host::loader::load_plugin(path) {
                 Ok(p) => {
                     here += 1;
@@ -701,7 +714,22 @@ fn list_plugins(given: Vec<PathBuf>) -> Result<()> {
                         "" => "(no name)",
                         _ => p.meta().name.as_str(),
                     };
-                    out!("{:<24} {:<10} {}", name, p.meta().version, path.display());
+                    if !header {
+                        out!(
+                            "{:<30} {:<24} {:<10} FILE",
+                            "PLUGIN = \"...\"",
+                            "NAME",
+                            "VERSION"
+                        );
+                        header = true;
+                    }
+                    out!(
+                        "{:<30} {:<24} {:<10} {}",
+                        chain_name,
+                        name,
+                        p.meta().version,
+                        path.display()
+                    );
                 }
                 Err(e) => eprintln!("skipped: {e}"),
             }
@@ -734,6 +762,9 @@ fn list_plugins(given: Vec<PathBuf>) -> Result<()> {
         for (dir, what) in &empty {
             eprintln!("warning: --dir {dir}: {what}");
         }
+    }
+    if fixtures > 0 {
+        eprintln!("({fixtures} test fixture(s) of tamp's own tests not listed; --all lists them)");
     }
     Ok(())
 }

@@ -338,25 +338,74 @@ pub fn resolve_plugin(
         let path = base_dir.join(spec);
         return regular_file_stamp(&path).map(|_| path);
     }
-    let file = format!(
-        "{}{}{}",
-        std::env::consts::DLL_PREFIX,
-        spec.replace('-', "_"),
-        std::env::consts::DLL_SUFFIX
-    );
+    let stem = spec.replace('-', "_");
+    // The name a chain file gives, then the shipped plugins' file names: `tamp_` and the
+    // plugin's own name (`tool-result-clearing` is `libtamp_tool_result_clearing.so`).
+    let files: Vec<String> = [stem.clone(), format!("{SHIPPED_PREFIX}{stem}")]
+        .iter()
+        .map(|stem| library_file(stem))
+        .collect();
     let dirs = plugin_search_dirs(base_dir, search_dirs);
-    dirs.iter()
-        .map(|d| d.join(&file))
-        .find(|p| p.is_file())
-        .ok_or_else(|| LoadError::NotFound {
-            path: PathBuf::from(format!(
-                "{file} (plugin \"{spec}\" looked up in: {})",
-                dirs.iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-        })
+    for dir in &dirs {
+        if let Some(found) = files.iter().map(|f| dir.join(f)).find(|p| p.is_file()) {
+            return Ok(found);
+        }
+    }
+    let names: Vec<String> = dirs.iter().flat_map(|d| chain_names_in(d)).collect();
+    let hint = if names.is_empty() {
+        String::new()
+    } else {
+        format!("; the names there: {}", names.join(", "))
+    };
+    Err(LoadError::NotFound {
+        path: PathBuf::from(format!(
+            "{} (plugin \"{spec}\" looked up in: {}{hint})",
+            files[0],
+            dirs.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    })
+}
+
+/// The file-name prefix of the plugins tamp ships (`libtamp_…`).
+const SHIPPED_PREFIX: &str = "tamp_";
+/// The file-name prefix of tamp's own test fixtures (`libtamp_test_…`), built with the
+/// workspace and never meant for a chain.
+pub const FIXTURE_PREFIX: &str = "tamp_test_";
+
+/// The library file of a plugin named `stem` (`lib<stem>.so` on Linux).
+fn library_file(stem: &str) -> String {
+    format!(
+        "{}{stem}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    )
+}
+
+/// The name a chain file's `plugin = "..."` gives for the library at `path` (its file name
+/// less the platform's prefix and suffix), if it is a library.
+pub fn chain_name(path: &Path) -> Option<String> {
+    let file = path.file_name()?.to_str()?;
+    let stem = file
+        .strip_prefix(std::env::consts::DLL_PREFIX)?
+        .strip_suffix(std::env::consts::DLL_SUFFIX)?;
+    (!stem.is_empty()).then(|| stem.to_string())
+}
+
+/// The chain names of the libraries in `dir` (test fixtures left out), sorted; none when it
+/// cannot be read.
+fn chain_names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| chain_name(&e.path()))
+        .filter(|n| !n.starts_with(FIXTURE_PREFIX))
+        .collect();
+    names.sort();
+    names
 }
 
 /// The stamp of `path` when it is a regular file (symlinks followed); otherwise the error

@@ -813,21 +813,29 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
         std::fs::copy(&path, dir.join("libs").join(path.file_name().unwrap())).unwrap();
     }
     let out = tamp_e2e::run_tamp(
-        &["plugins", "list", "--dir", "libs", "--dir", "missing"],
+        &[
+            "plugins", "list", "--dir", "libs", "--dir", "missing", "--all",
+        ],
         &dir,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
-    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    // A header, then each plugin led by the name a chain file's `plugin =` takes.
+    assert_eq!(stdout.lines().count(), 3, "{stdout}");
+    assert!(stdout.starts_with("PLUGIN = \"...\" "), "{stdout}");
     assert!(
         stdout
             .lines()
-            .any(|l| l.starts_with("(no name) ") && l.ends_with("libtamp_test_bad_metadata.so")),
+            .any(|l| l.starts_with("tamp_test_bad_metadata ")
+                && l.contains(" (no name) ")
+                && l.ends_with("libtamp_test_bad_metadata.so")),
         "{stdout}"
     );
     assert!(
-        stdout.lines().any(|l| l.starts_with("custom-strategy ")),
+        stdout
+            .lines()
+            .any(|l| l.starts_with("tamp_custom_strategy ") && l.contains(" custom-strategy ")),
         "{stdout}"
     );
     assert!(
@@ -835,6 +843,37 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
             && stderr.starts_with("skipped: plugin "),
         "{stderr}"
     );
+    // Without --all, tamp's own test fixtures are left out, and counted.
+    let out = tamp_e2e::run_tamp(&["plugins", "list", "--dir", "libs"], &dir);
+    let (stdout, fixtures) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(
+        fixtures.contains("(2 test fixture(s) of tamp's own tests not listed; --all lists them)"),
+        "{fixtures}"
+    );
+    // A chain file may name a shipped plugin by its own name, and one it cannot find is
+    // answered with the names there are.
+    for (name, found) in [
+        ("custom-strategy", true),
+        ("custom_strategy", true),
+        ("nope", false),
+    ] {
+        std::fs::write(
+            dir.join("chain.toml"),
+            format!("plugin_dirs = [\"libs\"]\n\n[[stage]]\nname = \"s\"\nplugin = \"{name}\"\n"),
+        )
+        .unwrap();
+        let out = tamp_e2e::run_tamp(&["check-config", "chain.toml"], &dir);
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        if found {
+            assert!(!said.contains("no such file"), "{name}: {said}");
+        } else {
+            assert!(
+                said.contains("the names there: tamp_custom_strategy"),
+                "{name}: {said}"
+            );
+        }
+    }
     assert!(
         stderr.contains("warning: --dir missing: no such directory"),
         "{stderr}"
