@@ -224,7 +224,7 @@ enum PagesCommand {
         after_help = "Example (from the repository root; the compaction archives pages):\n  \
         tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
         --config examples/chains/default.toml > /dev/null\n  \
-        id=$(tamp pages list --config examples/chains/default.toml --limit 1 | cut -d'\"' -f4)\n  \
+        id=$(tamp pages list --config examples/chains/default.toml --limit 1 | awk 'NR == 2 {print $1}')\n  \
         tamp pages show \"$id\" --config examples/chains/default.toml"
     )]
     Show {
@@ -250,6 +250,10 @@ enum PagesCommand {
         /// List at most this many pages, the newest first.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// One JSON object a line (`created_at` in seconds since the Unix epoch) instead of
+        /// the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Read every page back and check it: its messages parse and still hash to its id.
     /// Prints each damaged page and exits 1 if there is any.
@@ -601,11 +605,33 @@ fn render_report(report: &ChainReport) -> String {
                 run.duration_ms
             ));
         }
+        if !run.pages.is_empty() {
+            out.push_str(&format!("    pages: {}\n", page_list(&run.pages)));
+        }
         for w in &run.warnings {
             out.push_str(&format!("    warning: {w}\n"));
         }
     }
     out
+}
+
+/// A stage's pages for the text report: their short refs (which `tamp pages show` takes), at
+/// most six, then how many more.
+fn page_list(pages: &[String]) -> String {
+    const SHOWN: usize = 6;
+    let mut shown: Vec<&str> = pages
+        .iter()
+        .take(SHOWN)
+        .map(|p| tamp_host::store::short_ref(p))
+        .collect();
+    let more = pages.len().saturating_sub(SHOWN);
+    let more = if more > 0 {
+        format!(" and {more} more (the JSON report lists them all)")
+    } else {
+        String::new()
+    };
+    shown.dedup();
+    format!("{}{more}", shown.join(", "))
 }
 
 fn find_plugin(spec: &str) -> Result<Arc<LoadedPlugin>> {
@@ -863,14 +889,34 @@ fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
             let view = wire::page_view(&stored.page, &format).map_err(anyhow::Error::msg)?;
             out!("{}", view.pretty());
         }
-        PagesCommand::List { store, limit } => {
+        PagesCommand::List { store, limit, json } => {
             let store = open_store(&store)?;
             let pages = rt.block_on(store.list_pages(limit))?;
-            if std::io::stdout().is_terminal() && pages.is_empty() {
+            if pages.is_empty() {
                 eprintln!("no pages in {}", store.describe());
             }
-            for p in pages {
-                out!("{}", serde_json::to_string(&p)?);
+            if json {
+                for p in pages {
+                    out!("{}", serde_json::to_string(&p)?);
+                }
+            } else if !pages.is_empty() {
+                out!(
+                    "{:<36}{:<21}{:<22}{:>8}  THREAD",
+                    "PAGE",
+                    "CREATED",
+                    "STRATEGY",
+                    "MESSAGES"
+                );
+                for p in pages {
+                    out!(
+                        "{:<36}{:<21}{:<22}{:>8}  {}",
+                        p.id,
+                        tamp_host::time_text::utc(p.created_at),
+                        p.strategy,
+                        p.message_count,
+                        p.thread_id.as_deref().unwrap_or("-")
+                    );
+                }
             }
         }
         PagesCommand::Verify { store } => {

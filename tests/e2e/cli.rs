@@ -1005,3 +1005,43 @@ fn help_describes_every_argument_and_its_examples_run_as_printed() {
         );
     }
 }
+
+#[test]
+fn the_text_report_names_the_pages_and_pages_list_dates_them_as_people_read_them() {
+    let dir = scratch_dir("cli-report-pages");
+    let out = compact_ponyc(&dir, &["--report", "--report-json", "report.json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let page = report["stages"][0]["pages"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let short = &page[..15];
+    let said = text(&out.stderr);
+    assert!(said.contains(&format!("\n    pages: {short}\n")), "{said}");
+    // The short ref the report names is what `pages show` takes.
+    let show = tamp_e2e::run_tamp(&["pages", "show", short, "--store", "s.sqlite3"], &dir);
+    assert!(show.status.success(), "{}", text(&show.stderr));
+
+    let list = tamp_e2e::run_tamp(&["pages", "list", "--store", "s.sqlite3"], &dir);
+    let table = text(&list.stdout);
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("PAGE "), "{table}");
+    let row = lines.next().unwrap();
+    assert!(row.starts_with(&format!("{page} ")), "{table}");
+    // `YYYY-MM-DD HH:MM UTC`, not seconds since 1970.
+    let date = row[page.len()..].trim_start();
+    assert!(
+        date.len() > 20
+            && date.as_bytes()[4] == b'-'
+            && date[10..].starts_with(' ')
+            && date[16..].starts_with(" UTC"),
+        "{row}"
+    );
+    let json = tamp_e2e::run_tamp(&["pages", "list", "--store", "s.sqlite3", "--json"], &dir);
+    let first: serde_json::Value =
+        serde_json::from_str(text(&json.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(first["id"], page);
+    assert!(first["created_at"].as_u64().unwrap() > 1_700_000_000);
+}
