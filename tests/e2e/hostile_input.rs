@@ -87,6 +87,74 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
     );
 }
 
+/// A number that scales a count is range-checked like a duration: `chars_per_token:1e-300`
+/// made every count wrap (a conversation of 203 tokens was never compacted), and prices of
+/// `inf` or `-1` made every cost nonsense. Each is a `file:line: field` error naming the range,
+/// from `check-config` and `compact` alike.
+#[test]
+fn a_number_that_scales_a_count_is_range_checked() {
+    let dir = ScratchDir::new("scales");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let input = dir.join("input.json");
+    std::fs::write(
+        &input,
+        corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
+    )
+    .unwrap();
+    for (table, key, says) in [
+        (
+            "[tokenizer]\nencoding = \"chars_per_token:1e-300\"\n",
+            "encoding",
+            "tokenizer.encoding: token encoding chars_per_token:1e-300: the characters per token \
+             must be a number from 0.01 to 1000, got 1e-300",
+        ),
+        (
+            "[tokenizer]\nencoding = \"chars/1e-16\"\n",
+            "encoding",
+            "tokenizer.encoding: token encoding chars_per_token:1e-16: the characters per \
+             token must be a number from 0.01 to 1000, got 1e-16",
+        ),
+        (
+            "[provider.price]\ninput_per_mtok = inf\noutput_per_mtok = 1.0\n",
+            "input_per_mtok",
+            "provider.price.input_per_mtok: must be a number from 0 to 100000, got inf",
+        ),
+        (
+            "[provider.price]\ninput_per_mtok = 1.0\noutput_per_mtok = -1.0\n",
+            "output_per_mtok",
+            "provider.price.output_per_mtok: must be a number from 0 to 100000, got -1.0",
+        ),
+        (
+            "[provider.price]\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\nbatch_factor = nan\n",
+            "batch_factor",
+            "provider.price.batch_factor: must be a number from 0 to 10, got NaN",
+        ),
+    ] {
+        let toml = format!(
+            "[store]\npath = \"store.sqlite3\"\n{table}\n[[stage]]\nname = \"a\"\n\
+             plugin = \"strategy.so\"\n"
+        );
+        let line = 1 + toml
+            .lines()
+            .position(|l| l.starts_with(&format!("{key} =")))
+            .unwrap();
+        let config = write_chain(&dir, &toml);
+        let config = config.to_str().unwrap();
+        for args in [
+            vec!["check-config", config],
+            vec!["compact", input.to_str().unwrap(), "--config", config],
+        ] {
+            let out = tamp(&args, &dir);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("error: {config}:{line}: {says}")),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
 /// Point 7: a lone surrogate in text tamp reads is named as what it is.
 #[test]
 fn a_lone_surrogate_in_read_text_is_named_as_such() {

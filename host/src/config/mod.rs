@@ -248,20 +248,16 @@ impl LoadedChainFile {
         self.file.proxy.validate().map_err(at_field)?;
         self.file.http.validate().map_err(at_field)?;
         self.file.threads.validate().map_err(at_field)?;
-        if self
+        if let Err(e) = self
             .file
             .tokenizer
             .encoding
             .parse::<crate::tokens::Encoding>()
-            .is_err()
         {
             return Err(self.error_at_key(
                 "tokenizer",
                 "encoding",
-                format!(
-                    "tokenizer.encoding: unknown encoding \"{}\"; expected o200k_base, cl100k_base or chars_per_token:N",
-                    self.file.tokenizer.encoding
-                ),
+                format!("tokenizer.encoding: {e}"),
             ));
         }
         let mut names = std::collections::HashSet::new();
@@ -461,6 +457,14 @@ impl LoadedChainFile {
         }
         if let Err(message) = bounded::positive_seconds(provider.timeout_secs) {
             return fail("timeout_secs", message);
+        }
+        if let Some(price) = &provider.price {
+            if let Err(e) = price.validate() {
+                return Err(self.error(
+                    key_line(&self.source, &["provider", "price", e.key]),
+                    e.to_string(),
+                ));
+            }
         }
         if provider.retry_max_ms < provider.retry_initial_ms {
             return fail(
