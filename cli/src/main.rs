@@ -31,6 +31,7 @@ use tamp_host::chain::{
     Chain, ChainError, ChainReport, CompactOptions, FileOverrides, StageStatus,
 };
 use tamp_host::config::{self, LoadedChainFile};
+use tamp_host::input_file;
 use tamp_host::loader::{resolve_plugin, LoadedPlugin};
 use tamp_host::store::{self, PageStore, StoreSpec};
 use tamp_host::wire::{self, WireFormat};
@@ -304,6 +305,10 @@ fn main() -> ExitCode {
     // A pinned plugin is loaded from a private copy even here (see `loader::load_trusted`);
     // the library stays mapped, the copy on disk is not needed any more.
     tamp_host::loader::remove_private_copies();
+    // Every command has finished its work (a server has drained within its grace). A
+    // blocking task still running (a read that never returns, a plugin's call that never
+    // ends) would make dropping the runtime wait for it for ever: it is left to the exit.
+    rt.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -403,18 +408,17 @@ fn compact_to(
         args.input.as_str()
     };
     let bytes = if args.input == "-" {
-        let mut stdin = std::io::stdin();
-        if stdin.is_terminal() {
+        if std::io::stdin().is_terminal() {
             eprintln!(
                 "tamp compact: reading the conversation from stdin (end with Ctrl-D), or pass \
                  its file: tamp compact conversation.json"
             );
         }
-        let mut bytes = Vec::new();
-        stdin.read_to_end(&mut bytes).context("cannot read stdin")?;
-        bytes
+        input_file::read_stdin(input_file::Limit::CONVERSATION)
+            .map_err(|e| anyhow::anyhow!("cannot read stdin: {e}"))?
     } else {
-        std::fs::read(&args.input).with_context(|| format!("cannot read {}", args.input))?
+        input_file::read(Path::new(&args.input), input_file::Limit::CONVERSATION)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.input))?
     };
     let text = utf8_text(bytes).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     let format = args

@@ -18,6 +18,7 @@
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
 //!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
 //! - [`eval`]: `tamp eval`, chains compared side by side.
+//! - [`input_file`]: every file tamp reads whole, opened without waiting and bounded, a leaf.
 //! - [`wasm`]: strategies as WebAssembly components (the runtime is the `wasm` feature).
 //!
 //! Features (on by default): `http-providers` (the Anthropic and OpenAI clients),
@@ -39,6 +40,7 @@ pub mod error_text;
 pub mod eval;
 #[cfg(feature = "serve")]
 pub mod http;
+pub mod input_file;
 pub mod invariants;
 pub mod loader;
 pub mod logging;

@@ -8,6 +8,7 @@
 //! ("What a hostile-input probe checks").
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use tamp_e2e::serve_support::ScratchDir;
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
@@ -153,6 +154,189 @@ fn a_number_that_scales_a_count_is_range_checked() {
             );
         }
     }
+}
+
+/// Every file tamp reads whole is opened without waiting, refused unless it is a regular
+/// file, and read up to a bound the error names: `check-config /dev/zero` grew to 4 GB in 8 s,
+/// `compact --config /dev/zero` to 5.6 GB, a chain file swapped for a symlink to `/dev/zero`
+/// ran out of memory, and a FIFO hung for ever. Each is now a refusal within seconds, exit 1,
+/// naming the file and what it is (or the bound): chain files, conversations (a file or
+/// stdin), facts files, scripts, recorded answers and a stage's JSON config.
+#[test]
+fn files_that_never_end_or_never_open_are_refused_at_once() {
+    let dir = ScratchDir::new("unbounded-reads");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(dir.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.toml")).unwrap();
+    // Sparse: 17 MiB that take no room.
+    std::fs::File::create(dir.join("big.toml"))
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    std::fs::write(
+        dir.join("input.json"),
+        corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
+    )
+    .unwrap();
+    let chain = |provider: &str| {
+        format!(
+            "[store]\npath = \"store.sqlite3\"\n{provider}\n[[stage]]\nname = \"a\"\n\
+             plugin = \"strategy.so\"\n"
+        )
+    };
+    std::fs::write(dir.join("chain.toml"), chain("")).unwrap();
+    std::fs::write(
+        dir.join("scripted.toml"),
+        chain("[provider]\nkind = \"scripted\"\nscript = \"pipe\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("replay.toml"),
+        chain("[provider]\nkind = \"replay\"\nanswers = \"zero.toml\"\n"),
+    )
+    .unwrap();
+    let fifo = "it is a FIFO (named pipe), not a regular file";
+    let device = "it is a character device, not a regular file";
+    let cases: Vec<(Vec<&str>, String)> =
+        vec![
+        (
+            vec!["check-config", "/dev/zero"],
+            format!("error: /dev/zero: cannot read: {device}"),
+        ),
+        (
+            vec!["check-config", "zero.toml"],
+            format!("error: zero.toml: cannot read: {device}"),
+        ),
+        (
+            vec!["check-config", "pipe"],
+            format!("error: pipe: cannot read: {fifo}"),
+        ),
+        (
+            vec!["check-config", "big.toml"],
+            "error: big.toml: cannot read: it has 17825792 bytes, more than the 16 MiB a chain \
+             file may have; not read further"
+                .into(),
+        ),
+        (
+            vec!["compact", "input.json", "--config", "/dev/zero"],
+            format!("error: /dev/zero: cannot read: {device}"),
+        ),
+        (
+            vec!["compact", "pipe", "--config", "chain.toml"],
+            format!("error: cannot read pipe: {fifo}"),
+        ),
+        (
+            vec!["compact", "zero.toml", "--config", "chain.toml"],
+            format!("error: cannot read zero.toml: {device}"),
+        ),
+        (
+            vec!["compact", "input.json", "--config", "scripted.toml"],
+            format!("pipe: cannot read: {fifo}"),
+        ),
+        (
+            vec!["compact", "input.json", "--config", "replay.toml"],
+            format!("zero.toml: {device}"),
+        ),
+        (
+            vec!["eval", "--chain", "chain.toml", "--facts", "pipe", "input.json"],
+            format!("error: pipe: cannot read the facts file: {fifo}"),
+        ),
+        (
+            vec!["conformance", "strategy.so", "--config", "@pipe"],
+            format!("error: --config @pipe: cannot read: {fifo}"),
+        ),
+    ];
+    for (args, says) in cases {
+        let out = tamp_e2e::run_tamp_within(&args, &dir, Stdio::null(), Duration::from_secs(30));
+        let stderr = text(&out.stderr);
+        // `tamp conformance` exits 2 on an error of its own (1 is a failed check).
+        let code = if args[0] == "conformance" { 2 } else { 1 };
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&says),
+            "{args:?}: {says:?} not in: {stderr}"
+        );
+    }
+    // Standard input, where `-` names it, is read up to the conversation's bound.
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let out = tamp_e2e::run_tamp_within(
+        &["compact", "-", "--config", "chain.toml"],
+        &dir,
+        Stdio::from(zero),
+        Duration::from_secs(60),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "error: cannot read stdin: it goes on, more than the 256 MiB a conversation may \
+             have; not read further"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A FIFO put in place of the chain file while `tamp serve` runs wedged the reloader for good
+/// (its read waited for a writer that never came), and SIGTERM then printed `stopped` while
+/// the process ran on past its grace. Now each such reload is refused at once, naming the
+/// FIFO, the next good file is loaded, and SIGTERM ends the process within its grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_place_of_the_chain_file_never_wedges_reload_or_shutdown() {
+    use tamp_e2e::serve_support::{chain_stage_names, Server};
+    let dir = ScratchDir::new("fifo-chain");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let chain = |stage: &str| {
+        format!(
+            "[store]\npath = \"store.sqlite3\"\n\n[[stage]]\nname = \"{stage}\"\n\
+             plugin = \"strategy.so\"\n"
+        )
+    };
+    let config = write_chain(&dir, &chain("first"));
+    let mut server = Server::start(&config, &["--shutdown-grace-secs", "2"]);
+    let fifo_in_place = || {
+        std::fs::remove_file(&config).unwrap();
+        let made = Command::new("mkfifo").arg(&config).status().unwrap();
+        assert!(made.success());
+    };
+    let refused = |c: &serde_json::Value| {
+        c["last_reload_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot read: it is a FIFO (named pipe)"))
+    };
+    fifo_in_place();
+    let shown = server
+        .wait_for_chain("the FIFO's refusal", Duration::from_secs(20), refused)
+        .await;
+    assert_eq!(chain_stage_names(&shown), ["first"], "{shown:#}");
+    // Not wedged: the next good file is loaded.
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, chain("second")).unwrap();
+    server
+        .wait_for_chain("the file after the FIFO", Duration::from_secs(20), |c| {
+            chain_stage_names(c) == ["second"] && c["last_reload_error"].is_null()
+        })
+        .await;
+    fifo_in_place();
+    server
+        .wait_for_chain(
+            "the second FIFO's refusal",
+            Duration::from_secs(20),
+            refused,
+        )
+        .await;
+    server.sigterm();
+    let started = std::time::Instant::now();
+    let status = server.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}: {}", server.log());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped after {:?}",
+        started.elapsed()
+    );
 }
 
 /// Point 7: a lone surrogate in text tamp reads is named as what it is.

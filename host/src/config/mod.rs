@@ -213,13 +213,15 @@ pub struct LoadedChainFile {
 }
 
 impl LoadedChainFile {
-    /// Reads and parses `path`, checking everything that needs no plugin.
+    /// Reads and parses `path`, checking everything that needs no plugin. Only a regular file
+    /// is read, within [`crate::input_file::Limit::CHAIN_FILE`] (see [`crate::input_file`]).
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let source = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            line: None,
-            message: format!("cannot read: {e}"),
-        })?;
+        let source = crate::input_file::read_to_string(path, crate::input_file::Limit::CHAIN_FILE)
+            .map_err(|e| ConfigError {
+                file: path.to_path_buf(),
+                line: None,
+                message: format!("cannot read: {e}"),
+            })?;
         Self::parse(path, source)
     }
 
