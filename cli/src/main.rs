@@ -910,6 +910,7 @@ mod tests {
             ("--config", "chain.toml"),
             ("--listen", "127.0.0.1:9123"),
             ("--max-body", "2MiB"),
+            ("--max-body-memory", "6MiB"),
             ("--auth-token-env", "TAMP_TOKEN"),
             ("--debounce-ms", "50"),
             ("--store", "pages.sqlite3"),
@@ -926,6 +927,7 @@ mod tests {
             config: "chain.toml".into(),
             listen: "127.0.0.1:9123".parse().unwrap(),
             max_body: 2 << 20,
+            max_body_memory: 6 << 20,
             auth_token_env: Some("TAMP_TOKEN".into()),
             debounce_ms: 50,
             store: Some("pages.sqlite3".into()),
@@ -962,6 +964,7 @@ mod tests {
             (
                 o.listen.to_string(),
                 o.max_body,
+                o.max_body_memory,
                 o.header_timeout_secs,
                 o.body_timeout_secs,
                 o.max_connections,
@@ -969,11 +972,11 @@ mod tests {
         };
         assert_eq!(
             defaults(&serve),
-            ("127.0.0.1:7474".into(), 8 << 20, 10.0, 30.0, 512)
+            ("127.0.0.1:7474".into(), 8 << 20, 512 << 20, 10.0, 30.0, 512)
         );
         assert_eq!(
             defaults(&proxy),
-            ("127.0.0.1:7475".into(), 64 << 20, 30.0, 60.0, 1024)
+            ("127.0.0.1:7475".into(), 64 << 20, 1 << 30, 30.0, 60.0, 1024)
         );
         assert_eq!((serve.debounce_ms, serve.shutdown_grace_secs), (200, 60.0));
         assert_eq!((proxy.debounce_ms, proxy.shutdown_grace_secs), (200, 60.0));
@@ -985,6 +988,7 @@ mod tests {
                 [
                     "[default: 127.0.0.1:7474]",
                     "[default: 8MiB]",
+                    "[default: 512MiB]",
                     "[default: 512]",
                     "every route but /healthz",
                     "Largest body of a request",
@@ -995,6 +999,7 @@ mod tests {
                 [
                     "[default: 127.0.0.1:7475]",
                     "[default: 64MiB]",
+                    "[default: 1GiB]",
                     "[default: 1024]",
                     "tamp's own routes under /tamp/",
                     "Largest body of a compacted route's request",

@@ -906,7 +906,7 @@ fn api() -> &'static Api {
             access,
             in_flight: Arc::new(InFlight::default()),
             batch_metrics: None,
-            gate: Gate::new(8 << 20, Duration::from_secs(30), 64, stopping),
+            gate: Gate::new(8 << 20, 512 << 20, Duration::from_secs(30), 64, stopping),
         });
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
