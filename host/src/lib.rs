@@ -51,6 +51,7 @@ pub mod plugin_load;
 pub mod providers;
 #[cfg(feature = "serve")]
 pub mod proxy;
+pub mod redact;
 pub mod rules;
 #[cfg(test)]
 mod scratch;

@@ -339,6 +339,164 @@ async fn a_fifo_in_place_of_the_chain_file_never_wedges_reload_or_shutdown() {
     );
 }
 
+/// A credential in a URL the operator writes is never shown: `[proxy] anthropic =
+/// "http://produser:S3CRET@127.0.0.1:9"` was quoted whole in every 502 body and in the
+/// startup log. One is planted in every URL a chain file or its environment names (both
+/// upstreams, the provider's base URL, a PostgreSQL store's URL) and in the URLs a config
+/// check refuses; no answer body or header, report, output or log line (at trace level) of
+/// `check-config`, `compact`, `serve` and `proxy` holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
+    use tamp_e2e::serve_support::Server;
+    const SECRET: &str = "S3CRET-PW-IN-URL";
+    let dir = ScratchDir::new("url-credentials");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    std::fs::write(
+        dir.join("input.json"),
+        corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
+    )
+    .unwrap();
+    let url = format!("http://produser:{SECRET}@127.0.0.1:9");
+    let chain = format!(
+        "[budget]\nmax_tokens = 2000\nkeep_recent = 4\n\n[store]\npath = \"store.sqlite3\"\n\n\
+         [provider]\nkind = \"openai\"\nmodel = \"m\"\nbase_url = \"{url}/v1\"\n\
+         max_retries = 0\n\n[proxy]\nanthropic = \"{url}\"\nopenai = \"{url}\"\n\n\
+         [[stage]]\nname = \"archive\"\nplugin = \"strategy.so\"\n\
+         [stage.config]\nkeep_exchanges = 1\n"
+    );
+    let config = dir.join("served.toml");
+    std::fs::write(&config, &chain).unwrap();
+    let config = config.to_str().unwrap();
+    let trace = [("TAMP_LOG", "trace")];
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(tamp_bin())
+            .args(args)
+            .current_dir(&*dir)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!all.contains(SECRET), "{args:?}: {all}");
+        (out, all)
+    };
+    let (out, _) = run(&["check-config", config], &trace);
+    assert!(out.status.success());
+    let (out, all) = run(
+        &[
+            "compact",
+            "input.json",
+            "--config",
+            config,
+            "--report-json",
+            "-",
+        ],
+        &trace,
+    );
+    assert!(out.status.success(), "{all}");
+    // The provider was called, and its failure reported: without naming the credential.
+    assert!(
+        all.contains("llm_errors") && all.contains("127.0.0.1:9/v1/chat/completions"),
+        "{all}"
+    );
+    // URLs refused by the config check; a PostgreSQL store that cannot be reached.
+    for (table, says) in [
+        (
+            format!("[proxy]\nanthropic = \"ftp://produser:{SECRET}@h\"\n"),
+            "proxy.anthropic: must be an http:// or https:// URL with a host, got \
+             \"ftp://[redacted]@h\"",
+        ),
+        (
+            format!(
+                "[provider]\nkind = \"openai\"\nmodel = \"m\"\nbase_url = \"ftp://u:{SECRET}@h\"\n"
+            ),
+            "provider.base_url: must be an http:// or https:// URL, got \"ftp://[redacted]@h\"",
+        ),
+        (
+            "[store]\nkind = \"postgres\"\nurl_env = \"TAMP_TEST_DB_URL\"\n".to_string(),
+            "127.0.0.1:9",
+        ),
+    ] {
+        let refused = write_chain(&dir, &table);
+        let db = format!("postgres://produser:{SECRET}@127.0.0.1:9/tamp");
+        let (out, all) = run(
+            &["check-config", refused.to_str().unwrap()],
+            &[("TAMP_TEST_DB_URL", db.as_str()), ("TAMP_LOG", "trace")],
+        );
+        assert_eq!(out.status.code(), Some(1), "{all}");
+        assert!(all.contains(says), "{says:?} not in: {all}");
+    }
+    let config = std::path::Path::new(config);
+
+    // The proxy: its startup line, the 502s of both upstreams, the 400 of a target its
+    // OpenAI base URL cannot place, and its log.
+    let proxy = Server::start_command("proxy", config, &[], &trace);
+    let client = reqwest::Client::new();
+    let body = serde_json::json!({"model": "m", "max_tokens": 1,
+        "messages": [{"role": "user", "content": "hi"}]});
+    for (path, status) in [
+        ("/v1/messages", 502),
+        ("/v1/chat/completions", 502),
+        ("/other", 400),
+    ] {
+        let request = client.post(proxy.url(path)).json(&body);
+        // Anthropic's headers on its route; a shared path without them goes to OpenAI.
+        let request = if path == "/v1/messages" {
+            request
+                .header("anthropic-version", "2023-06-01")
+                .header("x-api-key", "sk-client")
+        } else {
+            request.bearer_auth("sk-client")
+        };
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{path}");
+        let headers = format!("{:?}", answer.headers());
+        let text = answer.text().await.unwrap();
+        assert!(text.contains("[redacted]"), "{path}: {text}");
+        assert!(
+            !text.contains(SECRET) && !headers.contains(SECRET),
+            "{path}: {text}"
+        );
+    }
+    for path in ["/tamp/healthz", "/tamp/metrics"] {
+        let text = client
+            .get(proxy.url(path))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!text.contains(SECRET), "{path}: {text}");
+    }
+    let log = proxy.log_containing(&["http://[redacted]@127.0.0.1:9"]);
+    assert!(log.contains("TRACE"), "not a trace log: {log}");
+    assert!(
+        log.contains("upstreams anthropic -> http://[redacted]@127.0.0.1:9"),
+        "{log}"
+    );
+    assert!(!log.contains(SECRET), "{log}");
+    drop(proxy);
+
+    // tamp serve: the compaction's report and the chain it shows.
+    let serve = Server::start_with_env(config, &[], &trace);
+    let conversation: serde_json::Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let (status, answer) = serve
+        .compact(&serde_json::json!({"conversation": conversation, "thread_continuity": false}))
+        .await;
+    assert_eq!(status, 200, "{answer:#}");
+    let answer = answer.to_string();
+    assert!(
+        answer.contains("llm_errors") && answer.contains("127.0.0.1:9") && !answer.contains(SECRET),
+        "{answer}"
+    );
+    let chain = serve.get_json("/v1/chain").await.to_string();
+    assert!(!chain.contains(SECRET), "{chain}");
+    let log = serve.log();
+    assert!(log.contains("TRACE") && !log.contains(SECRET), "{log}");
+}
+
 /// Point 7: a lone surrogate in text tamp reads is named as what it is.
 #[test]
 fn a_lone_surrogate_in_read_text_is_named_as_such() {

@@ -428,7 +428,10 @@ impl LoadedChainFile {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return fail(
                     "base_url",
-                    format!("must be an http:// or https:// URL, got \"{url}\""),
+                    format!(
+                        "must be an http:// or https:// URL, got \"{}\"",
+                        crate::redact::url(url)
+                    ),
                 );
             }
         }
