@@ -244,8 +244,11 @@ enum PagesCommand {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
-    /// Read every page back and check it: its messages parse and still hash to its id.
-    /// Prints each damaged page and exits 1 if there is any.
+    /// Read the whole store back and check it: every page (its messages still hash to its
+    /// id, the rest matches its seal), thread state and summary-cache entry (each matches its
+    /// seal), and deferred-queue item (it reads back), and run the database's own integrity
+    /// check (SQLite's integrity_check; on PostgreSQL, amcheck's where installed). Prints each
+    /// problem and exits 1 if there is any.
     #[command(
         after_help = "Example (from the repository root; the compaction archives pages):\n  \
         tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
@@ -782,6 +785,11 @@ fn check_plugin_header(path: &Path) -> Result<()> {
 /// reading pages never creates an empty store, and never needs to write its directory. An
 /// error names what gave the store: the `--store` flag, or the chain file's line.
 fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
+    open_whole_store(args).map(|s| s.pages)
+}
+
+/// The store [`StoreArgs`] name, opened read-only, all four of its faces.
+fn open_whole_store(args: &StoreArgs) -> Result<store::Store> {
     let file = args
         .config
         .as_deref()
@@ -811,9 +819,7 @@ fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
             )));
         }
     }
-    store::open_read_only(&spec)
-        .map(|s| s.pages)
-        .map_err(|e| blame(e.to_string()))
+    store::open_read_only(&spec).map_err(|e| blame(e.to_string()))
 }
 
 fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
@@ -838,22 +844,44 @@ fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
             }
         }
         PagesCommand::Verify { store } => {
-            let store = open_store(&store)?;
-            let check = rt.block_on(store.verify_pages())?;
-            for page in &check.damaged {
-                out!("{}: {}", page.id, page.detail);
+            let store = open_whole_store(&store)?;
+            let check = rt.block_on(store::verify(&store))?;
+            for problem in check.problems() {
+                out!("{problem}");
             }
-            if !check.damaged.is_empty() {
+            let checked = [&check.threads, &check.cache, &check.queue]
+                .iter()
+                .map(|c| c.checked)
+                .sum::<u64>()
+                + check.pages.checked;
+            let damaged = [&check.threads, &check.cache, &check.queue]
+                .iter()
+                .map(|c| c.damaged.len())
+                .sum::<usize>()
+                + check.pages.damaged.len();
+            let integrity = match &check.integrity {
+                None => "; the database has no integrity check to run".to_string(),
+                Some(found) if found.is_empty() => {
+                    "; the database's integrity check found nothing wrong".to_string()
+                }
+                Some(found) => format!(
+                    "; the database's integrity check found {} problem(s)",
+                    found.len()
+                ),
+            };
+            if !check.problems().is_empty() {
                 bail!(
-                    "{} of {} page(s) in {} are damaged",
-                    check.damaged.len(),
-                    check.checked,
+                    "{damaged} of {checked} item(s) in {} are damaged{integrity}",
                     store.describe()
                 );
             }
             out!(
-                "ok: {} page(s) in {} verified",
-                check.checked,
+                "ok: {} page(s), {} thread state(s), {} cache entries and {} queue item(s) in {} \
+                 verified{integrity}",
+                check.pages.checked,
+                check.threads.checked,
+                check.cache.checked,
+                check.queue.checked,
                 store.describe()
             );
         }

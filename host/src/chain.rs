@@ -34,6 +34,7 @@ use crate::store::threads::{
     ThreadStore, ThreadsConfig,
 };
 use crate::store::{DeferredQueue, PageStore, SqliteStore, SummaryCache};
+use crate::summary_mac::SummaryKey;
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
@@ -92,6 +93,8 @@ pub struct Chain {
     price: Option<PriceConfig>,
     ctx: Arc<HostContext>,
     threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
+    /// The key whose MACs make a summary tamp's ([`crate::summary_mac`]): the store's.
+    summaries: SummaryKey,
 }
 
 /// Per-call choices.
@@ -147,6 +150,15 @@ pub struct ChainReport {
     /// verbatim where it stood, given to no strategy (`sdk::pinned`), compacted around.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub opaque: Vec<OpaqueCount>,
+    /// Messages that read as a summary but carry no MAC of this chain's store (written by
+    /// someone else, or altered since): read as the ordinary text they are
+    /// ([`crate::summary_mac`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unrecognized_summaries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// How many of one kind of thing tamp did not know a conversation held.
@@ -489,6 +501,8 @@ impl ChainBuilder {
                 TokenCounter::new(crate::tokens::Encoding::O200kBase).map_err(ChainError::Setup)?,
             ),
         };
+        // A store that keeps no key (a stand-in `PageStore`): one for this chain's life.
+        let summaries = store.summary_key().unwrap_or_else(SummaryKey::random);
         Ok(Chain {
             stages: self.stages,
             budget: self.budget,
@@ -504,6 +518,7 @@ impl ChainBuilder {
                 progress: self.progress,
             }),
             threads: self.threads,
+            summaries,
         })
     }
 }
@@ -729,6 +744,14 @@ impl Chain {
         &self.ctx.store
     }
 
+    /// Gives every summary in `messages` this chain's MAC, so that [`Chain::compact`] reads
+    /// them as tamp's own: for a program embedding the chain that keeps summaries it made (or
+    /// builds them itself). Without it, a summary that no chain of this store wrote is read as
+    /// text ([`crate::summary_mac`]).
+    pub fn seal_summaries(&self, messages: &mut [Message]) {
+        self.summaries.seal(messages);
+    }
+
     /// The deferred queue this chain's stages queue into, when it has one.
     pub fn queue(&self) -> Option<&Arc<dyn DeferredQueue>> {
         self.ctx.queue.as_ref()
@@ -796,9 +819,15 @@ impl Chain {
     /// taken (an `async fn` keeps its arguments beside the futures it awaits).
     pub fn compact<'a>(
         &'a self,
-        conversation: Conversation,
+        mut conversation: Conversation,
         options: &'a CompactOptions,
     ) -> impl Future<Output = Result<Compacted, ChainError>> + Send + 'a {
+        // Before anything reads it (the thread's key included): what only looks like one of
+        // tamp's summaries is the text it is from here on.
+        let unrecognized = self
+            .summaries
+            .recognize(conversation.messages.as_mut_slice());
+        let unrecognized = u32::try_from(unrecognized).unwrap_or(u32::MAX);
         let thread = self
             .threads
             .as_ref()
@@ -812,15 +841,14 @@ impl Chain {
                 Some((store.as_ref(), config, key))
             });
         match thread {
-            None => Either::Left(self.run_chain(conversation, options)),
+            None => Either::Left(self.run_chain(conversation, options, unrecognized)),
             // Boxed: the thread's state is then not part of every compaction's in-flight
             // state.
             Some((store, config, key)) => Either::Right(Box::pin(self.continue_thread(
                 conversation,
                 options,
-                store,
-                config,
-                key,
+                (store, config, key),
+                unrecognized,
             ))),
         }
     }
@@ -830,9 +858,8 @@ impl Chain {
         &self,
         conversation: Conversation,
         options: &CompactOptions,
-        store: &dyn ThreadStore,
-        config: &ThreadsConfig,
-        key: ThreadKey,
+        (store, config, key): (&dyn ThreadStore, &ThreadsConfig, ThreadKey),
+        unrecognized: u32,
     ) -> Result<Compacted, ChainError> {
         // Checked before anything is read or stored for it.
         let format = options
@@ -840,8 +867,20 @@ impl Chain {
             .unwrap_or_else(|| infer_format(&conversation.messages));
         check_tool_pairing(&conversation.messages, format)?;
         let mut error = None;
+        let mut refused = false;
         let previous = match store.get_thread(&key.key, config.ttl_secs).await {
             Ok(state) => state,
+            // Altered in the store: not a word of it is used, and this call's answer, stored
+            // below, replaces it.
+            Err(e) if e.is_damaged() => {
+                tracing::warn!(
+                    "thread state refused, the thread starts again from the request's raw \
+                     history: {e}"
+                );
+                error = Some(e.to_string());
+                refused = true;
+                None
+            }
             Err(e) => {
                 tracing::warn!("thread state not read, compacting from the request: {e}");
                 error = Some(e.to_string());
@@ -874,7 +913,7 @@ impl Chain {
             }
             None => conversation,
         };
-        let mut compacted = self.run_chain(input, options).await?;
+        let mut compacted = self.run_chain(input, options, unrecognized).await?;
         let acted = compacted
             .report
             .stages
@@ -916,16 +955,20 @@ impl Chain {
             messages_covered: if resumed.is_some() { covered as u64 } else { 0 },
             prefix_kept_tokens,
             stored,
+            state_refused: refused,
             error,
         });
         Ok(compacted)
     }
 
-    /// Runs the stages on `conversation`.
+    /// Runs the stages on `conversation` (whose summaries [`Chain::compact`] has checked,
+    /// `unrecognized` of them read as text), and gives the summaries of what it returns
+    /// their MACs.
     async fn run_chain(
         &self,
         conversation: Conversation,
         options: &CompactOptions,
+        unrecognized: u32,
     ) -> Result<Compacted, ChainError> {
         let started = Instant::now();
         let format = options
@@ -985,6 +1028,11 @@ impl Chain {
             usage.add(&r.usage);
         }
         let acted = runs.iter().any(|r| r.status == StageStatus::Acted);
+        if acted {
+            // The input's summaries carry their MACs already; a stage's new or changed ones
+            // get theirs here, so the next request reads them as tamp's.
+            self.summaries.seal(current.messages.as_mut_slice());
+        }
         let low_watermark_missed = (over_budget && tokens > low).then(|| {
             let (head_tokens, tail_tokens) = (shape.head_tokens, shape.tail_tokens);
             let protected = head_tokens + tail_tokens;
@@ -1034,6 +1082,7 @@ impl Chain {
             thread: None,
             low_watermark_missed,
             opaque: OpaqueCount::of(&current.messages),
+            unrecognized_summaries: unrecognized,
         };
         Ok(Compacted {
             conversation: current,

@@ -14,6 +14,7 @@
 //! - [`chain`]: runs stages in order; [`edits`] checks and applies what a stage returns;
 //!   [`invariants`] and [`rules`]: the rules every stage keeps.
 //! - [`store::threads`]: thread continuity, so a growing thread pays for what is new.
+//! - [`summary_mac`]: the summaries tamp believes, those its store's key vouches for.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
 //!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
@@ -61,6 +62,7 @@ pub mod services;
 pub mod signals;
 pub mod stage_guard;
 pub mod store;
+pub mod summary_mac;
 pub mod tokens;
 pub mod wasm;
 pub mod wire;

@@ -766,6 +766,8 @@ fn a_summary_longer_than_its_input_is_flagged() {
     // The prior summary is folded into the new one (keep_summaries_share 0).
     let config = json!({"keep_summaries_share": 0.0});
     let chain = stage_chain(config, provider, Encoding::CharsPerToken(1.0), 1);
+    let mut input = input;
+    chain.seal_summaries(input.messages.as_mut_slice());
     let out = rt()
         .block_on(chain.compact(input, &CompactOptions::default()))
         .unwrap();

@@ -342,6 +342,60 @@ fn compacted_store(dir: &Path) -> (PathBuf, Vec<String>) {
     (store, pages)
 }
 
+/// 4 KiB of the deferred queue's index overwritten in place broke no seal, and `tamp pages
+/// verify` said ok while SQLite's own `integrity_check` said `database disk image is
+/// malformed`. `pages verify` runs that check too, and names what it finds.
+#[test]
+fn a_store_file_overwritten_in_place_fails_pages_verify() {
+    let dir = ScratchDir::new("loss-integrity");
+    let (store, pages) = compacted_store(&dir);
+    let store_arg = store.to_str().unwrap();
+    let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with(&format!("ok: {} page(s), ", pages.len()))
+            && stdout.contains("the database's integrity check found nothing wrong"),
+        "{stdout}"
+    );
+    let (page_size, root) = {
+        let conn = rusqlite::Connection::open(&store).unwrap();
+        let page_size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        let root: i64 = conn
+            .query_row(
+                "SELECT rootpage FROM sqlite_schema WHERE name = 'deferred_by_state'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        (page_size, root)
+    };
+    {
+        use std::io::{Seek as _, Write as _};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&store)
+            .unwrap();
+        file.seek(std::io::SeekFrom::Start(((root - 1) * page_size) as u64))
+            .unwrap();
+        file.write_all(&vec![0xAB; 4096]).unwrap();
+    }
+    let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("the database's integrity check: "),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("are damaged; the database's integrity check found"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
     let dir = ScratchDir::new("loss-verify");
@@ -486,7 +540,10 @@ async fn every_field_of_a_page_in_postgres_is_checked_and_an_old_database_is_sea
     // seals its pages as they are.
     server.psql(
         db,
-        "ALTER TABLE pages DROP COLUMN seal; DELETE FROM tamp_schema_migrations WHERE version = 6;",
+        "ALTER TABLE pages DROP COLUMN seal; DROP TABLE tamp_secrets;
+         ALTER TABLE threads DROP COLUMN seal; ALTER TABLE llm_answers DROP COLUMN seal;
+         ALTER TABLE range_summaries DROP COLUMN seal;
+         DELETE FROM tamp_schema_migrations WHERE version >= 6;",
     );
     let store = PostgresStore::open_unshared(&url, 2).unwrap();
     let check = store.verify_pages().await.unwrap();

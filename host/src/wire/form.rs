@@ -52,6 +52,8 @@ pub(crate) const TAIL: &str = "tamp:tail";
 pub(crate) const PART: &str = "tamp:part";
 /// Marker key (Responses call): the call was a `custom_tool_call` (`"custom"`).
 pub(crate) const CALL: &str = "tamp:call";
+/// Marker key (summary message): the MAC its marker carried (see [`super::summary_marker`]).
+pub(crate) const MAC: &str = "tamp:mac";
 /// Marker key (Responses, in `metadata_json`): `input` was a string (`"string"`).
 pub(crate) const INPUT: &str = "tamp:input";
 /// Marker keys the SDK reads (`sdk::pinned`): what the reader did not know, and a provider's

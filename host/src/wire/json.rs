@@ -380,6 +380,20 @@ impl<'a> Extra<'a> {
             .map(|(k, v)| (k, *v))
     }
 
+    /// `text` (an `extra_json`) with its marker `key` set to the string `value`, or removed
+    /// when `value` is `None`; every other field kept as its exact text, in order.
+    pub(crate) fn with_marker(text: &str, key: &str, value: Option<&str>) -> RString {
+        let extra = Extra::parse(text);
+        let mut out = ObjText::new();
+        for (name, raw) in extra.fields.iter().filter(|(name, _)| name != key) {
+            out.raw(name, raw.get());
+        }
+        if let Some(value) = value {
+            out.string(key, value);
+        }
+        out.finish()
+    }
+
     /// Removes and returns the first wire field named `key`.
     pub(crate) fn take(&mut self, key: &str) -> Option<Raw<'a>> {
         let at = self.fields.iter().position(|(k, _)| k == key)?;

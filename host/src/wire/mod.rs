@@ -775,34 +775,86 @@ pub(crate) fn mark_opaque(extra: &mut json::ObjText, entries: &[String]) {
 }
 
 /// A parsed message: its blocks and recorded extras, read back as a summary if its text is a
-/// `<tamp-summary>` marker. Both wire readers end each message here.
+/// `<tamp-summary>` marker (its MAC kept in the `tamp:mac` marker). Both wire readers end each
+/// message here.
 pub(crate) fn finish_message(
     role: crate::plugin_api::Role,
     blocks: Vec<ContentBlock>,
-    extra: json::ObjText,
+    mut extra: json::ObjText,
 ) -> Message {
     let mut message = Message {
         role,
         content: abi_stable::std_types::RVec::from(blocks),
         summary: ROption::RNone,
-        extra_json: extra.finish(),
+        extra_json: RString::new(),
     };
-    read_summary(&mut message);
+    if let Some(mac) = read_summary(&mut message) {
+        extra.string(form::MAC, &mac);
+    }
+    message.extra_json = extra.finish();
     message
 }
 
-fn read_summary(message: &mut Message) {
+/// Makes `message` a summary when its one text block is a marker; the marker's MAC, if any.
+fn read_summary(message: &mut Message) -> Option<String> {
     let [ContentBlock::Text { text, .. }] = &mut message.content[..] else {
-        return;
+        return None;
     };
     if !summary_marker::looks_like_marker(text.as_str()) {
+        return None;
+    }
+    let marker = summary_marker::read(text.as_str())?;
+    let mac = marker.mac.map(str::to_owned);
+    let body = RString::from(marker.body);
+    message.summary = ROption::RSome(marker.info);
+    *text = body;
+    mac
+}
+
+/// The MAC a summary message is written with (its `tamp:mac` marker): the one its marker
+/// carried when read, or one set by [`set_summary_mac`].
+pub fn summary_mac(message: &Message) -> Option<String> {
+    json::Extra::parse(message.extra_json.as_str())
+        .marker(form::MAC)
+        .map(Cow::into_owned)
+}
+
+/// Sets the MAC a summary message is written with, or removes it (`None`).
+pub fn set_summary_mac(message: &mut Message, mac: Option<&str>) {
+    if mac.is_none() && !message.extra_json.contains(form::MAC) {
         return;
     }
-    if let Some((info, body)) = summary_marker::parse(text.as_str()) {
-        let body = RString::from(body);
-        *text = body;
-        message.summary = ROption::RSome(info);
-    }
+    message.extra_json = json::Extra::with_marker(message.extra_json.as_str(), form::MAC, mac);
+}
+
+/// A summary message made the ordinary message its wire text is: one text block holding its
+/// marker (MAC included) as the writer would write it, no summary. Written back, it is the
+/// same text; read by a strategy, it is text like any other.
+pub fn summary_as_text(message: &mut Message) {
+    let Some(info) = message.summary.take().into_option() else {
+        return;
+    };
+    let mac = summary_mac(message);
+    let text = summary_marker::write(&info, mac.as_deref(), &message.joined_text());
+    let extra_json = first_text_extra(message);
+    message.content = vec![ContentBlock::Text {
+        text: RString::from(text),
+        extra_json,
+    }]
+    .into();
+    set_summary_mac(message, None);
+}
+
+/// The `extra_json` of a message's first text block (empty when it has none).
+fn first_text_extra(message: &Message) -> RString {
+    message
+        .content
+        .iter()
+        .find_map(|b| match b {
+            ContentBlock::Text { extra_json, .. } => Some(extra_json.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// The content a writer writes for `message`: a summary becomes its marker text (keeping the
@@ -811,15 +863,9 @@ fn written_blocks(message: &Message) -> Cow<'_, [ContentBlock]> {
     match message.summary_info() {
         None => Cow::Borrowed(&message.content[..]),
         Some(info) => {
-            let extra_json = message
-                .content
-                .iter()
-                .find_map(|b| match b {
-                    ContentBlock::Text { extra_json, .. } => Some(extra_json.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            let text = summary_marker::render(info, &message.joined_text());
+            let extra_json = first_text_extra(message);
+            let mac = summary_mac(message);
+            let text = summary_marker::write(info, mac.as_deref(), &message.joined_text());
             Cow::Owned(vec![ContentBlock::Text {
                 text: RString::from(text),
                 extra_json,

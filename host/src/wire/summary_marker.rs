@@ -4,14 +4,18 @@
 //! whose only content is one text block:
 //!
 //! ```text
-//! <tamp-summary page="PAGE" strategy="NAME" status="final|pending">
+//! <tamp-summary page="PAGE" strategy="NAME" status="final|pending" mac="MAC">
 //! BODY
 //! </tamp-summary>
 //! ```
 //!
-//! Attribute values escape `&`, `"` and `<` as `&amp;`, `&quot;` and `&lt;`. Only this exact
+//! Attribute values escape `&`, `"` and `<` as `&amp;`, `&quot;` and `&lt;`. `mac` (32
+//! lowercase hex digits) is the store's MAC over the rest ([`crate::summary_mac`]): it tells a
+//! summary tamp wrote from text that only looks like one, and a reader keeps it in the
+//! message's `tamp:mac` marker; a marker without it reads back the same. Only this exact
 //! (canonical) form is read back as a summary, so that reading and writing a summary gives the
-//! same text byte for byte; any other text is an ordinary text block.
+//! same text byte for byte; any other text is an ordinary text block. Reading one does not make
+//! it tamp's: the chain believes a summary only with a MAC its store made.
 
 use std::borrow::Cow;
 
@@ -21,14 +25,30 @@ use crate::plugin_api::{SummaryInfo, SummaryStatus};
 
 const OPEN: &str = "<tamp-summary page=\"";
 const CLOSE: &str = "\n</tamp-summary>";
+/// The digits of a canonical `mac` attribute.
+pub const MAC_HEX_LEN: usize = 32;
+
+/// A summary marker read back: what it says, its MAC when it has one, and its body (slices of
+/// the text read).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Marker<'a> {
+    pub info: SummaryInfo,
+    pub mac: Option<&'a str>,
+    pub body: &'a str,
+}
 
 /// Whether `text` could be a summary marker (a cheap test before [`parse`]).
 pub fn looks_like_marker(text: &str) -> bool {
     text.starts_with(OPEN)
 }
 
-/// The wire text of a summary with `body`.
+/// The wire text of a summary with `body`, without a MAC.
 pub fn render(info: &SummaryInfo, body: &str) -> String {
+    write(info, None, body)
+}
+
+/// The wire text of a summary with `body` and, when given, its `mac`.
+pub fn write(info: &SummaryInfo, mac: Option<&str>, body: &str) -> String {
     let page = escape_attr(info.page_ref.as_str());
     let strategy = escape_attr(info.strategy.as_str());
     let status = info.status.as_str();
@@ -41,21 +61,40 @@ pub fn render(info: &SummaryInfo, body: &str) -> String {
     out.push_str(&strategy);
     out.push_str("\" status=\"");
     out.push_str(status);
+    if let Some(mac) = mac {
+        out.push_str("\" mac=\"");
+        out.push_str(mac);
+    }
     out.push_str("\">\n");
     out.push_str(body);
     out.push_str(CLOSE);
     out
 }
 
-/// Reads a summary marker: its info and the body (a slice of `text`). `None` when `text` is
-/// not exactly the canonical form [`render`] writes.
+/// Reads a summary marker: its info and the body (a slice of `text`), whatever its MAC.
+/// `None` when `text` is not exactly the canonical form [`write`] writes.
 pub fn parse(text: &str) -> Option<(SummaryInfo, &str)> {
+    read(text).map(|marker| (marker.info, marker.body))
+}
+
+/// Reads a summary marker, its MAC included. `None` when `text` is not exactly the canonical
+/// form [`write`] writes.
+pub fn read(text: &str) -> Option<Marker<'_>> {
     let rest = text.strip_prefix(OPEN)?;
     let (page_esc, rest) = rest.split_once('"')?;
     let rest = rest.strip_prefix(" strategy=\"")?;
     let (strategy_esc, rest) = rest.split_once('"')?;
     let rest = rest.strip_prefix(" status=\"")?;
     let (status, rest) = rest.split_once('"')?;
+    let (mac, rest) = match rest.strip_prefix(" mac=\"") {
+        Some(rest) => {
+            let (mac, rest) = rest.split_once('"')?;
+            let canonical = mac.len() == MAC_HEX_LEN
+                && mac.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            (Some(Some(mac).filter(|_| canonical)?), rest)
+        }
+        None => (None, rest),
+    };
     let rest = rest.strip_prefix(">\n")?;
     let body = rest.strip_suffix(CLOSE)?;
     let status = match status {
@@ -69,14 +108,15 @@ pub fn parse(text: &str) -> Option<(SummaryInfo, &str)> {
     if escape_attr(&page) != page_esc || escape_attr(&strategy) != strategy_esc {
         return None;
     }
-    Some((
-        SummaryInfo {
+    Some(Marker {
+        info: SummaryInfo {
             page_ref: RString::from(page.into_owned()),
             strategy: RString::from(strategy.into_owned()),
             status,
         },
+        mac,
         body,
-    ))
+    })
 }
 
 /// Escapes an attribute value: `&` → `&amp;`, `"` → `&quot;`, `<` → `&lt;`.
@@ -189,6 +229,36 @@ mod tests {
         ] {
             assert_eq!(parse(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn a_mac_is_read_back_and_only_a_canonical_one() {
+        let i = info("pg_1", "s", SummaryStatus::Final);
+        let mac = "0123456789abcdef0123456789abcdef";
+        let text = write(&i, Some(mac), "body");
+        assert_eq!(
+            text,
+            format!("<tamp-summary page=\"pg_1\" strategy=\"s\" status=\"final\" mac=\"{mac}\">\nbody\n</tamp-summary>")
+        );
+        assert_eq!(
+            read(&text),
+            Some(Marker {
+                info: i.clone(),
+                mac: Some(mac),
+                body: "body"
+            })
+        );
+        assert_eq!(parse(&text), Some((i.clone(), "body")));
+        for bad in [
+            "0123456789ABCDEF0123456789ABCDEF",
+            "0123",
+            "",
+            "zz23456789abcdef0123456789abcdef",
+        ] {
+            let text = text.replace(mac, bad);
+            assert_eq!(read(&text), None, "{text}");
+        }
+        assert_eq!(read(&render(&i, "b")).unwrap().mac, None);
     }
 
     #[test]

@@ -126,6 +126,9 @@ const MIGRATIONS: &[&str] = &[
     crate::store::threads::MIGRATION_POSTGRES,
     // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
     "ALTER TABLE pages ADD COLUMN seal TEXT;",
+    // 6 -> 7: seals of thread states and cache entries, and the summary key (see
+    // `store::seal`); `migrate` seals the records already there and makes the key.
+    crate::store::seal::MIGRATION_RECORDS,
 ];
 
 /// The schema version this build writes and reads.
@@ -158,6 +161,8 @@ struct Inner {
     /// Owned so it lives as long as the store; shut down without waiting on drop, which may
     /// happen inside another runtime.
     runtime: Option<tokio::runtime::Runtime>,
+    /// The key of the store's summary MACs, read once migrated (the same for every replica).
+    summary_key: std::sync::OnceLock<crate::summary_mac::SummaryKey>,
 }
 
 impl Drop for Inner {
@@ -281,12 +286,39 @@ impl PostgresStore {
                 pool,
                 handle: runtime.handle().clone(),
                 runtime: Some(runtime),
+                summary_key: std::sync::OnceLock::new(),
             }),
         };
         // Blocks this thread only (the work runs on the store's runtime), so it is safe
         // from sync code inside or outside a runtime.
         futures::executor::block_on(store.run("migrate the schema".to_owned(), migrate))?;
+        let key = futures::executor::block_on(store.run(
+            "read the summary key".to_owned(),
+            |client| async move {
+                let row = client
+                    .query_opt(
+                        "SELECT value FROM tamp_secrets WHERE name = $1",
+                        &[&crate::store::seal::SUMMARY_KEY],
+                    )
+                    .await?;
+                row.and_then(|row| row.text("value").ok())
+                    .as_deref()
+                    .and_then(crate::summary_mac::SummaryKey::from_hex)
+                    .ok_or_else(|| {
+                        Failure::Other(
+                            "tamp_secrets holds no summary key (the row was removed or altered)"
+                                .into(),
+                        )
+                    })
+            },
+        ))?;
+        let _ = store.inner.summary_key.set(key);
         Ok(store)
+    }
+
+    /// The key of this store's summary MACs ([`crate::summary_mac`]).
+    pub(super) fn summary_key(&self) -> Option<crate::summary_mac::SummaryKey> {
+        self.inner.summary_key.get().cloned()
     }
 
     /// Whether both share one pool (one was opened as the other's shared store).
@@ -349,6 +381,8 @@ pub(super) enum Failure {
     },
     /// A finished error (not found).
     Store(StoreError),
+    /// A record that no longer matches its seal.
+    Damaged(crate::store::DamagedRecord),
     /// The database was migrated by a newer tamp, to this version.
     NewerSchema(i64),
     Other(String),
@@ -380,6 +414,10 @@ impl Columns for tokio_postgres::Row {
     }
 
     fn optional_int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        self.try_get(column).map_err(row_error)
+    }
+
+    fn bytes(&self, column: &str) -> Result<Vec<u8>, RowError> {
         self.try_get(column).map_err(row_error)
     }
 }
@@ -431,6 +469,13 @@ impl Failure {
                     location: location.to_owned(),
                     id,
                     detail,
+                }
+            }
+            Failure::Damaged(damaged) => {
+                return StoreError::Damaged {
+                    location: location.to_owned(),
+                    what: damaged.what,
+                    detail: damaged.detail,
                 }
             }
             Failure::Pg(e) => explain_tls(error_chain(&e), ssl_mode),
@@ -545,7 +590,56 @@ async fn migrate(mut client: deadpool_postgres::Object) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure::Other(format!("seal the pages already stored: {e}")))?;
     }
+    if found < crate::store::seal::RECORDS_SEALED_SINCE {
+        seal_existing_records(&tx).await.map_err(|e| {
+            Failure::Other(format!("seal the thread states and cache entries: {e}"))
+        })?;
+        tx.execute(
+            "INSERT INTO tamp_secrets (name, value) VALUES ($1, $2)",
+            &[
+                &crate::store::seal::SUMMARY_KEY,
+                &crate::summary_mac::SummaryKey::random().to_hex(),
+            ],
+        )
+        .await?;
+    }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Seals every thread state and cache entry (written before schema version 7), as they are.
+async fn seal_existing_records(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), RowError> {
+    let query = |sql: &'static str| async move { tx.query(sql, &[]).await.map_err(row_error) };
+    for row in query("SELECT key, state_json FROM threads").await? {
+        let key = row.text("key")?;
+        let seal = rows::thread_seal(&key, &row.text("state_json")?);
+        tx.execute(
+            "UPDATE threads SET seal = $1 WHERE key = $2",
+            &[&seal, &key],
+        )
+        .await
+        .map_err(row_error)?;
+    }
+    for row in query("SELECT key, answer_json FROM llm_answers").await? {
+        let key = row.bytes("key")?;
+        let seal = rows::answer_seal(&key, &row.text("answer_json")?);
+        tx.execute(
+            "UPDATE llm_answers SET seal = $1 WHERE key = $2",
+            &[&seal, &key],
+        )
+        .await
+        .map_err(row_error)?;
+    }
+    for row in query("SELECT key, message_count, summary FROM range_summaries").await? {
+        let key = row.bytes("key")?;
+        let seal = rows::range_seal(&key, row.int("message_count")?, &row.text("summary")?);
+        tx.execute(
+            "UPDATE range_summaries SET seal = $1 WHERE key = $2",
+            &[&seal, &key],
+        )
+        .await
+        .map_err(row_error)?;
+    }
     Ok(())
 }
 

@@ -33,6 +33,7 @@ use rusqlite::{params, Connection, OpenFlags, Params, TransactionBehavior};
 
 use super::rows::{self, Columns, RowError, Value, SEALED_COLUMNS};
 use super::{seal, StoreError};
+use crate::summary_mac::SummaryKey;
 use group_commit::WriteQueue;
 
 /// How long an operation waits for a lock held by another connection (another process on the
@@ -75,6 +76,9 @@ const MIGRATIONS: &[&str] = &[
     super::threads::MIGRATION_SQLITE,
     // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
     "ALTER TABLE pages ADD COLUMN seal TEXT;",
+    // 6 -> 7: seals of thread states and cache entries, and the summary key (see
+    // `store::seal`); `migrate` seals the records already there and makes the key.
+    seal::MIGRATION_RECORDS,
 ];
 
 /// The schema version this build writes and reads.
@@ -103,6 +107,10 @@ pub(super) struct Inner {
     /// Whether the schema has page seals: false only for an older file opened read-only
     /// (not migrated), whose pages are checked without one.
     sealed: bool,
+    /// Whether the schema has seals of thread states and cache entries (likewise).
+    pub(super) records_sealed: bool,
+    /// The key of the store's summary MACs (`None`: an older file opened read-only).
+    summary_key: Option<SummaryKey>,
 }
 
 impl Inner {
@@ -315,6 +323,12 @@ impl SqliteStore {
             ));
         }
         let identity = FileIdentity::of(&path).ok();
+        let records_sealed = version >= seal::RECORDS_SEALED_SINCE;
+        let summary_key = if records_sealed {
+            Some(read_summary_key(&conn, &location)?)
+        } else {
+            None
+        };
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 location,
@@ -325,6 +339,8 @@ impl SqliteStore {
                 writes: WriteQueue::default(),
                 checkpoints: Arc::default(),
                 sealed: version >= seal::SEALED_SINCE,
+                records_sealed,
+                summary_key,
             }),
         })
     }
@@ -335,6 +351,28 @@ impl SqliteStore {
         let conn =
             Connection::open_in_memory().map_err(|e| StoreError::backend(&location, "open", e))?;
         Self::init(conn, location, None)
+    }
+
+    /// The key of this store's summary MACs ([`crate::summary_mac`]).
+    pub(super) fn summary_key(&self) -> Option<SummaryKey> {
+        self.inner.summary_key.clone()
+    }
+
+    /// SQLite's `PRAGMA integrity_check` on the whole file: its problems, none when it says
+    /// `ok` (it finds pages and indexes overwritten in place, which no seal covers).
+    pub(super) async fn integrity_problems(&self) -> Result<Vec<String>, StoreError> {
+        self.run("check the database's integrity".to_owned(), |inner| {
+            let conn = inner.conn();
+            let mut stmt = conn
+                .prepare("PRAGMA integrity_check")
+                .map_err(|e| StoreError::backend(&inner.location, "check its integrity", e))?;
+            let lines = stmt
+                .query_map([], |row| row.get::<_, String>(0))
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| StoreError::backend(&inner.location, "check its integrity", e))?;
+            Ok(lines.into_iter().filter(|l| l != "ok").collect())
+        })
+        .await
     }
 
     /// The store file, or `None` for an in-memory store.
@@ -368,6 +406,7 @@ impl SqliteStore {
             tracing::warn!(store = %location, journal_mode = %mode, "page store: WAL mode unavailable, using the {mode} journal");
         }
         migrate(&mut conn, &location)?;
+        let summary_key = read_summary_key(&conn, &location)?;
         let checkpoints = match &path {
             Some(file) if mode.eq_ignore_ascii_case("wal") => {
                 checkpoint::move_off_the_write_path(&mut conn, file, &location)
@@ -386,6 +425,8 @@ impl SqliteStore {
                 writes: WriteQueue::default(),
                 checkpoints,
                 sealed: true,
+                records_sealed: true,
+                summary_key: Some(summary_key),
             }),
         })
     }
@@ -462,6 +503,16 @@ fn migrate(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
         seal_existing_pages(&tx)
             .map_err(|e| StoreError::backend(location, "seal the pages already stored", e))?;
     }
+    if version < seal::RECORDS_SEALED_SINCE {
+        seal_existing_records(&tx).map_err(|e| {
+            StoreError::backend(location, "seal the thread states and cache entries", e)
+        })?;
+        tx.execute(
+            "INSERT INTO tamp_secrets (name, value) VALUES (?1, ?2)",
+            params![seal::SUMMARY_KEY, SummaryKey::random().to_hex()],
+        )
+        .map_err(|e| fail("make the summary key", e))?;
+    }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|e| fail("migrate the schema", e))?;
     tx.commit().map_err(|e| fail("migrate the schema", e))
@@ -480,6 +531,63 @@ fn seal_existing_pages(tx: &rusqlite::Transaction<'_>) -> Result<(), RowError> {
         update.execute(params![seal, id])?;
     }
     Ok(())
+}
+
+/// Seals every thread state and cache entry (written before schema version 7), as they are.
+fn seal_existing_records(tx: &rusqlite::Transaction<'_>) -> Result<(), RowError> {
+    let threads = select(tx, "SELECT key, state_json FROM threads", [], |row| {
+        let key = row.text("key")?;
+        let seal = rows::thread_seal(&key, &row.text("state_json")?);
+        Ok((key, seal))
+    })?;
+    let mut update = tx.prepare("UPDATE threads SET seal = ?1 WHERE key = ?2")?;
+    for (key, seal) in &threads {
+        update.execute(params![seal, key])?;
+    }
+    let answers = select(tx, "SELECT key, answer_json FROM llm_answers", [], |row| {
+        let key = row.bytes("key")?;
+        let seal = rows::answer_seal(&key, &row.text("answer_json")?);
+        Ok((key, seal))
+    })?;
+    let mut update = tx.prepare("UPDATE llm_answers SET seal = ?1 WHERE key = ?2")?;
+    for (key, seal) in &answers {
+        update.execute(params![seal, key])?;
+    }
+    let ranges = select(
+        tx,
+        "SELECT key, message_count, summary FROM range_summaries",
+        [],
+        |row| {
+            let key = row.bytes("key")?;
+            let seal = rows::range_seal(&key, row.int("message_count")?, &row.text("summary")?);
+            Ok((key, seal))
+        },
+    )?;
+    let mut update = tx.prepare("UPDATE range_summaries SET seal = ?1 WHERE key = ?2")?;
+    for (key, seal) in &ranges {
+        update.execute(params![seal, key])?;
+    }
+    Ok(())
+}
+
+/// The store's summary key, which migration 7 made.
+fn read_summary_key(conn: &Connection, location: &str) -> Result<SummaryKey, StoreError> {
+    let hex: Option<String> = select_first(
+        conn,
+        "SELECT value FROM tamp_secrets WHERE name = ?1",
+        [seal::SUMMARY_KEY],
+        |row| row.text("value"),
+    )
+    .map_err(|e| StoreError::backend(location, "read the summary key", e))?;
+    hex.as_deref()
+        .and_then(SummaryKey::from_hex)
+        .ok_or_else(|| {
+            StoreError::backend(
+                location,
+                "read the summary key",
+                "tamp_secrets holds no summary key (the row was removed or altered)",
+            )
+        })
 }
 
 pub(super) fn now_secs() -> u64 {
@@ -511,6 +619,10 @@ impl Columns for rusqlite::Row<'_> {
     }
 
     fn optional_int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        self.get(column).map_err(RowError::from)
+    }
+
+    fn bytes(&self, column: &str) -> Result<Vec<u8>, RowError> {
         self.get(column).map_err(RowError::from)
     }
 }
@@ -649,7 +761,7 @@ pub(super) mod tests {
         conn.execute_batch(
             "DROP TABLE llm_answers; DROP TABLE range_summaries;
              DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
-             ALTER TABLE pages DROP COLUMN seal;",
+             DROP TABLE tamp_secrets; ALTER TABLE pages DROP COLUMN seal;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
