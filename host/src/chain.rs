@@ -971,6 +971,10 @@ impl Chain {
         unrecognized: u32,
     ) -> Result<Compacted, ChainError> {
         let started = Instant::now();
+        let mut conversation = conversation;
+        // Believed already (or stored by this chain): the stages, and the pages they archive,
+        // see summaries without their MACs, so that nothing they make depends on the key.
+        crate::summary_mac::strip(conversation.messages.as_mut_slice());
         let format = options
             .format
             .unwrap_or_else(|| infer_format(&conversation.messages));
@@ -1028,11 +1032,9 @@ impl Chain {
             usage.add(&r.usage);
         }
         let acted = runs.iter().any(|r| r.status == StageStatus::Acted);
-        if acted {
-            // The input's summaries carry their MACs already; a stage's new or changed ones
-            // get theirs here, so the next request reads them as tamp's.
-            self.summaries.seal(current.messages.as_mut_slice());
-        }
+        // Every summary of the answer, the input's and the stages' new ones, gets its MAC: the
+        // next request (or the thread's stored state) reads them as tamp's.
+        self.summaries.seal(current.messages.as_mut_slice());
         let low_watermark_missed = (over_budget && tokens > low).then(|| {
             let (head_tokens, tail_tokens) = (shape.head_tokens, shape.tail_tokens);
             let protected = head_tokens + tail_tokens;

@@ -11,6 +11,10 @@
 //! fields changed since, becomes the ordinary message its wire text is, compacted as text.
 //! [`SummaryKey::seal`] gives every summary of a chain's answer its MAC. An end user who can
 //! only write text cannot make one: that takes the key, which is in the store.
+//!
+//! Between the two the MACs are taken off ([`strip`]): stages see summaries as they always
+//! did, and a page that archives a summary holds it without its MAC, so page ids (and the
+//! ledgers and prompts that name pages) do not depend on which store's key made it.
 
 use hmac::{Hmac, KeyInit as _, Mac as _};
 use sha2::Sha256;
@@ -114,6 +118,14 @@ impl SummaryKey {
                 }
             }
         }
+    }
+}
+
+/// Takes every MAC off `messages` (their summaries already believed): what stages and pages
+/// see.
+pub fn strip(messages: &mut [Message]) {
+    for message in messages.iter_mut().filter(|m| m.is_summary()) {
+        wire::set_summary_mac(message, None);
     }
 }
 

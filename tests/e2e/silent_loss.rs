@@ -488,7 +488,7 @@ async fn a_page_altered_in_postgres_is_refused_and_pages_verify_names_it() {
         "{stdout}"
     );
     assert!(
-        text(&out.stderr).contains("1 of 2 page(s)"),
+        text(&out.stderr).contains("1 of 2 item(s)"),
         "{}",
         text(&out.stderr)
     );
