@@ -5,18 +5,21 @@
 //! waits on the commit (a compaction archiving its pages) pays tens of milliseconds for it.
 //! Here a commit only nudges a background thread, which checkpoints on a connection of its
 //! own. The checkpoint is PASSIVE, so it never blocks the writer or the readers, and every
-//! commit is still fsynced to the log: durability is unchanged.
+//! commit is still fsynced to the log: durability is unchanged. Between nudges the thread
+//! watches the log's files ([`super::log_watch`]) and, should they go, copies what the log
+//! held into the store file.
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 
 use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 use rusqlite::Connection;
 
+use super::log_watch::{LogWatch, WATCH_INTERVAL};
 use super::BUSY_TIMEOUT;
 
 /// The log size, in pages, at which a commit asks for a checkpoint: SQLite's own default.
@@ -39,6 +42,7 @@ pub(super) fn move_off_the_write_path(
     conn: &mut Connection,
     path: &Path,
     location: &str,
+    log: Arc<LogWatch>,
 ) -> Arc<CheckpointStats> {
     let stats = Arc::new(CheckpointStats::default());
     // One pending nudge is enough: a checkpoint covers every commit before it.
@@ -47,6 +51,7 @@ pub(super) fn move_off_the_write_path(
         path: path.to_path_buf(),
         location: location.to_owned(),
         stats: Arc::clone(&stats),
+        log,
     };
     let started = std::thread::Builder::new()
         .name("tamp-sqlite-checkpoint".into())
@@ -77,16 +82,32 @@ struct Checkpointer {
     path: PathBuf,
     location: String,
     stats: Arc<CheckpointStats>,
+    log: Arc<LogWatch>,
 }
 
 impl Checkpointer {
     fn run(self, nudged: Receiver<()>) {
-        let mut conn = None;
-        while nudged.recv().is_ok() {
-            if conn.is_none() {
+        // Opened now, with the store: opened after the log was lost, it would make a new one.
+        let mut conn = self.connect();
+        loop {
+            match nudged.recv_timeout(WATCH_INTERVAL) {
+                Ok(()) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(c) = &conn {
+                        self.log.rescue(c);
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if conn.is_none() && self.log.lost().is_none() {
                 conn = self.connect();
             }
             let Some(c) = &conn else { continue };
+            if self.log.lost().is_some() {
+                self.log.rescue(c);
+                continue;
+            }
             match c.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), CheckpointMode::PASSIVE) {
                 // -1: the connection is not in WAL mode, so nothing was done.
                 Ok((log_pages, _)) if log_pages >= 0 => {

@@ -14,11 +14,14 @@
 //! - The file's identity (device and inode) is recorded at open, and every write first checks
 //!   that the path still leads to that file ([`Inner::writer`]): a store file deleted or
 //!   replaced while open would take writes into an unlinked inode, lost when it closes, so
-//!   they fail instead, loudly, and [`PageStore::check_alive`] reports it for `/healthz`.
+//!   they fail instead, loudly, and [`PageStore::check_alive`] reports it for `/healthz`. The
+//!   write-ahead log and its index are watched the same way ([`log_watch`]): lost, what they
+//!   held is copied into the store file, and writes fail.
 
 mod cache;
 mod checkpoint;
 mod group_commit;
+mod log_watch;
 mod pages;
 mod queue;
 mod threads;
@@ -99,6 +102,9 @@ pub(super) struct Inner {
     identity: Option<FileIdentity>,
     /// Whether the loss of the file has been logged (once, until it comes back).
     loss_logged: std::sync::atomic::AtomicBool,
+    /// The write-ahead log and its index, as the store opened them (empty: in memory, not in
+    /// WAL mode, or read-only).
+    log: Arc<log_watch::LogWatch>,
     conn: Mutex<Connection>,
     /// Pages and deferred requests waiting to be written (see [`group_commit`]).
     writes: WriteQueue,
@@ -122,11 +128,23 @@ impl Inner {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The connection, for a write: fails when the store's file is no longer the one opened
-    /// (see [`Inner::check_file`]), so nothing is acknowledged that a restart would lose.
+    /// The connection, for a write: fails when the store's file, its log or the log's index
+    /// is no longer the one opened (see [`Inner::check_file`]), so nothing is acknowledged
+    /// that a restart would lose; with the log lost, what it held is first copied into the
+    /// store file.
     pub(super) fn writer(&self, operation: &str) -> Result<MutexGuard<'_, Connection>, StoreError> {
-        self.check_file(operation)?;
-        Ok(self.conn())
+        let conn = self.conn();
+        if let Err(e) = self.check_file(operation) {
+            self.log.rescue(&conn);
+            return Err(e);
+        }
+        Ok(conn)
+    }
+
+    /// After a commit: whether it is durable, which it is unless the log was lost meanwhile
+    /// and what it held could not be copied into the store file.
+    pub(super) fn committed_durably(&self, conn: &Connection) -> bool {
+        self.log.rescue(conn)
     }
 
     /// Whether the path still leads to the file the store opened. A file deleted (or
@@ -137,12 +155,26 @@ impl Inner {
             return Ok(());
         };
         let what = match FileIdentity::of(path) {
-            Ok(now) if now == opened => {
-                if self.loss_logged.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(store = %self.location, "page store: the store file is back");
+            Ok(now) if now == opened => match self.log.lost() {
+                None => {
+                    if self.loss_logged.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(store = %self.location, "page store: the store file is back");
+                    }
+                    return Ok(());
                 }
-                return Ok(());
-            }
+                Some(lost) => {
+                    return Err(StoreError::backend(
+                        &self.location,
+                        operation,
+                        format!(
+                            "the store's write-ahead log {lost} was removed or replaced while \
+                             open; what it held is copied into the store file, but a write \
+                             committed now would be lost if tamp stopped without closing the \
+                             store, so writes are refused. Restart to open the store again"
+                        ),
+                    ))
+                }
+            },
             Ok(_) => "another file is at its path now".to_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 "no file is at its path now".to_owned()
@@ -168,7 +200,7 @@ impl Inner {
 
 /// What identifies a file while it exists: its device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileIdentity {
+pub(super) struct FileIdentity {
     dev: u64,
     ino: u64,
 }
@@ -335,6 +367,7 @@ impl SqliteStore {
                 path: Some(path),
                 identity,
                 loss_logged: Default::default(),
+                log: Arc::default(),
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints: Arc::default(),
@@ -407,9 +440,16 @@ impl SqliteStore {
         }
         migrate(&mut conn, &location)?;
         let summary_key = read_summary_key(&conn, &location)?;
+        // The log exists by now (reading the schema version opened it).
+        let log = Arc::new(match &path {
+            Some(file) if mode.eq_ignore_ascii_case("wal") => {
+                log_watch::LogWatch::of(file, &location)
+            }
+            _ => log_watch::LogWatch::default(),
+        });
         let checkpoints = match &path {
             Some(file) if mode.eq_ignore_ascii_case("wal") => {
-                checkpoint::move_off_the_write_path(&mut conn, file, &location)
+                checkpoint::move_off_the_write_path(&mut conn, file, &location, Arc::clone(&log))
             }
             _ => Arc::default(),
         };
@@ -421,6 +461,7 @@ impl SqliteStore {
                 path,
                 identity,
                 loss_logged: Default::default(),
+                log,
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints,
@@ -945,6 +986,74 @@ pub(super) mod tests {
             "{err}"
         );
         assert!(store.check_alive().is_err());
+    }
+
+    /// The pages in the store file itself, read as a crash would leave it: without the log.
+    fn pages_in_the_file(path: &Path) -> i64 {
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        let conn = Connection::open_with_flags(
+            uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        // Before a first checkpoint even the tables are in the log alone.
+        conn.query_row("SELECT count(*) FROM pages", [], |r| r.get(0))
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn a_log_removed_while_open_is_copied_into_the_file_and_writes_are_refused() {
+        let dir = TempDir::new("log-removed");
+        let path = dir.0.join("store.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        for tag in ["a", "b", "c"] {
+            store.put_page(new_page(conversation(tag))).await.unwrap();
+        }
+        // Committed to the log, not yet to the file (no checkpoint before 1,000 log pages).
+        assert_eq!(pages_in_the_file(&path), 0);
+        for suffix in ["-wal", "-shm"] {
+            std::fs::remove_file(format!("{}{suffix}", path.display())).unwrap();
+        }
+        let health = store.check_alive().unwrap_err().to_string();
+        assert!(
+            health.contains("write-ahead log") && health.contains("store.sqlite3-wal (no file"),
+            "{health}"
+        );
+        let err = store
+            .put_page(new_page(conversation("after")))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("writes are refused"), "{err}");
+        // What the log held is in the file: a crash now loses nothing acknowledged.
+        assert_eq!(pages_in_the_file(&path), 3);
+        assert!(crate::store::ThreadStore::put_thread(
+            &store,
+            "t",
+            &crate::store::ThreadState {
+                covered: 1,
+                prefix_hash: "h".into(),
+                output: Vec::new(),
+            },
+            crate::store::ThreadLimits {
+                ttl_secs: 60,
+                max_threads: 1,
+            },
+        )
+        .await
+        .is_err());
+
+        // With no write after the removal, the checkpoint thread copies it within moments.
+        let path = dir.0.join("quiet.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        store.put_page(new_page(conversation("q"))).await.unwrap();
+        assert_eq!(pages_in_the_file(&path), 0);
+        std::fs::remove_file(format!("{}-wal", path.display())).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pages_in_the_file(&path) == 0 {
+            assert!(std::time::Instant::now() < deadline, "not copied");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[tokio::test]
