@@ -670,6 +670,19 @@ fn wire_readers_and_writers_on_generated_conversations() {
     );
 }
 
+/// What a summary marker says: its page, strategy and status.
+fn summary_info(page: &str, strategy: &str, pending: bool) -> SummaryInfo {
+    SummaryInfo {
+        page_ref: page.into(),
+        strategy: strategy.into(),
+        status: if pending {
+            SummaryStatus::Pending
+        } else {
+            SummaryStatus::Final
+        },
+    }
+}
+
 #[test]
 fn summary_markers_read_back_exactly_and_nothing_else_does() {
     let info = ("\\PC{0,24}", "\\PC{0,24}", any::<bool>(), "\\PC{0,60}");
@@ -678,15 +691,7 @@ fn summary_markers_read_back_exactly_and_nothing_else_does() {
         256,
         (info, prop::collection::vec(byte_edit(), 0..3)),
         |((page, strategy, pending, body), damage)| {
-            let info = SummaryInfo {
-                page_ref: page.as_str().into(),
-                strategy: strategy.as_str().into(),
-                status: if pending {
-                    SummaryStatus::Pending
-                } else {
-                    SummaryStatus::Final
-                },
-            };
+            let info = summary_info(&page, &strategy, pending);
             let text = summary_marker::render(&info, &body);
             let (read, read_body) = summary_marker::parse(&text)
                 .ok_or_else(|| TestCaseError::fail(format!("not read back: {text:?}")))?;
@@ -728,15 +733,7 @@ fn forged_marker() -> impl Strategy<Value = String> {
         prop::option::of(any::<bool>()),
     )
         .prop_map(|(page, strategy, pending, body, quote, mac)| {
-            let info = SummaryInfo {
-                page_ref: page.as_str().into(),
-                strategy: strategy.as_str().into(),
-                status: if pending {
-                    SummaryStatus::Pending
-                } else {
-                    SummaryStatus::Final
-                },
-            };
+            let info = summary_info(&page, &strategy, pending);
             let body = format!("{body}{quote}");
             let mac = mac.map(|other| {
                 if other {

@@ -13,9 +13,9 @@ use std::time::Duration;
 use tamp_e2e::serve_support::ScratchDir;
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
-#[test]
-fn a_huge_duration_is_a_field_error_never_a_panic() {
-    let dir = ScratchDir::new("huge-duration");
+/// The custom strategy (`strategy.so`) and a corpus conversation (`input.json`, returned) in
+/// `dir`: what a chain file there and `tamp compact` need.
+fn strategy_and_input(dir: &std::path::Path) -> std::path::PathBuf {
     std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
     let input = dir.join("input.json");
     std::fs::write(
@@ -23,6 +23,35 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
         corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
     )
     .unwrap();
+    input
+}
+
+/// `check-config` and `compact` of `input` with `config`: each exits 1 without a panic; what
+/// each said on stderr.
+fn refused_by_check_and_compact(
+    dir: &std::path::Path,
+    input: &std::path::Path,
+    config: &str,
+) -> Vec<String> {
+    [
+        vec!["check-config", config],
+        vec!["compact", input.to_str().unwrap(), "--config", config],
+    ]
+    .into_iter()
+    .map(|args| {
+        let out = tamp(&args, dir);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        stderr
+    })
+    .collect()
+}
+
+#[test]
+fn a_huge_duration_is_a_field_error_never_a_panic() {
+    let dir = ScratchDir::new("huge-duration");
+    let input = strategy_and_input(&dir);
     for value in ["inf", "1e20", "1e300", "nan", "-1"] {
         for (table, line) in [
             (
@@ -52,19 +81,12 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
                 ),
             );
             let config = config.to_str().unwrap();
-            for args in [
-                vec!["check-config", config],
-                vec!["compact", input.to_str().unwrap(), "--config", config],
-            ] {
-                let out = tamp(&args, &dir);
-                let stderr = text(&out.stderr);
-                assert_eq!(out.status.code(), Some(1), "{args:?} {value}: {stderr}");
-                assert!(!stderr.contains("panicked"), "{args:?} {value}: {stderr}");
+            for stderr in refused_by_check_and_compact(&dir, &input, config) {
                 assert!(
                     stderr.starts_with(&format!("error: {config}:"))
                         && stderr
                             .contains(&format!("{line}: must be a positive number of seconds")),
-                    "{args:?} {value}: {stderr}"
+                    "{value}: {stderr}"
                 );
             }
         }
@@ -95,13 +117,7 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
 #[test]
 fn a_number_that_scales_a_count_is_range_checked() {
     let dir = ScratchDir::new("scales");
-    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
-    let input = dir.join("input.json");
-    std::fs::write(
-        &input,
-        corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
-    )
-    .unwrap();
+    let input = strategy_and_input(&dir);
     for (table, key, says) in [
         (
             "[tokenizer]\nencoding = \"chars_per_token:1e-300\"\n",
@@ -141,16 +157,10 @@ fn a_number_that_scales_a_count_is_range_checked() {
             .unwrap();
         let config = write_chain(&dir, &toml);
         let config = config.to_str().unwrap();
-        for args in [
-            vec!["check-config", config],
-            vec!["compact", input.to_str().unwrap(), "--config", config],
-        ] {
-            let out = tamp(&args, &dir);
-            let stderr = text(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        for stderr in refused_by_check_and_compact(&dir, &input, config) {
             assert!(
                 stderr.starts_with(&format!("error: {config}:{line}: {says}")),
-                "{args:?}: {stderr}"
+                "{stderr}"
             );
         }
     }
@@ -165,7 +175,7 @@ fn a_number_that_scales_a_count_is_range_checked() {
 #[test]
 fn files_that_never_end_or_never_open_are_refused_at_once() {
     let dir = ScratchDir::new("unbounded-reads");
-    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    strategy_and_input(&dir);
     let made = Command::new("mkfifo")
         .arg(dir.join("pipe"))
         .status()
@@ -177,11 +187,6 @@ fn files_that_never_end_or_never_open_are_refused_at_once() {
         .unwrap()
         .set_len(17 << 20)
         .unwrap();
-    std::fs::write(
-        dir.join("input.json"),
-        corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
-    )
-    .unwrap();
     let chain = |provider: &str| {
         format!(
             "[store]\npath = \"store.sqlite3\"\n{provider}\n[[stage]]\nname = \"a\"\n\
@@ -350,12 +355,7 @@ async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
     use tamp_e2e::serve_support::Server;
     const SECRET: &str = "S3CRET-PW-IN-URL";
     let dir = ScratchDir::new("url-credentials");
-    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
-    std::fs::write(
-        dir.join("input.json"),
-        corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
-    )
-    .unwrap();
+    strategy_and_input(&dir);
     let url = format!("http://produser:{SECRET}@127.0.0.1:9");
     let chain = format!(
         "[budget]\nmax_tokens = 2000\nkeep_recent = 4\n\n[store]\npath = \"store.sqlite3\"\n\n\

@@ -270,15 +270,7 @@ pub(crate) fn read_answer(
         key: &key,
         answer_json: &json,
     };
-    if sealed {
-        if let Err(detail) = record.check(row.optional_text("seal")?.as_deref()) {
-            return Ok(Err(DamagedRecord {
-                what: record.describe(),
-                detail,
-            }));
-        }
-    }
-    Ok(Ok(serde_json::from_str(&json).ok()))
+    Ok(checked(record, row, sealed)?.map(|()| serde_json::from_str(&json).ok()))
 }
 
 /// The columns of a cached range ([`read_range`]).
@@ -299,15 +291,8 @@ pub(crate) fn read_range(
         message_count: count,
         summary: &summary,
     };
-    if sealed {
-        if let Err(detail) = record.check(row.optional_text("seal")?.as_deref()) {
-            return Ok(Err(DamagedRecord {
-                what: record.describe(),
-                detail,
-            }));
-        }
-    }
-    Ok(Ok((usize::try_from(count).unwrap_or(0), summary)))
+    let checked = checked(record, row, sealed)?;
+    Ok(checked.map(|()| (usize::try_from(count).unwrap_or(0), summary)))
 }
 
 /// A range's length as `message_count` keeps it.
@@ -337,15 +322,26 @@ pub(crate) fn read_thread_state(
         key: &key,
         state_json: &json,
     };
-    if sealed {
-        if let Err(detail) = record.check(row.optional_text("seal")?.as_deref()) {
-            return Ok(Err(DamagedRecord {
-                what: record.describe(),
-                detail,
-            }));
-        }
+    Ok(checked(record, row, sealed)?.map(|()| serde_json::from_str(&json).ok()))
+}
+
+/// `record`, read from `row`, against the row's seal when `sealed` (the schema has seals): `Err`
+/// names it and what is wrong.
+fn checked(
+    record: Record<'_>,
+    row: &dyn Columns,
+    sealed: bool,
+) -> Result<Result<(), DamagedRecord>, RowError> {
+    if !sealed {
+        return Ok(Ok(()));
     }
-    Ok(Ok(serde_json::from_str(&json).ok()))
+    let seal = row.optional_text("seal")?;
+    Ok(record
+        .check(seal.as_deref())
+        .map_err(|detail| DamagedRecord {
+            what: record.describe(),
+            detail,
+        }))
 }
 
 /// A thread state, an answer or a range of the summary cache: its key, its content and the
@@ -366,6 +362,35 @@ pub(crate) fn range_seal(key: &[u8], message_count: i64, summary: &str) -> Strin
     }
     .seal()
 }
+
+/// A row's key: `threads` keys are text, the summary cache's bytes.
+pub(crate) enum RecordKey {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+/// A row's key and the seal of what it holds.
+type SealOf = fn(&dyn Columns) -> Result<(RecordKey, String), RowError>;
+
+/// The tables whose rows [`Record`] seals, with the columns each seal reads: what migrating
+/// to schema 7 seals, as it is, in a store written before.
+pub(crate) const SEALED_TABLES: [(&str, &str, SealOf); 3] = [
+    ("threads", "key, state_json", |row| {
+        let key = row.text("key")?;
+        let seal = thread_seal(&key, &row.text("state_json")?);
+        Ok((RecordKey::Text(key), seal))
+    }),
+    ("llm_answers", "key, answer_json", |row| {
+        let key = row.bytes("key")?;
+        let seal = answer_seal(&key, &row.text("answer_json")?);
+        Ok((RecordKey::Bytes(key), seal))
+    }),
+    ("range_summaries", "key, message_count, summary", |row| {
+        let key = row.bytes("key")?;
+        let seal = range_seal(&key, row.int("message_count")?, &row.text("summary")?);
+        Ok((RecordKey::Bytes(key), seal))
+    }),
+];
 
 // The deferred queue: `deferred_items` and `deferred_events`.
 

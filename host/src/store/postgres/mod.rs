@@ -609,36 +609,21 @@ async fn migrate(mut client: deadpool_postgres::Object) -> Result<(), Failure> {
 
 /// Seals every thread state and cache entry (written before schema version 7), as they are.
 async fn seal_existing_records(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), RowError> {
-    let query = |sql: &'static str| async move { tx.query(sql, &[]).await.map_err(row_error) };
-    for row in query("SELECT key, state_json FROM threads").await? {
-        let key = row.text("key")?;
-        let seal = rows::thread_seal(&key, &row.text("state_json")?);
-        tx.execute(
-            "UPDATE threads SET seal = $1 WHERE key = $2",
-            &[&seal, &key],
-        )
-        .await
-        .map_err(row_error)?;
-    }
-    for row in query("SELECT key, answer_json FROM llm_answers").await? {
-        let key = row.bytes("key")?;
-        let seal = rows::answer_seal(&key, &row.text("answer_json")?);
-        tx.execute(
-            "UPDATE llm_answers SET seal = $1 WHERE key = $2",
-            &[&seal, &key],
-        )
-        .await
-        .map_err(row_error)?;
-    }
-    for row in query("SELECT key, message_count, summary FROM range_summaries").await? {
-        let key = row.bytes("key")?;
-        let seal = rows::range_seal(&key, row.int("message_count")?, &row.text("summary")?);
-        tx.execute(
-            "UPDATE range_summaries SET seal = $1 WHERE key = $2",
-            &[&seal, &key],
-        )
-        .await
-        .map_err(row_error)?;
+    for (table, columns, seal_of) in rows::SEALED_TABLES {
+        let answer = tx
+            .query(&format!("SELECT {columns} FROM {table}"), &[])
+            .await
+            .map_err(row_error)?;
+        let update = format!("UPDATE {table} SET seal = $1 WHERE key = $2");
+        for (key, seal) in read_all(&answer, seal_of)? {
+            let key: &(dyn ToSql + Sync) = match &key {
+                rows::RecordKey::Text(key) => key,
+                rows::RecordKey::Bytes(key) => key,
+            };
+            tx.execute(&update, &[&seal, key])
+                .await
+                .map_err(row_error)?;
+        }
     }
     Ok(())
 }

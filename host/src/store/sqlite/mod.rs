@@ -576,37 +576,15 @@ fn seal_existing_pages(tx: &rusqlite::Transaction<'_>) -> Result<(), RowError> {
 
 /// Seals every thread state and cache entry (written before schema version 7), as they are.
 fn seal_existing_records(tx: &rusqlite::Transaction<'_>) -> Result<(), RowError> {
-    let threads = select(tx, "SELECT key, state_json FROM threads", [], |row| {
-        let key = row.text("key")?;
-        let seal = rows::thread_seal(&key, &row.text("state_json")?);
-        Ok((key, seal))
-    })?;
-    let mut update = tx.prepare("UPDATE threads SET seal = ?1 WHERE key = ?2")?;
-    for (key, seal) in &threads {
-        update.execute(params![seal, key])?;
-    }
-    let answers = select(tx, "SELECT key, answer_json FROM llm_answers", [], |row| {
-        let key = row.bytes("key")?;
-        let seal = rows::answer_seal(&key, &row.text("answer_json")?);
-        Ok((key, seal))
-    })?;
-    let mut update = tx.prepare("UPDATE llm_answers SET seal = ?1 WHERE key = ?2")?;
-    for (key, seal) in &answers {
-        update.execute(params![seal, key])?;
-    }
-    let ranges = select(
-        tx,
-        "SELECT key, message_count, summary FROM range_summaries",
-        [],
-        |row| {
-            let key = row.bytes("key")?;
-            let seal = rows::range_seal(&key, row.int("message_count")?, &row.text("summary")?);
-            Ok((key, seal))
-        },
-    )?;
-    let mut update = tx.prepare("UPDATE range_summaries SET seal = ?1 WHERE key = ?2")?;
-    for (key, seal) in &ranges {
-        update.execute(params![seal, key])?;
+    for (table, columns, seal_of) in rows::SEALED_TABLES {
+        let sealed = select(tx, &format!("SELECT {columns} FROM {table}"), [], seal_of)?;
+        let mut update = tx.prepare(&format!("UPDATE {table} SET seal = ?1 WHERE key = ?2"))?;
+        for (key, seal) in &sealed {
+            match key {
+                rows::RecordKey::Text(key) => update.execute(params![seal, key])?,
+                rows::RecordKey::Bytes(key) => update.execute(params![seal, key])?,
+            };
+        }
     }
     Ok(())
 }
