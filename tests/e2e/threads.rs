@@ -295,3 +295,65 @@ async fn a_thread_state_altered_in_the_store_is_refused_and_verify_names_it() {
     assert_eq!(answer["report"]["thread"]["continued"], true, "{answer:#}");
     assert!(answer["report"]["thread"].get("state_refused").is_none());
 }
+
+/// The same on PostgreSQL, with the summary cache: a state altered in the database is
+/// refused, a cached answer altered is a miss, and `store::verify` names both.
+#[test]
+fn a_state_and_a_cache_entry_altered_in_postgres_are_refused_and_verify_names_them() {
+    use tamp_host::store::{self, StoreSpec, ThreadLimits, ThreadState};
+    use tamp_plugin_api::{LlmRequest, LlmResponse, Message};
+    let server = PgServer::shared();
+    let db = "threads_sealed";
+    let url = server.create_database(db);
+    let store = store::open(&StoreSpec::Postgres {
+        url,
+        pool_size: 2,
+        ca_file: None,
+    })
+    .unwrap();
+    let state = ThreadState {
+        covered: 3,
+        prefix_hash: "h3".into(),
+        output: vec![Message::text(Role::User, "keep ponyc on 0.58")],
+    };
+    let key = tamp_host::store::CacheScope::new(Some("t"), "s", "c")
+        .request_key("p", &LlmRequest::new("", "summarize", 10));
+    let answer = LlmResponse {
+        text: "ponyc stays".into(),
+        structured_json: tamp_plugin_api::FfiOption::RNone,
+        usage: Default::default(),
+        model: "m".into(),
+        stop_reason: "end_turn".into(),
+    };
+    tamp_e2e::rt().block_on(async {
+        let limits = ThreadLimits {
+            ttl_secs: 3600,
+            max_threads: 10,
+        };
+        store
+            .threads
+            .put_thread("id:t", &state, limits)
+            .await
+            .unwrap();
+        store.cache.put_answer(key, answer.clone()).await.unwrap();
+        assert_eq!(
+            store.threads.get_thread("id:t", 3600).await.unwrap(),
+            Some(state)
+        );
+        assert_eq!(store.cache.get_answer(key).await.unwrap(), Some(answer));
+        let clean = store::verify(&store).await.unwrap();
+        assert!(clean.problems().is_empty(), "{clean:?}");
+        server.psql(
+            db,
+            "UPDATE threads SET state_json = replace(state_json, 'ponyc', 'INJECTED');
+             UPDATE llm_answers SET answer_json = replace(answer_json, 'ponyc', 'INJECTED')",
+        );
+        let e = store.threads.get_thread("id:t", 3600).await.unwrap_err();
+        assert!(e.is_damaged(), "{e}");
+        assert_eq!(store.cache.get_answer(key).await.unwrap(), None);
+        let check = store::verify(&store).await.unwrap();
+        assert_eq!(check.threads.damaged.len(), 1, "{check:?}");
+        assert_eq!(check.cache.damaged.len(), 1, "{check:?}");
+        assert_eq!(check.threads.damaged[0].what, "the thread state of id:t");
+    });
+}
