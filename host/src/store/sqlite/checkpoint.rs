@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
@@ -37,13 +38,14 @@ pub(super) struct CheckpointStats {
 }
 
 /// Starts the checkpointer for the database file at `path` and hands `conn`'s checkpoints to
-/// it. On failure (no thread could be started) `conn` keeps SQLite's inline checkpoints.
+/// it; its thread, to be joined once `conn`'s hook is gone ([`stop`]). On failure (no thread
+/// could be started) `conn` keeps SQLite's inline checkpoints.
 pub(super) fn move_off_the_write_path(
     conn: &mut Connection,
     path: &Path,
     location: &str,
     log: Arc<LogWatch>,
-) -> Arc<CheckpointStats> {
+) -> (Arc<CheckpointStats>, Option<JoinHandle<()>>) {
     let stats = Arc::new(CheckpointStats::default());
     // One pending nudge is enough: a checkpoint covers every commit before it.
     let (nudge, nudged) = sync_channel::<()>(1);
@@ -56,10 +58,13 @@ pub(super) fn move_off_the_write_path(
     let started = std::thread::Builder::new()
         .name("tamp-sqlite-checkpoint".into())
         .spawn(move || checkpointer.run(nudged));
-    if let Err(e) = started {
-        tracing::warn!(store = %location, error = %e, "page store: no checkpoint thread, checkpointing in commits");
-        return stats;
-    }
+    let thread = match started {
+        Ok(thread) => thread,
+        Err(e) => {
+            tracing::warn!(store = %location, error = %e, "page store: no checkpoint thread, checkpointing in commits");
+            return (stats, None);
+        }
+    };
     // The hook replaces SQLite's automatic checkpoints on this connection. When the
     // connection closes, the hook and with it the sender are dropped, and the thread ends.
     let hooked = conn.wal_hook(Some(move |wal: &mut Wal, log_pages: c_int| {
@@ -75,7 +80,16 @@ pub(super) fn move_off_the_write_path(
     if let Err(e) = hooked {
         tracing::warn!(store = %location, error = %e, "page store: cannot hook commits, checkpointing in commits");
     }
-    stats
+    (stats, Some(thread))
+}
+
+/// Ends the checkpointer of `conn` (its hook goes, and with it the thread's reason to run) and
+/// waits for its connection to close, so that `conn`, closed last, checkpoints its log into
+/// the file as SQLite does at a last close: a process that exits right after leaves the file
+/// whole, without a log beside it.
+pub(super) fn stop(conn: &mut Connection, thread: JoinHandle<()>) {
+    let _ = conn.wal_hook(None::<fn(&mut Wal, c_int) -> rusqlite::Result<()>>);
+    let _ = thread.join();
 }
 
 struct Checkpointer {

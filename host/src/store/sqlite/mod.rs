@@ -110,6 +110,8 @@ pub(super) struct Inner {
     writes: WriteQueue,
     /// The background checkpointer's counts (all zero for an in-memory store).
     checkpoints: Arc<checkpoint::CheckpointStats>,
+    /// The checkpointer's thread, ended when the store closes ([`checkpoint::stop`]).
+    checkpointer: Option<std::thread::JoinHandle<()>>,
     /// Whether the schema has page seals: false only for an older file opened read-only
     /// (not migrated), whose pages are checked without one.
     sealed: bool,
@@ -195,6 +197,15 @@ impl Inner {
             tracing::error!(store = %self.location, "{error}");
         }
         Err(error)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(thread) = self.checkpointer.take() {
+            let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
+            checkpoint::stop(conn, thread);
+        }
     }
 }
 
@@ -371,6 +382,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints: Arc::default(),
+                checkpointer: None,
                 sealed: version >= seal::SEALED_SINCE,
                 records_sealed,
                 summary_key,
@@ -447,11 +459,11 @@ impl SqliteStore {
             }
             _ => log_watch::LogWatch::default(),
         });
-        let checkpoints = match &path {
+        let (checkpoints, checkpointer) = match &path {
             Some(file) if mode.eq_ignore_ascii_case("wal") => {
                 checkpoint::move_off_the_write_path(&mut conn, file, &location, Arc::clone(&log))
             }
-            _ => Arc::default(),
+            _ => (Arc::default(), None),
         };
         // Recorded once the file certainly exists (the pragmas above have opened it).
         let identity = path.as_deref().and_then(|p| FileIdentity::of(p).ok());
@@ -465,6 +477,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints,
+                checkpointer,
                 sealed: true,
                 records_sealed: true,
                 summary_key: Some(summary_key),
