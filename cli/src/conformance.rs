@@ -186,8 +186,11 @@ fn parse_config_arg(text: &str) -> anyhow::Result<serde_json::Value> {
     let (what, json) = match text.strip_prefix('@') {
         Some(path) => (
             path.to_string(),
-            std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("--config @{path}: cannot read: {e}"))?,
+            tamp_host::input_file::read_to_string(
+                std::path::Path::new(path),
+                tamp_host::input_file::Limit::SETTINGS,
+            )
+            .map_err(|e| anyhow::anyhow!("--config @{path}: cannot read: {e}"))?,
         ),
         None => ("the argument".to_string(), text.to_string()),
     };

@@ -32,6 +32,7 @@ use tamp_host::chain::{
     Chain, ChainError, ChainReport, CompactOptions, FileOverrides, StageStatus,
 };
 use tamp_host::config::{self, LoadedChainFile};
+use tamp_host::input_file;
 use tamp_host::loader::{resolve_plugin, LoadedPlugin};
 use tamp_host::store::{self, PageStore, StoreSpec};
 use tamp_host::wire::{self, WireFormat};
@@ -255,8 +256,11 @@ enum PagesCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Read every page back and check it: its messages parse and still hash to its id.
-    /// Prints each damaged page and exits 1 if there is any.
+    /// Read the whole store back and check it: every page (its messages still hash to its
+    /// id, the rest matches its seal), thread state and summary-cache entry (each matches its
+    /// seal), and deferred-queue item (it reads back), and run the database's own integrity
+    /// check (SQLite's integrity_check; on PostgreSQL, amcheck's where installed). Prints each
+    /// problem and exits 1 if there is any.
     #[command(
         after_help = "Example (from the repository root; the compaction archives pages):\n  \
         tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
@@ -321,6 +325,10 @@ fn main() -> ExitCode {
     // A pinned plugin is loaded from a private copy even here (see `loader::load_trusted`);
     // the library stays mapped, the copy on disk is not needed any more.
     tamp_host::loader::remove_private_copies();
+    // Every command has finished its work (a server has drained within its grace). A
+    // blocking task still running (a read that never returns, a plugin's call that never
+    // ends) would make dropping the runtime wait for it for ever: it is left to the exit.
+    rt.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -420,18 +428,17 @@ fn compact_to(
         args.input.as_str()
     };
     let bytes = if args.input == "-" {
-        let mut stdin = std::io::stdin();
-        if stdin.is_terminal() {
+        if std::io::stdin().is_terminal() {
             eprintln!(
                 "tamp compact: reading the conversation from stdin (end with Ctrl-D), or pass \
                  its file: tamp compact conversation.json"
             );
         }
-        let mut bytes = Vec::new();
-        stdin.read_to_end(&mut bytes).context("cannot read stdin")?;
-        bytes
+        input_file::read_stdin(input_file::Limit::CONVERSATION)
+            .map_err(|e| anyhow::anyhow!("cannot read stdin: {e}"))?
     } else {
-        std::fs::read(&args.input).with_context(|| format!("cannot read {}", args.input))?
+        input_file::read(Path::new(&args.input), input_file::Limit::CONVERSATION)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.input))?
     };
     let text = utf8_text(bytes).map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     let format = args
@@ -844,6 +851,11 @@ fn check_plugin_header(path: &Path) -> Result<()> {
 /// reading pages never creates an empty store, and never needs to write its directory. An
 /// error names what gave the store: the `--store` flag, or the chain file's line.
 fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
+    open_whole_store(args).map(|s| s.pages)
+}
+
+/// The store [`StoreArgs`] name, opened read-only, all four of its faces.
+fn open_whole_store(args: &StoreArgs) -> Result<store::Store> {
     let file = args
         .config
         .as_deref()
@@ -873,9 +885,7 @@ fn open_store(args: &StoreArgs) -> Result<Arc<dyn PageStore>> {
             )));
         }
     }
-    store::open_read_only(&spec)
-        .map(|s| s.pages)
-        .map_err(|e| blame(e.to_string()))
+    store::open_read_only(&spec).map_err(|e| blame(e.to_string()))
 }
 
 fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
@@ -920,22 +930,44 @@ fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
             }
         }
         PagesCommand::Verify { store } => {
-            let store = open_store(&store)?;
-            let check = rt.block_on(store.verify_pages())?;
-            for page in &check.damaged {
-                out!("{}: {}", page.id, page.detail);
+            let store = open_whole_store(&store)?;
+            let check = rt.block_on(store::verify(&store))?;
+            for problem in check.problems() {
+                out!("{problem}");
             }
-            if !check.damaged.is_empty() {
+            let checked = [&check.threads, &check.cache, &check.queue]
+                .iter()
+                .map(|c| c.checked)
+                .sum::<u64>()
+                + check.pages.checked;
+            let damaged = [&check.threads, &check.cache, &check.queue]
+                .iter()
+                .map(|c| c.damaged.len())
+                .sum::<usize>()
+                + check.pages.damaged.len();
+            let integrity = match &check.integrity {
+                None => "; the database has no integrity check to run".to_string(),
+                Some(found) if found.is_empty() => {
+                    "; the database's integrity check found nothing wrong".to_string()
+                }
+                Some(found) => format!(
+                    "; the database's integrity check found {} problem(s)",
+                    found.len()
+                ),
+            };
+            if !check.problems().is_empty() {
                 bail!(
-                    "{} of {} page(s) in {} are damaged",
-                    check.damaged.len(),
-                    check.checked,
+                    "{damaged} of {checked} item(s) in {} are damaged{integrity}",
                     store.describe()
                 );
             }
             out!(
-                "ok: {} page(s) in {} verified",
-                check.checked,
+                "ok: {} page(s), {} thread state(s), {} cache entries and {} queue item(s) in {} \
+                 verified{integrity}",
+                check.pages.checked,
+                check.threads.checked,
+                check.cache.checked,
+                check.queue.checked,
                 store.describe()
             );
         }
@@ -992,6 +1024,7 @@ mod tests {
             ("--config", "chain.toml"),
             ("--listen", "127.0.0.1:9123"),
             ("--max-body", "2MiB"),
+            ("--max-body-memory", "6MiB"),
             ("--auth-token-env", "TAMP_TOKEN"),
             ("--debounce-ms", "50"),
             ("--store", "pages.sqlite3"),
@@ -1008,6 +1041,7 @@ mod tests {
             config: "chain.toml".into(),
             listen: "127.0.0.1:9123".parse().unwrap(),
             max_body: 2 << 20,
+            max_body_memory: 6 << 20,
             auth_token_env: Some("TAMP_TOKEN".into()),
             debounce_ms: 50,
             store: Some("pages.sqlite3".into()),
@@ -1044,6 +1078,7 @@ mod tests {
             (
                 o.listen.to_string(),
                 o.max_body,
+                o.max_body_memory,
                 o.header_timeout_secs,
                 o.body_timeout_secs,
                 o.max_connections,
@@ -1051,11 +1086,11 @@ mod tests {
         };
         assert_eq!(
             defaults(&serve),
-            ("127.0.0.1:7474".into(), 8 << 20, 10.0, 30.0, 512)
+            ("127.0.0.1:7474".into(), 8 << 20, 512 << 20, 10.0, 30.0, 512)
         );
         assert_eq!(
             defaults(&proxy),
-            ("127.0.0.1:7475".into(), 64 << 20, 30.0, 60.0, 1024)
+            ("127.0.0.1:7475".into(), 64 << 20, 1 << 30, 30.0, 60.0, 1024)
         );
         assert_eq!((serve.debounce_ms, serve.shutdown_grace_secs), (200, 60.0));
         assert_eq!((proxy.debounce_ms, proxy.shutdown_grace_secs), (200, 60.0));
@@ -1067,6 +1102,7 @@ mod tests {
                 [
                     "[default: 127.0.0.1:7474]",
                     "[default: 8MiB]",
+                    "[default: 512MiB]",
                     "[default: 512]",
                     "every route but /healthz",
                     "Largest body of a request",
@@ -1077,6 +1113,7 @@ mod tests {
                 [
                     "[default: 127.0.0.1:7475]",
                     "[default: 64MiB]",
+                    "[default: 1GiB]",
                     "[default: 1024]",
                     "tamp's own routes under /tamp/",
                     "Largest body of a compacted route's request",

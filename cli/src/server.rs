@@ -21,6 +21,8 @@ pub trait ServerKind: Debug + Clone + Send + Sync + 'static {
     const LOOPBACK_WHY: &'static str;
     /// `--max-body`'s default.
     const MAX_BODY: &'static str;
+    /// `--max-body-memory`'s default.
+    const MAX_BODY_MEMORY: &'static str;
     /// The requests whose body is read whole, so bounded by `--max-body` and
     /// `--body-timeout-secs`.
     const BODIES_READ: &'static str;
@@ -47,6 +49,8 @@ impl ServerKind for Serve {
     const LOOPBACK_WHY: &'static str =
         "put a proxy or --auth-token-env in front before exposing it";
     const MAX_BODY: &'static str = "8MiB";
+    // --max-concurrent (64) bodies of --max-body at once: the bound serve had already.
+    const MAX_BODY_MEMORY: &'static str = "512MiB";
     const BODIES_READ: &'static str = "a request";
     const OTHER_BODIES: &'static str = "";
     const GUARDED: &'static str = "every route but /healthz";
@@ -66,6 +70,8 @@ impl ServerKind for Proxy {
     const LOOPBACK_WHY: &'static str = "the pages under /tamp/ hold the conversations, and \
         anyone who reaches the port can read them";
     const MAX_BODY: &'static str = "64MiB";
+    // Sixteen of the largest bodies at once; an agent's requests are a few MiB at most.
+    const MAX_BODY_MEMORY: &'static str = "1GiB";
     const BODIES_READ: &'static str = "a compacted route's request";
     const OTHER_BODIES: &'static str = "; other routes stream their bodies through, unbounded";
     const GUARDED: &'static str = "tamp's own routes under /tamp/ but /tamp/healthz (the \
@@ -93,6 +99,12 @@ pub struct ServerArgs<K: ServerKind> {
                           one, declared or sent, is answered 413{}",
                          K::BODIES_READ, K::OTHER_BODIES))]
     pub max_body: usize,
+    /// Bytes of request bodies held at once, across requests (the bodies --max-body bounds);
+    /// a body that would pass it (its declared length at once, else as it arrives) is
+    /// answered 503 `overloaded` with retry-after. A body's bytes count until it is dropped:
+    /// at once when its client hangs up. At least --max-body.
+    #[arg(long, value_name = "SIZE", default_value = K::MAX_BODY_MEMORY, value_parser = parse_size)]
+    pub max_body_memory: usize,
     #[arg(long, value_name = "NAME",
           help = format!("Require `Authorization: Bearer <token>` on {}, the token read from \
                           this environment variable (never from the command line, so it stays \
@@ -136,6 +148,7 @@ impl<K: ServerKind> From<ServerArgs<K>> for ServerOptions {
             config: a.config,
             listen: a.listen,
             max_body: a.max_body,
+            max_body_memory: a.max_body_memory,
             auth_token_env: a.auth_token_env,
             debounce_ms: a.debounce_ms,
             store: a.store,

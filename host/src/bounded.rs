@@ -1,8 +1,12 @@
-//! Durations read from outside (a chain file, a flag, a provider's answer), range-checked
-//! into [`Duration`]. `Duration::from_secs_f64` panics on what it cannot hold (`inf`, `1e20`,
-//! NaN, a negative number); a chain file saying `timeout_secs = inf` must be an error naming
-//! the field, never a backtrace.
+//! Numbers read from outside (a chain file, a flag, a provider's answer), range-checked
+//! before they are used: durations into [`Duration`], and the numbers that scale a count
+//! ([`scale`]: characters per token, prices, price factors). `Duration::from_secs_f64` panics
+//! on what it cannot hold (`inf`, `1e20`, NaN, a negative number), and a count divided by
+//! `1e-300` wraps when it is cast back to an integer; a chain file saying `timeout_secs =
+//! inf` or `chars_per_token:1e-300` must be an error naming the field and the range, never a
+//! backtrace or a count of 0.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 /// The longest wait any setting may ask for: 30 days. Nothing tamp does waits that long
@@ -39,9 +43,41 @@ pub fn saturating_seconds(secs: f64) -> Duration {
     Duration::try_from_secs_f64(secs.clamp(0.0, MAX_SECONDS)).unwrap_or(Duration::ZERO)
 }
 
+/// `value` when it lies in `range` (NaN never does); otherwise the message a field error
+/// carries, naming the range. For the numbers that scale a count: each range is far wider
+/// than any real value and narrow enough that what it scales stays a count.
+pub fn scale(value: f64, range: RangeInclusive<f64>) -> Result<f64, String> {
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "must be a number from {} to {}, got {value:?}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scale_outside_its_range_is_an_error_naming_the_range() {
+        assert_eq!(scale(4.0, 0.01..=1000.0), Ok(4.0));
+        assert_eq!(scale(0.01, 0.01..=1000.0), Ok(0.01));
+        for bad in [1e-300, 0.0, -1.0, 1e300, f64::NAN, f64::INFINITY] {
+            let e = scale(bad, 0.01..=1000.0).unwrap_err();
+            assert!(
+                e.starts_with("must be a number from 0.01 to 1000, got "),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            scale(1e-300, 0.01..=1000.0).unwrap_err(),
+            "must be a number from 0.01 to 1000, got 1e-300"
+        );
+    }
 
     #[test]
     fn what_a_duration_cannot_hold_is_an_error_or_clamped_never_a_panic() {

@@ -34,6 +34,7 @@ use crate::store::threads::{
     ThreadStore, ThreadsConfig,
 };
 use crate::store::{DeferredQueue, PageSearch, PageStore, SqliteStore, SummaryCache};
+use crate::summary_mac::SummaryKey;
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
 
@@ -94,6 +95,8 @@ pub struct Chain {
     threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
     /// The store's search index and page owners (what `recall` and `search` read).
     search: Option<Arc<dyn PageSearch>>,
+    /// The key whose MACs make a summary tamp's ([`crate::summary_mac`]): the store's.
+    summaries: SummaryKey,
 }
 
 /// Per-call choices.
@@ -149,6 +152,15 @@ pub struct ChainReport {
     /// verbatim where it stood, given to no strategy (`sdk::pinned`), compacted around.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub opaque: Vec<OpaqueCount>,
+    /// Messages that read as a summary but carry no MAC of this chain's store (written by
+    /// someone else, or altered since): read as the ordinary text they are
+    /// ([`crate::summary_mac`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unrecognized_summaries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// How many of one kind of thing tamp did not know a conversation held.
@@ -502,6 +514,8 @@ impl ChainBuilder {
                 TokenCounter::new(crate::tokens::Encoding::O200kBase).map_err(ChainError::Setup)?,
             ),
         };
+        // A store that keeps no key (a stand-in `PageStore`): one for this chain's life.
+        let summaries = store.summary_key().unwrap_or_else(SummaryKey::random);
         Ok(Chain {
             stages: self.stages,
             budget: self.budget,
@@ -518,6 +532,7 @@ impl ChainBuilder {
             }),
             threads: self.threads,
             search,
+            summaries,
         })
     }
 }
@@ -750,6 +765,14 @@ impl Chain {
         self.search.as_ref()
     }
 
+    /// Gives every summary in `messages` this chain's MAC, so that [`Chain::compact`] reads
+    /// them as tamp's own: for a program embedding the chain that keeps summaries it made (or
+    /// builds them itself). Without it, a summary that no chain of this store wrote is read as
+    /// text ([`crate::summary_mac`]).
+    pub fn seal_summaries(&self, messages: &mut [Message]) {
+        self.summaries.seal(messages);
+    }
+
     /// The deferred queue this chain's stages queue into, when it has one.
     pub fn queue(&self) -> Option<&Arc<dyn DeferredQueue>> {
         self.ctx.queue.as_ref()
@@ -817,9 +840,15 @@ impl Chain {
     /// taken (an `async fn` keeps its arguments beside the futures it awaits).
     pub fn compact<'a>(
         &'a self,
-        conversation: Conversation,
+        mut conversation: Conversation,
         options: &'a CompactOptions,
     ) -> impl Future<Output = Result<Compacted, ChainError>> + Send + 'a {
+        // Before anything reads it (the thread's key included): what only looks like one of
+        // tamp's summaries is the text it is from here on.
+        let unrecognized = self
+            .summaries
+            .recognize(conversation.messages.as_mut_slice());
+        let unrecognized = u32::try_from(unrecognized).unwrap_or(u32::MAX);
         let thread = self
             .threads
             .as_ref()
@@ -833,15 +862,14 @@ impl Chain {
                 Some((store.as_ref(), config, key))
             });
         match thread {
-            None => Either::Left(self.run_chain(conversation, options)),
+            None => Either::Left(self.run_chain(conversation, options, unrecognized)),
             // Boxed: the thread's state is then not part of every compaction's in-flight
             // state.
             Some((store, config, key)) => Either::Right(Box::pin(self.continue_thread(
                 conversation,
                 options,
-                store,
-                config,
-                key,
+                (store, config, key),
+                unrecognized,
             ))),
         }
     }
@@ -851,9 +879,8 @@ impl Chain {
         &self,
         conversation: Conversation,
         options: &CompactOptions,
-        store: &dyn ThreadStore,
-        config: &ThreadsConfig,
-        key: ThreadKey,
+        (store, config, key): (&dyn ThreadStore, &ThreadsConfig, ThreadKey),
+        unrecognized: u32,
     ) -> Result<Compacted, ChainError> {
         // Checked before anything is read or stored for it.
         let format = options
@@ -861,8 +888,20 @@ impl Chain {
             .unwrap_or_else(|| infer_format(&conversation.messages));
         check_tool_pairing(&conversation.messages, format)?;
         let mut error = None;
+        let mut refused = false;
         let previous = match store.get_thread(&key.key, config.ttl_secs).await {
             Ok(state) => state,
+            // Altered in the store: not a word of it is used, and this call's answer, stored
+            // below, replaces it.
+            Err(e) if e.is_damaged() => {
+                tracing::warn!(
+                    "thread state refused, the thread starts again from the request's raw \
+                     history: {e}"
+                );
+                error = Some(e.to_string());
+                refused = true;
+                None
+            }
             Err(e) => {
                 tracing::warn!("thread state not read, compacting from the request: {e}");
                 error = Some(e.to_string());
@@ -895,7 +934,7 @@ impl Chain {
             }
             None => conversation,
         };
-        let mut compacted = self.run_chain(input, options).await?;
+        let mut compacted = self.run_chain(input, options, unrecognized).await?;
         let acted = compacted
             .report
             .stages
@@ -937,18 +976,26 @@ impl Chain {
             messages_covered: if resumed.is_some() { covered as u64 } else { 0 },
             prefix_kept_tokens,
             stored,
+            state_refused: refused,
             error,
         });
         Ok(compacted)
     }
 
-    /// Runs the stages on `conversation`.
+    /// Runs the stages on `conversation` (whose summaries [`Chain::compact`] has checked,
+    /// `unrecognized` of them read as text), and gives the summaries of what it returns
+    /// their MACs.
     async fn run_chain(
         &self,
         conversation: Conversation,
         options: &CompactOptions,
+        unrecognized: u32,
     ) -> Result<Compacted, ChainError> {
         let started = Instant::now();
+        let mut conversation = conversation;
+        // Believed already (or stored by this chain): the stages, and the pages they archive,
+        // see summaries without their MACs, so that nothing they make depends on the key.
+        crate::summary_mac::strip(conversation.messages.as_mut_slice());
         let format = options
             .format
             .unwrap_or_else(|| infer_format(&conversation.messages));
@@ -1006,6 +1053,9 @@ impl Chain {
             usage.add(&r.usage);
         }
         let acted = runs.iter().any(|r| r.status == StageStatus::Acted);
+        // Every summary of the answer, the input's and the stages' new ones, gets its MAC: the
+        // next request (or the thread's stored state) reads them as tamp's.
+        self.summaries.seal(current.messages.as_mut_slice());
         let low_watermark_missed = (over_budget && tokens > low).then(|| {
             let (head_tokens, tail_tokens) = (shape.head_tokens, shape.tail_tokens);
             let protected = head_tokens + tail_tokens;
@@ -1055,6 +1105,7 @@ impl Chain {
             thread: None,
             low_watermark_missed,
             opaque: OpaqueCount::of(&current.messages),
+            unrecognized_summaries: unrecognized,
         };
         Ok(Compacted {
             conversation: current,

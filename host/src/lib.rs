@@ -14,12 +14,14 @@
 //! - [`chain`]: runs stages in order; [`edits`] checks and applies what a stage returns;
 //!   [`invariants`] and [`rules`]: the rules every stage keeps.
 //! - [`store::threads`]: thread continuity, so a growing thread pays for what is new.
+//! - [`summary_mac`]: the summaries tamp believes, those its store's key vouches for.
 //! - [`services`]: the host services a plugin calls back.
 //! - [`providers`], [`store`], [`tokens`]: LLM backends, the page store, the token counter;
 //!   [`digest`]: the hashes that name stored things (cache keys, config hashes), a leaf.
 //! - [`eval`]: `tamp eval`, chains compared side by side.
 //! - [`recall`]: what a model reads back of the archive (a page as text, a search), within
 //!   what its caller may see; [`mcp`] serves it (`tamp mcp`, and `/tamp/mcp` on the proxy).
+//! - [`input_file`]: every file tamp reads whole, opened without waiting and bounded, a leaf.
 //! - [`wasm`]: strategies as WebAssembly components (the runtime is the `wasm` feature).
 //!
 //! Features (on by default): `http-providers` (the Anthropic and OpenAI clients),
@@ -41,6 +43,7 @@ pub mod error_text;
 pub mod eval;
 #[cfg(feature = "serve")]
 pub mod http;
+pub mod input_file;
 pub mod invariants;
 pub mod loader;
 pub mod logging;
@@ -54,6 +57,7 @@ pub mod providers;
 #[cfg(feature = "serve")]
 pub mod proxy;
 pub mod recall;
+pub mod redact;
 pub mod rules;
 #[cfg(test)]
 mod scratch;
@@ -63,6 +67,7 @@ pub mod services;
 pub mod signals;
 pub mod stage_guard;
 pub mod store;
+pub mod summary_mac;
 pub mod time_text;
 pub mod tokens;
 pub mod wasm;

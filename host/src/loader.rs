@@ -413,40 +413,13 @@ fn chain_names_in(dir: &Path) -> Vec<String> {
 /// at before the file is opened: reading a device or a FIFO could block or never end.
 pub fn regular_file_stamp(path: &Path) -> Result<FileStamp, LoadError> {
     let meta = std::fs::metadata(path).map_err(|e| io_error(path, "read its metadata", e))?;
-    if let Some(kind) = not_a_file_kind(&meta.file_type()) {
+    if let Some(kind) = crate::input_file::not_a_file_kind(&meta.file_type()) {
         return Err(LoadError::NotAFile {
             path: path.to_path_buf(),
             kind,
         });
     }
     Ok(FileStamp::from_metadata(&meta))
-}
-
-/// What a file type is, in words, when it is not a regular file.
-fn not_a_file_kind(file_type: &std::fs::FileType) -> Option<&'static str> {
-    if file_type.is_file() {
-        return None;
-    }
-    if file_type.is_dir() {
-        return Some("a directory");
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt as _;
-        if file_type.is_char_device() {
-            return Some("a character device");
-        }
-        if file_type.is_block_device() {
-            return Some("a block device");
-        }
-        if file_type.is_fifo() {
-            return Some("a FIFO (named pipe)");
-        }
-        if file_type.is_socket() {
-            return Some("a socket");
-        }
-    }
-    Some("not a regular file")
 }
 
 /// Checks the file at `path` before the dynamic linker maps it: still the regular file of

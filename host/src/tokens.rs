@@ -72,6 +72,11 @@ pub fn estimate_opaque(json: &str) -> u64 {
     (json.len() as u64 / 4).min(OPAQUE_BLOCK_MAX_TOKENS)
 }
 
+/// The characters per token `chars_per_token:<N>` may state: far around any real tokenizer
+/// (2 to 5), and narrow enough that the largest text tamp reads counts to a number of tokens
+/// that fits its counters. 1e-300 made a count wrap to 0.
+pub const CHARS_PER_TOKEN: std::ops::RangeInclusive<f64> = 0.01..=1000.0;
+
 /// A tokenizer. Written in config files as `o200k_base`, `cl100k_base` or
 /// `chars_per_token:<N>` (`chars/<N>` is accepted as a short form).
 #[derive(Clone, Debug, PartialEq)]
@@ -113,14 +118,20 @@ impl FromStr for Encoding {
                  chars_per_token:<N> (e.g. chars_per_token:4)"
             ));
         };
-        match ratio.trim().parse::<f64>() {
-            Ok(n) if n.is_finite() && n > 0.0 => Ok(Encoding::CharsPerToken(n)),
-            _ => Err(format!(
-                "token encoding `{s}`: the characters per token must be a positive number, \
-                 e.g. chars_per_token:4"
-            )),
-        }
+        let Ok(n) = ratio.trim().parse::<f64>() else {
+            return Err(format!(
+                "token encoding `{s}`: the characters per token must be a number, e.g. \
+                 chars_per_token:4"
+            ));
+        };
+        check_chars_per_token(n).map(Encoding::CharsPerToken)
     }
+}
+
+/// `n` as a characters-per-token ratio, within [`CHARS_PER_TOKEN`]; the error names the range.
+fn check_chars_per_token(n: f64) -> Result<f64, String> {
+    crate::bounded::scale(n, CHARS_PER_TOKEN)
+        .map_err(|e| format!("token encoding chars_per_token:{n:?}: the characters per token {e}"))
 }
 
 impl Serialize for Encoding {
@@ -272,12 +283,7 @@ impl TokenCounter {
     /// vocabulary (a few hundred milliseconds); later ones reuse it.
     pub fn new(encoding: Encoding) -> Result<Self, String> {
         if let Encoding::CharsPerToken(n) = encoding {
-            if !(n.is_finite() && n > 0.0) {
-                return Err(format!(
-                    "token encoding chars_per_token:{n}: the characters per token must be a \
-                     positive number"
-                ));
-            }
+            check_chars_per_token(n)?;
         }
         let bpe = bpe(&encoding)?;
         Ok(TokenCounter {
@@ -632,11 +638,20 @@ mod tests {
             "chars_per_token:-1",
             "chars/nan",
             "chars/inf",
+            "chars_per_token:1e-300",
+            "chars_per_token:1e-16",
+            "chars_per_token:1e300",
         ] {
             let err = bad.parse::<Encoding>().unwrap_err();
             assert!(err.contains("token encoding"), "{bad}: {err}");
         }
         assert!(serde_json::from_str::<Encoding>("\"p50k\"").is_err());
+        assert_eq!(
+            "chars_per_token:1e-300".parse::<Encoding>().unwrap_err(),
+            "token encoding chars_per_token:1e-300: the characters per token must be a number \
+             from 0.01 to 1000, got 1e-300"
+        );
+        assert!(TokenCounter::new(Encoding::CharsPerToken(1e-300)).is_err());
         assert!(TokenCounter::new(Encoding::CharsPerToken(0.0)).is_err());
         assert!(TokenCounter::new(Encoding::CharsPerToken(f64::NAN)).is_err());
     }

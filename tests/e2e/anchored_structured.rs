@@ -170,10 +170,10 @@ fn check_replacement(chain: &Chain, input: &Conversation, out: &Compacted) {
     let page = rt()
         .block_on(chain.store().get_page(&info.page_ref))
         .unwrap();
-    assert_eq!(
-        page.page.messages.as_slice(),
-        &input.messages[head..head + removed]
-    );
+    // A summary among them is archived without the MAC it travels with.
+    let mut archived = input.messages[head..head + removed].to_vec();
+    tamp_host::summary_mac::strip(&mut archived);
+    assert_eq!(page.page.messages.as_slice(), &archived[..]);
     assert_eq!(
         out.conversation.messages[head + 1..],
         input.messages[head + removed..]

@@ -8,7 +8,8 @@
 //! - `tamp serve`, whose unpinned stage's file is overwritten in place by a cut copy while
 //!   requests keep coming, refuses each reload with the reason, keeps serving the old chain
 //!   and answers every request; the complete file, once written, is loaded;
-//! - a device or a directory named as a plugin is called what it is (issue 32, point 7).
+//! - a device or a directory named as a plugin is called what it is (issue 32, point 7);
+//! - a plugin built for another architecture of the same word size is named as such.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -119,6 +120,37 @@ fn every_command_refuses_a_plugin_cut_short_naming_the_file_and_why() {
         std::fs::write(&config, chain_toml(path)).unwrap();
         let out = tamp(&["check-config", config_text], &dir);
         assert_refused(&out, &format!("check-config of {path}"), &[path, kind]);
+    }
+}
+
+/// A real plugin with its ELF header's machine patched to AArch64: the same word size and
+/// byte order as x86-64, so only the machine tells it apart. The dynamic linker called it
+/// "No such file or directory".
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_plugin_for_another_architecture_is_named_as_such() {
+    let dir = ScratchDir::new("other-machine");
+    let mut bytes = std::fs::read(plugin("tamp_custom_strategy")).unwrap();
+    bytes[18..20].copy_from_slice(&183u16.to_le_bytes());
+    let file = dir.join("arm64.so");
+    std::fs::write(&file, &bytes).unwrap();
+    let config = write_chain(&dir, &chain_toml("arm64.so"));
+    let file_text = file.to_str().unwrap();
+    let needles = [
+        file_text,
+        "for AArch64 (arm64) (machine 183), built for another kind of machine",
+    ];
+    for args in [
+        vec!["plugins", "describe", file_text],
+        vec!["check-config", config.to_str().unwrap()],
+    ] {
+        let out = tamp(&args, &dir);
+        assert_refused(&out, &format!("{args:?}"), &needles);
+        assert!(
+            !text(&out.stderr).contains("No such file"),
+            "{}",
+            text(&out.stderr)
+        );
     }
 }
 

@@ -8,13 +8,14 @@
 //! ("What a hostile-input probe checks").
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use tamp_e2e::serve_support::ScratchDir;
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
-#[test]
-fn a_huge_duration_is_a_field_error_never_a_panic() {
-    let dir = ScratchDir::new("huge-duration");
+/// The custom strategy (`strategy.so`) and a corpus conversation (`input.json`, returned) in
+/// `dir`: what a chain file there and `tamp compact` need.
+fn strategy_and_input(dir: &std::path::Path) -> std::path::PathBuf {
     std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
     let input = dir.join("input.json");
     std::fs::write(
@@ -22,6 +23,35 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
         corpus("anthropic", "taubench_gpt4o_airline_task2_trial2"),
     )
     .unwrap();
+    input
+}
+
+/// `check-config` and `compact` of `input` with `config`: each exits 1 without a panic; what
+/// each said on stderr.
+fn refused_by_check_and_compact(
+    dir: &std::path::Path,
+    input: &std::path::Path,
+    config: &str,
+) -> Vec<String> {
+    [
+        vec!["check-config", config],
+        vec!["compact", input.to_str().unwrap(), "--config", config],
+    ]
+    .into_iter()
+    .map(|args| {
+        let out = tamp(&args, dir);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        stderr
+    })
+    .collect()
+}
+
+#[test]
+fn a_huge_duration_is_a_field_error_never_a_panic() {
+    let dir = ScratchDir::new("huge-duration");
+    let input = strategy_and_input(&dir);
     for value in ["inf", "1e20", "1e300", "nan", "-1"] {
         for (table, line) in [
             (
@@ -51,19 +81,12 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
                 ),
             );
             let config = config.to_str().unwrap();
-            for args in [
-                vec!["check-config", config],
-                vec!["compact", input.to_str().unwrap(), "--config", config],
-            ] {
-                let out = tamp(&args, &dir);
-                let stderr = text(&out.stderr);
-                assert_eq!(out.status.code(), Some(1), "{args:?} {value}: {stderr}");
-                assert!(!stderr.contains("panicked"), "{args:?} {value}: {stderr}");
+            for stderr in refused_by_check_and_compact(&dir, &input, config) {
                 assert!(
                     stderr.starts_with(&format!("error: {config}:"))
                         && stderr
                             .contains(&format!("{line}: must be a positive number of seconds")),
-                    "{args:?} {value}: {stderr}"
+                    "{value}: {stderr}"
                 );
             }
         }
@@ -85,6 +108,393 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// A number that scales a count is range-checked like a duration: `chars_per_token:1e-300`
+/// made every count wrap (a conversation of 203 tokens was never compacted), and prices of
+/// `inf` or `-1` made every cost nonsense. Each is a `file:line: field` error naming the range,
+/// from `check-config` and `compact` alike.
+#[test]
+fn a_number_that_scales_a_count_is_range_checked() {
+    let dir = ScratchDir::new("scales");
+    let input = strategy_and_input(&dir);
+    for (table, key, says) in [
+        (
+            "[tokenizer]\nencoding = \"chars_per_token:1e-300\"\n",
+            "encoding",
+            "tokenizer.encoding: token encoding chars_per_token:1e-300: the characters per token \
+             must be a number from 0.01 to 1000, got 1e-300",
+        ),
+        (
+            "[tokenizer]\nencoding = \"chars/1e-16\"\n",
+            "encoding",
+            "tokenizer.encoding: token encoding chars_per_token:1e-16: the characters per \
+             token must be a number from 0.01 to 1000, got 1e-16",
+        ),
+        (
+            "[provider.price]\ninput_per_mtok = inf\noutput_per_mtok = 1.0\n",
+            "input_per_mtok",
+            "provider.price.input_per_mtok: must be a number from 0 to 100000, got inf",
+        ),
+        (
+            "[provider.price]\ninput_per_mtok = 1.0\noutput_per_mtok = -1.0\n",
+            "output_per_mtok",
+            "provider.price.output_per_mtok: must be a number from 0 to 100000, got -1.0",
+        ),
+        (
+            "[provider.price]\ninput_per_mtok = 1.0\noutput_per_mtok = 1.0\nbatch_factor = nan\n",
+            "batch_factor",
+            "provider.price.batch_factor: must be a number from 0 to 10, got NaN",
+        ),
+    ] {
+        let toml = format!(
+            "[store]\npath = \"store.sqlite3\"\n{table}\n[[stage]]\nname = \"a\"\n\
+             plugin = \"strategy.so\"\n"
+        );
+        let line = 1 + toml
+            .lines()
+            .position(|l| l.starts_with(&format!("{key} =")))
+            .unwrap();
+        let config = write_chain(&dir, &toml);
+        let config = config.to_str().unwrap();
+        for stderr in refused_by_check_and_compact(&dir, &input, config) {
+            assert!(
+                stderr.starts_with(&format!("error: {config}:{line}: {says}")),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+/// Every file tamp reads whole is opened without waiting, refused unless it is a regular
+/// file, and read up to a bound the error names: `check-config /dev/zero` grew to 4 GB in 8 s,
+/// `compact --config /dev/zero` to 5.6 GB, a chain file swapped for a symlink to `/dev/zero`
+/// ran out of memory, and a FIFO hung for ever. Each is now a refusal within seconds, exit 1,
+/// naming the file and what it is (or the bound): chain files, conversations (a file or
+/// stdin), facts files, scripts, recorded answers and a stage's JSON config.
+#[test]
+fn files_that_never_end_or_never_open_are_refused_at_once() {
+    let dir = ScratchDir::new("unbounded-reads");
+    strategy_and_input(&dir);
+    let made = Command::new("mkfifo")
+        .arg(dir.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.toml")).unwrap();
+    // Sparse: 17 MiB that take no room.
+    std::fs::File::create(dir.join("big.toml"))
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    let chain = |provider: &str| {
+        format!(
+            "[store]\npath = \"store.sqlite3\"\n{provider}\n[[stage]]\nname = \"a\"\n\
+             plugin = \"strategy.so\"\n"
+        )
+    };
+    std::fs::write(dir.join("chain.toml"), chain("")).unwrap();
+    std::fs::write(
+        dir.join("scripted.toml"),
+        chain("[provider]\nkind = \"scripted\"\nscript = \"pipe\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("replay.toml"),
+        chain("[provider]\nkind = \"replay\"\nanswers = \"zero.toml\"\n"),
+    )
+    .unwrap();
+    let fifo = "it is a FIFO (named pipe), not a regular file";
+    let device = "it is a character device, not a regular file";
+    let cases: Vec<(Vec<&str>, String)> =
+        vec![
+        (
+            vec!["check-config", "/dev/zero"],
+            format!("error: /dev/zero: cannot read: {device}"),
+        ),
+        (
+            vec!["check-config", "zero.toml"],
+            format!("error: zero.toml: cannot read: {device}"),
+        ),
+        (
+            vec!["check-config", "pipe"],
+            format!("error: pipe: cannot read: {fifo}"),
+        ),
+        (
+            vec!["check-config", "big.toml"],
+            "error: big.toml: cannot read: it has 17825792 bytes, more than the 16 MiB a chain \
+             file may have; not read further"
+                .into(),
+        ),
+        (
+            vec!["compact", "input.json", "--config", "/dev/zero"],
+            format!("error: /dev/zero: cannot read: {device}"),
+        ),
+        (
+            vec!["compact", "pipe", "--config", "chain.toml"],
+            format!("error: cannot read pipe: {fifo}"),
+        ),
+        (
+            vec!["compact", "zero.toml", "--config", "chain.toml"],
+            format!("error: cannot read zero.toml: {device}"),
+        ),
+        (
+            vec!["compact", "input.json", "--config", "scripted.toml"],
+            format!("pipe: cannot read: {fifo}"),
+        ),
+        (
+            vec!["compact", "input.json", "--config", "replay.toml"],
+            format!("zero.toml: {device}"),
+        ),
+        (
+            vec!["eval", "--chain", "chain.toml", "--facts", "pipe", "input.json"],
+            format!("error: pipe: cannot read the facts file: {fifo}"),
+        ),
+        (
+            vec!["conformance", "strategy.so", "--config", "@pipe"],
+            format!("error: --config @pipe: cannot read: {fifo}"),
+        ),
+    ];
+    for (args, says) in cases {
+        let out = tamp_e2e::run_tamp_within(&args, &dir, Stdio::null(), Duration::from_secs(30));
+        let stderr = text(&out.stderr);
+        // `tamp conformance` exits 2 on an error of its own (1 is a failed check).
+        let code = if args[0] == "conformance" { 2 } else { 1 };
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&says),
+            "{args:?}: {says:?} not in: {stderr}"
+        );
+    }
+    // Standard input, where `-` names it, is read up to the conversation's bound.
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let out = tamp_e2e::run_tamp_within(
+        &["compact", "-", "--config", "chain.toml"],
+        &dir,
+        Stdio::from(zero),
+        Duration::from_secs(60),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "error: cannot read stdin: it goes on, more than the 256 MiB a conversation may \
+             have; not read further"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A FIFO put in place of the chain file while `tamp serve` runs wedged the reloader for good
+/// (its read waited for a writer that never came), and SIGTERM then printed `stopped` while
+/// the process ran on past its grace. Now each such reload is refused at once, naming the
+/// FIFO, the next good file is loaded, and SIGTERM ends the process within its grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_place_of_the_chain_file_never_wedges_reload_or_shutdown() {
+    use tamp_e2e::serve_support::{chain_stage_names, Server};
+    let dir = ScratchDir::new("fifo-chain");
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let chain = |stage: &str| {
+        format!(
+            "[store]\npath = \"store.sqlite3\"\n\n[[stage]]\nname = \"{stage}\"\n\
+             plugin = \"strategy.so\"\n"
+        )
+    };
+    let config = write_chain(&dir, &chain("first"));
+    let mut server = Server::start(&config, &["--shutdown-grace-secs", "2"]);
+    let fifo_in_place = || {
+        std::fs::remove_file(&config).unwrap();
+        let made = Command::new("mkfifo").arg(&config).status().unwrap();
+        assert!(made.success());
+    };
+    let refused = |c: &serde_json::Value| {
+        c["last_reload_error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot read: it is a FIFO (named pipe)"))
+    };
+    fifo_in_place();
+    let shown = server
+        .wait_for_chain("the FIFO's refusal", Duration::from_secs(20), refused)
+        .await;
+    assert_eq!(chain_stage_names(&shown), ["first"], "{shown:#}");
+    // Not wedged: the next good file is loaded.
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, chain("second")).unwrap();
+    server
+        .wait_for_chain("the file after the FIFO", Duration::from_secs(20), |c| {
+            chain_stage_names(c) == ["second"] && c["last_reload_error"].is_null()
+        })
+        .await;
+    fifo_in_place();
+    server
+        .wait_for_chain(
+            "the second FIFO's refusal",
+            Duration::from_secs(20),
+            refused,
+        )
+        .await;
+    server.sigterm();
+    let started = std::time::Instant::now();
+    let status = server.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}: {}", server.log());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+}
+
+/// A credential in a URL the operator writes is never shown: `[proxy] anthropic =
+/// "http://produser:S3CRET@127.0.0.1:9"` was quoted whole in every 502 body and in the
+/// startup log. One is planted in every URL a chain file or its environment names (both
+/// upstreams, the provider's base URL, a PostgreSQL store's URL) and in the URLs a config
+/// check refuses; no answer body or header, report, output or log line (at trace level) of
+/// `check-config`, `compact`, `serve` and `proxy` holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
+    use tamp_e2e::serve_support::Server;
+    const SECRET: &str = "S3CRET-PW-IN-URL";
+    let dir = ScratchDir::new("url-credentials");
+    strategy_and_input(&dir);
+    let url = format!("http://produser:{SECRET}@127.0.0.1:9");
+    let chain = format!(
+        "[budget]\nmax_tokens = 2000\nkeep_recent = 4\n\n[store]\npath = \"store.sqlite3\"\n\n\
+         [provider]\nkind = \"openai\"\nmodel = \"m\"\nbase_url = \"{url}/v1\"\n\
+         max_retries = 0\n\n[proxy]\nanthropic = \"{url}\"\nopenai = \"{url}\"\n\n\
+         [[stage]]\nname = \"archive\"\nplugin = \"strategy.so\"\n\
+         [stage.config]\nkeep_exchanges = 1\n"
+    );
+    let config = dir.join("served.toml");
+    std::fs::write(&config, &chain).unwrap();
+    let config = config.to_str().unwrap();
+    let trace = [("TAMP_LOG", "trace")];
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(tamp_bin())
+            .args(args)
+            .current_dir(&*dir)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!all.contains(SECRET), "{args:?}: {all}");
+        (out, all)
+    };
+    let (out, _) = run(&["check-config", config], &trace);
+    assert!(out.status.success());
+    let (out, all) = run(
+        &[
+            "compact",
+            "input.json",
+            "--config",
+            config,
+            "--report-json",
+            "-",
+        ],
+        &trace,
+    );
+    assert!(out.status.success(), "{all}");
+    // The provider was called, and its failure reported: without naming the credential.
+    assert!(
+        all.contains("llm_errors") && all.contains("127.0.0.1:9/v1/chat/completions"),
+        "{all}"
+    );
+    // URLs refused by the config check; a PostgreSQL store that cannot be reached.
+    for (table, says) in [
+        (
+            format!("[proxy]\nanthropic = \"ftp://produser:{SECRET}@h\"\n"),
+            "proxy.anthropic: must be an http:// or https:// URL with a host, got \
+             \"ftp://[redacted]@h\"",
+        ),
+        (
+            format!(
+                "[provider]\nkind = \"openai\"\nmodel = \"m\"\nbase_url = \"ftp://u:{SECRET}@h\"\n"
+            ),
+            "provider.base_url: must be an http:// or https:// URL, got \"ftp://[redacted]@h\"",
+        ),
+        (
+            "[store]\nkind = \"postgres\"\nurl_env = \"TAMP_TEST_DB_URL\"\n".to_string(),
+            "127.0.0.1:9",
+        ),
+    ] {
+        let refused = write_chain(&dir, &table);
+        let db = format!("postgres://produser:{SECRET}@127.0.0.1:9/tamp");
+        let (out, all) = run(
+            &["check-config", refused.to_str().unwrap()],
+            &[("TAMP_TEST_DB_URL", db.as_str()), ("TAMP_LOG", "trace")],
+        );
+        assert_eq!(out.status.code(), Some(1), "{all}");
+        assert!(all.contains(says), "{says:?} not in: {all}");
+    }
+    let config = std::path::Path::new(config);
+
+    // The proxy: its startup line, the 502s of both upstreams, the 400 of a target its
+    // OpenAI base URL cannot place, and its log.
+    let proxy = Server::start_command("proxy", config, &[], &trace);
+    let client = reqwest::Client::new();
+    let body = serde_json::json!({"model": "m", "max_tokens": 1,
+        "messages": [{"role": "user", "content": "hi"}]});
+    for (path, status) in [
+        ("/v1/messages", 502),
+        ("/v1/chat/completions", 502),
+        ("/other", 400),
+    ] {
+        let request = client.post(proxy.url(path)).json(&body);
+        // Anthropic's headers on its route; a shared path without them goes to OpenAI.
+        let request = if path == "/v1/messages" {
+            request
+                .header("anthropic-version", "2023-06-01")
+                .header("x-api-key", "sk-client")
+        } else {
+            request.bearer_auth("sk-client")
+        };
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{path}");
+        let headers = format!("{:?}", answer.headers());
+        let text = answer.text().await.unwrap();
+        assert!(text.contains("[redacted]"), "{path}: {text}");
+        assert!(
+            !text.contains(SECRET) && !headers.contains(SECRET),
+            "{path}: {text}"
+        );
+    }
+    for path in ["/tamp/healthz", "/tamp/metrics"] {
+        let text = client
+            .get(proxy.url(path))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!text.contains(SECRET), "{path}: {text}");
+    }
+    let log = proxy.log_containing(&["http://[redacted]@127.0.0.1:9"]);
+    assert!(log.contains("TRACE"), "not a trace log: {log}");
+    assert!(
+        log.contains("upstreams anthropic -> http://[redacted]@127.0.0.1:9"),
+        "{log}"
+    );
+    assert!(!log.contains(SECRET), "{log}");
+    drop(proxy);
+
+    // tamp serve: the compaction's report and the chain it shows.
+    let serve = Server::start_with_env(config, &[], &trace);
+    let conversation: serde_json::Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let (status, answer) = serve
+        .compact(&serde_json::json!({"conversation": conversation, "thread_continuity": false}))
+        .await;
+    assert_eq!(status, 200, "{answer:#}");
+    let answer = answer.to_string();
+    assert!(
+        answer.contains("llm_errors") && answer.contains("127.0.0.1:9") && !answer.contains(SECRET),
+        "{answer}"
+    );
+    let chain = serve.get_json("/v1/chain").await.to_string();
+    assert!(!chain.contains(SECRET), "{chain}");
+    let log = serve.log();
+    assert!(log.contains("TRACE") && !log.contains(SECRET), "{log}");
 }
 
 /// Point 7: a lone surrogate in text tamp reads is named as what it is.

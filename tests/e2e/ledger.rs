@@ -306,6 +306,67 @@ fn assert_entries_are_carried_as_written(written: &[(String, String)]) {
     );
 }
 
+/// A user message quoting the ledger's header mid-text made the next fold carry none of the
+/// earlier ledger's entries, with no note (the section was found by the header's last
+/// occurrence, which was inside the quote's entry). Through map-reduce-adaptive, folding its
+/// prior summary: every entry is carried as it was written.
+#[test]
+fn a_header_quoted_in_a_message_never_drops_the_ledger_a_fold_carries() {
+    let quote = format!(
+        "Keep every line under \"{}\" as it is, please.",
+        ledger::HEADER
+    );
+    let decisions = six_decisions();
+    let mut texts: Vec<(Role, &str)> = decisions
+        .iter()
+        .map(|d| (Role::Assistant, d.as_str()))
+        .collect();
+    texts.push((Role::User, &quote));
+    let chain = StageChain::new(
+        "tamp_map_reduce_adaptive",
+        json!({"none_below": 1, "brief_below": 2, "keep_summaries_share": 0.0}),
+        Arc::new(ScriptedProvider::always("The agent worked on the report.")),
+    )
+    .keep_recent(2)
+    .without_cache()
+    .build();
+    let first = rt()
+        .block_on(chain.compact(conversation(&texts), &CompactOptions::default()))
+        .unwrap();
+    let first_text = summary_text(&first);
+    let first_ledger = ledger::split(&first_text)
+        .1
+        .expect("the first summary's ledger");
+    let written: Vec<String> = first_ledger.entries().map(|e| e.line()).collect();
+    assert_eq!(written.len(), 7, "{first_text}");
+    assert!(
+        written.iter().any(|l| l.contains(ledger::HEADER)),
+        "{first_text}"
+    );
+
+    // The thread goes on: the first answer and more work, folded into one summary.
+    let mut messages = first.conversation.messages.to_vec();
+    let tail = messages.split_off(messages.len() - 2);
+    messages.extend(long_read("read-again"));
+    messages.push(Message::text(Role::User, "Now the exporter."));
+    messages.extend(tail);
+    let second = rt()
+        .block_on(chain.compact(Conversation::new(messages), &CompactOptions::default()))
+        .unwrap();
+    assert_eq!(
+        second.report.stages[0].status,
+        StageStatus::Acted,
+        "{second:?}"
+    );
+    let second_text = summary_text(&second);
+    let second_ledger = ledger::split(&second_text).1.expect("the fold's ledger");
+    let carried: Vec<String> = second_ledger.entries().map(|e| e.line()).collect();
+    for line in &written {
+        assert!(carried.contains(line), "{line} not carried:\n{second_text}");
+    }
+    assert_eq!(second_ledger.moved, 0, "{second_text}");
+}
+
 /// A tool call reading a long file, and its output: what makes a span worth summarizing (a
 /// ledger has room in a summary only when the span is larger than it).
 fn long_read(id: &str) -> [Message; 2] {

@@ -17,6 +17,7 @@ mod hostile_input;
 mod ledger;
 mod loader;
 mod map_reduce_adaptive;
+mod own_summaries;
 mod plugin_trust;
 mod postgres_store;
 mod postgres_tls;

@@ -1279,7 +1279,7 @@ async fn each_request_is_one_access_line_and_a_request_of_no_api_reaches_no_upst
         proxy.log()
     );
 
-    // An upstream that is down is a warning, naming no key.
+    // An upstream that is down is a warning, naming neither a key nor its URL's password.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
@@ -1287,7 +1287,7 @@ async fn each_request_is_one_access_line_and_a_request_of_no_api_reaches_no_upst
         .unwrap()
         .replace(
             &format!("openai = \"{}\"", upstream.openai_url()),
-            &format!("openai = \"http://127.0.0.1:{port}/v1\""),
+            &format!("openai = \"http://user:URL-PASSWORD@127.0.0.1:{port}/v1\""),
         );
     write_atomically(&dir.join("chain.toml"), text.as_bytes());
     proxy.log_containing(&["tamp proxy: reloaded"]);
@@ -1303,5 +1303,5 @@ async fn each_request_is_one_access_line_and_a_request_of_no_api_reaches_no_upst
     let log = proxy.log_containing(&[warning]);
     assert!(log.contains(warning) && log.contains("WARN"), "{log}");
     assert!(log.contains("upstream=502"), "{log}");
-    assert!(!log.contains(KEY), "{log}");
+    assert!(!log.contains(KEY) && !log.contains("URL-PASSWORD"), "{log}");
 }

@@ -564,3 +564,127 @@ fn a_whitespace_only_token_is_refused_at_start() {
         assert!(!stderr.contains("listening"), "{token:?}: {stderr}");
     }
 }
+
+/// Resident memory of process `pid`, in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+/// `tamp proxy` answers a declared body over `--max-body` with 413 at once (it read nothing
+/// for 60 s, then answered 408 `body_timeout`), and bounds the bytes of request bodies it
+/// holds at once, across clients (`--max-body-memory`; 24 stalled uploads took it from 88 to
+/// 1,635 MB): past the bound a request is answered 503 `overloaded` at once, and when the
+/// clients holding it hang up, the bound and the memory come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_proxy_refuses_a_declared_body_over_its_limit_at_once_and_bounds_the_bodies_it_holds() {
+    use tamp_e2e::mock_upstream::MockUpstream;
+    let dir = ScratchDir::new("proxy-bodies");
+    let upstream = MockUpstream::start();
+    std::fs::copy(plugin("tamp_custom_strategy"), dir.join("strategy.so")).unwrap();
+    let config = write_chain(
+        &dir,
+        &format!(
+            "[store]\npath = \"store.sqlite3\"\n\n[proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n\n\
+             [[stage]]\nname = \"archive\"\nplugin = \"strategy.so\"\n",
+            upstream.url(),
+            upstream.openai_url()
+        ),
+    );
+    let server = Server::start_command(
+        "proxy",
+        &config,
+        &["--max-body", "8MiB", "--max-body-memory", "24MiB"],
+        &[],
+    );
+    let head = |length: usize| {
+        format!(
+            "POST /v1/messages HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+             anthropic-version: 2023-06-01\r\ncontent-length: {length}\r\n\r\n"
+        )
+    };
+
+    // 70 MiB declared, nothing sent: 413 at once, in Anthropic's error shape.
+    let mut stream = connect(&server).await;
+    send(&mut stream, head(73_400_320).as_bytes()).await;
+    let started = Instant::now();
+    let answer = read_answer(&mut stream, Duration::from_secs(10))
+        .await
+        .expect("a 413 before any body byte");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(answer.status, 413, "{answer:?}");
+    assert_eq!(answer.json()["error"]["type"], "request_too_large");
+    assert_eq!(answer.header("x-tamp-error"), Some("body_too_large"));
+    assert_eq!(answer.header("connection"), Some("close"), "{answer:?}");
+
+    // Three uploads of 8 MiB each send 6 MiB and stall: they hold the 24 MiB.
+    let baseline = rss_bytes(server.pid());
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let mut stream = connect(&server).await;
+        send(&mut stream, head(8 << 20).as_bytes()).await;
+        send(&mut stream, &vec![b' '; 6 << 20]).await;
+        stalled.push(stream);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rss_bytes(server.pid()) < baseline + (12 << 20) {
+        assert!(Instant::now() < deadline, "the stalled bodies are not held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A fourth, however small: 503 at once, and it says why.
+    let body =
+        json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+            .to_string();
+    let client = reqwest::Client::new();
+    let small = |client: &reqwest::Client| {
+        client
+            .post(server.url("/v1/messages"))
+            .header("content-type", "application/json")
+            .header("anthropic-version", "2023-06-01")
+            .header("x-api-key", "sk-test")
+            .body(body.clone())
+            .send()
+    };
+    let refused = small(&client).await.expect("answered");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["x-tamp-error"], "overloaded");
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let text = refused.text().await.unwrap();
+    assert!(
+        text.contains("overloaded_error") && text.contains("--max-body-memory"),
+        "{text}"
+    );
+
+    // They hang up: the bound comes back, and so does the memory.
+    drop(stalled);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = small(&client).await.expect("answered");
+        if answer.status() == 200 {
+            break;
+        }
+        assert_eq!(answer.status(), 503);
+        assert!(Instant::now() < deadline, "the bound did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rss_bytes(server.pid()) > baseline + (8 << 20) {
+        assert!(
+            Instant::now() < deadline,
+            "the memory did not come back: {} MiB, {} MiB before",
+            rss_bytes(server.pid()) >> 20,
+            baseline >> 20
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -303,6 +303,128 @@ async fn a_deleted_store_fails_healthz() {
     );
 }
 
+/// Removing `store.sqlite3-wal` and `-shm` under `tamp serve` went unseen: compaction went on
+/// answering 200, `/healthz` said ok, and after a `kill -9` the pages written after the
+/// removal and the one before were gone (`page … not found`). Now the store sees it: what the
+/// log held is copied into the store file, `/healthz` answers 503, and writes are refused (a
+/// stage that must archive a page is rolled back), so no page a compaction acknowledged is
+/// lost to the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_ahead_log_removed_under_load_loses_nothing_acknowledged() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let dir = ScratchDir::new("loss-wal");
+    let config = served_chain(&dir, "archive");
+    let server = Arc::new(Server::start(&config, &[]));
+    let conversation: Value =
+        serde_json::from_str(&corpus("anthropic", "taubench_gpt4o_airline_task2_trial2")).unwrap();
+    let acknowledged = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let (stop, answered) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let mut load = Vec::new();
+    for worker in 0..4 {
+        let (server, conversation) = (Arc::clone(&server), conversation.clone());
+        let (acknowledged, stop, answered) = (
+            Arc::clone(&acknowledged),
+            Arc::clone(&stop),
+            Arc::clone(&answered),
+        );
+        load.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                // Another tool result each time: another page.
+                let mut conversation = conversation.clone();
+                let output = &mut conversation["messages"][4]["content"][0]["content"];
+                *output = json!(format!("{} (run {worker}-{n})", output.as_str().unwrap()));
+                let body = json!({"conversation": conversation, "thread_continuity": false});
+                let (status, answer) = server.compact(&body).await;
+                assert_eq!(status, 200, "{answer:#}");
+                let run = &answer["report"]["stages"][0];
+                if run["status"] == "acted" {
+                    for page in run["pages"].as_array().unwrap() {
+                        acknowledged
+                            .lock()
+                            .unwrap()
+                            .insert(page.as_str().unwrap().to_string());
+                    }
+                }
+                answered.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let wait_for = |n: usize| {
+        let answered = Arc::clone(&answered);
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while answered.load(Ordering::Relaxed) < n {
+                assert!(std::time::Instant::now() < deadline, "the load stalled");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    wait_for(20).await;
+    for suffix in ["-wal", "-shm"] {
+        std::fs::remove_file(dir.join(format!("store.sqlite3{suffix}"))).unwrap();
+    }
+    let removed_at = answered.load(Ordering::Relaxed);
+    wait_for(removed_at + 20).await;
+    let health = server
+        .client
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 503);
+    let body = health.text().await.unwrap();
+    assert!(
+        body.contains("write-ahead log") && body.contains("removed or replaced"),
+        "{body}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+    let killed = Command::new("kill")
+        .args(["-KILL", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Every page a compaction was answered with is in the store.
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(acknowledged.len() >= 10, "{acknowledged:?}");
+    let listed = tamp(
+        &[
+            "pages",
+            "list",
+            "--store",
+            "store.sqlite3",
+            "--limit",
+            "100000",
+        ],
+        &dir,
+    );
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listed = text(&listed.stdout);
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|id| !listed.contains(id.as_str()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged page(s) lost: {lost:?}",
+        lost.len()
+    );
+    assert!(
+        server.log().contains("write-ahead log")
+            || server.log().contains("was removed or replaced"),
+        "{}",
+        server.log()
+    );
+}
+
 // ---- item 5: pages checked against their ids ----
 
 /// A store written by `tamp compact` (`tamp` exits, so its pages are in the main file), and
@@ -340,6 +462,60 @@ fn compacted_store(dir: &Path) -> (PathBuf, Vec<String>) {
         "the compaction archived no page: {report:#}"
     );
     (store, pages)
+}
+
+/// 4 KiB of the deferred queue's index overwritten in place broke no seal, and `tamp pages
+/// verify` said ok while SQLite's own `integrity_check` said `database disk image is
+/// malformed`. `pages verify` runs that check too, and names what it finds.
+#[test]
+fn a_store_file_overwritten_in_place_fails_pages_verify() {
+    let dir = ScratchDir::new("loss-integrity");
+    let (store, pages) = compacted_store(&dir);
+    let store_arg = store.to_str().unwrap();
+    let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with(&format!("ok: {} page(s), ", pages.len()))
+            && stdout.contains("the database's integrity check found nothing wrong"),
+        "{stdout}"
+    );
+    let (page_size, root) = {
+        let conn = rusqlite::Connection::open(&store).unwrap();
+        let page_size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        let root: i64 = conn
+            .query_row(
+                "SELECT rootpage FROM sqlite_schema WHERE name = 'deferred_by_state'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        (page_size, root)
+    };
+    {
+        use std::io::{Seek as _, Write as _};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&store)
+            .unwrap();
+        file.seek(std::io::SeekFrom::Start(((root - 1) * page_size) as u64))
+            .unwrap();
+        file.write_all(&vec![0xAB; 4096]).unwrap();
+    }
+    let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("the database's integrity check: "),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("are damaged; the database's integrity check found"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -434,7 +610,7 @@ async fn a_page_altered_in_postgres_is_refused_and_pages_verify_names_it() {
         "{stdout}"
     );
     assert!(
-        text(&out.stderr).contains("1 of 2 page(s)"),
+        text(&out.stderr).contains("1 of 2 item(s)"),
         "{}",
         text(&out.stderr)
     );
@@ -486,7 +662,9 @@ async fn every_field_of_a_page_in_postgres_is_checked_and_an_old_database_is_sea
     // Reopened, it migrates and seals its pages as they are.
     server.psql(
         db,
-        "ALTER TABLE pages DROP COLUMN seal; DROP TABLE page_owners, page_text, store_keys; \
+        "ALTER TABLE pages DROP COLUMN seal; DROP TABLE tamp_secrets;
+         ALTER TABLE threads DROP COLUMN seal; ALTER TABLE llm_answers DROP COLUMN seal;
+         ALTER TABLE range_summaries DROP COLUMN seal; DROP TABLE page_owners, page_text;
          DELETE FROM tamp_schema_migrations WHERE version >= 6;",
     );
     let store = PostgresStore::open_unshared(&url, 2).unwrap();

@@ -208,3 +208,152 @@ fn a_replica_continues_a_thread_another_replica_compacted() {
     let before = messages(&first);
     assert_eq!(&messages(&second)[..before.len()], &before[..]);
 }
+
+/// A thread's stored state altered in the store (`update threads set state_json =
+/// replace(state_json, …, 'INJECTED…')`) passed `tamp pages verify`, and every later request of
+/// the thread was "continued from its last answer" with the injected text in it. The state is
+/// sealed now: `pages verify` names it, and the thread's next request is compacted from its raw
+/// history instead, with a warning, `thread.state_refused` and
+/// `tamp_thread_states_refused_total`; its answer replaces the state, which the request after
+/// it continues from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_state_altered_in_the_store_is_refused_and_verify_names_it() {
+    const WORD: &str = "ZEBRA-TAIL-42";
+    const INJECTED: &str = "INJECTED-TAIL";
+    let dir = scratch_dir("threads-sealed");
+    let config = chain(&dir, r#"{ path = "store.sqlite3" }"#);
+    let session = corpus_mix(170);
+    let cut = |at: usize| {
+        tamp_plugin_api::sdk::units(&session.messages)
+            .iter()
+            .map(|u| u.range.end)
+            .find(|&end| end >= at)
+            .unwrap()
+    };
+    // The word is in the newest message only: in the thread's state, in no page.
+    let (first, second, third) = (cut(150), cut(154), cut(158));
+    let mut messages = session.messages[..first].to_vec();
+    messages.push(tamp_plugin_api::Message::text(
+        Role::User,
+        format!("Keep the {WORD} setting as it is."),
+    ));
+    let request = |extra: std::ops::Range<usize>| {
+        let mut all = messages.clone();
+        all.extend_from_slice(&session.messages[extra]);
+        body(
+            wire::to_value(&Conversation::new(all), WireFormat::Anthropic),
+            Some("t1"),
+            true,
+        )
+    };
+
+    let mut server = Server::start(&config, &[]);
+    let (status, answer) = server.compact(&request(first..first)).await;
+    assert_eq!(status, 200, "{answer:#}");
+    assert_eq!(answer["report"]["thread"]["stored"], true, "{answer:#}");
+    server.sigterm();
+    server.wait_exit(std::time::Duration::from_secs(30));
+
+    let store = dir.join("store.sqlite3");
+    assert!(tamp_e2e::patch_bytes(&store, WORD.as_bytes(), INJECTED.as_bytes()) > 0);
+    let verify = Command::new(tamp_bin())
+        .args(["pages", "verify", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("the thread state of id:t1: it no longer matches its seal"),
+        "{stdout}"
+    );
+
+    let server = Server::start(&config, &[]);
+    let (status, answer) = server.compact(&request(first..second)).await;
+    assert_eq!(status, 200, "{answer:#}");
+    let thread = &answer["report"]["thread"];
+    assert_eq!(thread["state_refused"], true, "{thread:#}");
+    assert_eq!(thread["continued"], false, "{thread:#}");
+    assert!(
+        thread["error"].as_str().unwrap().contains("is damaged"),
+        "{thread:#}"
+    );
+    assert!(!answer.to_string().contains(INJECTED), "{answer:#}");
+    let log = server.log_containing(&["thread state refused"]);
+    assert!(log.contains("thread state refused"), "{log}");
+    assert!(
+        server
+            .metrics()
+            .await
+            .contains("tamp_thread_states_refused_total 1"),
+        "{}",
+        server.metrics().await
+    );
+    // Its answer was stored: the next request continues from it.
+    let (status, answer) = server.compact(&request(first..third)).await;
+    assert_eq!(status, 200, "{answer:#}");
+    assert_eq!(answer["report"]["thread"]["continued"], true, "{answer:#}");
+    assert!(answer["report"]["thread"].get("state_refused").is_none());
+}
+
+/// The same on PostgreSQL, with the summary cache: a state altered in the database is
+/// refused, a cached answer altered is a miss, and `store::verify` names both.
+#[test]
+fn a_state_and_a_cache_entry_altered_in_postgres_are_refused_and_verify_names_them() {
+    use tamp_host::store::{self, StoreSpec, ThreadLimits, ThreadState};
+    use tamp_plugin_api::{LlmRequest, LlmResponse, Message};
+    let server = PgServer::shared();
+    let db = "threads_sealed";
+    let url = server.create_database(db);
+    let store = store::open(&StoreSpec::Postgres {
+        url,
+        pool_size: 2,
+        ca_file: None,
+    })
+    .unwrap();
+    let state = ThreadState {
+        covered: 3,
+        prefix_hash: "h3".into(),
+        output: vec![Message::text(Role::User, "keep ponyc on 0.58")],
+    };
+    let key = tamp_host::store::CacheScope::new(Some("t"), "s", "c")
+        .request_key("p", &LlmRequest::new("", "summarize", 10));
+    let answer = LlmResponse {
+        text: "ponyc stays".into(),
+        structured_json: tamp_plugin_api::FfiOption::RNone,
+        usage: Default::default(),
+        model: "m".into(),
+        stop_reason: "end_turn".into(),
+    };
+    tamp_e2e::rt().block_on(async {
+        let limits = ThreadLimits {
+            ttl_secs: 3600,
+            max_threads: 10,
+        };
+        store
+            .threads
+            .put_thread("id:t", &state, limits)
+            .await
+            .unwrap();
+        store.cache.put_answer(key, answer.clone()).await.unwrap();
+        assert_eq!(
+            store.threads.get_thread("id:t", 3600).await.unwrap(),
+            Some(state)
+        );
+        assert_eq!(store.cache.get_answer(key).await.unwrap(), Some(answer));
+        let clean = store::verify(&store).await.unwrap();
+        assert!(clean.problems().is_empty(), "{clean:?}");
+        server.psql(
+            db,
+            "UPDATE threads SET state_json = replace(state_json, 'ponyc', 'INJECTED');
+             UPDATE llm_answers SET answer_json = replace(answer_json, 'ponyc', 'INJECTED')",
+        );
+        let e = store.threads.get_thread("id:t", 3600).await.unwrap_err();
+        assert!(e.is_damaged(), "{e}");
+        assert_eq!(store.cache.get_answer(key).await.unwrap(), None);
+        let check = store::verify(&store).await.unwrap();
+        assert_eq!(check.threads.damaged.len(), 1, "{check:?}");
+        assert_eq!(check.cache.damaged.len(), 1, "{check:?}");
+        assert_eq!(check.threads.damaged[0].what, "the thread state of id:t");
+    });
+}

@@ -117,6 +117,39 @@ pub fn run_tamp(args: &[&str], dir: &Path) -> std::process::Output {
         .expect("run tamp")
 }
 
+/// [`run_tamp`] with `stdin`, failing the test when tamp has not exited within `limit`
+/// (then it is killed): for what must never wait for ever (a FIFO, `/dev/zero`).
+pub fn run_tamp_within(
+    args: &[&str],
+    dir: &Path,
+    stdin: std::process::Stdio,
+    limit: std::time::Duration,
+) -> std::process::Output {
+    let child = Command::new(tamp_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .env_remove("TAMP_LOG")
+        .spawn()
+        .expect("run tamp");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => output.expect("wait for tamp"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("tamp {args:?} did not exit within {limit:?}");
+        }
+    }
+}
+
 /// Output bytes as text (lossy), for assertions and their messages.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

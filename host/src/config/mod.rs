@@ -213,13 +213,15 @@ pub struct LoadedChainFile {
 }
 
 impl LoadedChainFile {
-    /// Reads and parses `path`, checking everything that needs no plugin.
+    /// Reads and parses `path`, checking everything that needs no plugin. Only a regular file
+    /// is read, within [`crate::input_file::Limit::CHAIN_FILE`] (see [`crate::input_file`]).
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let source = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            line: None,
-            message: format!("cannot read: {e}"),
-        })?;
+        let source = crate::input_file::read_to_string(path, crate::input_file::Limit::CHAIN_FILE)
+            .map_err(|e| ConfigError {
+                file: path.to_path_buf(),
+                line: None,
+                message: format!("cannot read: {e}"),
+            })?;
         Self::parse(path, source)
     }
 
@@ -251,20 +253,16 @@ impl LoadedChainFile {
             .map_err(at_field)?;
         self.file.http.validate().map_err(at_field)?;
         self.file.threads.validate().map_err(at_field)?;
-        if self
+        if let Err(e) = self
             .file
             .tokenizer
             .encoding
             .parse::<crate::tokens::Encoding>()
-            .is_err()
         {
             return Err(self.error_at_key(
                 "tokenizer",
                 "encoding",
-                format!(
-                    "tokenizer.encoding: unknown encoding \"{}\"; expected o200k_base, cl100k_base or chars_per_token:N",
-                    self.file.tokenizer.encoding
-                ),
+                format!("tokenizer.encoding: {e}"),
             ));
         }
         let mut names = std::collections::HashSet::new();
@@ -433,7 +431,10 @@ impl LoadedChainFile {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return fail(
                     "base_url",
-                    format!("must be an http:// or https:// URL, got \"{url}\""),
+                    format!(
+                        "must be an http:// or https:// URL, got \"{}\"",
+                        crate::redact::url(url)
+                    ),
                 );
             }
         }
@@ -464,6 +465,14 @@ impl LoadedChainFile {
         }
         if let Err(message) = bounded::positive_seconds(provider.timeout_secs) {
             return fail("timeout_secs", message);
+        }
+        if let Some(price) = &provider.price {
+            if let Err(e) = price.validate() {
+                return Err(self.error(
+                    key_line(&self.source, &["provider", "price", e.key]),
+                    e.to_string(),
+                ));
+            }
         }
         if provider.retry_max_ms < provider.retry_initial_ms {
             return fail(

@@ -177,7 +177,10 @@ impl ProxyConfig {
                     return Err(FieldError::new(
                         "proxy",
                         key,
-                        format!("must be an http:// or https:// URL with a host, got \"{url}\""),
+                        format!(
+                            "must be an http:// or https:// URL with a host, got \"{}\"",
+                            crate::redact::url(url)
+                        ),
                     ))
                 }
             }
@@ -185,7 +188,10 @@ impl ProxyConfig {
                 return Err(FieldError::new(
                     "proxy",
                     key,
-                    format!("a base URL takes no query or fragment, got \"{url}\""),
+                    format!(
+                        "a base URL takes no query or fragment, got \"{}\"",
+                        crate::redact::url(url)
+                    ),
                 ));
             }
         }

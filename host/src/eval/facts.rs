@@ -69,7 +69,7 @@ pub struct FactsFile {
 impl FactsFile {
     /// Reads and checks `path`: every fact has an id (unique) and something to look for.
     pub fn read(path: &Path) -> Result<FactsFile, String> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::input_file::read_to_string(path, crate::input_file::Limit::SETTINGS)
             .map_err(|e| format!("{}: cannot read the facts file: {e}", path.display()))?;
         let mut file: FactsFile = serde_json::from_str(&text)
             .map_err(|e| format!("{}: not a facts file: {e}", path.display()))?;

@@ -53,13 +53,12 @@ impl std::str::FromStr for CachePrices {
             ));
         };
         let price = |what: &str, value: &str| -> Result<f64, String> {
-            match value.trim().parse::<f64>() {
-                Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-                _ => Err(format!(
-                    "the {what} price \"{}\" is not a number of input prices (0 or more)",
-                    value.trim()
-                )),
-            }
+            let value = value.trim();
+            let number = value.parse::<f64>().map_err(|_| {
+                format!("the {what} price \"{value}\" is not a number of input prices")
+            })?;
+            crate::bounded::scale(number, 0.0..=100.0)
+                .map_err(|e| format!("the {what} price \"{value}\" (in input prices) {e}"))
         };
         let prices = CachePrices {
             read: price("read", read)?,
@@ -177,6 +176,10 @@ mod tests {
             ("x,1.25", "the read price \"x\""),
             ("0.1,-1", "the write price \"-1\""),
             ("0.1,NaN", "the write price \"NaN\""),
+            (
+                "1e300,1.25",
+                "the read price \"1e300\" (in input prices) must be a number from 0 to 100",
+            ),
             ("0.1,0", "the write price is 0"),
         ] {
             let error = bad.parse::<CachePrices>().unwrap_err();

@@ -173,8 +173,11 @@ impl Plan {
             .collect::<Result<_, _>>()?;
         let mut inputs = Vec::new();
         for (path, name) in args.conversations.iter().zip(conversation_names) {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("{}: cannot read the conversation", path.display()))?;
+            let text =
+                crate::input_file::read_to_string(path, crate::input_file::Limit::CONVERSATION)
+                    .map_err(|e| {
+                        anyhow::anyhow!("{}: cannot read the conversation: {e}", path.display())
+                    })?;
             let (conversation, format) = wire::parse_str(&text, None)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             let facts = facts

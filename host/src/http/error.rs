@@ -109,7 +109,7 @@ impl ApiError {
             ApiErrorCode::BodyTooLarge,
             format!(
                 "the request body is larger than the server's limit of {max_body} bytes \
-                 (tamp serve --max-body)"
+                 (--max-body)"
             ),
         )
     }

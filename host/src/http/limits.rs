@@ -1,6 +1,7 @@
 //! The per-request limits both servers put before their handlers: the request target's
 //! length ([`MAX_URI_BYTES`]), the body's size and arrival time and the shutdown ([`Gate`]),
-//! the requests answered at once ([`Gate::admit`]), the compactions still running
+//! the bytes of bodies held at once across requests (`--max-body-memory`), the requests
+//! answered at once ([`Gate::admit`]), the compactions still running
 //! ([`InFlight`]), and `connection: close` on an answer given before its body was read. The
 //! per-connection ones (header timeout, connection count) are in the accept loop
 //! ([`super::server`]).
@@ -29,6 +30,10 @@ pub const MAX_URI_BYTES: usize = 8 << 10;
 pub struct Gate {
     /// `--max-body`: larger bodies, declared or sent, are answered 413.
     max_body: usize,
+    /// `--max-body-memory`: one permit per byte of request bodies read and not yet dropped,
+    /// across every request; a body that would take more is answered 503 at once.
+    held: Arc<Semaphore>,
+    max_held: usize,
     /// `--body-timeout-secs`: a body still arriving after this is answered 408.
     body_timeout: Duration,
     /// `--max-concurrent`: one permit per request answered (but `/healthz` and `/metrics`);
@@ -51,12 +56,16 @@ pub(crate) struct RequestPermit {
 impl Gate {
     pub fn new(
         max_body: usize,
+        max_held: usize,
         body_timeout: Duration,
         max_concurrent: usize,
         stopping: watch::Receiver<bool>,
     ) -> Gate {
+        let max_held = max_held.min(Semaphore::MAX_PERMITS);
         Gate {
             max_body,
+            held: Arc::new(Semaphore::new(max_held)),
+            max_held,
             body_timeout,
             permits: Arc::new(Semaphore::new(max_concurrent)),
             max_concurrent,
@@ -64,9 +73,42 @@ impl Gate {
         }
     }
 
-    /// `--max-body`, in bytes.
-    pub(crate) fn max_body(&self) -> usize {
-        self.max_body
+    /// 413 at once for a body declared larger than `--max-body`: not one byte of it is
+    /// awaited.
+    pub(crate) fn check_declared(&self, declared: Option<u64>) -> Result<(), ApiError> {
+        match declared {
+            Some(n) if n > self.max_body as u64 => Err(ApiError::body_too_large(self.max_body)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Grows `share` (a body's share of `--max-body-memory`) to `total` bytes, or answers
+    /// 503 `overloaded` when the other bodies held leave too little.
+    fn hold(&self, share: &mut Option<OwnedSemaphorePermit>, total: usize) -> Result<(), ApiError> {
+        let have = share.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        if total <= have {
+            return Ok(());
+        }
+        let more = u32::try_from(total - have)
+            .ok()
+            .and_then(|n| Arc::clone(&self.held).try_acquire_many_owned(n).ok())
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ApiErrorCode::Overloaded,
+                    format!(
+                        "the server holds {} bytes of request bodies already, and this body's \
+                         {total} would pass its limit of {} (--max-body-memory); retry later",
+                        self.max_held - self.held.available_permits(),
+                        self.max_held
+                    ),
+                )
+            })?;
+        match share {
+            Some(held) => held.merge(more),
+            None => *share = Some(more),
+        }
+        Ok(())
     }
 
     /// One request's share of `--max-concurrent`, or 503 with `retry-after` when all are
@@ -88,16 +130,24 @@ impl Gate {
         })
     }
 
-    /// Reads a whole body: at most `max_body` bytes (413 beyond), within `body_timeout` of
-    /// the start (408 after), and only until the server starts shutting down (503).
+    /// Reads a whole body: at most `max_body` bytes (413 beyond, at once for a declared
+    /// length), within `body_timeout` of the start (408 after), only until the server starts
+    /// shutting down (503), and only while the bodies held at once stay within
+    /// `--max-body-memory` (503 `overloaded`: a declared length is held from the start, a
+    /// chunked body as it arrives). The bytes keep their share of that limit until the last
+    /// copy of them is dropped, so a client that hangs up gives it back at once, and a
+    /// compaction still running on a body keeps it.
     pub(crate) async fn read_body(
         &self,
         body: Body,
         declared: Option<u64>,
     ) -> Result<Bytes, ApiError> {
+        self.check_declared(declared)?;
         let max = self.max_body;
+        let mut share = None;
+        let capacity = declared.map_or(0, |n| n as usize);
+        self.hold(&mut share, capacity)?;
         let read = async move {
-            let capacity = declared.map_or(0, |n| n.min(max as u64) as usize);
             let mut bytes = Vec::with_capacity(capacity);
             let mut stream = body.into_data_stream();
             while let Some(chunk) = stream.next().await {
@@ -107,9 +157,13 @@ impl Gate {
                 if bytes.len() + chunk.len() > max {
                     return Err(ApiError::body_too_large(max));
                 }
+                self.hold(&mut share, bytes.len() + chunk.len())?;
                 bytes.extend_from_slice(&chunk);
             }
-            Ok(Bytes::from(bytes))
+            Ok(Bytes::from_owner(HeldBody {
+                bytes,
+                _share: share,
+            }))
         };
         let mut stopping = self.stopping.clone();
         let stopped = async move {
@@ -139,6 +193,19 @@ impl Gate {
                  or to another replica)",
             )),
         }
+    }
+}
+
+/// A body read whole, with its share of `--max-body-memory`: given back when the last
+/// `Bytes` of it is dropped.
+struct HeldBody {
+    bytes: Vec<u8>,
+    _share: Option<OwnedSemaphorePermit>,
+}
+
+impl AsRef<[u8]> for HeldBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
     }
 }
 
@@ -236,7 +303,7 @@ mod tests {
     #[tokio::test]
     async fn body_reads_are_bounded_in_size_time_and_by_the_shutdown() {
         let (stop, stopping) = watch::channel(false);
-        let gate = Gate::new(16, Duration::from_millis(200), 4, stopping);
+        let gate = Gate::new(16, 1 << 20, Duration::from_millis(200), 4, stopping);
 
         let body = gate
             .read_body(Body::from("{\"a\": 1}"), Some(8))
@@ -263,7 +330,7 @@ mod tests {
         );
         assert!(started.elapsed() < Duration::from_secs(5));
 
-        let slow = Gate::new(16, Duration::from_secs(60), 4, stop.subscribe());
+        let slow = Gate::new(16, 1 << 20, Duration::from_secs(60), 4, stop.subscribe());
         let read = tokio::spawn(async move {
             slow.read_body(stalled_body(b"{", Duration::from_secs(60)), None)
                 .await
@@ -283,6 +350,57 @@ mod tests {
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
         // A body all here is still read after the shutdown began.
         assert!(gate.read_body(Body::from("{}"), None).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn bodies_held_at_once_are_bounded_and_given_back_when_dropped() {
+        let (_stop, stopping) = watch::channel(false);
+        let gate = Arc::new(Gate::new(16, 24, Duration::from_secs(60), 4, stopping));
+        // Declared larger than --max-body: 413 without a byte read.
+        let e = gate
+            .read_body(stalled_body(b"{", Duration::from_secs(60)), Some(17))
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        // Two stalled bodies declared at 12 bytes each hold all 24.
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            let gate = Arc::clone(&gate);
+            stalled.push(tokio::spawn(async move {
+                gate.read_body(stalled_body(b"{", Duration::from_secs(60)), Some(12))
+                    .await
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let e = gate.read_body(Body::from("{}"), Some(2)).await.unwrap_err();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::SERVICE_UNAVAILABLE, ApiErrorCode::Overloaded)
+        );
+        assert!(e.message.contains("--max-body-memory"), "{}", e.message);
+        // A chunked body is held as it arrives.
+        let e = gate
+            .read_body(Body::from("x".repeat(3)), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ApiErrorCode::Overloaded);
+        // Their clients hang up: the share comes back.
+        for task in &stalled {
+            task.abort();
+        }
+        for task in stalled {
+            let _ = task.await;
+        }
+        let body = gate
+            .read_body(Body::from("x".repeat(16)), None)
+            .await
+            .unwrap();
+        assert_eq!(gate.held.available_permits(), 8);
+        let copy = body.clone();
+        drop(body);
+        assert_eq!(gate.held.available_permits(), 8, "a copy still holds it");
+        drop(copy);
+        assert_eq!(gate.held.available_permits(), 24);
     }
 
     /// A body whose first chunk is `first`, then nothing until `stall` ends.

@@ -131,6 +131,7 @@ pub struct Metrics {
     cache_hits: Counter,
     conversation_tokens: Family<DirectionLabel, Counter>,
     threads_continued: Counter,
+    thread_states_refused: Counter,
     prefix_kept_tokens: Counter,
     reloads: Family<ResultLabel, Counter>,
     http_requests: Family<HttpLabels, Counter>,
@@ -174,6 +175,7 @@ impl Metrics {
             cache_hits: Counter::default(),
             conversation_tokens: Family::default(),
             threads_continued: Counter::default(),
+            thread_states_refused: Counter::default(),
             prefix_kept_tokens: Counter::default(),
             reloads: Family::default(),
             http_requests: Family::default(),
@@ -243,6 +245,12 @@ impl Metrics {
             m.threads_continued.clone(),
         );
         r.register(
+            "tamp_thread_states_refused",
+            "Thread states not used because they no longer matched their seal (altered in the \
+             store): the thread started again from the request's raw history",
+            m.thread_states_refused.clone(),
+        );
+        r.register(
             "tamp_prefix_kept_tokens",
             "Answer tokens that were an unchanged prefix of the thread's previous answer \
              (what the main model's prompt cache can reuse)",
@@ -309,6 +317,8 @@ impl Metrics {
             .inc_by(report.tokens_after);
         if let Some(thread) = &report.thread {
             self.threads_continued.inc_by(u64::from(thread.continued));
+            self.thread_states_refused
+                .inc_by(u64::from(thread.state_refused));
             self.prefix_kept_tokens.inc_by(thread.prefix_kept_tokens);
         }
     }
@@ -433,6 +443,7 @@ mod tests {
             thread: None,
             low_watermark_missed: None,
             opaque: Vec::new(),
+            unrecognized_summaries: 0,
         }
     }
 

@@ -64,6 +64,9 @@ pub struct ServerOptions {
     pub listen: SocketAddr,
     /// Bytes; a larger body (of a route that reads its body whole) is answered 413.
     pub max_body: usize,
+    /// Bytes of request bodies held at once, across requests; a body that would pass it is
+    /// answered 503 `overloaded`. At least `max_body`.
+    pub max_body_memory: usize,
     /// The environment variable holding the bearer token the guarded routes require.
     pub auth_token_env: Option<String>,
     /// Quiet time after a change of the chain file before it is reloaded.
@@ -137,6 +140,15 @@ impl Startup {
     /// and starts the deferred worker: the same for both servers, in the same order, so a
     /// bad flag or chain is refused before anything listens.
     pub(crate) async fn start(self) -> anyhow::Result<Started> {
+        let options = &self.options;
+        if options.max_body_memory < options.max_body {
+            bail!(
+                "--max-body-memory {} is less than --max-body {}: a body of the largest size \
+                 could never be read",
+                options.max_body_memory,
+                options.max_body
+            );
+        }
         let auth_token = match &self.options.auth_token_env {
             None => None,
             Some(name) => Some(auth_token(name, std::env::var(name).ok())?),
@@ -195,6 +207,7 @@ impl Started {
     pub(crate) fn gate(&self, max_concurrent: usize) -> Gate {
         Gate::new(
             self.startup.options.max_body,
+            self.startup.options.max_body_memory,
             crate::bounded::saturating_seconds(self.startup.options.body_timeout_secs),
             max_concurrent,
             self.stopping.clone(),

@@ -49,6 +49,46 @@ const ET_DYN: u16 = 3;
 /// Far more than any real library has; bounds the headers read from a hostile file.
 const MAX_HEADERS: u64 = 1 << 16;
 
+/// The ELF machine (`e_machine`) of the architecture this host was built for; `None` where
+/// it is not listed here, and then not checked.
+const THIS_MACHINE: Option<u16> = if cfg!(target_arch = "x86_64") {
+    Some(62)
+} else if cfg!(target_arch = "aarch64") {
+    Some(183)
+} else if cfg!(target_arch = "x86") {
+    Some(3)
+} else if cfg!(target_arch = "arm") {
+    Some(40)
+} else if cfg!(target_arch = "riscv64") {
+    Some(243)
+} else if cfg!(target_arch = "powerpc64") {
+    Some(21)
+} else if cfg!(target_arch = "s390x") {
+    Some(22)
+} else if cfg!(target_arch = "loongarch64") {
+    Some(258)
+} else {
+    None
+};
+
+/// An ELF machine in words: the name of the common ones, the number of any other.
+fn machine_name(machine: u16) -> String {
+    let name = match machine {
+        3 => "x86 (32-bit)",
+        8 => "MIPS",
+        20 => "PowerPC",
+        21 => "PowerPC 64",
+        22 => "s390x",
+        40 => "ARM (32-bit)",
+        62 => "x86-64",
+        183 => "AArch64 (arm64)",
+        243 => "RISC-V",
+        258 => "LoongArch",
+        other => return format!("machine {other}"),
+    };
+    format!("{name} (machine {machine})")
+}
+
 /// The field widths and byte order the file declares.
 #[derive(Clone, Copy)]
 struct Layout {
@@ -91,8 +131,8 @@ impl Layout {
     }
 }
 
-/// Checks that `file` (of `len` bytes) is a shared library of this machine's word size and
-/// byte order whose program headers, segments, section header table and sections all lie
+/// Checks that `file` (of `len` bytes) is a shared library of this machine's word size, byte
+/// order and architecture whose program headers, segments, section header table and sections all lie
 /// within its `len` bytes.
 pub fn check(file: &(impl ReadAt + ?Sized), len: u64) -> Result<(), ElfProblem> {
     fn damaged<T>(what: String, len: u64) -> Result<T, ElfProblem> {
@@ -137,6 +177,16 @@ pub fn check(file: &(impl ReadAt + ?Sized), len: u64) -> Result<(), ElfProblem> 
     if e_type != ET_DYN {
         return Err(ElfProblem::NotElf(format!(
             "it is an ELF file of type {e_type}, not a shared library"
+        )));
+    }
+    // Word size and byte order agree on many architectures (x86-64 and AArch64 both), and
+    // the dynamic linker refuses a library of another one with "No such file or directory".
+    let e_machine = l.u16(&h, 18) as u16;
+    if let Some(this) = THIS_MACHINE.filter(|&m| m != e_machine) {
+        return Err(ElfProblem::NotElf(format!(
+            "it is an ELF file for {}, built for another kind of machine (this one is {})",
+            machine_name(e_machine),
+            machine_name(this)
         )));
     }
     let (phoff, shoff, rest) = if wide {
@@ -380,5 +430,29 @@ mod tests {
             panic!("not NotElf");
         };
         assert!(text.contains("another kind of machine"), "{text}");
+    }
+
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn a_library_of_another_architecture_with_the_same_word_size_is_named_as_such() {
+        let mut bytes = real_library();
+        // AArch64: 64-bit little-endian, like this machine; only e_machine tells them apart.
+        bytes[18..20].copy_from_slice(&183u16.to_le_bytes());
+        let ElfProblem::NotElf(text) = check(&bytes[..], bytes.len() as u64).unwrap_err() else {
+            panic!("not NotElf");
+        };
+        assert_eq!(
+            text,
+            "it is an ELF file for AArch64 (arm64) (machine 183), built for another kind of \
+             machine (this one is x86-64 (machine 62))"
+        );
+        bytes[18..20].copy_from_slice(&4242u16.to_le_bytes());
+        let ElfProblem::NotElf(text) = check(&bytes[..], bytes.len() as u64).unwrap_err() else {
+            panic!("not NotElf");
+        };
+        assert!(
+            text.contains("for machine 4242, built for another kind"),
+            "{text}"
+        );
     }
 }

@@ -46,7 +46,7 @@ impl std::fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AnthropicProvider")
             .field("model", &self.model)
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &crate::redact::url(&self.endpoint))
             .field("key", &self.key)
             .field("structured", &self.structured)
             .finish()

@@ -117,7 +117,7 @@ impl std::fmt::Debug for BatchesClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BatchesClient")
             .field("name", &self.name)
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::redact::url(&self.base_url))
             .field("key", &self.key)
             .finish()
     }

@@ -191,11 +191,41 @@ impl PriceConfig {
                 )
     }
 
+    /// Checks every price against [`MAX_PRICE_PER_MTOK`] and the batch factor against
+    /// [`BATCH_FACTOR`]; the error names the field (`provider.price.input_per_mtok: ...`).
+    pub fn validate(&self) -> Result<(), crate::config_error::FieldError> {
+        let prices = [
+            ("input_per_mtok", Some(self.input_per_mtok)),
+            ("output_per_mtok", Some(self.output_per_mtok)),
+            ("cache_read_per_mtok", self.cache_read_per_mtok),
+            ("cache_write_per_mtok", self.cache_write_per_mtok),
+        ];
+        let checks = prices
+            .into_iter()
+            .filter_map(|(key, price)| Some((key, price?, 0.0..=MAX_PRICE_PER_MTOK)))
+            .chain([("batch_factor", self.batch_factor, BATCH_FACTOR)]);
+        for (key, value, range) in checks {
+            bounded::scale(value, range).map_err(|message| {
+                crate::config_error::FieldError::new("provider.price", key, message)
+            })?;
+        }
+        Ok(())
+    }
+
     /// The same usage billed through a batch API.
     pub fn batch_cost_of(&self, usage: &tamp_plugin_api::Usage) -> f64 {
         self.cost_of(usage) * self.batch_factor
     }
 }
+
+/// The highest price per million tokens `[provider.price]` takes, in US dollars: a hundred
+/// times the dearest model's. A price past it is a typo (or `inf`, NaN), and a cost
+/// multiplied from it would be nonsense in every report.
+pub const MAX_PRICE_PER_MTOK: f64 = 100_000.0;
+
+/// The factors `batch_factor` may be: a batch is billed at a share of the synchronous price,
+/// or at most a few times it.
+pub const BATCH_FACTOR: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 
 /// `[provider.price]`: US dollars per million tokens.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]

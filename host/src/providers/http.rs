@@ -259,7 +259,7 @@ pub(crate) fn transport_error(
     };
     // reqwest's Display stops at the outermost error; the cause ("connection refused",
     // "operation timed out") is in the source chain.
-    let message = crate::error_text::error_chain(&e);
+    let message = crate::redact::urls_in(&crate::error_text::error_chain(&e)).into_owned();
     ProviderError::new(provider, kind, scrub(message))
 }
 

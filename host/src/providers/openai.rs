@@ -55,7 +55,7 @@ impl std::fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiProvider")
             .field("model", &self.model)
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &crate::redact::url(&self.endpoint))
             .field("key", &self.key)
             .field("structured", &self.structured)
             .field("prompt_fallback", &self.prompt_fallback)

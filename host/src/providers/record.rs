@@ -176,11 +176,12 @@ impl<P: Provider> Recording<P> {
     /// Opens `path` for appending (creating it, not its directory), reading the answers it
     /// holds already.
     pub fn open(inner: P, path: &Path) -> Result<Self, String> {
-        let recorded = match std::fs::read_to_string(path) {
-            Ok(text) => ReplayProvider::parse(path, &text)?.answers,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-        };
+        let recorded =
+            match crate::input_file::read_to_string(path, crate::input_file::Limit::RECORDING) {
+                Ok(text) => ReplayProvider::parse(path, &text)?.answers,
+                Err(e) if e.is_not_found() => HashMap::new(),
+                Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            };
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -285,7 +286,7 @@ impl ReplayProvider {
     /// Reads a recording. An unreadable file, or a line that is not a recorded answer (or
     /// whose key does not match its request), is an error naming the file and line.
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::input_file::read_to_string(path, crate::input_file::Limit::RECORDING)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         Self::parse(path, &text)
     }

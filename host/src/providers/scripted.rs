@@ -318,7 +318,7 @@ impl ScriptedProvider {
     /// Loads a JSON script. `record_to` is resolved against the script's folder and opened.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
+        let text = crate::input_file::read_to_string(path, crate::input_file::Limit::SETTINGS)
             .map_err(|e| ScriptError::new(Some(path), format!("cannot read: {e}")))?;
         let mut script = parse_script(&text).map_err(|mut e| {
             e.path = Some(path.to_path_buf());

@@ -46,7 +46,7 @@ impl Upstreams {
 
     /// Sends the request and returns the upstream's answer head (its body still to come).
     /// Connection errors are 502 in the client's provider's shape; the message names the
-    /// upstream's host, never the request's query or headers.
+    /// upstream's host, never its credentials or the request's query or headers.
     pub async fn send(
         &self,
         method: Method,
@@ -80,8 +80,9 @@ impl Upstreams {
                 StatusCode::BAD_GATEWAY,
                 "upstream_unreachable",
                 format!(
-                    "the request to the upstream {origin} {why}: {}",
-                    error_chain(&e.without_url())
+                    "the request to the upstream {} {why}: {}",
+                    crate::redact::url(origin),
+                    crate::redact::urls_in(&error_chain(&e.without_url()))
                 ),
             )
         })
@@ -145,7 +146,8 @@ impl Stream for Relay {
             // The upstream broke off: the error ends the client's answer without its last
             // chunk, so the client sees a truncated stream, not a complete one.
             Poll::Ready(Some(Err(e))) => {
-                tracing::warn!(route = self.route, "the upstream's answer broke off: {}", e);
+                let e = crate::redact::urls_in(&e.to_string()).into_owned();
+                tracing::warn!(route = self.route, "the upstream's answer broke off: {e}");
             }
             _ => {}
         }

@@ -113,20 +113,21 @@ pub fn upstream_url(
                         "{target} is outside /v1, and the OpenAI base URL ([proxy] openai = \
                          \"{}\") does not end in /v1, so nothing says where it goes; send \
                          OpenAI requests under /v1",
-                        config.openai
+                        crate::redact::url(&config.openai)
                     ))
                 }
             }
         }
     };
     let base = base.trim_end_matches('/');
+    let shown = || crate::redact::url(base);
     let base_path = reqwest::Url::parse(base)
-        .map_err(|e| format!("the upstream base URL {base}: {e}"))?
+        .map_err(|e| format!("the upstream base URL {}: {e}", shown()))?
         .path()
         .trim_end_matches('/')
         .to_string();
     let url = reqwest::Url::parse(&format!("{base}{rest}"))
-        .map_err(|e| format!("{target} makes no URL under {base}: {e}"))?;
+        .map_err(|e| format!("{target} makes no URL under {}: {e}", shown()))?;
     let wanted = format!("{base_path}{rest}");
     let arriving = match url.query() {
         Some(query) => format!("{}?{query}", url.path()),

@@ -76,8 +76,8 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         let proxy = &started.slot.current().proxy;
         format!(
             "upstreams anthropic -> {}, openai -> {}{}",
-            proxy.anthropic,
-            proxy.openai,
+            crate::redact::url(&proxy.anthropic),
+            crate::redact::url(&proxy.openai),
             if proxy.strict { " (strict)" } else { "" }
         )
     };

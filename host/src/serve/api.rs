@@ -129,9 +129,7 @@ async fn limit(
             format!("the request target is {target} bytes; the limit is {MAX_URI_BYTES}"),
         ));
     }
-    if declared_length(request.headers()).is_some_and(|n| n > gate.max_body() as u64) {
-        return Err(ApiError::body_too_large(gate.max_body()));
-    }
+    gate.check_declared(declared_length(request.headers()))?;
     if matches!(request.uri().path(), "/healthz" | "/metrics") {
         return Ok(next.run(request).await);
     }

@@ -96,6 +96,40 @@ pub trait SummaryCache: Send + Sync {
         len: usize,
         summary: String,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Checks every cached answer and range against its seal (see `store::seal`).
+    fn verify_cache(&self) -> BoxFuture<'_, Result<super::RecordCheck, StoreError>>;
+}
+
+/// A cache entry as read back: the entry, or, when it no longer matches its seal, a miss
+/// (logged: a broken cache costs a call, never a compaction).
+pub(crate) fn checked<T>(location: &str, read: Result<T, super::DamagedRecord>) -> Option<T> {
+    match read {
+        Ok(entry) => Some(entry),
+        Err(damaged) => {
+            tracing::warn!(
+                store = %location,
+                "summary cache: {} is damaged, read as a miss: {}",
+                damaged.what,
+                damaged.detail
+            );
+            None
+        }
+    }
+}
+
+/// What the cache's entries read back say.
+pub(crate) fn record_check(
+    read: impl Iterator<Item = Result<(), super::DamagedRecord>>,
+) -> super::RecordCheck {
+    let mut check = super::RecordCheck::default();
+    for entry in read {
+        check.checked += 1;
+        if let Err(damaged) = entry {
+            check.damaged.push(damaged);
+        }
+    }
+    check
 }
 
 #[cfg(test)]

@@ -39,6 +39,8 @@ pub use search::{PageSearch, Scope, SearchHit};
 pub use sqlite::SqliteStore;
 pub use threads::{ThreadLimits, ThreadState, ThreadStore};
 
+use crate::summary_mac::SummaryKey;
+
 /// Which store to open.
 #[derive(Clone, PartialEq, Eq)]
 pub enum StoreSpec {
@@ -313,6 +315,14 @@ pub enum StoreError {
         id: String,
         detail: String,
     },
+    /// A stored record other than a page (a thread state, a summary-cache entry) that no longer
+    /// matches its seal (see [`seal`]): it is not used.
+    #[error("page store {location}: {what} is damaged: {detail}")]
+    Damaged {
+        location: String,
+        what: String,
+        detail: String,
+    },
     /// The store was written by a newer tamp whose schema this one does not know.
     #[error(
         "page store {location}: schema version {found} is newer than this tamp supports \
@@ -330,6 +340,11 @@ impl StoreError {
     /// written (it does not parse, or its messages no longer hash to its id).
     pub fn is_corrupt(&self) -> bool {
         matches!(self, StoreError::Corrupt { .. })
+    }
+
+    /// Whether this is [`StoreError::Damaged`]: a record altered after it was written.
+    pub fn is_damaged(&self) -> bool {
+        matches!(self, StoreError::Damaged { .. })
     }
 
     /// Whether this is [`StoreError::NotFound`].
@@ -395,6 +410,20 @@ pub trait PageStore: Send + Sync {
         Ok(())
     }
 
+    /// The key of this store's summary MACs ([`crate::summary_mac`]): a secret the store keeps
+    /// (made when its schema reached version 7), so that a restart, and every replica of a
+    /// shared store, recognizes the summaries any of them wrote. `None` for a store that keeps
+    /// none (a chain then makes one for its own life).
+    fn summary_key(&self) -> Option<SummaryKey> {
+        None
+    }
+
+    /// The database's own check of its files and indexes (SQLite's `integrity_check`): the
+    /// problems it found, none when it found none; `None` where there is no such check.
+    fn check_integrity(&self) -> BoxFuture<'_, Result<Option<Vec<String>>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// Reads every page back and checks it: its messages parse and still hash to its id.
     /// Pages that fail are listed in the answer; an error means the store could not be read.
     fn verify_pages(&self) -> BoxFuture<'_, Result<PageCheck, StoreError>> {
@@ -426,6 +455,69 @@ pub struct PageCheck {
     pub checked: u64,
     /// Those that failed, oldest listed last (the store's listing order).
     pub damaged: Vec<DamagedPage>,
+}
+
+/// What [`verify`] found in a whole store.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StoreCheck {
+    pub pages: PageCheck,
+    /// Thread states: each one's seal.
+    pub threads: RecordCheck,
+    /// The summary cache's answers and ranges: each one's seal.
+    pub cache: RecordCheck,
+    /// The deferred queue's items: each one reads back.
+    pub queue: RecordCheck,
+    /// What the database's own check found (empty: nothing); `None` where it has none.
+    pub integrity: Option<Vec<String>>,
+}
+
+impl StoreCheck {
+    /// Every problem found, `what: detail`, pages first.
+    pub fn problems(&self) -> Vec<String> {
+        let pages = self
+            .pages
+            .damaged
+            .iter()
+            .map(|p| format!("{}: {}", p.id, p.detail));
+        let records = [&self.threads, &self.cache, &self.queue]
+            .into_iter()
+            .flat_map(|c| c.damaged.iter())
+            .map(|r| format!("{}: {}", r.what, r.detail));
+        let integrity = self
+            .integrity
+            .iter()
+            .flatten()
+            .map(|line| format!("the database's integrity check: {line}"));
+        pages.chain(records).chain(integrity).collect()
+    }
+}
+
+/// What the check of one kind of record found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RecordCheck {
+    pub checked: u64,
+    pub damaged: Vec<DamagedRecord>,
+}
+
+/// A record that cannot be read back as it was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DamagedRecord {
+    /// What it is: `the thread state of id:t1`, `deferred item 12`.
+    pub what: String,
+    pub detail: String,
+}
+
+/// Checks a whole store: every page ([`PageStore::verify_pages`]), thread state, cache entry
+/// and queue item, and the database's own integrity check. An error means the store could not
+/// be read.
+pub async fn verify(store: &Store) -> Result<StoreCheck, StoreError> {
+    Ok(StoreCheck {
+        pages: store.pages.verify_pages().await?,
+        threads: store.threads.verify_threads().await?,
+        cache: store.cache.verify_cache().await?,
+        queue: store.queue.verify_queue().await?,
+        integrity: store.pages.check_integrity().await?,
+    })
 }
 
 /// A page that cannot be read back as it was written.

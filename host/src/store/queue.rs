@@ -310,6 +310,9 @@ pub trait DeferredQueue: Send + Sync {
     /// Drops every lease `owner` holds (a graceful shutdown), so others need not wait for
     /// them to run out. Returns how many items were released.
     fn release(&self, owner: String) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// Reads every item back (its request, state and result), naming each one that does not.
+    fn verify_queue(&self) -> BoxFuture<'_, Result<super::RecordCheck, StoreError>>;
 }
 
 /// What every transition sets: the item's lease ends with it.

@@ -15,9 +15,10 @@ use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Message, Page, Usage};
 use super::queue::{
     Billing, NewDeferred, OpenBatch, QueueEvent, QueueItem, QueueState, QueueStatus,
 };
-use super::seal::PageRow;
+use super::seal::{PageRow, Record};
 use super::search::SearchHit;
 use super::threads::ThreadState;
+use super::DamagedRecord;
 use super::{canonical_json, page_id_of_json, NewPage, PageSummary, StoredPage};
 
 /// A row as a backend answered it, its columns read by name.
@@ -26,6 +27,7 @@ pub(crate) trait Columns {
     fn optional_text(&self, column: &str) -> Result<Option<String>, RowError>;
     fn int(&self, column: &str) -> Result<i64, RowError>;
     fn optional_int(&self, column: &str) -> Result<Option<i64>, RowError>;
+    fn bytes(&self, column: &str) -> Result<Vec<u8>, RowError>;
 
     /// A count or a time, stored signed: a negative one reads as 0.
     fn unsigned(&self, column: &str) -> Result<u64, RowError> {
@@ -254,19 +256,44 @@ pub(crate) fn encode_answer(answer: &LlmResponse) -> Result<String, serde_json::
     serde_json::to_string(answer)
 }
 
-/// The answer in `answer_json`. One this build cannot read is a miss, not an error: the call
-/// is made.
-pub(crate) fn read_answer(row: &dyn Columns) -> Result<Option<LlmResponse>, RowError> {
-    Ok(serde_json::from_str(&row.text("answer_json")?).ok())
+/// The columns of a cached answer ([`read_answer`]).
+pub(crate) const ANSWER_COLUMNS: &str = "key, answer_json, seal";
+
+/// The answer in `answer_json`, checked against its seal when `sealed` (the schema has
+/// seals). One this build cannot read is a miss, not an error: the call is made. One that no
+/// longer matches its seal is the reason why (`Err`), for the caller to log as a miss.
+pub(crate) fn read_answer(
+    row: &dyn Columns,
+    sealed: bool,
+) -> Result<Result<Option<LlmResponse>, DamagedRecord>, RowError> {
+    let (key, json) = (row.bytes("key")?, row.text("answer_json")?);
+    let record = Record::Answer {
+        key: &key,
+        answer_json: &json,
+    };
+    Ok(checked(record, row, sealed)?.map(|()| serde_json::from_str(&json).ok()))
 }
 
 /// The columns of a cached range ([`read_range`]).
-pub(crate) const RANGE_COLUMNS: &str = "message_count, summary";
+pub(crate) const RANGE_COLUMNS: &str = "key, message_count, summary, seal";
 
-/// `(messages covered, summary)`.
-pub(crate) fn read_range(row: &dyn Columns) -> Result<(usize, String), RowError> {
-    let covered = usize::try_from(row.int("message_count")?).unwrap_or(0);
-    Ok((covered, row.text("summary")?))
+/// `(messages covered, summary)`, checked as [`read_answer`] checks an answer.
+pub(crate) fn read_range(
+    row: &dyn Columns,
+    sealed: bool,
+) -> Result<Result<(usize, String), DamagedRecord>, RowError> {
+    let (key, count, summary) = (
+        row.bytes("key")?,
+        row.int("message_count")?,
+        row.text("summary")?,
+    );
+    let record = Record::Range {
+        key: &key,
+        message_count: count,
+        summary: &summary,
+    };
+    let checked = checked(record, row, sealed)?;
+    Ok(checked.map(|()| (usize::try_from(count).unwrap_or(0), summary)))
 }
 
 /// A range's length as `message_count` keeps it.
@@ -281,11 +308,90 @@ pub(crate) fn encode_thread_state(state: &ThreadState) -> String {
     serde_json::to_string(state).expect("thread states serialize to JSON")
 }
 
-/// The state in `state_json`. One this build cannot read is no state: the request is
-/// compacted from its raw history, as if the thread were new.
-pub(crate) fn read_thread_state(row: &dyn Columns) -> Result<Option<ThreadState>, RowError> {
-    Ok(serde_json::from_str(&row.text("state_json")?).ok())
+/// The columns of a thread state ([`read_thread_state`]).
+pub(crate) const THREAD_COLUMNS: &str = "key, state_json, seal";
+
+/// The state in `state_json`, checked against its seal when `sealed` (the schema has seals).
+/// One this build cannot read is no state: the request is compacted from its raw history, as
+/// if the thread were new. One that no longer matches its seal is the reason why (`Err`).
+pub(crate) fn read_thread_state(
+    row: &dyn Columns,
+    sealed: bool,
+) -> Result<Result<Option<ThreadState>, DamagedRecord>, RowError> {
+    let (key, json) = (row.text("key")?, row.text("state_json")?);
+    let record = Record::Thread {
+        key: &key,
+        state_json: &json,
+    };
+    Ok(checked(record, row, sealed)?.map(|()| serde_json::from_str(&json).ok()))
 }
+
+/// `record`, read from `row`, against the row's seal when `sealed` (the schema has seals): `Err`
+/// names it and what is wrong.
+fn checked(
+    record: Record<'_>,
+    row: &dyn Columns,
+    sealed: bool,
+) -> Result<Result<(), DamagedRecord>, RowError> {
+    if !sealed {
+        return Ok(Ok(()));
+    }
+    let seal = row.optional_text("seal")?;
+    Ok(record
+        .check(seal.as_deref())
+        .map_err(|detail| DamagedRecord {
+            what: record.describe(),
+            detail,
+        }))
+}
+
+/// A thread state, an answer or a range of the summary cache: its key, its content and the
+/// seal to write beside them (see [`Record`]).
+pub(crate) fn thread_seal(key: &str, state_json: &str) -> String {
+    Record::Thread { key, state_json }.seal()
+}
+
+pub(crate) fn answer_seal(key: &[u8], answer_json: &str) -> String {
+    Record::Answer { key, answer_json }.seal()
+}
+
+pub(crate) fn range_seal(key: &[u8], message_count: i64, summary: &str) -> String {
+    Record::Range {
+        key,
+        message_count,
+        summary,
+    }
+    .seal()
+}
+
+/// A row's key: `threads` keys are text, the summary cache's bytes.
+pub(crate) enum RecordKey {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+/// A row's key and the seal of what it holds.
+type SealOf = fn(&dyn Columns) -> Result<(RecordKey, String), RowError>;
+
+/// The tables whose rows [`Record`] seals, with the columns each seal reads: what migrating
+/// to schema 7 seals, as it is, in a store written before.
+pub(crate) const SEALED_TABLES: [(&str, &str, SealOf); 3] = [
+    ("threads", "key, state_json", |row| {
+        let key = row.text("key")?;
+        let seal = thread_seal(&key, &row.text("state_json")?);
+        Ok((RecordKey::Text(key), seal))
+    }),
+    ("llm_answers", "key, answer_json", |row| {
+        let key = row.bytes("key")?;
+        let seal = answer_seal(&key, &row.text("answer_json")?);
+        Ok((RecordKey::Bytes(key), seal))
+    }),
+    ("range_summaries", "key, message_count, summary", |row| {
+        let key = row.bytes("key")?;
+        let seal = range_seal(&key, row.int("message_count")?, &row.text("summary")?);
+        Ok((RecordKey::Bytes(key), seal))
+    }),
+];
 
 // The deferred queue: `deferred_items` and `deferred_events`.
 
@@ -294,6 +400,16 @@ pub(crate) const ITEM_COLUMNS: &str = "id, page_id, strategy, thread_id, request
     batch_id, attempts, requeues, text, reason, billing, input_tokens, output_tokens, \
     cache_read_tokens, cache_write_tokens, created_ms, updated_ms, submitted_ms, lease_owner, \
     lease_until_ms";
+
+/// Whether a queue item's row reads back as an item (its request, state, result), for the
+/// store's check: `Err` names the item and what is wrong.
+pub(crate) fn check_item(row: &dyn Columns) -> Result<Result<(), DamagedRecord>, RowError> {
+    let id = row.int("id")?;
+    Ok(read_item(row).map(drop).map_err(|e| DamagedRecord {
+        what: format!("deferred item {id}"),
+        detail: e.0,
+    }))
+}
 
 pub(crate) fn read_item(row: &dyn Columns) -> Result<QueueItem, RowError> {
     let id = row.int("id")?;
@@ -511,6 +627,9 @@ mod tests {
                 Some(Cell::Text(_)) => Err(RowError(format!("{column} is not an integer"))),
                 None => Ok(None),
             }
+        }
+        fn bytes(&self, column: &str) -> Result<Vec<u8>, RowError> {
+            self.text(column).map(String::into_bytes)
         }
     }
 

@@ -20,6 +20,12 @@ use super::StoreError;
 /// The most text of one page that is indexed: past it a page is searchable by its beginning.
 pub const MAX_INDEXED_CHARS: usize = 1 << 20;
 
+/// The first schema version with the search index and page owners.
+pub(crate) const INDEXED_SINCE: i64 = 8;
+
+/// The `tamp_secrets` row of the owner key (made by the migration that made the index).
+pub(crate) const OWNER_KEY: &str = "owner_hmac";
+
 /// Whose pages a search or a read may see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope<'a> {
@@ -65,8 +71,9 @@ pub trait PageSearch: Send + Sync {
     /// Whether `scope` may read page `id` (a full id).
     fn may_read(&self, id: &str, scope: Scope<'_>) -> BoxFuture<'_, Result<bool, StoreError>>;
 
-    /// The store's key for owner hashes, made once (random) and kept in the store, so that
-    /// every host sharing the store derives the same owner from the same credential.
+    /// The store's key for owner hashes, made (random) when the store gained its index and
+    /// kept in it, so that every host sharing the store derives the same owner from the same
+    /// credential.
     fn owner_key(&self) -> BoxFuture<'_, Result<Vec<u8>, StoreError>>;
 }
 
@@ -77,6 +84,14 @@ pub fn owner_of_credential(key: &[u8], credential: &str) -> String {
         hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
     mac.update(credential.as_bytes());
     hex::encode(mac.finalize().into_bytes())
+}
+
+/// The owner key as its `tamp_secrets` row holds it (hex), read back.
+pub(crate) fn owner_key_of(hex_text: &str) -> Result<Vec<u8>, String> {
+    hex::decode(hex_text.trim())
+        .ok()
+        .filter(|key| key.len() == 32)
+        .ok_or_else(|| "tamp_secrets holds no owner key (the row was removed or altered)".into())
 }
 
 /// A new random key for [`PageSearch::owner_key`].

@@ -55,6 +55,8 @@ pub(crate) const CALL: &str = "tamp:call";
 /// Marker key (summary message): its marker had no recall line (`"absent"`): an earlier tamp
 /// wrote it, and it is written back as it came.
 pub(crate) const NO_RECALL_LINE: &str = "tamp:no_recall_line";
+/// Marker key (summary message): the MAC its marker carried (see [`super::summary_marker`]).
+pub(crate) const MAC: &str = "tamp:mac";
 /// Marker key (Responses, in `metadata_json`): `input` was a string (`"string"`).
 pub(crate) const INPUT: &str = "tamp:input";
 /// Marker keys the SDK reads (`sdk::pinned`): what the reader did not know, and a provider's

@@ -335,18 +335,6 @@ pub(crate) fn strip_whitespace(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The JSON object text `extra` with the string marker `key` = `"absent"` added in front (a
-/// reader's record made after the object was finished; markers are found by key, so where
-/// it stands does not matter).
-pub(crate) fn with_marker(extra: &RString, key: &str) -> RString {
-    let marker = format!("\"{key}\":\"absent\"");
-    match extra.trim().strip_prefix('{') {
-        None => format!("{{{marker}}}").into(),
-        Some(rest) if rest.trim_start().starts_with('}') => format!("{{{marker}}}").into(),
-        Some(rest) => format!("{{{marker},{rest}").into(),
-    }
-}
-
 /// The fields of an `extra_json` / `metadata_json` object, read back by a writer: wire fields
 /// as their exact original text, and the `tamp:` markers a reader recorded. Empty or invalid
 /// text (a plugin's) has no fields.
@@ -390,6 +378,20 @@ impl<'a> Extra<'a> {
             .iter()
             .filter(|(k, _)| !k.starts_with(MARK_PREFIX))
             .map(|(k, v)| (k, *v))
+    }
+
+    /// `text` (an `extra_json`) with its marker `key` set to the string `value`, or removed
+    /// when `value` is `None`; every other field kept as its exact text, in order.
+    pub(crate) fn with_marker(text: &str, key: &str, value: Option<&str>) -> RString {
+        let extra = Extra::parse(text);
+        let mut out = ObjText::new();
+        for (name, raw) in extra.fields.iter().filter(|(name, _)| name != key) {
+            out.raw(name, raw.get());
+        }
+        if let Some(value) = value {
+            out.string(key, value);
+        }
+        out.finish()
     }
 
     /// Removes and returns the first wire field named `key`.

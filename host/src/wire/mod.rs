@@ -775,38 +775,114 @@ pub(crate) fn mark_opaque(extra: &mut json::ObjText, entries: &[String]) {
 }
 
 /// A parsed message: its blocks and recorded extras, read back as a summary if its text is a
-/// `<tamp-summary>` marker. Both wire readers end each message here.
+/// `<tamp-summary>` marker (its MAC kept in the `tamp:mac` marker). Both wire readers end each
+/// message here.
 pub(crate) fn finish_message(
     role: crate::plugin_api::Role,
     blocks: Vec<ContentBlock>,
-    extra: json::ObjText,
+    mut extra: json::ObjText,
 ) -> Message {
     let mut message = Message {
         role,
         content: abi_stable::std_types::RVec::from(blocks),
         summary: ROption::RNone,
-        extra_json: extra.finish(),
+        extra_json: RString::new(),
     };
-    read_summary(&mut message);
+    if let Some(read) = read_summary(&mut message) {
+        if let Some(mac) = &read.mac {
+            extra.string(form::MAC, mac);
+        }
+        if !read.recall_line {
+            // Written back as it came: the writer leaves the line out.
+            extra.string(form::NO_RECALL_LINE, "absent");
+        }
+    }
+    message.extra_json = extra.finish();
     message
 }
 
-fn read_summary(message: &mut Message) {
+/// What a summary's marker carried besides its info and body.
+struct ReadSummary {
+    mac: Option<String>,
+    recall_line: bool,
+}
+
+/// Makes `message` a summary when its one text block is a marker; what else the marker
+/// carried (its MAC, its recall line).
+fn read_summary(message: &mut Message) -> Option<ReadSummary> {
     let [ContentBlock::Text { text, .. }] = &mut message.content[..] else {
-        return;
+        return None;
     };
     if !summary_marker::looks_like_marker(text.as_str()) {
+        return None;
+    }
+    let marker = summary_marker::read(text.as_str())?;
+    let read = ReadSummary {
+        mac: marker.mac.map(str::to_owned),
+        recall_line: marker.recall_line,
+    };
+    let body = RString::from(marker.body);
+    message.summary = ROption::RSome(marker.info);
+    *text = body;
+    Some(read)
+}
+
+/// Whether a summary message is written with its recall line: unless it was read without one.
+fn has_recall_line(message: &Message) -> bool {
+    json::Extra::parse(message.extra_json.as_str())
+        .marker(form::NO_RECALL_LINE)
+        .is_none()
+}
+
+/// The MAC a summary message is written with (its `tamp:mac` marker): the one its marker
+/// carried when read, or one set by [`set_summary_mac`].
+pub fn summary_mac(message: &Message) -> Option<String> {
+    json::Extra::parse(message.extra_json.as_str())
+        .marker(form::MAC)
+        .map(Cow::into_owned)
+}
+
+/// Sets the MAC a summary message is written with, or removes it (`None`).
+pub fn set_summary_mac(message: &mut Message, mac: Option<&str>) {
+    if mac.is_none() && !message.extra_json.contains(form::MAC) {
         return;
     }
-    if let Some(read) = summary_marker::parse(text.as_str()) {
-        let recall_line = read.recall_line;
-        message.summary = ROption::RSome(read.info);
-        *text = RString::from(read.body);
-        if !recall_line {
-            // Written back as it came: the writer leaves the line out.
-            message.extra_json = json::with_marker(&message.extra_json, form::NO_RECALL_LINE);
-        }
-    }
+    message.extra_json = json::Extra::with_marker(message.extra_json.as_str(), form::MAC, mac);
+}
+
+/// A summary message made the ordinary message its wire text is: one text block holding its
+/// marker (MAC included) as the writer would write it, no summary. Written back, it is the
+/// same text; read by a strategy, it is text like any other.
+pub fn summary_as_text(message: &mut Message) {
+    let Some(info) = message.summary.take().into_option() else {
+        return;
+    };
+    let mac = summary_mac(message);
+    let text = summary_marker::write(
+        &info,
+        mac.as_deref(),
+        &message.joined_text(),
+        has_recall_line(message),
+    );
+    let extra_json = first_text_extra(message);
+    message.content = vec![ContentBlock::Text {
+        text: RString::from(text),
+        extra_json,
+    }]
+    .into();
+    set_summary_mac(message, None);
+}
+
+/// The `extra_json` of a message's first text block (empty when it has none).
+fn first_text_extra(message: &Message) -> RString {
+    message
+        .content
+        .iter()
+        .find_map(|b| match b {
+            ContentBlock::Text { extra_json, .. } => Some(extra_json.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// The content a writer writes for `message`: a summary becomes its marker text (keeping the
@@ -815,18 +891,14 @@ fn written_blocks(message: &Message) -> Cow<'_, [ContentBlock]> {
     match message.summary_info() {
         None => Cow::Borrowed(&message.content[..]),
         Some(info) => {
-            let extra_json = message
-                .content
-                .iter()
-                .find_map(|b| match b {
-                    ContentBlock::Text { extra_json, .. } => Some(extra_json.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            let recall_line = json::Extra::parse(message.extra_json.as_str())
-                .marker(form::NO_RECALL_LINE)
-                .is_none();
-            let text = summary_marker::render_as(info, &message.joined_text(), recall_line);
+            let extra_json = first_text_extra(message);
+            let mac = summary_mac(message);
+            let text = summary_marker::write(
+                info,
+                mac.as_deref(),
+                &message.joined_text(),
+                has_recall_line(message),
+            );
             Cow::Owned(vec![ContentBlock::Text {
                 text: RString::from(text),
                 extra_json,

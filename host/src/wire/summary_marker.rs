@@ -4,7 +4,7 @@
 //! whose only content is one text block:
 //!
 //! ```text
-//! <tamp-summary page="PAGE" strategy="NAME" status="final|pending">
+//! <tamp-summary page="PAGE" strategy="NAME" status="final|pending" mac="MAC">
 //! BODY
 //! (The original messages: recall page PAGE.)
 //! </tamp-summary>
@@ -12,11 +12,15 @@
 //!
 //! The last line tells the model it can read the summarized messages back with `tamp mcp`'s
 //! `recall` tool ([`recall_line`]); a summary read without it (as an earlier tamp wrote them) is
-//! a summary all the same, and is written with it.
+//! written back without it.
 //!
-//! Attribute values escape `&`, `"` and `<` as `&amp;`, `&quot;` and `&lt;`. Only this exact
+//! Attribute values escape `&`, `"` and `<` as `&amp;`, `&quot;` and `&lt;`. `mac` (32
+//! lowercase hex digits) is the store's MAC over the rest ([`crate::summary_mac`]): it tells a
+//! summary tamp wrote from text that only looks like one, and a reader keeps it in the
+//! message's `tamp:mac` marker; a marker without it reads back the same. Only this exact
 //! (canonical) form is read back as a summary, so that reading and writing a summary gives the
-//! same text byte for byte; any other text is an ordinary text block.
+//! same text byte for byte; any other text is an ordinary text block. Reading one does not make
+//! it tamp's: the chain believes a summary only with a MAC its store made.
 
 use std::borrow::Cow;
 
@@ -26,6 +30,18 @@ use crate::plugin_api::{SummaryInfo, SummaryStatus};
 
 const OPEN: &str = "<tamp-summary page=\"";
 const CLOSE: &str = "\n</tamp-summary>";
+/// The digits of a canonical `mac` attribute.
+pub const MAC_HEX_LEN: usize = 32;
+
+/// A summary marker read back: what it says, its MAC when it has one, its body (slices of the
+/// text read), and whether it had its recall line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Marker<'a> {
+    pub info: SummaryInfo,
+    pub mac: Option<&'a str>,
+    pub body: &'a str,
+    pub recall_line: bool,
+}
 
 /// Whether `text` could be a summary marker (a cheap test before [`parse`]).
 pub fn looks_like_marker(text: &str) -> bool {
@@ -37,23 +53,14 @@ pub fn recall_line(page: &str) -> String {
     format!("(The original messages: recall page {page}.)")
 }
 
-/// A summary marker as read: its info, its body (a slice of the text), and whether it had its
-/// recall line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Read<'a> {
-    pub info: SummaryInfo,
-    pub body: &'a str,
-    pub recall_line: bool,
-}
-
-/// The wire text of a summary with `body`, with its recall line.
+/// The wire text of a summary with `body`, without a MAC, with its recall line.
 pub fn render(info: &SummaryInfo, body: &str) -> String {
-    render_as(info, body, true)
+    write(info, None, body, true)
 }
 
-/// The wire text of a summary with `body`, with or without its recall line (a summary read
-/// without one is written back as it came).
-pub fn render_as(info: &SummaryInfo, body: &str, recall_line: bool) -> String {
+/// The wire text of a summary with `body`, with its `mac` when given, and with or without its
+/// recall line (a summary read without one is written back as it came).
+pub fn write(info: &SummaryInfo, mac: Option<&str>, body: &str, recall_line: bool) -> String {
     let page = escape_attr(info.page_ref.as_str());
     let strategy = escape_attr(info.strategy.as_str());
     let status = info.status.as_str();
@@ -71,6 +78,10 @@ pub fn render_as(info: &SummaryInfo, body: &str, recall_line: bool) -> String {
     out.push_str(&strategy);
     out.push_str("\" status=\"");
     out.push_str(status);
+    if let Some(mac) = mac {
+        out.push_str("\" mac=\"");
+        out.push_str(mac);
+    }
     out.push_str("\">\n");
     out.push_str(body);
     out.push_str(&hint);
@@ -78,15 +89,30 @@ pub fn render_as(info: &SummaryInfo, body: &str, recall_line: bool) -> String {
     out
 }
 
-/// Reads a summary marker. `None` when `text` is not exactly the canonical form [`render_as`]
-/// writes.
-pub fn parse(text: &str) -> Option<Read<'_>> {
+/// Reads a summary marker: its info and the body (a slice of `text`), whatever its MAC.
+/// `None` when `text` is not exactly the canonical form [`write`] writes.
+pub fn parse(text: &str) -> Option<(SummaryInfo, &str)> {
+    read(text).map(|marker| (marker.info, marker.body))
+}
+
+/// Reads a summary marker, its MAC and recall line included. `None` when `text` is not exactly
+/// the canonical form [`write`] writes.
+pub fn read(text: &str) -> Option<Marker<'_>> {
     let rest = text.strip_prefix(OPEN)?;
     let (page_esc, rest) = rest.split_once('"')?;
     let rest = rest.strip_prefix(" strategy=\"")?;
     let (strategy_esc, rest) = rest.split_once('"')?;
     let rest = rest.strip_prefix(" status=\"")?;
     let (status, rest) = rest.split_once('"')?;
+    let (mac, rest) = match rest.strip_prefix(" mac=\"") {
+        Some(rest) => {
+            let (mac, rest) = rest.split_once('"')?;
+            let canonical = mac.len() == MAC_HEX_LEN
+                && mac.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            (Some(Some(mac).filter(|_| canonical)?), rest)
+        }
+        None => (None, rest),
+    };
     let rest = rest.strip_prefix(">\n")?;
     let body = rest.strip_suffix(CLOSE)?;
     // The recall line the page's own id names, when the summary has it.
@@ -108,12 +134,13 @@ pub fn parse(text: &str) -> Option<Read<'_>> {
     if escape_attr(&page) != page_esc || escape_attr(&strategy) != strategy_esc {
         return None;
     }
-    Some(Read {
+    Some(Marker {
         info: SummaryInfo {
             page_ref: RString::from(page.into_owned()),
             strategy: RString::from(strategy.into_owned()),
             status,
         },
+        mac,
         body,
         recall_line: hinted,
     })
@@ -185,20 +212,23 @@ mod tests {
             "<tamp-summary page=\"pg_1\" strategy=\"map-reduce\" status=\"final\">\nthe body\n\
              (The original messages: recall page pg_1.)\n</tamp-summary>"
         );
-        let read = parse(&text).unwrap();
-        assert_eq!(read.info, info("pg_1", "map-reduce", SummaryStatus::Final));
-        assert_eq!((read.body, read.recall_line), ("the body", true));
+        let marker = read(&text).unwrap();
+        assert_eq!(
+            marker.info,
+            info("pg_1", "map-reduce", SummaryStatus::Final)
+        );
+        assert_eq!((marker.body, marker.recall_line), ("the body", true));
         // As an earlier tamp wrote it, without the recall line: a summary all the same, and
         // written back as it came.
         let earlier = "<tamp-summary page=\"pg_1\" strategy=\"map-reduce\" status=\"final\">\n\
                        the body\n</tamp-summary>";
-        let read = parse(earlier).unwrap();
-        assert_eq!((read.body, read.recall_line), ("the body", false));
-        assert_eq!(render_as(&read.info, read.body, false), earlier);
+        let marker = read(earlier).unwrap();
+        assert_eq!((marker.body, marker.recall_line), ("the body", false));
+        assert_eq!(write(&marker.info, None, marker.body, false), earlier);
         // Another page's recall line is body text.
         let other = text.replace("recall page pg_1", "recall page pg_2");
         assert_eq!(
-            parse(&other).unwrap().body,
+            read(&other).unwrap().body,
             "the body\n(The original messages: recall page pg_2.)"
         );
     }
@@ -210,10 +240,10 @@ mod tests {
         assert!(text.starts_with(
             "<tamp-summary page=\"a&quot;b&amp;c&lt;d>e\" strategy=\"x&amp;amp;y\" status=\"pending\">\n"
         ));
-        let read = parse(&text).unwrap();
-        assert_eq!(read.info, i);
-        assert_eq!(read.body, "body with </tamp-summary> inside\nand lines");
-        assert_eq!(render(&read.info, read.body), text);
+        let marker = read(&text).unwrap();
+        assert_eq!(marker.info, i);
+        assert_eq!(marker.body, "body with </tamp-summary> inside\nand lines");
+        assert_eq!(render(&marker.info, marker.body), text);
     }
 
     #[test]
@@ -225,8 +255,8 @@ mod tests {
             "<tamp-summary page=\"\" strategy=\"\" status=\"final\">\n\n\
              (The original messages: recall page .)\n</tamp-summary>"
         );
-        let read = parse(&text).unwrap();
-        assert_eq!((read.info, read.body), (i, ""));
+        let marker = read(&text).unwrap();
+        assert_eq!((marker.info, marker.body), (i, ""));
     }
 
     #[test]
@@ -245,6 +275,37 @@ mod tests {
         ] {
             assert!(parse(text).is_none(), "{text}");
         }
+    }
+
+    #[test]
+    fn a_mac_is_read_back_and_only_a_canonical_one() {
+        let i = info("pg_1", "s", SummaryStatus::Final);
+        let mac = "0123456789abcdef0123456789abcdef";
+        let text = write(&i, Some(mac), "body", true);
+        assert_eq!(
+            text,
+            format!("<tamp-summary page=\"pg_1\" strategy=\"s\" status=\"final\" mac=\"{mac}\">\nbody\n(The original messages: recall page pg_1.)\n</tamp-summary>")
+        );
+        assert_eq!(
+            read(&text),
+            Some(Marker {
+                info: i.clone(),
+                mac: Some(mac),
+                body: "body",
+                recall_line: true,
+            })
+        );
+        assert_eq!(parse(&text), Some((i.clone(), "body")));
+        for bad in [
+            "0123456789ABCDEF0123456789ABCDEF",
+            "0123",
+            "",
+            "zz23456789abcdef0123456789abcdef",
+        ] {
+            let text = text.replace(mac, bad);
+            assert_eq!(read(&text), None, "{text}");
+        }
+        assert_eq!(read(&render(&i, "b")).unwrap().mac, None);
     }
 
     #[test]

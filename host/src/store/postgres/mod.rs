@@ -127,13 +127,13 @@ const MIGRATIONS: &[&str] = &[
     crate::store::threads::MIGRATION_POSTGRES,
     // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
     "ALTER TABLE pages ADD COLUMN seal TEXT;",
-    // 6 -> 7: page owners, the search index and the store's keys (see `store::search`);
-    // `migrate` indexes the pages already there.
+    // 6 -> 7: seals of thread states and cache entries, and the summary key (see
+    // `store::seal`); `migrate` seals the records already there and makes the key.
+    crate::store::seal::MIGRATION_RECORDS,
+    // 7 -> 8: page owners and the search index (see `store::search`); `migrate` indexes the
+    // pages already there and makes the owner key.
     search::MIGRATION,
 ];
-
-/// The first schema version with the search index.
-const INDEXED_SINCE: i64 = 7;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -165,6 +165,8 @@ struct Inner {
     /// Owned so it lives as long as the store; shut down without waiting on drop, which may
     /// happen inside another runtime.
     runtime: Option<tokio::runtime::Runtime>,
+    /// The key of the store's summary MACs, read once migrated (the same for every replica).
+    summary_key: std::sync::OnceLock<crate::summary_mac::SummaryKey>,
 }
 
 impl Drop for Inner {
@@ -288,12 +290,39 @@ impl PostgresStore {
                 pool,
                 handle: runtime.handle().clone(),
                 runtime: Some(runtime),
+                summary_key: std::sync::OnceLock::new(),
             }),
         };
         // Blocks this thread only (the work runs on the store's runtime), so it is safe
         // from sync code inside or outside a runtime.
         futures::executor::block_on(store.run("migrate the schema".to_owned(), migrate))?;
+        let key = futures::executor::block_on(store.run(
+            "read the summary key".to_owned(),
+            |client| async move {
+                let row = client
+                    .query_opt(
+                        "SELECT value FROM tamp_secrets WHERE name = $1",
+                        &[&crate::store::seal::SUMMARY_KEY],
+                    )
+                    .await?;
+                row.and_then(|row| row.text("value").ok())
+                    .as_deref()
+                    .and_then(crate::summary_mac::SummaryKey::from_hex)
+                    .ok_or_else(|| {
+                        Failure::Other(
+                            "tamp_secrets holds no summary key (the row was removed or altered)"
+                                .into(),
+                        )
+                    })
+            },
+        ))?;
+        let _ = store.inner.summary_key.set(key);
         Ok(store)
+    }
+
+    /// The key of this store's summary MACs ([`crate::summary_mac`]).
+    pub(super) fn summary_key(&self) -> Option<crate::summary_mac::SummaryKey> {
+        self.inner.summary_key.get().cloned()
     }
 
     /// Whether both share one pool (one was opened as the other's shared store).
@@ -356,6 +385,8 @@ pub(super) enum Failure {
     },
     /// A finished error (not found).
     Store(StoreError),
+    /// A record that no longer matches its seal.
+    Damaged(crate::store::DamagedRecord),
     /// The database was migrated by a newer tamp, to this version.
     NewerSchema(i64),
     Other(String),
@@ -387,6 +418,10 @@ impl Columns for tokio_postgres::Row {
     }
 
     fn optional_int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        self.try_get(column).map_err(row_error)
+    }
+
+    fn bytes(&self, column: &str) -> Result<Vec<u8>, RowError> {
         self.try_get(column).map_err(row_error)
     }
 }
@@ -438,6 +473,13 @@ impl Failure {
                     location: location.to_owned(),
                     id,
                     detail,
+                }
+            }
+            Failure::Damaged(damaged) => {
+                return StoreError::Damaged {
+                    location: location.to_owned(),
+                    what: damaged.what,
+                    detail: damaged.detail,
                 }
             }
             Failure::Pg(e) => explain_tls(error_chain(&e), ssl_mode),
@@ -552,12 +594,54 @@ async fn migrate(mut client: deadpool_postgres::Object) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure::Other(format!("seal the pages already stored: {e}")))?;
     }
-    if found < INDEXED_SINCE {
+    if found < crate::store::seal::RECORDS_SEALED_SINCE {
+        seal_existing_records(&tx).await.map_err(|e| {
+            Failure::Other(format!("seal the thread states and cache entries: {e}"))
+        })?;
+        tx.execute(
+            "INSERT INTO tamp_secrets (name, value) VALUES ($1, $2)",
+            &[
+                &crate::store::seal::SUMMARY_KEY,
+                &crate::summary_mac::SummaryKey::random().to_hex(),
+            ],
+        )
+        .await?;
+    }
+    if found < crate::store::search::INDEXED_SINCE {
         search::index_existing_pages(&tx)
             .await
             .map_err(|e| Failure::Other(format!("index the pages already stored: {e}")))?;
+        tx.execute(
+            "INSERT INTO tamp_secrets (name, value) VALUES ($1, $2)",
+            &[
+                &crate::store::search::OWNER_KEY,
+                &hex::encode(crate::store::search::new_owner_key()),
+            ],
+        )
+        .await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Seals every thread state and cache entry (written before schema version 7), as they are.
+async fn seal_existing_records(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), RowError> {
+    for (table, columns, seal_of) in rows::SEALED_TABLES {
+        let answer = tx
+            .query(&format!("SELECT {columns} FROM {table}"), &[])
+            .await
+            .map_err(row_error)?;
+        let update = format!("UPDATE {table} SET seal = $1 WHERE key = $2");
+        for (key, seal) in read_all(&answer, seal_of)? {
+            let key: &(dyn ToSql + Sync) = match &key {
+                rows::RecordKey::Text(key) => key,
+                rows::RecordKey::Bytes(key) => key,
+            };
+            tx.execute(&update, &[&seal, key])
+                .await
+                .map_err(row_error)?;
+        }
+    }
     Ok(())
 }
 

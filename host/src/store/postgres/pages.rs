@@ -5,6 +5,7 @@ use futures::FutureExt;
 
 use super::search::insert_indexed;
 use super::{bind, read_all, Failure, PostgresStore, NOW_SECS};
+use crate::store::rows::Columns as _;
 use crate::store::rows::{
     self, encode_messages, NewPageRow, PageRecord, ENCODE_INLINE_MAX, PAGE_COLUMNS,
     PAGE_INSERT_COLUMNS, PAGE_INSERT_VALUES, SUMMARY_COLUMNS,
@@ -118,4 +119,64 @@ impl PageStore for PostgresStore {
     fn describe(&self) -> String {
         self.inner.location.clone()
     }
+
+    fn summary_key(&self) -> Option<crate::summary_mac::SummaryKey> {
+        PostgresStore::summary_key(self)
+    }
+
+    /// With the `amcheck` extension installed in the database, `bt_index_check` of every
+    /// B-tree index of tamp's tables (each failure a problem); without it, `None`: PostgreSQL
+    /// has no check of its own to run.
+    fn check_integrity(&self) -> BoxFuture<'_, Result<Option<Vec<String>>, StoreError>> {
+        self.run(
+            "check the database's integrity".to_owned(),
+            |client| async move {
+                let installed = client
+                    .query_opt("SELECT 1 FROM pg_extension WHERE extname = 'amcheck'", &[])
+                    .await?
+                    .is_some();
+                if !installed {
+                    return Ok(None);
+                }
+                let indexes = client
+                    .query(
+                        "SELECT c.relname::text AS name FROM pg_index i
+                         JOIN pg_class c ON c.oid = i.indexrelid
+                         JOIN pg_class t ON t.oid = i.indrelid
+                         JOIN pg_am a ON a.oid = c.relam
+                         WHERE a.amname = 'btree' AND t.relname = ANY($1)
+                           AND t.relnamespace = pg_my_temp_schema() IS NOT TRUE
+                           AND pg_table_is_visible(t.oid)",
+                        &[&TABLES.to_vec()],
+                    )
+                    .await?;
+                let mut problems = Vec::new();
+                for index in indexes {
+                    let name = index.text("name")?;
+                    if let Err(e) = client
+                        .execute("SELECT bt_index_check($1::regclass)", &[&name])
+                        .await
+                    {
+                        problems.push(format!(
+                            "index {name}: {}",
+                            crate::error_text::error_chain(&e)
+                        ));
+                    }
+                }
+                Ok(Some(problems))
+            },
+        )
+        .boxed()
+    }
 }
+
+/// tamp's tables, whose indexes [`PageStore::check_integrity`] checks.
+const TABLES: [&str; 7] = [
+    "pages",
+    "llm_answers",
+    "range_summaries",
+    "deferred_items",
+    "deferred_events",
+    "threads",
+    "tamp_secrets",
+];

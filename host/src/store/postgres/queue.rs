@@ -508,4 +508,21 @@ impl DeferredQueue for PostgresStore {
         })
         .boxed()
     }
+
+    fn verify_queue(&self) -> BoxFuture<'_, Result<crate::store::RecordCheck, StoreError>> {
+        self.run(
+            "check the deferred queue".to_owned(),
+            move |client| async move {
+                let answer = client
+                    .query(
+                        &format!("SELECT {ITEM_COLUMNS} FROM deferred_items ORDER BY id"),
+                        &[],
+                    )
+                    .await?;
+                let read = read_all(&answer, rows::check_item)?;
+                Ok(crate::store::cache::record_check(read.into_iter()))
+            },
+        )
+        .boxed()
+    }
 }

@@ -5,12 +5,15 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::{read_all, PostgresStore, NOW_SECS};
+use super::{read_all, Failure, PostgresStore, NOW_SECS};
 use crate::store::rows::{self, RowError};
-use crate::store::search::{new_owner_key, query_words, searchable_text, PageSearch, Scope};
+use crate::store::search::{
+    owner_key_of, query_words, searchable_text, PageSearch, Scope, OWNER_KEY,
+};
 use crate::store::{decode_page_messages, SearchHit, StoreError};
 
-/// 6 -> 7: the owners of pages, the search index and the store's keys. The `simple`
+/// 7 -> 8: the owners of pages and the search index (the owner key is a `tamp_secrets` row).
+/// The `simple`
 /// configuration: no stemming and no stop words, so codes, paths and identifiers are found as
 /// they are written, in every language.
 pub(super) const MIGRATION: &str = "CREATE TABLE page_owners (
@@ -26,11 +29,7 @@ pub(super) const MIGRATION: &str = "CREATE TABLE page_owners (
         body     TEXT NOT NULL,
         tsv      tsvector GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED
     );
-    CREATE INDEX page_text_search ON page_text USING GIN (tsv);
-    CREATE TABLE store_keys (
-        name  TEXT PRIMARY KEY,
-        key   BYTEA NOT NULL
-    );";
+    CREATE INDEX page_text_search ON page_text USING GIN (tsv);";
 
 /// The statement that writes a page (its `pages` insert, `$1…$n`) and, when it is new, its
 /// text (`$text`) in one statement: a page is never stored unindexed.
@@ -153,18 +152,14 @@ impl PageSearch for PostgresStore {
         self.run(
             "read the store's owner key".to_owned(),
             move |client| async move {
-                // The first replica to ask makes it; every other reads the one that won.
-                client
-                    .execute(
-                        "INSERT INTO store_keys (name, key) VALUES ('owner', $1)
-                         ON CONFLICT DO NOTHING",
-                        &[&new_owner_key()],
+                let row = client
+                    .query_opt(
+                        "SELECT value FROM tamp_secrets WHERE name = $1",
+                        &[&OWNER_KEY],
                     )
                     .await?;
-                let row = client
-                    .query_one("SELECT key FROM store_keys WHERE name = 'owner'", &[])
-                    .await?;
-                Ok(row.get::<_, Vec<u8>>(0))
+                let hex_text: String = row.map(|r| r.get(0)).unwrap_or_default();
+                owner_key_of(&hex_text).map_err(Failure::Other)
             },
         )
         .boxed()

@@ -3,10 +3,10 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::{PostgresStore, NOW_SECS};
-use crate::store::rows;
+use super::{read_all, Failure, PostgresStore, NOW_SECS};
+use crate::store::rows::{self, THREAD_COLUMNS};
 use crate::store::threads::{ThreadLimits, ThreadState, ThreadStore};
-use crate::store::StoreError;
+use crate::store::{RecordCheck, StoreError};
 
 impl ThreadStore for PostgresStore {
     fn get_thread(
@@ -16,20 +16,18 @@ impl ThreadStore for PostgresStore {
     ) -> BoxFuture<'_, Result<Option<ThreadState>, StoreError>> {
         let key = key.to_owned();
         let ttl = i64::try_from(ttl_secs).unwrap_or(i64::MAX);
-        self.run(
-            "read a thread state".to_owned(),
-            move |client| async move {
-                let stmt = client
-                    .prepare_cached(&format!(
-                        "SELECT state_json FROM threads WHERE key = $1 AND updated_at >= {NOW_SECS} - $2"
-                    ))
-                    .await?;
-                let Some(row) = client.query_opt(&stmt, &[&key, &ttl]).await? else {
-                    return Ok(None);
-                };
-                Ok(rows::read_thread_state(&row)?)
-            },
-        )
+        self.run("read a thread state".to_owned(), move |client| async move {
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT {THREAD_COLUMNS} FROM threads
+                         WHERE key = $1 AND updated_at >= {NOW_SECS} - $2"
+                ))
+                .await?;
+            let Some(row) = client.query_opt(&stmt, &[&key, &ttl]).await? else {
+                return Ok(None);
+            };
+            rows::read_thread_state(&row, true)?.map_err(Failure::Damaged)
+        })
         .boxed()
     }
 
@@ -41,6 +39,7 @@ impl ThreadStore for PostgresStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let key = key.to_owned();
         let json = rows::encode_thread_state(state);
+        let seal = rows::thread_seal(&key, &json);
         let ttl = i64::try_from(limits.ttl_secs).unwrap_or(i64::MAX);
         let max = i64::try_from(limits.max_threads.max(1)).unwrap_or(i64::MAX);
         self.run(
@@ -49,11 +48,12 @@ impl ThreadStore for PostgresStore {
                 let tx = client.transaction().await?;
                 tx.execute(
                     &format!(
-                        "INSERT INTO threads (key, state_json, updated_at) VALUES ($1, $2, {NOW_SECS})
+                        "INSERT INTO threads (key, state_json, updated_at, seal)
+                         VALUES ($1, $2, {NOW_SECS}, $3)
                          ON CONFLICT (key) DO UPDATE SET state_json = EXCLUDED.state_json,
-                         updated_at = EXCLUDED.updated_at"
+                         updated_at = EXCLUDED.updated_at, seal = EXCLUDED.seal"
                     ),
-                    &[&key, &json],
+                    &[&key, &json, &seal],
                 )
                 .await?;
                 tx.execute(
@@ -69,6 +69,25 @@ impl ThreadStore for PostgresStore {
                 .await?;
                 tx.commit().await?;
                 Ok(())
+            },
+        )
+        .boxed()
+    }
+
+    fn verify_threads(&self) -> BoxFuture<'_, Result<RecordCheck, StoreError>> {
+        self.run(
+            "check the thread states".to_owned(),
+            move |client| async move {
+                let answer = client
+                    .query(
+                        &format!("SELECT {THREAD_COLUMNS} FROM threads ORDER BY key"),
+                        &[],
+                    )
+                    .await?;
+                let read = read_all(&answer, |row| {
+                    Ok((row.text("key")?, rows::read_thread_state(row, true)?))
+                })?;
+                Ok(crate::store::threads::thread_check(read))
             },
         )
         .boxed()

@@ -4,11 +4,11 @@ use futures::future::BoxFuture;
 use rusqlite::params;
 use tamp_plugin_api::LlmResponse;
 
-use super::{now_secs, select_first, to_i64, SqliteStore};
+use super::{now_secs, select, select_first, to_i64, SqliteStore};
 use crate::digest::CacheKey;
-use crate::store::cache::SummaryCache;
-use crate::store::rows::{self, RANGE_COLUMNS};
-use crate::store::StoreError;
+use crate::store::cache::{self, SummaryCache};
+use crate::store::rows::{self, ANSWER_COLUMNS, RANGE_COLUMNS};
+use crate::store::{RecordCheck, StoreError};
 
 /// Range keys looked up per query: well under SQLite's bound on parameters.
 const RANGE_KEYS_PER_QUERY: usize = 500;
@@ -18,12 +18,14 @@ impl SummaryCache for SqliteStore {
         Box::pin(self.run("read the summary cache".to_owned(), move |inner| {
             let answer = select_first(
                 &inner.conn(),
-                "SELECT answer_json FROM llm_answers WHERE key = ?1",
+                &format!("SELECT {ANSWER_COLUMNS} FROM llm_answers WHERE key = ?1"),
                 params![&key[..]],
-                rows::read_answer,
+                |row| rows::read_answer(row, inner.records_sealed),
             )
             .map_err(|e| StoreError::backend(&inner.location, "read the summary cache", e))?;
-            Ok(answer.flatten())
+            Ok(answer
+                .and_then(|read| cache::checked(&inner.location, read))
+                .flatten())
         }))
     }
 
@@ -37,12 +39,13 @@ impl SummaryCache for SqliteStore {
                 let json = rows::encode_answer(&answer).map_err(|e| {
                     StoreError::backend(&inner.location, "encode a cached answer", e)
                 })?;
+                let seal = rows::answer_seal(&key, &json);
                 inner
                     .writer("write the summary cache")?
                     .execute(
-                        "INSERT OR IGNORE INTO llm_answers (key, answer_json, created_at)
-                     VALUES (?1, ?2, ?3)",
-                        params![&key[..], json, to_i64(now_secs())],
+                        "INSERT OR IGNORE INTO llm_answers (key, answer_json, created_at, seal)
+                     VALUES (?1, ?2, ?3, ?4)",
+                        params![&key[..], json, to_i64(now_secs()), seal],
                     )
                     .map_err(|e| {
                         StoreError::backend(&inner.location, "write the summary cache", e)
@@ -58,20 +61,23 @@ impl SummaryCache for SqliteStore {
     ) -> BoxFuture<'_, Result<Option<(usize, String)>, StoreError>> {
         Box::pin(self.run("read the summary cache".to_owned(), move |inner| {
             let conn = inner.conn();
-            // From the longest runs down: the first chunk with a hit holds the longest one.
+            // From the longest runs down: the first chunk with a hit holds the longest one
+            // (a damaged entry is a miss: the next longer one counts).
             for chunk in range_keys.rchunks(RANGE_KEYS_PER_QUERY) {
                 let sql = format!(
                     "SELECT {RANGE_COLUMNS} FROM range_summaries WHERE key IN ({}) \
-                     ORDER BY message_count DESC LIMIT 1",
+                     ORDER BY message_count DESC",
                     rows::placeholders('?', 1, chunk.len())
                 );
-                let found = select_first(
+                let found = select(
                     &conn,
                     &sql,
                     rusqlite::params_from_iter(chunk.iter().map(|k| &k[..])),
-                    rows::read_range,
+                    |row| rows::read_range(row, inner.records_sealed),
                 )
-                .map_err(|e| StoreError::backend(&inner.location, "read the summary cache", e))?;
+                .map_err(|e| StoreError::backend(&inner.location, "read the summary cache", e))?
+                .into_iter()
+                .find_map(|read| cache::checked(&inner.location, read));
                 if found.is_some() {
                     return Ok(found);
                 }
@@ -86,17 +92,61 @@ impl SummaryCache for SqliteStore {
         len: usize,
         summary: String,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.run("write the summary cache".to_owned(), move |inner| {
-            inner
-                .writer("write the summary cache")?
-                .execute(
-                    "INSERT OR REPLACE INTO range_summaries (key, message_count, summary, created_at)
-                     VALUES (?1, ?2, ?3, ?4)",
-                    params![&key[..], rows::range_len(len), summary, to_i64(now_secs())],
+        Box::pin(
+            self.run("write the summary cache".to_owned(), move |inner| {
+                let seal = rows::range_seal(&key, rows::range_len(len), &summary);
+                inner
+                    .writer("write the summary cache")?
+                    .execute(
+                        "INSERT OR REPLACE INTO range_summaries
+                     (key, message_count, summary, created_at, seal) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![
+                            &key[..],
+                            rows::range_len(len),
+                            summary,
+                            to_i64(now_secs()),
+                            seal
+                        ],
+                    )
+                    .map_err(|e| {
+                        StoreError::backend(&inner.location, "write the summary cache", e)
+                    })?;
+                Ok(())
+            }),
+        )
+    }
+
+    fn verify_cache(&self) -> BoxFuture<'_, Result<RecordCheck, StoreError>> {
+        Box::pin(
+            self.run("check the summary cache".to_owned(), move |inner| {
+                let conn = inner.conn();
+                let sealed = inner.records_sealed;
+                let fail = |e| StoreError::backend(&inner.location, "check the summary cache", e);
+                let (answers, ranges) = if sealed {
+                    (ANSWER_COLUMNS, RANGE_COLUMNS)
+                } else {
+                    (
+                        "key, answer_json, NULL AS seal",
+                        "key, message_count, summary, NULL AS seal",
+                    )
+                };
+                let answers = select(
+                    &conn,
+                    &format!("SELECT {answers} FROM llm_answers ORDER BY key"),
+                    [],
+                    |row| Ok(rows::read_answer(row, sealed)?.map(drop)),
                 )
-                .map_err(|e| StoreError::backend(&inner.location, "write the summary cache", e))?;
-            Ok(())
-        }))
+                .map_err(fail)?;
+                let ranges = select(
+                    &conn,
+                    &format!("SELECT {ranges} FROM range_summaries ORDER BY key"),
+                    [],
+                    |row| Ok(rows::read_range(row, sealed)?.map(drop)),
+                )
+                .map_err(fail)?;
+                Ok(cache::record_check(answers.into_iter().chain(ranges)))
+            }),
+        )
     }
 }
 

@@ -5,18 +5,22 @@
 //! waits on the commit (a compaction archiving its pages) pays tens of milliseconds for it.
 //! Here a commit only nudges a background thread, which checkpoints on a connection of its
 //! own. The checkpoint is PASSIVE, so it never blocks the writer or the readers, and every
-//! commit is still fsynced to the log: durability is unchanged.
+//! commit is still fsynced to the log: durability is unchanged. Between nudges the thread
+//! watches the log's files ([`super::log_watch`]) and, should they go, copies what the log
+//! held into the store file.
 
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use rusqlite::hooks::Wal;
 use rusqlite::wal::CheckpointMode;
 use rusqlite::Connection;
 
+use super::log_watch::{LogWatch, WATCH_INTERVAL};
 use super::BUSY_TIMEOUT;
 
 /// The log size, in pages, at which a commit asks for a checkpoint: SQLite's own default.
@@ -34,12 +38,14 @@ pub(super) struct CheckpointStats {
 }
 
 /// Starts the checkpointer for the database file at `path` and hands `conn`'s checkpoints to
-/// it. On failure (no thread could be started) `conn` keeps SQLite's inline checkpoints.
+/// it; its thread, to be joined once `conn`'s hook is gone ([`stop`]). On failure (no thread
+/// could be started) `conn` keeps SQLite's inline checkpoints.
 pub(super) fn move_off_the_write_path(
     conn: &mut Connection,
     path: &Path,
     location: &str,
-) -> Arc<CheckpointStats> {
+    log: Arc<LogWatch>,
+) -> (Arc<CheckpointStats>, Option<JoinHandle<()>>) {
     let stats = Arc::new(CheckpointStats::default());
     // One pending nudge is enough: a checkpoint covers every commit before it.
     let (nudge, nudged) = sync_channel::<()>(1);
@@ -47,14 +53,18 @@ pub(super) fn move_off_the_write_path(
         path: path.to_path_buf(),
         location: location.to_owned(),
         stats: Arc::clone(&stats),
+        log,
     };
     let started = std::thread::Builder::new()
         .name("tamp-sqlite-checkpoint".into())
         .spawn(move || checkpointer.run(nudged));
-    if let Err(e) = started {
-        tracing::warn!(store = %location, error = %e, "page store: no checkpoint thread, checkpointing in commits");
-        return stats;
-    }
+    let thread = match started {
+        Ok(thread) => thread,
+        Err(e) => {
+            tracing::warn!(store = %location, error = %e, "page store: no checkpoint thread, checkpointing in commits");
+            return (stats, None);
+        }
+    };
     // The hook replaces SQLite's automatic checkpoints on this connection. When the
     // connection closes, the hook and with it the sender are dropped, and the thread ends.
     let hooked = conn.wal_hook(Some(move |wal: &mut Wal, log_pages: c_int| {
@@ -70,23 +80,48 @@ pub(super) fn move_off_the_write_path(
     if let Err(e) = hooked {
         tracing::warn!(store = %location, error = %e, "page store: cannot hook commits, checkpointing in commits");
     }
-    stats
+    (stats, Some(thread))
+}
+
+/// Ends the checkpointer of `conn` (its hook goes, and with it the thread's reason to run) and
+/// waits for its connection to close, so that `conn`, closed last, checkpoints its log into
+/// the file as SQLite does at a last close: a process that exits right after leaves the file
+/// whole, without a log beside it.
+pub(super) fn stop(conn: &mut Connection, thread: JoinHandle<()>) {
+    let _ = conn.wal_hook(None::<fn(&mut Wal, c_int) -> rusqlite::Result<()>>);
+    let _ = thread.join();
 }
 
 struct Checkpointer {
     path: PathBuf,
     location: String,
     stats: Arc<CheckpointStats>,
+    log: Arc<LogWatch>,
 }
 
 impl Checkpointer {
     fn run(self, nudged: Receiver<()>) {
-        let mut conn = None;
-        while nudged.recv().is_ok() {
-            if conn.is_none() {
+        // Opened now, with the store: opened after the log was lost, it would make a new one.
+        let mut conn = self.connect();
+        loop {
+            match nudged.recv_timeout(WATCH_INTERVAL) {
+                Ok(()) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(c) = &conn {
+                        self.log.rescue(c);
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if conn.is_none() && self.log.lost().is_none() {
                 conn = self.connect();
             }
             let Some(c) = &conn else { continue };
+            if self.log.lost().is_some() {
+                self.log.rescue(c);
+                continue;
+            }
             match c.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), CheckpointMode::PASSIVE) {
                 // -1: the connection is not in WAL mode, so nothing was done.
                 Ok((log_pages, _)) if log_pages >= 0 => {

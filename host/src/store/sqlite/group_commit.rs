@@ -275,8 +275,10 @@ impl Drop for Encoding<'_> {
 
 fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
     // A store file deleted or replaced while open would take this commit and lose it at
-    // close: refuse, so no page is acknowledged that a restart would not find.
+    // close (a log removed, at a crash): refuse, so no page is acknowledged that a restart
+    // would not find.
     if let Err(error) = inner.check_file("write pages") {
+        inner.committed_durably(conn);
         for write in batch {
             write.answer(Err(error.clone()));
         }
@@ -335,6 +337,21 @@ fn write_batch(inner: &Inner, conn: &mut Connection, batch: Vec<Write>) {
         Ok(answers)
     })();
     match committed {
+        // The log removed between the check and the commit: acknowledged only once what it
+        // holds is in the store file.
+        Ok(_) if !inner.committed_durably(conn) => {
+            let error = inner.check_file("write pages").err().unwrap_or_else(|| {
+                StoreError::backend(
+                    &inner.location,
+                    "write pages",
+                    "the write-ahead log was lost and what it held could not be copied into \
+                     the store file",
+                )
+            });
+            for write in batch {
+                write.answer(Err(error.clone()));
+            }
+        }
         Ok(answers) => {
             for (write, answer) in batch.into_iter().zip(answers) {
                 write.answer(Ok(answer));

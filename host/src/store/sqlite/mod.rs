@@ -14,11 +14,14 @@
 //! - The file's identity (device and inode) is recorded at open, and every write first checks
 //!   that the path still leads to that file ([`Inner::writer`]): a store file deleted or
 //!   replaced while open would take writes into an unlinked inode, lost when it closes, so
-//!   they fail instead, loudly, and [`PageStore::check_alive`] reports it for `/healthz`.
+//!   they fail instead, loudly, and [`PageStore::check_alive`] reports it for `/healthz`. The
+//!   write-ahead log and its index are watched the same way ([`log_watch`]): lost, what they
+//!   held is copied into the store file, and writes fail.
 
 mod cache;
 mod checkpoint;
 mod group_commit;
+mod log_watch;
 mod pages;
 mod queue;
 mod search;
@@ -34,6 +37,7 @@ use rusqlite::{params, Connection, OpenFlags, Params, TransactionBehavior};
 
 use super::rows::{self, Columns, RowError, Value, SEALED_COLUMNS};
 use super::{seal, StoreError};
+use crate::summary_mac::SummaryKey;
 use group_commit::WriteQueue;
 
 /// How long an operation waits for a lock held by another connection (another process on the
@@ -76,13 +80,13 @@ const MIGRATIONS: &[&str] = &[
     super::threads::MIGRATION_SQLITE,
     // 5 -> 6: page seals (see `store::seal`); `migrate` seals the pages already there.
     "ALTER TABLE pages ADD COLUMN seal TEXT;",
-    // 6 -> 7: page owners, the search index and the store's keys (see `store::search`);
-    // `migrate` indexes the pages already there.
+    // 6 -> 7: seals of thread states and cache entries, and the summary key (see
+    // `store::seal`); `migrate` seals the records already there and makes the key.
+    seal::MIGRATION_RECORDS,
+    // 7 -> 8: page owners and the search index (see `store::search`); `migrate` indexes the
+    // pages already there and makes the owner key.
     search::MIGRATION,
 ];
-
-/// The first schema version with the search index.
-const INDEXED_SINCE: i64 = 7;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -102,14 +106,23 @@ pub(super) struct Inner {
     identity: Option<FileIdentity>,
     /// Whether the loss of the file has been logged (once, until it comes back).
     loss_logged: std::sync::atomic::AtomicBool,
+    /// The write-ahead log and its index, as the store opened them (empty: in memory, not in
+    /// WAL mode, or read-only).
+    log: Arc<log_watch::LogWatch>,
     conn: Mutex<Connection>,
     /// Pages and deferred requests waiting to be written (see [`group_commit`]).
     writes: WriteQueue,
     /// The background checkpointer's counts (all zero for an in-memory store).
     checkpoints: Arc<checkpoint::CheckpointStats>,
+    /// The checkpointer's thread, ended when the store closes ([`checkpoint::stop`]).
+    checkpointer: Option<std::thread::JoinHandle<()>>,
     /// Whether the schema has page seals: false only for an older file opened read-only
     /// (not migrated), whose pages are checked without one.
     sealed: bool,
+    /// Whether the schema has seals of thread states and cache entries (likewise).
+    pub(super) records_sealed: bool,
+    /// The key of the store's summary MACs (`None`: an older file opened read-only).
+    summary_key: Option<SummaryKey>,
 }
 
 impl Inner {
@@ -121,11 +134,23 @@ impl Inner {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The connection, for a write: fails when the store's file is no longer the one opened
-    /// (see [`Inner::check_file`]), so nothing is acknowledged that a restart would lose.
+    /// The connection, for a write: fails when the store's file, its log or the log's index
+    /// is no longer the one opened (see [`Inner::check_file`]), so nothing is acknowledged
+    /// that a restart would lose; with the log lost, what it held is first copied into the
+    /// store file.
     pub(super) fn writer(&self, operation: &str) -> Result<MutexGuard<'_, Connection>, StoreError> {
-        self.check_file(operation)?;
-        Ok(self.conn())
+        let conn = self.conn();
+        if let Err(e) = self.check_file(operation) {
+            self.log.rescue(&conn);
+            return Err(e);
+        }
+        Ok(conn)
+    }
+
+    /// After a commit: whether it is durable, which it is unless the log was lost meanwhile
+    /// and what it held could not be copied into the store file.
+    pub(super) fn committed_durably(&self, conn: &Connection) -> bool {
+        self.log.rescue(conn)
     }
 
     /// Whether the path still leads to the file the store opened. A file deleted (or
@@ -136,12 +161,26 @@ impl Inner {
             return Ok(());
         };
         let what = match FileIdentity::of(path) {
-            Ok(now) if now == opened => {
-                if self.loss_logged.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(store = %self.location, "page store: the store file is back");
+            Ok(now) if now == opened => match self.log.lost() {
+                None => {
+                    if self.loss_logged.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(store = %self.location, "page store: the store file is back");
+                    }
+                    return Ok(());
                 }
-                return Ok(());
-            }
+                Some(lost) => {
+                    return Err(StoreError::backend(
+                        &self.location,
+                        operation,
+                        format!(
+                            "the store's write-ahead log {lost} was removed or replaced while \
+                             open; what it held is copied into the store file, but a write \
+                             committed now would be lost if tamp stopped without closing the \
+                             store, so writes are refused. Restart to open the store again"
+                        ),
+                    ))
+                }
+            },
             Ok(_) => "another file is at its path now".to_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 "no file is at its path now".to_owned()
@@ -165,9 +204,18 @@ impl Inner {
     }
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(thread) = self.checkpointer.take() {
+            let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
+            checkpoint::stop(conn, thread);
+        }
+    }
+}
+
 /// What identifies a file while it exists: its device and inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileIdentity {
+pub(super) struct FileIdentity {
     dev: u64,
     ino: u64,
 }
@@ -322,16 +370,26 @@ impl SqliteStore {
             ));
         }
         let identity = FileIdentity::of(&path).ok();
+        let records_sealed = version >= seal::RECORDS_SEALED_SINCE;
+        let summary_key = if records_sealed {
+            Some(read_summary_key(&conn, &location)?)
+        } else {
+            None
+        };
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 location,
                 path: Some(path),
                 identity,
                 loss_logged: Default::default(),
+                log: Arc::default(),
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints: Arc::default(),
+                checkpointer: None,
                 sealed: version >= seal::SEALED_SINCE,
+                records_sealed,
+                summary_key,
             }),
         })
     }
@@ -342,6 +400,28 @@ impl SqliteStore {
         let conn =
             Connection::open_in_memory().map_err(|e| StoreError::backend(&location, "open", e))?;
         Self::init(conn, location, None)
+    }
+
+    /// The key of this store's summary MACs ([`crate::summary_mac`]).
+    pub(super) fn summary_key(&self) -> Option<SummaryKey> {
+        self.inner.summary_key.clone()
+    }
+
+    /// SQLite's `PRAGMA integrity_check` on the whole file: its problems, none when it says
+    /// `ok` (it finds pages and indexes overwritten in place, which no seal covers).
+    pub(super) async fn integrity_problems(&self) -> Result<Vec<String>, StoreError> {
+        self.run("check the database's integrity".to_owned(), |inner| {
+            let conn = inner.conn();
+            let mut stmt = conn
+                .prepare("PRAGMA integrity_check")
+                .map_err(|e| StoreError::backend(&inner.location, "check its integrity", e))?;
+            let lines = stmt
+                .query_map([], |row| row.get::<_, String>(0))
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| StoreError::backend(&inner.location, "check its integrity", e))?;
+            Ok(lines.into_iter().filter(|l| l != "ok").collect())
+        })
+        .await
     }
 
     /// The store file, or `None` for an in-memory store.
@@ -375,11 +455,19 @@ impl SqliteStore {
             tracing::warn!(store = %location, journal_mode = %mode, "page store: WAL mode unavailable, using the {mode} journal");
         }
         migrate(&mut conn, &location)?;
-        let checkpoints = match &path {
+        let summary_key = read_summary_key(&conn, &location)?;
+        // The log exists by now (reading the schema version opened it).
+        let log = Arc::new(match &path {
             Some(file) if mode.eq_ignore_ascii_case("wal") => {
-                checkpoint::move_off_the_write_path(&mut conn, file, &location)
+                log_watch::LogWatch::of(file, &location)
             }
-            _ => Arc::default(),
+            _ => log_watch::LogWatch::default(),
+        });
+        let (checkpoints, checkpointer) = match &path {
+            Some(file) if mode.eq_ignore_ascii_case("wal") => {
+                checkpoint::move_off_the_write_path(&mut conn, file, &location, Arc::clone(&log))
+            }
+            _ => (Arc::default(), None),
         };
         // Recorded once the file certainly exists (the pragmas above have opened it).
         let identity = path.as_deref().and_then(|p| FileIdentity::of(p).ok());
@@ -389,10 +477,14 @@ impl SqliteStore {
                 path,
                 identity,
                 loss_logged: Default::default(),
+                log,
                 conn: Mutex::new(conn),
                 writes: WriteQueue::default(),
                 checkpoints,
+                checkpointer,
                 sealed: true,
+                records_sealed: true,
+                summary_key: Some(summary_key),
             }),
         })
     }
@@ -469,9 +561,27 @@ fn migrate(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
         seal_existing_pages(&tx)
             .map_err(|e| StoreError::backend(location, "seal the pages already stored", e))?;
     }
-    if version < INDEXED_SINCE {
+    if version < seal::RECORDS_SEALED_SINCE {
+        seal_existing_records(&tx).map_err(|e| {
+            StoreError::backend(location, "seal the thread states and cache entries", e)
+        })?;
+        tx.execute(
+            "INSERT INTO tamp_secrets (name, value) VALUES (?1, ?2)",
+            params![seal::SUMMARY_KEY, SummaryKey::random().to_hex()],
+        )
+        .map_err(|e| fail("make the summary key", e))?;
+    }
+    if version < super::search::INDEXED_SINCE {
         search::index_existing_pages(&tx)
             .map_err(|e| StoreError::backend(location, "index the pages already stored", e))?;
+        tx.execute(
+            "INSERT INTO tamp_secrets (name, value) VALUES (?1, ?2)",
+            params![
+                super::search::OWNER_KEY,
+                hex::encode(super::search::new_owner_key())
+            ],
+        )
+        .map_err(|e| fail("make the owner key", e))?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)
         .map_err(|e| fail("migrate the schema", e))?;
@@ -491,6 +601,41 @@ fn seal_existing_pages(tx: &rusqlite::Transaction<'_>) -> Result<(), RowError> {
         update.execute(params![seal, id])?;
     }
     Ok(())
+}
+
+/// Seals every thread state and cache entry (written before schema version 7), as they are.
+fn seal_existing_records(tx: &rusqlite::Transaction<'_>) -> Result<(), RowError> {
+    for (table, columns, seal_of) in rows::SEALED_TABLES {
+        let sealed = select(tx, &format!("SELECT {columns} FROM {table}"), [], seal_of)?;
+        let mut update = tx.prepare(&format!("UPDATE {table} SET seal = ?1 WHERE key = ?2"))?;
+        for (key, seal) in &sealed {
+            match key {
+                rows::RecordKey::Text(key) => update.execute(params![seal, key])?,
+                rows::RecordKey::Bytes(key) => update.execute(params![seal, key])?,
+            };
+        }
+    }
+    Ok(())
+}
+
+/// The store's summary key, which migration 7 made.
+fn read_summary_key(conn: &Connection, location: &str) -> Result<SummaryKey, StoreError> {
+    let hex: Option<String> = select_first(
+        conn,
+        "SELECT value FROM tamp_secrets WHERE name = ?1",
+        [seal::SUMMARY_KEY],
+        |row| row.text("value"),
+    )
+    .map_err(|e| StoreError::backend(location, "read the summary key", e))?;
+    hex.as_deref()
+        .and_then(SummaryKey::from_hex)
+        .ok_or_else(|| {
+            StoreError::backend(
+                location,
+                "read the summary key",
+                "tamp_secrets holds no summary key (the row was removed or altered)",
+            )
+        })
 }
 
 pub(super) fn now_secs() -> u64 {
@@ -522,6 +667,10 @@ impl Columns for rusqlite::Row<'_> {
     }
 
     fn optional_int(&self, column: &str) -> Result<Option<i64>, RowError> {
+        self.get(column).map_err(RowError::from)
+    }
+
+    fn bytes(&self, column: &str) -> Result<Vec<u8>, RowError> {
         self.get(column).map_err(RowError::from)
     }
 }
@@ -660,8 +809,8 @@ pub(super) mod tests {
         conn.execute_batch(
             "DROP TABLE llm_answers; DROP TABLE range_summaries;
              DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
-             ALTER TABLE pages DROP COLUMN seal;
-                 DROP TABLE page_owners; DROP TABLE page_text; DROP TABLE store_keys;",
+             DROP TABLE tamp_secrets; ALTER TABLE pages DROP COLUMN seal;
+             DROP TABLE page_owners; DROP TABLE page_text;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
@@ -845,6 +994,74 @@ pub(super) mod tests {
             "{err}"
         );
         assert!(store.check_alive().is_err());
+    }
+
+    /// The pages in the store file itself, read as a crash would leave it: without the log.
+    fn pages_in_the_file(path: &Path) -> i64 {
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        let conn = Connection::open_with_flags(
+            uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        // Before a first checkpoint even the tables are in the log alone.
+        conn.query_row("SELECT count(*) FROM pages", [], |r| r.get(0))
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn a_log_removed_while_open_is_copied_into_the_file_and_writes_are_refused() {
+        let dir = TempDir::new("log-removed");
+        let path = dir.0.join("store.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        for tag in ["a", "b", "c"] {
+            store.put_page(new_page(conversation(tag))).await.unwrap();
+        }
+        // Committed to the log, not yet to the file (no checkpoint before 1,000 log pages).
+        assert_eq!(pages_in_the_file(&path), 0);
+        for suffix in ["-wal", "-shm"] {
+            std::fs::remove_file(format!("{}{suffix}", path.display())).unwrap();
+        }
+        let health = store.check_alive().unwrap_err().to_string();
+        assert!(
+            health.contains("write-ahead log") && health.contains("store.sqlite3-wal (no file"),
+            "{health}"
+        );
+        let err = store
+            .put_page(new_page(conversation("after")))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("writes are refused"), "{err}");
+        // What the log held is in the file: a crash now loses nothing acknowledged.
+        assert_eq!(pages_in_the_file(&path), 3);
+        assert!(crate::store::ThreadStore::put_thread(
+            &store,
+            "t",
+            &crate::store::ThreadState {
+                covered: 1,
+                prefix_hash: "h".into(),
+                output: Vec::new(),
+            },
+            crate::store::ThreadLimits {
+                ttl_secs: 60,
+                max_threads: 1,
+            },
+        )
+        .await
+        .is_err());
+
+        // With no write after the removal, the checkpoint thread copies it within moments.
+        let path = dir.0.join("quiet.sqlite3");
+        let store = SqliteStore::open(&path).unwrap();
+        store.put_page(new_page(conversation("q"))).await.unwrap();
+        assert_eq!(pages_in_the_file(&path), 0);
+        std::fs::remove_file(format!("{}-wal", path.display())).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pages_in_the_file(&path) == 0 {
+            assert!(std::time::Instant::now() < deadline, "not copied");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[tokio::test]

@@ -119,6 +119,14 @@ impl PageStore for SqliteStore {
     fn check_alive(&self) -> Result<(), StoreError> {
         self.inner.check_file("keep pages")
     }
+
+    fn summary_key(&self) -> Option<crate::summary_mac::SummaryKey> {
+        SqliteStore::summary_key(self)
+    }
+
+    fn check_integrity(&self) -> BoxFuture<'_, Result<Option<Vec<String>>, StoreError>> {
+        async move { self.integrity_problems().await.map(Some) }.boxed()
+    }
 }
 
 #[cfg(test)]

@@ -515,6 +515,21 @@ impl DeferredQueue for SqliteStore {
                 .map_err(fail(inner, "release leases"))
         }))
     }
+
+    fn verify_queue(&self) -> BoxFuture<'_, Result<crate::store::RecordCheck, StoreError>> {
+        Box::pin(
+            self.run("check the deferred queue".to_owned(), move |inner| {
+                let read = select(
+                    &inner.conn(),
+                    &format!("SELECT {ITEM_COLUMNS} FROM deferred_items ORDER BY id"),
+                    [],
+                    rows::check_item,
+                )
+                .map_err(fail(inner, "check the deferred queue"))?;
+                Ok(crate::store::cache::record_check(read.into_iter()))
+            }),
+        )
+    }
 }
 
 /// The open batches `?1` may claim at time `?2`: those none of whose submitted items another
@@ -630,8 +645,10 @@ pub(crate) mod tests {
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch(
                 "DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
-                 ALTER TABLE pages DROP COLUMN seal;
-                 DROP TABLE page_owners; DROP TABLE page_text; DROP TABLE store_keys;",
+                 ALTER TABLE pages DROP COLUMN seal; DROP TABLE tamp_secrets;
+                 ALTER TABLE llm_answers DROP COLUMN seal;
+                 ALTER TABLE range_summaries DROP COLUMN seal;
+                 DROP TABLE page_owners; DROP TABLE page_text;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 2).unwrap();
@@ -870,8 +887,10 @@ pub(crate) mod tests {
                  ALTER TABLE deferred_items DROP COLUMN lease_owner;
                  ALTER TABLE deferred_items DROP COLUMN lease_until_ms;
                  DROP TABLE threads;
-                 ALTER TABLE pages DROP COLUMN seal;
-                 DROP TABLE page_owners; DROP TABLE page_text; DROP TABLE store_keys;",
+                 ALTER TABLE pages DROP COLUMN seal; DROP TABLE tamp_secrets;
+                 ALTER TABLE llm_answers DROP COLUMN seal;
+                 ALTER TABLE range_summaries DROP COLUMN seal;
+                 DROP TABLE page_owners; DROP TABLE page_text;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 3).unwrap();

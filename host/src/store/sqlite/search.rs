@@ -8,11 +8,11 @@ use rusqlite::{params, OptionalExtension};
 use super::{now_secs, select, to_i64, SqliteStore};
 use crate::store::rows::{self, RowError};
 use crate::store::search::{
-    fts5_query, new_owner_key, query_words, searchable_text, PageSearch, Scope, SearchHit,
+    fts5_query, owner_key_of, query_words, searchable_text, PageSearch, Scope, SearchHit, OWNER_KEY,
 };
 use crate::store::{decode_page_messages, StoreError};
 
-/// 6 -> 7: the owners of pages, the search index and the store's keys.
+/// 7 -> 8: the owners of pages and the search index (the owner key is a `tamp_secrets` row).
 pub(super) const MIGRATION: &str = "CREATE TABLE page_owners (
         owner       TEXT NOT NULL,
         page_id     TEXT NOT NULL,
@@ -25,10 +25,6 @@ pub(super) const MIGRATION: &str = "CREATE TABLE page_owners (
         page_id UNINDEXED,
         body,
         tokenize = 'unicode61 remove_diacritics 2'
-    );
-    CREATE TABLE store_keys (
-        name  TEXT PRIMARY KEY NOT NULL,
-        key   BLOB NOT NULL
     );";
 
 /// Indexes the pages stored before the index existed (a migration step).
@@ -152,28 +148,19 @@ impl PageSearch for SqliteStore {
 
     fn owner_key(&self) -> BoxFuture<'_, Result<Vec<u8>, StoreError>> {
         self.run("read the store's owner key".to_owned(), move |inner| {
-            let fail = |e| StoreError::backend(&inner.location, "read the store's owner key", e);
-            let read = |conn: &rusqlite::Connection| {
-                conn.query_row(
-                    "SELECT key FROM store_keys WHERE name = 'owner'",
-                    [],
-                    |row| row.get::<_, Vec<u8>>(0),
+            let fail =
+                |e: String| StoreError::backend(&inner.location, "read the store's owner key", e);
+            let hex_text: String = inner
+                .conn()
+                .query_row(
+                    "SELECT value FROM tamp_secrets WHERE name = ?1",
+                    params![OWNER_KEY],
+                    |row| row.get(0),
                 )
                 .optional()
-            };
-            if let Some(key) = read(&inner.conn()).map_err(fail)? {
-                return Ok(key);
-            }
-            // The first to ask makes it; another process may have made it meanwhile.
-            let conn = inner.writer("make the store's owner key")?;
-            conn.execute(
-                "INSERT OR IGNORE INTO store_keys (name, key) VALUES ('owner', ?1)",
-                params![new_owner_key()],
-            )
-            .map_err(fail)?;
-            read(&conn).map_err(fail)?.ok_or_else(|| {
-                StoreError::backend(&inner.location, "read the store's owner key", "not written")
-            })
+                .map_err(|e| fail(e.to_string()))?
+                .unwrap_or_default();
+            owner_key_of(&hex_text).map_err(fail)
         })
         .boxed()
     }

@@ -4,10 +4,10 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use rusqlite::params;
 
-use super::{now_secs, select_first, to_i64, SqliteStore};
-use crate::store::rows;
-use crate::store::threads::{ThreadLimits, ThreadState, ThreadStore};
-use crate::store::StoreError;
+use super::{now_secs, select, select_first, to_i64, SqliteStore};
+use crate::store::rows::{self, THREAD_COLUMNS};
+use crate::store::threads::{self, ThreadLimits, ThreadState, ThreadStore};
+use crate::store::{RecordCheck, StoreError};
 
 impl ThreadStore for SqliteStore {
     fn get_thread(
@@ -20,12 +20,22 @@ impl ThreadStore for SqliteStore {
             let oldest = to_i64(now_secs().saturating_sub(ttl_secs));
             let state = select_first(
                 &inner.conn(),
-                "SELECT state_json FROM threads WHERE key = ?1 AND updated_at >= ?2",
+                &format!(
+                    "SELECT {THREAD_COLUMNS} FROM threads WHERE key = ?1 AND updated_at >= ?2"
+                ),
                 params![key, oldest],
-                rows::read_thread_state,
+                |row| rows::read_thread_state(row, inner.records_sealed),
             )
             .map_err(|e| StoreError::backend(&inner.location, "read a thread state", e))?;
-            Ok(state.flatten())
+            match state {
+                None => Ok(None),
+                Some(Ok(state)) => Ok(state),
+                Some(Err(damaged)) => Err(StoreError::Damaged {
+                    location: inner.location.clone(),
+                    what: damaged.what,
+                    detail: damaged.detail,
+                }),
+            }
         })
         .boxed()
     }
@@ -38,14 +48,16 @@ impl ThreadStore for SqliteStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         let key = key.to_owned();
         let json = rows::encode_thread_state(state);
+        let seal = rows::thread_seal(&key, &json);
         self.run("write a thread state".to_owned(), move |inner| {
             let fail = |e| StoreError::backend(&inner.location, "write a thread state", e);
             let now = now_secs();
             let mut conn = inner.writer("write a thread state")?;
             let tx = conn.transaction().map_err(fail)?;
             tx.execute(
-                "INSERT OR REPLACE INTO threads (key, state_json, updated_at) VALUES (?1, ?2, ?3)",
-                params![key, json, to_i64(now)],
+                "INSERT OR REPLACE INTO threads (key, state_json, updated_at, seal)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![key, json, to_i64(now), seal],
             )
             .map_err(fail)?;
             tx.execute(
@@ -60,6 +72,29 @@ impl ThreadStore for SqliteStore {
             )
             .map_err(fail)?;
             tx.commit().map_err(fail)
+        })
+        .boxed()
+    }
+
+    fn verify_threads(&self) -> BoxFuture<'_, Result<RecordCheck, StoreError>> {
+        self.run("check the thread states".to_owned(), move |inner| {
+            let sealed = inner.records_sealed;
+            let columns = if sealed {
+                THREAD_COLUMNS
+            } else {
+                "key, state_json, NULL AS seal"
+            };
+            let read = select(
+                &inner.conn(),
+                &format!("SELECT {columns} FROM threads ORDER BY key"),
+                [],
+                |row| {
+                    let key = rows::Columns::text(row, "key")?;
+                    Ok((key, rows::read_thread_state(row, sealed)?))
+                },
+            )
+            .map_err(|e| StoreError::backend(&inner.location, "check the thread states", e))?;
+            Ok(threads::thread_check(read))
         })
         .boxed()
     }
@@ -93,6 +128,44 @@ mod tests {
         assert_eq!(
             store.get_thread("t", 3600).await.unwrap(),
             Some(state(9, "b"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_state_altered_in_the_file_is_refused_and_verify_names_it() {
+        let store = SqliteStore::in_memory().unwrap();
+        store
+            .put_thread("id:t", &state(4, "ponyc"), LIMITS)
+            .await
+            .unwrap();
+        assert_eq!(store.verify_threads().await.unwrap().damaged, []);
+        store
+            .inner
+            .conn()
+            .execute(
+                "UPDATE threads SET state_json = replace(state_json, 'ponyc', 'INJECTED')",
+                [],
+            )
+            .unwrap();
+        let e = store.get_thread("id:t", 3600).await.unwrap_err();
+        assert!(e.is_damaged(), "{e}");
+        assert!(
+            e.to_string()
+                .contains("the thread state of id:t is damaged: it no longer matches its seal"),
+            "{e}"
+        );
+        let check = store.verify_threads().await.unwrap();
+        assert_eq!(check.checked, 1);
+        assert_eq!(check.damaged.len(), 1, "{check:?}");
+        assert_eq!(check.damaged[0].what, "the thread state of id:t");
+        // Written again, it is sealed again.
+        store
+            .put_thread("id:t", &state(5, "b"), LIMITS)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_thread("id:t", 3600).await.unwrap(),
+            Some(state(5, "b"))
         );
     }
 

@@ -178,6 +178,10 @@ pub struct ThreadReport {
     pub prefix_kept_tokens: u64,
     /// This answer was stored for the thread's next request.
     pub stored: bool,
+    /// The thread's stored state no longer matched its seal (altered in the store): it was
+    /// not used, and the request was compacted from its raw history.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub state_refused: bool,
     /// Why the thread state could not be read or written, when it could not: the request
     /// was then compacted as if the thread were new.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -212,7 +216,8 @@ pub struct ThreadLimits {
 
 /// Where thread states live. Implemented by both stores.
 pub trait ThreadStore: Send + Sync {
-    /// The state of `key`, unless it is older than `ttl_secs`.
+    /// The state of `key`, unless it is older than `ttl_secs`. A state that no longer matches
+    /// its seal (altered in the database) is [`StoreError::Damaged`], never returned.
     fn get_thread(
         &self,
         key: &str,
@@ -227,6 +232,28 @@ pub trait ThreadStore: Send + Sync {
         state: &ThreadState,
         limits: ThreadLimits,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Checks every state kept against its seal (see `store::seal`), and that it reads back.
+    fn verify_threads(&self) -> BoxFuture<'_, Result<super::RecordCheck, StoreError>>;
+}
+
+/// What the states read back say: each damaged one, or one that does not parse, named.
+pub(crate) fn thread_check(
+    read: Vec<(String, Result<Option<ThreadState>, super::DamagedRecord>)>,
+) -> super::RecordCheck {
+    let mut check = super::RecordCheck::default();
+    for (key, state) in read {
+        check.checked += 1;
+        match state {
+            Ok(Some(_)) => {}
+            Ok(None) => check.damaged.push(super::DamagedRecord {
+                what: format!("the thread state of {key}"),
+                detail: "it does not read as a thread state".into(),
+            }),
+            Err(damaged) => check.damaged.push(damaged),
+        }
+    }
+    check
 }
 
 /// The SQL of the thread table, the same on both backends but for the blob types.

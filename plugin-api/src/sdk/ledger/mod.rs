@@ -681,10 +681,25 @@ impl Ledger {
     }
 }
 
-/// Where the ledger section of a summary's text starts, if it has one.
+/// Where the ledger section of a summary's text starts, if it has one: the first line that is
+/// [`HEADER`] and nothing else, as [`attach`] writes it. Anything else that holds those words
+/// is quoted text: an entry is one line that starts `- m` (what the user said, quoting the
+/// header, is one), and a narrative line that would read as the header was lowercased by
+/// [`attach`]. So a quote can neither hide the section nor start one.
 fn section_start(text: &str) -> Option<usize> {
-    let at = text.rfind(HEADER)?;
-    (at == 0 || text[..at].ends_with('\n')).then_some(at)
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line
+            .strip_suffix('\n')
+            .unwrap_or(line)
+            .trim_end_matches('\r')
+            == HEADER
+        {
+            return Some(at);
+        }
+        at += line.len();
+    }
+    None
 }
 
 /// A summary's text taken apart: the model's part (trimmed at its end) and its ledger.
@@ -865,6 +880,39 @@ mod tests {
             &Ledger::default(),
         );
         assert_eq!(split(&text).1, None);
+    }
+
+    #[test]
+    fn a_header_quoted_by_the_user_neither_hides_the_section_nor_starts_one() {
+        // The user quotes the header mid-message: an entry of the ledger, and with the old
+        // "last occurrence" rule the section was lost (the quote is not at a line start).
+        let quote = format!("Please read this: {HEADER} is what you keep, right?");
+        let mut messages = vec![Message::text(Role::System, "sys")];
+        messages.extend(session(1, 6));
+        messages.push(Message::text(Role::User, quote.clone()));
+        let first = Ledger::for_span(&messages, 1..messages.len());
+        assert_eq!(first.entries().count(), 7, "{first:?}");
+        let text = attach(&format!("The user said:\n{quote}"), &first);
+        let (narrative_part, parsed) = split(&text);
+        assert_eq!(parsed.as_ref(), Some(&first), "{text}");
+        assert!(
+            narrative_part.ends_with("is what you keep, right?"),
+            "{text}"
+        );
+        // Folded: every entry is carried, none moved out.
+        let mut folded = vec![
+            messages[0].clone(),
+            summary_message(&text, "pg_a", "s", SummaryStatus::Final),
+        ];
+        folded.extend(session(6, 8));
+        let second = Ledger::for_span(&folded, 1..folded.len());
+        assert_eq!(second.moved, 0);
+        let carried: Vec<String> = second.groups[0].entries.iter().map(Entry::line).collect();
+        let written: Vec<String> = first.entries().map(Entry::line).collect();
+        assert_eq!(carried, written);
+        // A line that is the header and more is not the header either.
+        let fake = format!("Narrative.\n\n{HEADER} (not really)\n- m0 user: planted");
+        assert_eq!(split(&fake).1, None);
     }
 
     #[test]
