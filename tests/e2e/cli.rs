@@ -586,7 +586,7 @@ fn compact_with_a_chain_of_no_stage_warns_as_check_config_does() {
     let dir = scratch_dir("cli-no-stage");
     let chain = write_chain(&dir, "[budget]\nmax_tokens = 1000\n");
     let sample = ponyc();
-    let checked = tamp_e2e::run_tamp(&["check-config", chain.to_str().unwrap()], &dir);
+    let checked = tamp_e2e::run_tamp(&["check-config", "--config", chain.to_str().unwrap()], &dir);
     assert!(checked.status.success(), "{}", text(&checked.stderr));
     let warning = text(&checked.stderr);
     assert!(warning.contains("compacts nothing"), "{warning}");
@@ -630,7 +630,7 @@ fn a_store_flag_naming_a_directory_is_blamed_on_the_flag() {
             "--store",
             "D",
         ],
-        vec!["check-config", chain_arg, "--store", "D"],
+        vec!["check-config", "--config", chain_arg, "--store", "D"],
         vec!["serve", "--config", chain_arg, "--store", "D"],
     ] {
         let out = tamp_e2e::run_tamp(&args, &dir);
@@ -863,7 +863,7 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
             format!("plugin_dirs = [\"libs\"]\n\n[[stage]]\nname = \"s\"\nplugin = \"{name}\"\n"),
         )
         .unwrap();
-        let out = tamp_e2e::run_tamp(&["check-config", "chain.toml"], &dir);
+        let out = tamp_e2e::run_tamp(&["check-config", "--config", "chain.toml"], &dir);
         let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
         if found {
             assert!(!said.contains("no such file"), "{name}: {said}");
@@ -1044,4 +1044,104 @@ fn the_text_report_names_the_pages_and_pages_list_dates_them_as_people_read_them
         serde_json::from_str(text(&json.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(first["id"], page);
     assert!(first["created_at"].as_u64().unwrap() > 1_700_000_000);
+}
+
+#[test]
+fn one_grammar_old_spellings_warn_completions_and_quiet() {
+    let dir = scratch_dir("cli-grammar");
+    let root = workspace_root();
+    let chain = root.join("examples/chains/default.toml");
+    let chain = chain.to_str().unwrap();
+    let conversation = root.join("examples/conversations/airline-task33.openai.json");
+    let conversation = conversation.to_str().unwrap();
+
+    // The chain file is --config everywhere; the old spellings still work, with a warning
+    // that names the new one.
+    let new = tamp_e2e::run_tamp(&["check-config", "--config", chain], &dir);
+    assert!(new.status.success(), "{}", text(&new.stderr));
+    assert!(text(&new.stderr).is_empty(), "{}", text(&new.stderr));
+    let old = tamp_e2e::run_tamp(&["check-config", chain], &dir);
+    assert!(old.status.success(), "{}", text(&old.stderr));
+    assert!(
+        text(&old.stderr).contains("the chain file as an argument is now --config"),
+        "{}",
+        text(&old.stderr)
+    );
+    let eval_new = tamp_e2e::run_tamp(
+        &[
+            "eval",
+            "-c",
+            chain,
+            "--one-shot-only",
+            "--output-format",
+            "csv",
+            "-o",
+            "new.csv",
+            conversation,
+        ],
+        &dir,
+    );
+    assert!(eval_new.status.success(), "{}", text(&eval_new.stderr));
+    assert!(
+        !text(&eval_new.stderr).contains("warning"),
+        "{}",
+        text(&eval_new.stderr)
+    );
+    let eval_old = tamp_e2e::run_tamp(
+        &[
+            "eval",
+            "--chain",
+            chain,
+            "--one-shot-only",
+            "--format",
+            "csv",
+            "--out",
+            "old.csv",
+            conversation,
+        ],
+        &dir,
+    );
+    assert!(eval_old.status.success(), "{}", text(&eval_old.stderr));
+    let said = text(&eval_old.stderr);
+    for warning in [
+        "--chain is now --config",
+        "--format is now --output-format",
+        "--out is now --output",
+    ] {
+        assert!(said.contains(warning), "{said}");
+    }
+    let header = |file: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(header("new.csv"), header("old.csv"));
+    // -q: errors only.
+    let quiet = tamp_e2e::run_tamp(
+        &[
+            "-q",
+            "eval",
+            "--chain",
+            chain,
+            "--one-shot-only",
+            conversation,
+        ],
+        &dir,
+    );
+    assert!(quiet.status.success());
+    assert!(text(&quiet.stderr).is_empty(), "{}", text(&quiet.stderr));
+
+    // Completion scripts, from the same definition as the flags.
+    for (shell, needle) in [
+        ("bash", "--output-format"),
+        ("zsh", "--stage-config"),
+        ("fish", "completions"),
+    ] {
+        let out = tamp_e2e::run_tamp(&["completions", shell], &dir);
+        assert!(out.status.success(), "{shell}");
+        assert!(text(&out.stdout).contains(needle), "{shell}: no {needle}");
+    }
 }

@@ -38,7 +38,7 @@ fn eval(extra: &[&str], dir: &Path) -> Output {
     let mut cmd = Command::new(tamp_bin());
     cmd.arg("eval").current_dir(dir);
     for chain in CHAINS {
-        cmd.arg("--chain").arg(root.join(chain));
+        cmd.arg("--config").arg(root.join(chain));
     }
     for (_, facts) in CONVERSATIONS {
         cmd.arg("--facts").arg(root.join(facts));
@@ -194,7 +194,12 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
     let dir = scratch_dir("eval");
     let json_path = dir.join("eval.json");
     let out = eval(
-        &["--format", "json", "--out", json_path.to_str().unwrap()],
+        &[
+            "--output-format",
+            "json",
+            "--output",
+            json_path.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -303,7 +308,7 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
         table.contains("facts not found in the final context:"),
         "{table}"
     );
-    let csv = eval(&["--format", "csv", "--one-shot-only"], &dir);
+    let csv = eval(&["--output-format", "csv", "--one-shot-only"], &dir);
     assert!(csv.status.success());
     let csv = text(&csv.stdout);
     assert_eq!(
@@ -323,11 +328,11 @@ fn airline_runs(conversation: &Path, dir: &Path) -> Vec<Value> {
     let root = workspace_root();
     let json_path = dir.join("eval.json");
     let mut cmd = Command::new(tamp_bin());
-    cmd.args(["eval", "--format", "json", "--out"])
+    cmd.args(["eval", "--output-format", "json", "--output"])
         .arg(&json_path)
         .current_dir(dir);
     for chain in CHAINS {
-        cmd.arg("--chain").arg(root.join(chain));
+        cmd.arg("--config").arg(root.join(chain));
     }
     let out = cmd
         .arg("--facts")
@@ -395,9 +400,15 @@ fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
     });
     let costs = |prices: &[&str]| {
         let out = Command::new(tamp_bin())
-            .args(["eval", "--replay-only", "--format", "json", "--chain"])
+            .args([
+                "eval",
+                "--replay-only",
+                "--output-format",
+                "json",
+                "--config",
+            ])
             .arg(&roomy)
-            .arg("--chain")
+            .arg("--config")
             .arg(root.join(CHAINS[0]))
             .args(prices)
             .arg(root.join(CONVERSATIONS[0].0))
@@ -444,7 +455,7 @@ fn eval_never_writes_the_chain_files_store() {
         format!("{chain}\n[store]\npath = \"own-store.sqlite3\"\n")
     });
     let out = Command::new(tamp_bin())
-        .args(["eval", "--one-shot-only", "--chain"])
+        .args(["eval", "--one-shot-only", "--config"])
         .arg(&chain)
         .arg(root.join(CONVERSATIONS[0].0))
         .current_dir(&dir)
@@ -487,7 +498,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     )
     .unwrap();
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--facts",
         facts.to_str().unwrap(),
@@ -501,7 +512,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     let bad_facts = dir.join("bad.facts.json");
     std::fs::write(&bad_facts, r#"{"facts": [{"id": "a"}]}"#).unwrap();
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--facts",
         bad_facts.to_str().unwrap(),
@@ -514,7 +525,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
 
     let bad_chain = dir.join("bad.toml");
     std::fs::write(&bad_chain, "[budget]\nmax_tokens = \"many\"\n").unwrap();
-    let err = run(&["--chain", bad_chain.to_str().unwrap(), conversation]);
+    let err = run(&["--config", bad_chain.to_str().unwrap(), conversation]);
     assert!(
         err.contains("bad.toml") && err.contains("max_tokens"),
         "{err}"
@@ -524,7 +535,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     let airline = root.join(CONVERSATIONS[1].0);
     let airline_facts = root.join(CONVERSATIONS[1].1);
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--probe",
         chain,
@@ -537,7 +548,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
         "{err}"
     );
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--probe",
         root.join(RECORDED_JUDGE).to_str().unwrap(),
@@ -545,7 +556,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     ]);
     assert!(err.contains("--probe") && err.contains("question"), "{err}");
 
-    let err = run(&["--chain", chain, "--cache-prices", "0.1,x", conversation]);
+    let err = run(&["--config", chain, "--cache-prices", "0.1,x", conversation]);
     assert!(
         err.contains("--cache-prices") && err.contains("the write price \"x\""),
         "{err}"
@@ -553,7 +564,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
 
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"messages\": [").unwrap();
-    let err = run(&["--chain", chain, broken.to_str().unwrap()]);
+    let err = run(&["--config", chain, broken.to_str().unwrap()]);
     assert!(err.contains("broken.json"), "{err}");
 
     let help = Command::new(tamp_bin())
@@ -581,7 +592,7 @@ fn recorded_eval(extra: &[&str], dir: &Path) -> Output {
     let root = workspace_root();
     Command::new(tamp_bin())
         .arg("eval")
-        .arg("--chain")
+        .arg("--config")
         .arg(root.join(RECORDED_CHAIN))
         .arg("--probe")
         .arg(root.join(RECORDED_JUDGE))
@@ -604,7 +615,12 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
     let root = workspace_root();
     let json_path = dir.join("recorded.json");
     let out = recorded_eval(
-        &["--format", "json", "--out", json_path.to_str().unwrap()],
+        &[
+            "--output-format",
+            "json",
+            "--output",
+            json_path.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -669,7 +685,15 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
 fn the_html_report_renders_its_charts_in_a_real_browser() {
     let dir = scratch_dir("eval-html");
     let html = dir.join("report.html");
-    let out = eval(&["--format", "html", "--out", html.to_str().unwrap()], &dir);
+    let out = eval(
+        &[
+            "--output-format",
+            "html",
+            "--output",
+            html.to_str().unwrap(),
+        ],
+        &dir,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
@@ -738,9 +762,9 @@ fn a_bad_out_path_is_refused_before_any_chain_runs() {
     let root = workspace_root();
     let eval_to = |chain: &Path, out: &Path| {
         Command::new(tamp_bin())
-            .args(["eval", "--one-shot-only", "--chain"])
+            .args(["eval", "--one-shot-only", "--config"])
             .arg(chain)
-            .arg("--out")
+            .arg("--output")
             .arg(out)
             .arg(root.join(CONVERSATIONS[0].0))
             .current_dir(&dir)
@@ -811,7 +835,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
         cmd.args(["eval", "--one-shot-only", "--facts", CONVERSATIONS[0].1])
             .current_dir(&root);
         for chain in chains {
-            cmd.arg("--chain").arg(chain);
+            cmd.arg("--config").arg(chain);
         }
         let out = cmd.args(extra).args(conversations).output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -830,7 +854,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
         .collect();
 
     // JSON: a run per pair, each pair once.
-    let report: Value = serde_json::from_str(&colliding(&["--format", "json"])).unwrap();
+    let report: Value = serde_json::from_str(&colliding(&["--output-format", "json"])).unwrap();
     let runs = report["runs"].as_array().unwrap();
     let pairs: Vec<(String, String)> = runs
         .iter()
@@ -845,7 +869,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
     let alone: Value = serde_json::from_str(&eval_of(
         &[HYBRIDS[1]],
         &[PONYC[1], airline],
-        &["--format", "json"],
+        &["--output-format", "json"],
     ))
     .unwrap();
     let figures =
@@ -899,7 +923,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
     }
 
     // The CSV's rows.
-    let csv = colliding(&["--format", "csv"]);
+    let csv = colliding(&["--output-format", "csv"]);
     let rows: Vec<(String, String)> = csv
         .lines()
         .skip(1)
@@ -913,7 +937,12 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
 
     // The HTML page: the table's rows, a section per conversation, a legend entry per chain.
     let html = dir.join("report.html");
-    colliding(&["--format", "html", "--out", html.to_str().unwrap()]);
+    colliding(&[
+        "--output-format",
+        "html",
+        "--output",
+        html.to_str().unwrap(),
+    ]);
     let page = std::fs::read_to_string(&html).unwrap();
     for (conversation, chain) in &expected {
         assert!(
@@ -958,7 +987,7 @@ fn the_docs_sample_is_what_its_command_prints() {
         .skip_while(|w| *w != "eval")
         .skip(1)
         .collect();
-    assert!(args.contains(&"--chain"), "{command}");
+    assert!(args.contains(&"--config"), "{command}");
     let out = Command::new(tamp_bin())
         .arg("eval")
         .args(&args)

@@ -132,7 +132,10 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
     assert_ne!(actual, expected);
     for out in [
         tamp(&args, &dir),
-        tamp(&["check-config", config.to_str().unwrap()], &dir),
+        tamp(
+            &["check-config", "--config", config.to_str().unwrap()],
+            &dir,
+        ),
     ] {
         assert!(!out.status.success());
         let err = text(&out.stderr);
@@ -145,7 +148,10 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
 
     // A pin that is not a SHA-256 is a config error naming the field.
     write_chain(&dir, &chain_toml("strategy.so", "sha256 = \"abc\""));
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains("sha256: expected 64 hex digits"), "{err}");
@@ -282,10 +288,18 @@ fn require_pins_refuses_an_unpinned_stage_at_start() {
     assert!(err.contains("tamp plugins hash"), "{err}");
     assert!(!err.contains("listening"), "{err}");
     // Without the flag the same chain serves; check-config has the flag too.
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = tamp(
-        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &[
+            "check-config",
+            "--require-pins",
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(!out.status.success());
@@ -312,7 +326,10 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
             chain_toml(plugin, "")
         );
         let config = write_chain(&dir, &toml);
-        tamp(&["check-config", config.to_str().unwrap()], &dir)
+        tamp(
+            &["check-config", "--config", config.to_str().unwrap()],
+            &dir,
+        )
     };
     for ok in ["allowed/strategy.so", "outside/link.so"] {
         let out = check(ok);
@@ -349,7 +366,10 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
             chain_toml("allowed/strategy.so", "")
         ),
     );
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains(":2: plugins.allow_dirs[1]: typo: "), "{err}");
@@ -360,7 +380,10 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
             chain_toml("allowed/strategy.so", "")
         ),
     );
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains(":2: plugins.allow_dirs: empty"), "{err}");
@@ -389,7 +412,12 @@ fn the_security_docs_example_chain_checks() {
     let toml = example.replace("/opt/tamp/plugins", plugins.to_str().unwrap());
     let config = write_chain(&dir, &toml);
     let out = tamp(
-        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &[
+            "check-config",
+            "--require-pins",
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(!out.status.success());
@@ -400,7 +428,12 @@ fn the_security_docs_example_chain_checks() {
     );
     write_chain(&dir, &toml.replace(placeholder, &pin_line(&library)));
     let out = tamp(
-        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &[
+            "check-config",
+            "--require-pins",
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
