@@ -21,7 +21,7 @@ fn shipped_chain(dir: &Path, upstream: &MockUpstream, extra: &str) -> PathBuf {
         .unwrap()
         .replace("max_tokens = 16000", "max_tokens = 4000")
         .replace("keep_recent = 10", "keep_recent = 6")
-        .replace("\"../../.tamp/store.sqlite3\"", "\"store.sqlite3\"");
+        .replace("\"tamp-store.sqlite3\"", "\"store.sqlite3\"");
     let text = format!(
         "{shipped}\n[proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n{extra}\n",
         upstream.url(),

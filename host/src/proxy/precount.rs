@@ -302,6 +302,7 @@ mod tests {
             covered: 1,
             prefix_hash: "h".into(),
             output: vec![Message::text(Role::User, "hi")],
+            chain: String::new(),
         };
         let limits = ThreadLimits {
             ttl_secs: 3600,
