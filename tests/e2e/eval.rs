@@ -752,8 +752,8 @@ fn the_html_report_renders_its_charts_in_a_real_browser() {
     );
 }
 
-/// `--out` is checked before anything runs (a run with a real model can take hours): a
-/// directory, a missing directory or a file taken for one is refused at once, naming `--out`
+/// `--output` is checked before anything runs (a run with a real model can take hours): a
+/// directory, a missing directory or a file taken for one is refused at once, naming `--output`
 /// and the path. A file the check created is removed when the run fails after it; an existing
 /// one is left as it was.
 #[test]
@@ -781,13 +781,13 @@ fn a_bad_out_path_is_refused_before_any_chain_runs() {
     ] {
         let run = eval_to(&chain, &out);
         let err = text(&run.stderr);
-        assert!(!run.status.success(), "accepted --out {}", out.display());
+        assert!(!run.status.success(), "accepted --output {}", out.display());
         assert!(
             !err.contains("one-shot"),
             "a chain ran before the error: {err}"
         );
         assert!(
-            err.contains(&format!("--out {}", out.display())) && err.contains(why),
+            err.contains(&format!("--output {}", out.display())) && err.contains(why),
             "{err}"
         );
     }
