@@ -32,6 +32,7 @@ use anyhow::Context;
 use serde::Serialize;
 use tamp_plugin_api::{Conversation, FfiOption, Message, Role};
 
+use crate::budget::BudgetConfig;
 use crate::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use crate::config::LoadedChainFile;
 use crate::store::threads::common_prefix;
@@ -126,6 +127,9 @@ pub struct Run {
     pub probe: Option<ProbeResult>,
     /// Stage runs rolled back over the run.
     pub rolled_back: usize,
+    /// The chain file's `[budget]`: its watermarks are where a compaction starts and what it
+    /// brings the context down to, drawn on the HTML page's charts.
+    pub budget: BudgetConfig,
     /// Replays: request by request.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub series: Vec<Point>,
@@ -368,6 +372,7 @@ async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Fini
         retention: None,
         probe: None,
         rolled_back: rolled_back(r),
+        budget: *chain.budget(),
         series: Vec::new(),
     };
     Ok((run, out.conversation.messages.to_vec()))
@@ -425,6 +430,7 @@ async fn replay(
         retention: None,
         probe: None,
         rolled_back: 0,
+        budget: *chain.budget(),
         series: Vec::with_capacity(cuts.len()),
     };
     // What the client posted at each request: a running sum, each message counted once.

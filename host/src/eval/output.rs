@@ -272,6 +272,7 @@ mod tests {
             }),
             probe: None,
             rolled_back: 0,
+            budget: Default::default(),
             series: Vec::new(),
         }
     }
