@@ -106,13 +106,13 @@ fn table(out: &mut String, runs: &[Run]) {
             r.tokens_after,
             r.llm_calls,
             r.tokens_sent,
-            cells::cost(r),
-            cells::prefix_reuse(r),
-            cells::main_model_cost(r),
+            cells::cost(r).unwrap_or_else(|| "-".into()),
+            cells::prefix_reuse(r).unwrap_or_else(|| "-".into()),
+            cells::main_model_cost(r).unwrap_or_else(|| "-".into()),
             r.ms_per_compaction,
             retention.map_or("-".into(), |x| format!("{}/{}", x.found, x.total)),
             retention.map_or(String::new(), |x| escape(&x.lost.join(", "))),
-            cells::probe(r),
+            cells::probe(r).unwrap_or_else(|| "-".into()),
         );
     }
     out.push_str("</table>\n");
