@@ -851,6 +851,74 @@ fn each_chains_line_uses_its_context_charts_height() {
     }
 }
 
+/// Into a pipe, `tamp eval`'s progress is its step lines, with no bar and no escape sequence
+/// to litter a log; with `-q`, nothing; on a terminal (a pseudo-terminal `script` makes), a
+/// bar after the steps, erased before the table is printed.
+#[test]
+fn the_progress_bar_is_drawn_on_a_terminal_only() {
+    let root = workspace_root();
+    let dir = scratch_dir("eval-progress");
+    let args = [
+        "eval".to_string(),
+        "--config".into(),
+        root.join(CHAINS[0]).display().to_string(),
+        root.join(CONVERSATIONS[1].0).display().to_string(),
+    ];
+    let piped = Command::new(tamp_bin())
+        .args(&args)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    let err = text(&piped.stderr);
+    assert!(
+        err.contains("tamp eval: summarize on airline-task33: one-shot\n")
+            && err.contains("tamp eval: summarize on airline-task33: replay, 21/21 requests\n"),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\x1b') && !err.contains('\r') && !err.contains("LLM call"),
+        "a bar drawn into a pipe: {err:?}"
+    );
+
+    let quiet = Command::new(tamp_bin())
+        .args(&args)
+        .arg("-q")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(quiet.status.success());
+    assert_eq!(text(&quiet.stderr), "", "-q");
+    assert!(text(&quiet.stdout).starts_with("conversation"));
+
+    // `script` runs the command on a pseudo-terminal and copies what it wrote.
+    let command = std::iter::once(tamp_bin().display().to_string())
+        .chain(args)
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let terminal = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .env("COLUMNS", "100")
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("script (util-linux) runs a command on a terminal: {e}"));
+    let screen = text(&terminal.stdout);
+    assert!(terminal.status.success(), "{screen}");
+    assert!(
+        screen.contains("\r\x1b[2K[") && screen.contains(" LLM calls  "),
+        "no bar on a terminal: {screen:?}"
+    );
+    // The bar is erased before the table, which starts its own line.
+    let table = screen.rfind("conversation").unwrap();
+    assert!(
+        screen[..table].ends_with("\r\x1b[2K"),
+        "the bar is left before the table: {screen:?}"
+    );
+}
+
 /// `--output` is checked before anything runs (a run with a real model can take hours): a
 /// directory, a missing directory or a file taken for one is refused at once, naming `--output`
 /// and the path. A file the check created is removed when the run fails after it; an existing
