@@ -22,6 +22,7 @@ mod eval;
 mod logging;
 mod mcp;
 mod output;
+mod progress_bar;
 mod proxy;
 mod serve;
 mod server;

@@ -719,7 +719,13 @@ pub struct FileOverrides {
     /// Check the chain without creating anything (`tamp check-config`): a SQLite store file
     /// that does not exist yet is not created (see [`crate::store::open_without_creating`]).
     pub check_only: bool,
+    /// Wraps the chain file's provider: `tamp eval` hears of each call as it is answered,
+    /// for its progress bar.
+    pub wrap_provider: Option<ProviderWrap>,
 }
+
+/// A provider around a provider (see [`FileOverrides::wrap_provider`]).
+pub type ProviderWrap = Arc<dyn Fn(Arc<dyn Provider>) -> Arc<dyn Provider> + Send + Sync>;
 
 impl Chain {
     /// Reads a chain file, loads its plugins, validates every stage config against its
@@ -734,7 +740,10 @@ impl Chain {
         overrides: FileOverrides,
     ) -> Result<Chain, ChainError> {
         let cfg = &file.file;
-        let provider = file.provider()?;
+        let mut provider = file.provider()?;
+        if let Some(wrap) = &overrides.wrap_provider {
+            provider = wrap(provider);
+        }
         let encoding = cfg
             .tokenizer
             .encoding
