@@ -2,19 +2,9 @@
 
 use std::process::{Command, Output};
 
-use tamp_e2e::{plugin, scratch_dir, tamp_bin, workspace_root, write_chain};
-
-fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use tamp_e2e::{
+    plugin, run_tamp as tamp, scratch_dir, tamp_bin, text, workspace_root, write_chain,
+};
 
 #[test]
 fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {

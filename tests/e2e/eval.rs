@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, workspace_root};
+use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, text, workspace_root};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
 use tamp_host::eval::facts::{self, Fact, FactsFile};
 use tamp_host::eval::model_calls;
@@ -48,10 +48,6 @@ fn eval(extra: &[&str], dir: &Path) -> Output {
         cmd.arg(root.join(conversation));
     }
     cmd.output().expect("run tamp eval")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A file's name without its extensions (`ponyc-4588`), as the report names chains and

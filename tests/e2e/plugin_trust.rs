@@ -12,27 +12,14 @@
 //! Waits are polls with deadlines, never fixed sleeps.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
-use tamp_e2e::{corpus, plugin, tamp_bin, write_chain};
+use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn tamp(args: &[&str], dir: &Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// The SHA-256 of `file` by coreutils' `sha256sum`: a second opinion on tamp's.
 fn sha256sum(file: &Path) -> String {
