@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use super::{cells, Mode, Run};
+use crate::markup::escape;
 
 /// One color per chain, in the order chains were given.
 const PALETTE: [&str; 6] = [
@@ -14,13 +15,6 @@ const PALETTE: [&str; 6] = [
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 260.0;
 const MARGIN: f64 = 48.0;
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// The distinct values of `field` over `runs`, in the order they first appear.
 fn distinct<'a>(runs: &'a [Run], field: impl Fn(&'a Run) -> &'a str) -> Vec<&'a str> {
