@@ -18,6 +18,7 @@
 //!   write-ahead log and its index are watched the same way ([`log_watch`]): lost, what they
 //!   held is copied into the store file, and writes fail.
 
+mod activity;
 mod cache;
 mod checkpoint;
 mod group_commit;
@@ -86,6 +87,8 @@ const MIGRATIONS: &[&str] = &[
     // 7 -> 8: page owners and the search index (see `store::search`); `migrate` indexes the
     // pages already there and makes the owner key.
     search::MIGRATION,
+    // 8 -> 9: the activity record the console reads (see `store::activity`).
+    activity::MIGRATION,
 ];
 
 /// The schema version this build writes and reads.
@@ -687,6 +690,7 @@ impl rusqlite::ToSql for Value<'_> {
             Value::Text(text) => text.to_sql(),
             Value::OptionalText(text) => text.to_sql(),
             Value::Int(n) => n.to_sql(),
+            Value::OptionalInt(n) => n.to_sql(),
         }
     }
 }
@@ -810,7 +814,9 @@ pub(super) mod tests {
             "DROP TABLE llm_answers; DROP TABLE range_summaries;
              DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
              DROP TABLE tamp_secrets; ALTER TABLE pages DROP COLUMN seal;
-             DROP TABLE page_owners; DROP TABLE page_text;",
+             DROP TABLE page_owners; DROP TABLE page_text;
+             DROP TABLE activity_requests; DROP TABLE activity_compactions;
+             DROP TABLE activity_threads;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
