@@ -81,6 +81,9 @@ pub struct ServerOptions {
     pub body_timeout_secs: f64,
     /// Connections open at once (more wait to be accepted).
     pub max_connections: u32,
+    /// Whether to serve the console (`None`: when listening on loopback; see
+    /// `console::enabled`).
+    pub console: Option<bool>,
 }
 
 /// How a server starts: its shared flags, and what sets it apart (its name, the paths its
@@ -202,6 +205,11 @@ impl Startup {
 }
 
 impl Started {
+    /// The flags the server was started with.
+    pub(crate) fn options(&self) -> &ServerOptions {
+        &self.startup.options
+    }
+
     /// The per-request limits of `--max-body` and `--body-timeout-secs`, with `max_concurrent`
     /// requests answered at once.
     pub(crate) fn gate(&self, max_concurrent: usize) -> Gate {

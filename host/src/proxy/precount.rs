@@ -96,8 +96,8 @@ pub async fn decide(
         None => own_limit,
     };
     let named = top.thread(thread);
-    let reason = if by_length <= limit {
-        if limit == u64::MAX {
+    let (reason, most) = if by_length <= limit {
+        let reason = if limit == u64::MAX {
             "the chain has no stages".to_string()
         } else {
             format!(
@@ -105,7 +105,8 @@ pub async fn decide(
                  {limit}",
                 body.len()
             )
-        }
+        };
+        (reason, by_length)
     } else {
         let from_last = last.bound(named.as_deref()?, config_hash, format, body)?;
         let after = body.len() - from_last.repeated;
@@ -114,12 +115,13 @@ pub async fn decide(
         if most > limit {
             return None;
         }
-        format!(
+        let reason = format!(
             "at most {most} tokens: {} counted in the thread's last request read, whose first \
              {} bytes it repeats, and at most {new} in the {after} bytes after them; not above \
              the high watermark of {limit}",
             from_last.counted, from_last.repeated,
-        )
+        );
+        (reason, most)
     };
     let thread = match (chain.thread_config(), named) {
         (None, _) => None,
@@ -142,6 +144,8 @@ pub async fn decide(
         thread,
         model: top.model.as_deref().map(str::to_string),
         tokens: None,
+        at_most: Some(most),
+        run: None,
     })
 }
 
