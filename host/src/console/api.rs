@@ -352,6 +352,7 @@ async fn chain(State(console): State<Arc<Console>>) -> Json<Value> {
 /// `GET /tamp/ui/api/health`: this server's counters (see [`health`]), the recorder's, the
 /// store's, and the latest failed requests of every replica.
 async fn health(State(console): State<Arc<Console>>) -> Result<Json<Value>, ApiError> {
+    console.recorder.flush().await;
     let mut view = health::health_view(&(console.exposition)());
     let active = console.slot.current();
     let alive = active.chain.store().check_alive();
@@ -369,7 +370,6 @@ async fn health(State(console): State<Arc<Console>>) -> Result<Json<Value>, ApiE
         "dropped": stats.dropped.load(std::sync::atomic::Ordering::Relaxed),
         "last_error": last_error.map(|(_, e)| e),
     });
-    console.recorder.flush().await;
     view["failed"] = json!(activity(&console)?
         .failed_requests(20)
         .await

@@ -32,6 +32,35 @@ fn short(n: u64) -> String {
     }
 }
 
+/// The tokens at the bottom and the top of the chart: from 0, unless every value lies in the
+/// upper half of the range (a thread that stays near its watermarks), where the axis starts
+/// at a round number under the lowest, so that what compaction did is seen.
+fn y_range(requests: &[RequestRow]) -> (f64, f64) {
+    let values: Vec<u64> = requests
+        .iter()
+        .flat_map(|r| {
+            [
+                r.tokens_in,
+                r.tokens_out,
+                r.tokens_at_most,
+                r.high_tokens,
+                r.low_tokens,
+            ]
+        })
+        .flatten()
+        .collect();
+    let high = values.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let low = values.iter().copied().min().unwrap_or(0) as f64;
+    let span = (high - low).max(1.0);
+    let top = high + span * 0.1;
+    if low <= high / 2.0 {
+        return (0.0, high * 1.08);
+    }
+    let step = 10f64.powf(span.log10().floor());
+    let floor = ((low - span * 0.25) / step).floor() * step;
+    (floor.max(0.0), top)
+}
+
 /// The timeline of `requests` (oldest first).
 pub fn timeline(requests: &[RequestRow]) -> String {
     let mut svg = format!(
@@ -39,14 +68,7 @@ pub fn timeline(requests: &[RequestRow]) -> String {
          class=\"timeline\" role=\"img\" aria-label=\"context tokens per request\">\
          <rect width=\"{WIDTH}\" height=\"{HEIGHT}\" fill=\"#ffffff\"/>"
     );
-    let top = requests
-        .iter()
-        .flat_map(|r| [r.tokens_in, r.tokens_out, r.tokens_at_most, r.high_tokens])
-        .flatten()
-        .max()
-        .unwrap_or(0)
-        .max(1) as f64
-        * 1.08;
+    let (floor, top) = y_range(requests);
     let n = requests.len();
     let x = |i: usize| {
         if n <= 1 {
@@ -55,10 +77,10 @@ pub fn timeline(requests: &[RequestRow]) -> String {
             LEFT + (WIDTH - LEFT - RIGHT) * i as f64 / (n - 1) as f64
         }
     };
-    let y = |t: u64| HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * t as f64 / top;
+    let y = |t: u64| HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * (t as f64 - floor) / (top - floor);
     // Grid and axis.
     for k in 0..=4 {
-        let t = (top / 1.08 * k as f64 / 4.0) as u64;
+        let t = (floor + (top - floor) * k as f64 / 4.0) as u64;
         let _ = write!(
             svg,
             "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#e5e5e5\"/>\
@@ -266,6 +288,23 @@ mod tests {
         let forwarded = svg.split("class=\"forwarded\"").nth(1).unwrap();
         let points = forwarded.split("points=\"").nth(1).unwrap();
         assert_eq!(points.split('"').next().unwrap().split(' ').count(), 3);
+    }
+
+    #[test]
+    fn the_axis_starts_under_the_lowest_value_when_all_are_near_the_top() {
+        let mut near = [
+            row(1, Some((3_890, 3_890)), None),
+            row(2, Some((4_170, 4_028)), None),
+        ];
+        for r in &mut near {
+            (r.high_tokens, r.low_tokens) = (Some(4_000), Some(3_850));
+        }
+        let (floor, top) = y_range(&near);
+        assert!(floor > 3_000.0 && floor < 3_850.0, "{floor}");
+        assert!(top > 4_170.0, "{top}");
+        let mut wide = near.to_vec();
+        wide.push(row(3, Some((100, 100)), None));
+        assert_eq!(y_range(&wide).0, 0.0);
     }
 
     #[test]

@@ -18,7 +18,7 @@ function el(tag, attrs, ...children) {
     if (v === null || v === undefined || v === false) continue;
     node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : shown(String(child)));
   }
@@ -186,12 +186,22 @@ async function loadChart(container, thread) {
   container.replaceChildren(document.importNode(doc.documentElement, true));
 }
 
+// A cost: dollars where priced, else in input-token prices (what the cost would be in input
+// tokens at the model's input price).
+function cost(dollars, units) {
+  return dollars !== null && dollars !== undefined ? usd(dollars) : fmt(Math.round(units)) + " input tokens";
+}
+
 function savingsCards(s) {
+  const saved = s.usd_saved !== null && s.usd_saved !== undefined ? usd(s.usd_saved)
+    : fmt(Math.round(s.cost_uncompacted - s.cost_forwarded)) + " input tokens";
   return el("div", { class: "cards" },
-    card("main model, forwarded", usd(s.usd_forwarded), fmt(Math.round(s.cost_forwarded)) + " input-token prices"),
-    card("main model, uncompacted", usd(s.usd_uncompacted), fmt(Math.round(s.cost_uncompacted)) + " input-token prices"),
-    card("summarizer", usd(s.summarizer_usd), fmt(s.summarizer_input_tokens) + " in, " + fmt(s.summarizer_output_tokens) + " out"),
-    card("saved", usd(s.usd_saved), "uncompacted less forwarded less the summarizer"));
+    card("main model, forwarded", cost(s.usd_forwarded, s.cost_forwarded), "with prompt caching, at the cache's prices"),
+    card("main model, uncompacted", cost(s.usd_uncompacted, s.cost_uncompacted), "the history as the agent sent it, with prompt caching"),
+    card("summarizer", usd(s.summarizer_usd), fmt(s.summarizer_input_tokens) + " tokens in, " + fmt(s.summarizer_output_tokens) +
+      " out; priced by [provider.price]"),
+    card(s.usd_saved !== null && s.usd_saved !== undefined ? "saved, summarizer included" : "saved (main model)", saved,
+      "uncompacted less forwarded" + (s.usd_saved !== null && s.usd_saved !== undefined ? " less the summarizer" : "; [console.prices] gives dollars")));
 }
 
 function threadView(thread) {
@@ -349,7 +359,7 @@ async function pageView(id) {
   const note = el("span", { class: "muted" });
   const wire = () => API + "/pages/" + encodeURIComponent(id) + "/wire?format=" + encodeURIComponent(format.value);
   const update = () => {
-    download.setAttribute("href", wire() + "&download=1");
+    download.setAttribute("href", wire() + "&download=true");
     download.replaceChildren(document.createTextNode("Download as " + format.value));
   };
   update();
@@ -389,8 +399,11 @@ function savingsView() {
       td(link("#/thread/" + encodeURIComponent(t.thread), el("span", { class: "t" }, t.thread))),
       td(el("span", { class: "t" }, t.model || "–")),
       td(fmt(t.savings.tokens_sent) + " → " + fmt(t.savings.tokens_forwarded), true),
-      td(usd(t.savings.usd_uncompacted), true), td(usd(t.savings.usd_forwarded), true),
-      td(usd(t.savings.summarizer_usd), true), td(usd(t.savings.usd_saved), true)));
+      td(cost(t.savings.usd_uncompacted, t.savings.cost_uncompacted), true),
+      td(cost(t.savings.usd_forwarded, t.savings.cost_forwarded), true),
+      td(usd(t.savings.summarizer_usd), true),
+      td(t.savings.usd_saved !== null ? usd(t.savings.usd_saved)
+        : fmt(Math.round(t.savings.cost_uncompacted - t.savings.cost_forwarded)) + " input tokens", true)));
     view().replaceChildren(el("h1", {}, "Savings"),
       el("p", { class: "muted" }, "The main model's cost with prompt caching (a request's unchanged prefix of the previous one read at " +
         "the cache's read price, the rest written), of what was forwarded against the history as the agents sent it, beside the summarizer's own calls. " +
@@ -435,7 +448,10 @@ function healthView() {
     for (const [route, n] of Object.entries(h.upstream_errors || {})) {
       if (!(route in (h.upstream_latency || {}))) upstream.push(el("tr", {}, td(route), td("0", true), td(fmt(n), true), td("–")));
     }
-    const counts = (o) => Object.entries(o || {}).map(([k, v]) => el("tr", {}, td(el("span", { class: "t" }, k)), td(fmt(v), true)));
+    const counts = (o) => {
+      const rows = Object.entries(o || {}).map(([k, v]) => el("tr", {}, td(el("span", { class: "t" }, k)), td(fmt(v), true)));
+      return rows.length ? rows : [el("tr", {}, el("td", { colspan: 2, class: "muted" }, "None."))];
+    };
     view().replaceChildren(el("h1", {}, "Health"),
       el("p", { class: "muted" }, "This server's counters since it started (the same as /metrics), and the failed requests every replica recorded."),
       el("div", { class: "cards" },
@@ -444,7 +460,7 @@ function healthView() {
         card("compactions in flight", fmt(h.in_flight)),
         card("streams open", fmt(h.streams_open)),
         card("records written", fmt(h.recorder.written), "dropped " + h.recorder.dropped)),
-      h.recorder.last_error ? el("p", { class: "error" }, "Recording failed: " + h.recorder.last_error) : null,
+      h.recorder.last_error ? el("p", { class: "error" }, "Recording failed: " + h.recorder.last_error) : "",
       el("h2", {}, "Upstreams"),
       table(["route", { t: "answers", n: 1 }, { t: "errors", n: 1 }, "time to the answer's head"], upstream),
       el("h2", {}, "Overloads (answers 429, 503, 529)"), table(["route and status", { t: "answers", n: 1 }], counts(h.overloads)),
