@@ -334,20 +334,20 @@ async fn write_all(
         let mut batch = Batch::default();
         batch.take(first);
         let deadline = tokio::time::Instant::now() + LINGER;
-        while batch.records.len() < BATCH {
+        loop {
+            while batch.records.len() < BATCH {
+                match receiver.try_recv() {
+                    Ok(command) => batch.take(command),
+                    Err(_) => break,
+                }
+            }
+            // A full batch, or a reader waiting for what is there: written now.
+            if batch.records.len() >= BATCH || !batch.flushes.is_empty() {
+                break;
+            }
             match tokio::time::timeout_at(deadline, receiver.recv()).await {
                 Ok(Some(command)) => batch.take(command),
                 _ => break,
-            }
-            // A reader is waiting: write what is there now.
-            if !batch.flushes.is_empty() {
-                while batch.records.len() < BATCH {
-                    match receiver.try_recv() {
-                        Ok(command) => batch.take(command),
-                        Err(_) => break,
-                    }
-                }
-                break;
             }
         }
         let Batch {

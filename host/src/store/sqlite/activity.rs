@@ -106,7 +106,7 @@ impl ActivityStore for SqliteStore {
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         self.run("record requests".to_owned(), move |inner| {
             let fail = |e| StoreError::backend(&inner.location, "record requests", e);
-            let mut conn = inner.writer("record requests")?;
+            let mut conn = inner.activity("record requests", true)?;
             let tx = conn.transaction().map_err(fail)?;
             {
                 let mut insert = tx
@@ -150,9 +150,10 @@ impl ActivityStore for SqliteStore {
 
     fn threads(&self, query: ThreadQuery) -> BoxFuture<'_, Result<Vec<ThreadTotals>, StoreError>> {
         self.run("list threads".to_owned(), move |inner| {
+            let conn = inner.activity("read the activity record", false)?;
             let text = query.text.as_deref().map(like_anywhere);
             select(
-                &inner.conn(),
+                &conn,
                 &format!(
                     "SELECT {THREAD_TOTALS_COLUMNS} FROM activity_threads
                      WHERE (?1 IS NULL OR lower(thread) LIKE ?1 ESCAPE '\\'
@@ -175,8 +176,9 @@ impl ActivityStore for SqliteStore {
     fn thread(&self, thread: &str) -> BoxFuture<'_, Result<Option<ThreadTotals>, StoreError>> {
         let thread = thread.to_owned();
         self.run("read a thread".to_owned(), move |inner| {
+            let conn = inner.activity("read the activity record", false)?;
             select_first(
-                &inner.conn(),
+                &conn,
                 &format!("SELECT {THREAD_TOTALS_COLUMNS} FROM activity_threads WHERE thread = ?1"),
                 params![thread],
                 rows::read_thread_totals,
@@ -193,8 +195,9 @@ impl ActivityStore for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<RequestRow>, StoreError>> {
         let thread = thread.to_owned();
         self.run("read a thread's requests".to_owned(), move |inner| {
+            let conn = inner.activity("read the activity record", false)?;
             let mut rows = select(
-                &inner.conn(),
+                &conn,
                 &format!(
                     "SELECT {REQUEST_COLUMNS} FROM activity_requests r
                      LEFT JOIN activity_compactions c ON c.request_seq = r.seq
@@ -212,8 +215,9 @@ impl ActivityStore for SqliteStore {
 
     fn compaction(&self, seq: i64) -> BoxFuture<'_, Result<Option<CompactionRow>, StoreError>> {
         self.run("read a compaction".to_owned(), move |inner| {
+            let conn = inner.activity("read the activity record", false)?;
             select_first(
-                &inner.conn(),
+                &conn,
                 &format!(
                     "SELECT {REQUEST_COLUMNS}, c.report_json, c.replacements_json
                      FROM activity_compactions c JOIN activity_requests r ON r.seq = c.request_seq
@@ -235,8 +239,9 @@ impl ActivityStore for SqliteStore {
 
     fn failed_requests(&self, limit: usize) -> BoxFuture<'_, Result<Vec<RequestRow>, StoreError>> {
         self.run("read the failed requests".to_owned(), move |inner| {
+            let conn = inner.activity("read the activity record", false)?;
             select(
-                &inner.conn(),
+                &conn,
                 &format!(
                     "SELECT {REQUEST_COLUMNS} FROM activity_requests r
                      LEFT JOIN activity_compactions c ON c.request_seq = r.seq
@@ -258,7 +263,7 @@ impl ActivityStore for SqliteStore {
     ) -> BoxFuture<'_, Result<Pruned, StoreError>> {
         self.run("delete old requests".to_owned(), move |inner| {
             let fail = |e| StoreError::backend(&inner.location, "delete old requests", e);
-            let mut conn = inner.writer("delete old requests")?;
+            let mut conn = inner.activity("delete old requests", true)?;
             let tx = conn.transaction().map_err(fail)?;
             let before = to_i64(before_ms);
             let mut requests = tx
