@@ -157,7 +157,7 @@ async fn not_found(request: Request) -> ApiError {
         ApiErrorCode::NotFound,
         format!(
             "no route {} {}; routes: POST /v1/compact, GET /v1/pages/{{id}}, GET /v1/chain, \
-             GET /healthz, GET /metrics",
+             GET /healthz, GET /metrics, GET /tamp/ui (the console, unless --console off)",
             request.method(),
             request.uri().path()
         ),
