@@ -44,7 +44,7 @@ fn session(thread: usize, start_ms: u64) -> Vec<RequestRecord> {
             let sent = context + 400;
             let forwarded = if compacts { sent / 2 } else { sent };
             context = forwarded;
-            RequestRecord {
+            let mut request = RequestRecord {
                 at_ms: start_ms + (thread * REQUESTS_PER_THREAD + i) as u64,
                 server: "proxy".into(),
                 route: "POST /v1/messages".into(),
@@ -60,17 +60,20 @@ fn session(thread: usize, start_ms: u64) -> Vec<RequestRecord> {
                     .into(),
                 ),
                 outcome: Some(if compacts { "compacted" } else { "unchanged" }.into()),
-                tokens: Some((sent, forwarded)),
                 pages: u32::from(compacts),
                 prefix_kept: compacts.then_some(12_000),
-                budget: Some((200_000, 140_000, 80_000)),
-                llm_tokens: if compacts { (52_000, 900) } else { (0, 0) },
                 compaction: compacts.then(|| CompactionRecord {
                     report_json: report.clone(),
                     replacements_json: "[]".into(),
                 }),
                 ..RequestRecord::default()
+            };
+            request.set_tokens(Some((sent, forwarded)));
+            request.set_budget(Some((200_000, 140_000, 80_000)));
+            if compacts {
+                (request.llm_input_tokens, request.llm_output_tokens) = (52_000, 900);
             }
+            request
         })
         .collect()
 }

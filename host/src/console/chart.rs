@@ -40,11 +40,11 @@ fn y_range(requests: &[RequestRow]) -> (f64, f64) {
         .iter()
         .flat_map(|r| {
             [
-                r.tokens_in,
-                r.tokens_out,
-                r.tokens_at_most,
-                r.high_tokens,
-                r.low_tokens,
+                r.request.tokens_in,
+                r.request.tokens_out,
+                r.request.tokens_at_most,
+                r.request.high_tokens,
+                r.request.low_tokens,
             ]
         })
         .flatten()
@@ -112,11 +112,11 @@ pub fn timeline(requests: &[RequestRow]) -> String {
     // The watermarks, as steps: a model's budget may change between requests.
     for (value, color, class) in [
         (
-            (|r: &RequestRow| r.high_tokens) as fn(&RequestRow) -> Option<u64>,
+            (|r: &RequestRow| r.request.high_tokens) as fn(&RequestRow) -> Option<u64>,
             HIGH,
             "high",
         ),
-        (|r: &RequestRow| r.low_tokens, LOW, "low"),
+        (|r: &RequestRow| r.request.low_tokens, LOW, "low"),
     ] {
         let points: Vec<String> = requests
             .iter()
@@ -146,14 +146,14 @@ pub fn timeline(requests: &[RequestRow]) -> String {
     }
     for (value, color, width, dash, class) in [
         (
-            (|r: &RequestRow| r.tokens_in) as fn(&RequestRow) -> Option<u64>,
+            (|r: &RequestRow| r.request.tokens_in) as fn(&RequestRow) -> Option<u64>,
             SENT,
             2.0,
             " stroke-dasharray=\"3 3\"",
             "sent",
         ),
         (
-            |r: &RequestRow| r.tokens_out,
+            |r: &RequestRow| r.request.tokens_out,
             FORWARDED,
             3.0,
             "",
@@ -175,7 +175,7 @@ pub fn timeline(requests: &[RequestRow]) -> String {
         }
     }
     for (i, r) in requests.iter().enumerate() {
-        if let (None, Some(most)) = (r.tokens_out, r.tokens_at_most) {
+        if let (None, Some(most)) = (r.request.tokens_out, r.request.tokens_at_most) {
             let _ = write!(
                 svg,
                 "<circle class=\"unread\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"#ffffff\" \
@@ -190,8 +190,8 @@ pub fn timeline(requests: &[RequestRow]) -> String {
         }
     }
     for (i, r) in requests.iter().enumerate().filter(|(_, r)| r.compacted) {
-        let after = r.tokens_out.unwrap_or(0);
-        let before = r.tokens_in.unwrap_or(after);
+        let after = r.request.tokens_out.unwrap_or(0);
+        let before = r.request.tokens_in.unwrap_or(after);
         let _ = write!(
             svg,
             "<line x1=\"{cx:.1}\" x2=\"{cx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{MARK}\" \
@@ -205,7 +205,7 @@ pub fn timeline(requests: &[RequestRow]) -> String {
             escape(&format!(
                 "request {}: compacted {before} -> {after} tokens, {} page(s): click for what it did",
                 i + 1,
-                r.pages
+                r.request.pages
             )),
             cx = x(i),
             seq = r.seq,
@@ -238,31 +238,19 @@ pub fn timeline(requests: &[RequestRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::activity::RequestRecord;
 
     fn row(seq: i64, tokens: Option<(u64, u64)>, at_most: Option<u64>) -> RequestRow {
+        let mut request = RequestRecord {
+            tokens_at_most: at_most,
+            ..RequestRecord::default()
+        };
+        request.set_tokens(tokens);
+        request.set_budget(Some((10_000, 8_000, 5_000)));
         RequestRow {
             seq,
-            at_ms: 0,
-            server: "proxy".into(),
-            route: "POST /v1/messages".into(),
-            status: 200,
-            duration_ms: 1,
-            thread: Some("t".into()),
-            model: None,
-            outcome: None,
-            tokens_in: tokens.map(|t| t.0),
-            tokens_out: tokens.map(|t| t.1),
-            tokens_at_most: at_most,
-            pages: 0,
-            prefix_kept: None,
-            max_tokens: Some(10_000),
-            high_tokens: Some(8_000),
-            low_tokens: Some(5_000),
-            llm_input_tokens: 0,
-            llm_output_tokens: 0,
-            llm_cost_micro_usd: None,
-            error: None,
             compacted: false,
+            request,
         }
     }
 
@@ -270,7 +258,7 @@ mod tests {
     fn each_compaction_is_a_mark_that_links_to_it() {
         let mut compacted = row(7, Some((9_000, 4_000)), None);
         compacted.compacted = true;
-        compacted.pages = 3;
+        compacted.request.pages = 3;
         let svg = timeline(&[
             row(5, None, Some(6_000)),
             row(6, Some((7_000, 7_000)), None),
@@ -297,7 +285,7 @@ mod tests {
             row(2, Some((4_170, 4_028)), None),
         ];
         for r in &mut near {
-            (r.high_tokens, r.low_tokens) = (Some(4_000), Some(3_850));
+            (r.request.high_tokens, r.request.low_tokens) = (Some(4_000), Some(3_850));
         }
         let (floor, top) = y_range(&near);
         assert!(floor > 3_000.0 && floor < 3_850.0, "{floor}");

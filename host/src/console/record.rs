@@ -87,12 +87,13 @@ impl ChainRun {
     /// prefix and, when a stage acted, the compaction.
     fn fill(self, record: &mut RequestRecord) {
         let r = &self.report;
-        record.budget = Some((
+        record.set_budget(Some((
             r.budget.max_tokens,
             r.budget.high_watermark,
             r.budget.low_watermark,
-        ));
-        record.llm_tokens = (r.usage.input_tokens, r.usage.output_tokens);
+        )));
+        (record.llm_input_tokens, record.llm_output_tokens) =
+            (r.usage.input_tokens, r.usage.output_tokens);
         record.llm_cost_micro_usd = r.cost_usd.map(|usd| (usd * 1e6).round() as u64);
         record.prefix_kept = self.prefix_kept;
         if r.stages.iter().any(|s| s.status == StageStatus::Acted) {
@@ -194,7 +195,7 @@ impl Noted {
         let r = &mut self.record;
         r.thread = answered.thread;
         r.model = answered.model;
-        r.tokens = Some(answered.tokens);
+        r.set_tokens(Some(answered.tokens));
         r.pages = answered.pages;
         r.outcome = Some(
             if answered.acted {

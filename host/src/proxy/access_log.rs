@@ -98,7 +98,7 @@ pub fn record(
     elapsed: Duration,
     at: SystemTime,
 ) -> (RequestRecord, Option<Box<ChainRun>>) {
-    let record = RequestRecord {
+    let mut record = RequestRecord {
         at_ms: crate::console::record::millis(at),
         server: "proxy".into(),
         route: format!("{method} {path}"),
@@ -107,13 +107,13 @@ pub fn record(
         thread: note.thread,
         model: note.model,
         outcome: note.compaction.map(str::to_string),
-        tokens: note.tokens,
         tokens_at_most: note.at_most,
         pages: u32::try_from(note.pages).unwrap_or(u32::MAX),
-        budget: note.budget,
         error: note.error,
         ..RequestRecord::default()
     };
+    record.set_tokens(note.tokens);
+    record.set_budget(note.budget);
     (record, note.run)
 }
 
@@ -148,9 +148,12 @@ mod tests {
         assert_eq!(r.route, "POST /v1/messages");
         assert_eq!((r.status, r.duration_ms, r.pages), (200, 41, 2));
         assert_eq!(r.thread.as_deref(), Some("session:a"));
-        assert_eq!(r.tokens, Some((100, 40)));
+        assert_eq!((r.tokens_in, r.tokens_out), (Some(100), Some(40)));
         assert_eq!(r.outcome.as_deref(), Some("compacted"));
-        assert_eq!(r.budget, Some((1000, 800, 500)));
+        assert_eq!(
+            (r.max_tokens, r.high_tokens, r.low_tokens),
+            (Some(1000), Some(800), Some(500))
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::StoreError;
 
 /// One request as a server saw it.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RequestRecord {
     /// When it arrived, in milliseconds since the Unix epoch (the recording host's clock).
     pub at_ms: u64,
@@ -40,8 +40,10 @@ pub struct RequestRecord {
     pub model: Option<String>,
     /// What the chain did: `compacted`, `unchanged` or `skipped`.
     pub outcome: Option<String>,
-    /// Tokens the client sent and tokens forwarded, when the chain counted them.
-    pub tokens: Option<(u64, u64)>,
+    /// Tokens the client sent, when the chain counted them ([`Self::set_tokens`]).
+    pub tokens_in: Option<u64>,
+    /// Tokens forwarded upstream, when the chain counted them.
+    pub tokens_out: Option<u64>,
     /// For a body forwarded unread: the most tokens it can hold.
     pub tokens_at_most: Option<u64>,
     /// Pages the request's compaction wrote.
@@ -49,16 +51,36 @@ pub struct RequestRecord {
     /// For a request a stage acted on: the tokens of its answer that are an unchanged
     /// prefix of what the thread's previous request forwarded.
     pub prefix_kept: Option<u64>,
-    /// The budget the request was compacted against: max tokens, high and low watermarks.
-    pub budget: Option<(u64, u64, u64)>,
+    /// The budget the request was compacted against ([`Self::set_budget`]): max tokens,
+    /// high and low watermarks.
+    pub max_tokens: Option<u64>,
+    pub high_tokens: Option<u64>,
+    pub low_tokens: Option<u64>,
     /// The summarizer's own calls: input and output tokens, and their cost in millionths of a
     /// US dollar when the chain file prices them.
-    pub llm_tokens: (u64, u64),
+    pub llm_input_tokens: u64,
+    pub llm_output_tokens: u64,
     pub llm_cost_micro_usd: Option<u64>,
     /// Why there was no answer from upstream, or the proxy's own error code.
     pub error: Option<String>,
-    /// What the compaction did, when a stage acted.
+    /// What the compaction did, when a stage acted (written on its own, read on its own).
+    #[serde(skip)]
     pub compaction: Option<CompactionRecord>,
+}
+
+impl RequestRecord {
+    /// The tokens sent and forwarded, when counted.
+    pub fn set_tokens(&mut self, tokens: Option<(u64, u64)>) {
+        (self.tokens_in, self.tokens_out) = (tokens.map(|t| t.0), tokens.map(|t| t.1));
+    }
+
+    /// The budget: max tokens, high and low watermarks.
+    pub fn set_budget(&mut self, budget: Option<(u64, u64, u64)>) {
+        (self.max_tokens, self.high_tokens, self.low_tokens) = match budget {
+            Some((max, high, low)) => (Some(max), Some(high), Some(low)),
+            None => (None, None, None),
+        };
+    }
 }
 
 /// A compaction as the console shows it.
@@ -71,33 +93,17 @@ pub struct CompactionRecord {
     pub replacements_json: String,
 }
 
-/// A request as read back: [`RequestRecord`] less its compaction, which is read on its own.
+/// A request as read back: its number in the store and whether a compaction is recorded
+/// for it, besides what was recorded.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RequestRow {
     /// The request's number in the store: its compaction's id too.
     pub seq: i64,
-    pub at_ms: u64,
-    pub server: String,
-    pub route: String,
-    pub status: u16,
-    pub duration_ms: u64,
-    pub thread: Option<String>,
-    pub model: Option<String>,
-    pub outcome: Option<String>,
-    pub tokens_in: Option<u64>,
-    pub tokens_out: Option<u64>,
-    pub tokens_at_most: Option<u64>,
-    pub pages: u32,
-    pub prefix_kept: Option<u64>,
-    pub max_tokens: Option<u64>,
-    pub high_tokens: Option<u64>,
-    pub low_tokens: Option<u64>,
-    pub llm_input_tokens: u64,
-    pub llm_output_tokens: u64,
-    pub llm_cost_micro_usd: Option<u64>,
-    pub error: Option<String>,
     /// Whether a compaction is recorded for it.
     pub compacted: bool,
+    /// What was recorded, its compaction left out (read with `ActivityStore::compaction`).
+    #[serde(flatten)]
+    pub request: RequestRecord,
 }
 
 /// A compaction as read back.

@@ -593,6 +593,19 @@ pub(crate) const REQUEST_COLUMNS: &str = "r.seq, r.at_ms, r.server, r.route, r.s
     CASE WHEN c.request_seq IS NULL THEN CAST(0 AS BIGINT) ELSE CAST(1 AS BIGINT) END \
     AS compacted";
 
+/// The statement both backends read requests with: the latest that `condition` (on `r`)
+/// keeps, newest first, at most `limit` (a placeholder).
+pub(crate) fn latest_requests(condition: &str, limit: &str) -> String {
+    format!(
+        "SELECT {REQUEST_COLUMNS} FROM activity_requests r
+         LEFT JOIN activity_compactions c ON c.request_seq = r.seq
+         WHERE {condition} ORDER BY r.at_ms DESC, r.seq DESC LIMIT {limit}"
+    )
+}
+
+/// The requests that failed: an upstream error, or an answer of status 400 and above.
+pub(crate) const FAILED: &str = "r.status >= 400 OR r.error IS NOT NULL";
+
 /// The columns of a thread's totals ([`read_thread_totals`]).
 pub(crate) const THREAD_TOTALS_COLUMNS: &str = "thread, server, model, first_ms, last_ms, \
     requests, counted, tokens_in, tokens_out, in_cached, out_cached, compactions, pages, \
@@ -604,10 +617,6 @@ fn optional_count(n: Option<u64>) -> Value<'static> {
 
 /// A request as the row it is written as.
 pub(crate) fn request_values(r: &RequestRecord) -> Vec<Value<'_>> {
-    let (max, high, low) = match r.budget {
-        Some((max, high, low)) => (Some(max), Some(high), Some(low)),
-        None => (None, None, None),
-    };
     vec![
         Value::Int(stored_count(r.at_ms)),
         Value::Text(&r.server),
@@ -617,16 +626,16 @@ pub(crate) fn request_values(r: &RequestRecord) -> Vec<Value<'_>> {
         Value::OptionalText(r.thread.as_deref()),
         Value::OptionalText(r.model.as_deref()),
         Value::OptionalText(r.outcome.as_deref()),
-        optional_count(r.tokens.map(|t| t.0)),
-        optional_count(r.tokens.map(|t| t.1)),
+        optional_count(r.tokens_in),
+        optional_count(r.tokens_out),
         optional_count(r.tokens_at_most),
         Value::Int(i64::from(r.pages)),
         optional_count(r.prefix_kept),
-        optional_count(max),
-        optional_count(high),
-        optional_count(low),
-        Value::Int(stored_count(r.llm_tokens.0)),
-        Value::Int(stored_count(r.llm_tokens.1)),
+        optional_count(r.max_tokens),
+        optional_count(r.high_tokens),
+        optional_count(r.low_tokens),
+        Value::Int(stored_count(r.llm_input_tokens)),
+        Value::Int(stored_count(r.llm_output_tokens)),
         optional_count(r.llm_cost_micro_usd),
         Value::OptionalText(r.error.as_deref()),
     ]
@@ -638,20 +647,21 @@ pub(crate) fn request_values(r: &RequestRecord) -> Vec<Value<'_>> {
 /// llm_output, llm_cost_micro. `None` for a request without a thread.
 pub(crate) fn thread_values(r: &RequestRecord) -> Option<Vec<Value<'_>>> {
     let thread = r.thread.as_deref()?;
-    let (tokens_in, tokens_out) = r.tokens.unwrap_or((0, 0));
+    let counted = r.tokens_in.is_some() && r.tokens_out.is_some();
+    let (tokens_in, tokens_out) = (r.tokens_in.unwrap_or(0), r.tokens_out.unwrap_or(0));
     Some(vec![
         Value::Text(thread),
         Value::Text(&r.server),
         Value::OptionalText(r.model.as_deref()),
         Value::Int(stored_count(r.at_ms)),
-        Value::Int(i64::from(r.tokens.is_some())),
+        Value::Int(i64::from(counted)),
         Value::Int(stored_count(tokens_in)),
         Value::Int(stored_count(tokens_out)),
         optional_count(r.prefix_kept.map(|kept| kept.min(tokens_out))),
         Value::Int(i64::from(r.pages > 0)),
         Value::Int(i64::from(r.pages)),
-        Value::Int(stored_count(r.llm_tokens.0)),
-        Value::Int(stored_count(r.llm_tokens.1)),
+        Value::Int(stored_count(r.llm_input_tokens)),
+        Value::Int(stored_count(r.llm_output_tokens)),
         Value::Int(stored_count(r.llm_cost_micro_usd.unwrap_or(0))),
     ])
 }
@@ -660,27 +670,30 @@ pub(crate) fn thread_values(r: &RequestRecord) -> Option<Vec<Value<'_>>> {
 pub(crate) fn read_request_row(row: &dyn Columns) -> Result<RequestRow, RowError> {
     Ok(RequestRow {
         seq: row.int("seq")?,
-        at_ms: row.unsigned("at_ms")?,
-        server: row.text("server")?,
-        route: row.text("route")?,
-        status: u16::try_from(row.int("status")?).unwrap_or(0),
-        duration_ms: row.unsigned("duration_ms")?,
-        thread: row.optional_text("thread")?,
-        model: row.optional_text("model")?,
-        outcome: row.optional_text("outcome")?,
-        tokens_in: row.optional_unsigned("tokens_in")?,
-        tokens_out: row.optional_unsigned("tokens_out")?,
-        tokens_at_most: row.optional_unsigned("tokens_at_most")?,
-        pages: u32::try_from(row.int("pages")?).unwrap_or(0),
-        prefix_kept: row.optional_unsigned("prefix_kept")?,
-        max_tokens: row.optional_unsigned("max_tokens")?,
-        high_tokens: row.optional_unsigned("high_tokens")?,
-        low_tokens: row.optional_unsigned("low_tokens")?,
-        llm_input_tokens: row.unsigned("llm_input")?,
-        llm_output_tokens: row.unsigned("llm_output")?,
-        llm_cost_micro_usd: row.optional_unsigned("llm_cost_micro")?,
-        error: row.optional_text("error")?,
         compacted: row.int("compacted")? != 0,
+        request: RequestRecord {
+            at_ms: row.unsigned("at_ms")?,
+            server: row.text("server")?,
+            route: row.text("route")?,
+            status: u16::try_from(row.int("status")?).unwrap_or(0),
+            duration_ms: row.unsigned("duration_ms")?,
+            thread: row.optional_text("thread")?,
+            model: row.optional_text("model")?,
+            outcome: row.optional_text("outcome")?,
+            tokens_in: row.optional_unsigned("tokens_in")?,
+            tokens_out: row.optional_unsigned("tokens_out")?,
+            tokens_at_most: row.optional_unsigned("tokens_at_most")?,
+            pages: u32::try_from(row.int("pages")?).unwrap_or(0),
+            prefix_kept: row.optional_unsigned("prefix_kept")?,
+            max_tokens: row.optional_unsigned("max_tokens")?,
+            high_tokens: row.optional_unsigned("high_tokens")?,
+            low_tokens: row.optional_unsigned("low_tokens")?,
+            llm_input_tokens: row.unsigned("llm_input")?,
+            llm_output_tokens: row.unsigned("llm_output")?,
+            llm_cost_micro_usd: row.optional_unsigned("llm_cost_micro")?,
+            error: row.optional_text("error")?,
+            compaction: None,
+        },
     })
 }
 

@@ -200,11 +200,7 @@ impl ActivityStore for PostgresStore {
             "read a thread's requests".to_owned(),
             move |client| async move {
                 let stmt = client
-                    .prepare_cached(&format!(
-                        "SELECT {REQUEST_COLUMNS} FROM activity_requests r
-                         LEFT JOIN activity_compactions c ON c.request_seq = r.seq
-                         WHERE r.thread = $1 ORDER BY r.at_ms DESC, r.seq DESC LIMIT $2"
-                    ))
+                    .prepare_cached(&rows::latest_requests("r.thread = $1", "$2"))
                     .await?;
                 let answer = client.query(&stmt, &[&thread, &bigint(limit)]).await?;
                 let mut rows = read_all(&answer, rows::read_request_row)?;
@@ -242,12 +238,7 @@ impl ActivityStore for PostgresStore {
             "read the failed requests".to_owned(),
             move |client| async move {
                 let stmt = client
-                    .prepare_cached(&format!(
-                        "SELECT {REQUEST_COLUMNS} FROM activity_requests r
-                         LEFT JOIN activity_compactions c ON c.request_seq = r.seq
-                         WHERE r.status >= 400 OR r.error IS NOT NULL
-                         ORDER BY r.at_ms DESC, r.seq DESC LIMIT $1"
-                    ))
+                    .prepare_cached(&rows::latest_requests(rows::FAILED, "$1"))
                     .await?;
                 let answer = client.query(&stmt, &[&bigint(limit)]).await?;
                 Ok(read_all(&answer, rows::read_request_row)?)

@@ -198,11 +198,7 @@ impl ActivityStore for SqliteStore {
             let conn = inner.activity("read the activity record", false)?;
             let mut rows = select(
                 &conn,
-                &format!(
-                    "SELECT {REQUEST_COLUMNS} FROM activity_requests r
-                     LEFT JOIN activity_compactions c ON c.request_seq = r.seq
-                     WHERE r.thread = ?1 ORDER BY r.at_ms DESC, r.seq DESC LIMIT ?2"
-                ),
+                &rows::latest_requests("r.thread = ?1", "?2"),
                 params![thread, to_i64(limit as u64)],
                 rows::read_request_row,
             )
@@ -242,12 +238,7 @@ impl ActivityStore for SqliteStore {
             let conn = inner.activity("read the activity record", false)?;
             select(
                 &conn,
-                &format!(
-                    "SELECT {REQUEST_COLUMNS} FROM activity_requests r
-                     LEFT JOIN activity_compactions c ON c.request_seq = r.seq
-                     WHERE r.status >= 400 OR r.error IS NOT NULL
-                     ORDER BY r.at_ms DESC, r.seq DESC LIMIT ?1"
-                ),
+                &rows::latest_requests(rows::FAILED, "?1"),
                 params![to_i64(limit as u64)],
                 rows::read_request_row,
             )
@@ -312,7 +303,7 @@ mod tests {
     use crate::store::activity::CompactionRecord;
 
     fn request(thread: &str, at_ms: u64, tokens: Option<(u64, u64)>) -> RequestRecord {
-        RequestRecord {
+        let mut r = RequestRecord {
             at_ms,
             server: "proxy".into(),
             route: "POST /v1/messages".into(),
@@ -321,10 +312,11 @@ mod tests {
             thread: Some(thread.into()),
             model: Some("claude-opus-5-5".into()),
             outcome: Some("unchanged".into()),
-            tokens,
-            budget: Some((10_000, 8_000, 5_000)),
             ..RequestRecord::default()
-        }
+        };
+        r.set_tokens(tokens);
+        r.set_budget(Some((10_000, 8_000, 5_000)));
+        r
     }
 
     #[tokio::test]
@@ -334,7 +326,7 @@ mod tests {
         compacted.outcome = Some("compacted".into());
         compacted.pages = 2;
         compacted.prefix_kept = Some(1_000);
-        compacted.llm_tokens = (500, 80);
+        (compacted.llm_input_tokens, compacted.llm_output_tokens) = (500, 80);
         compacted.llm_cost_micro_usd = Some(1_250);
         compacted.compaction = Some(CompactionRecord {
             report_json: "{\"stages\":[]}".into(),
@@ -386,8 +378,8 @@ mod tests {
 
         let timeline = store.thread_requests("session:a", 100).await.unwrap();
         assert_eq!(timeline.len(), 5);
-        assert_eq!(timeline[1].tokens_at_most, Some(7_000));
-        assert_eq!(timeline[1].tokens_in, None);
+        assert_eq!(timeline[1].request.tokens_at_most, Some(7_000));
+        assert_eq!(timeline[1].request.tokens_in, None);
         let marked: Vec<i64> = timeline
             .iter()
             .filter(|r| r.compacted)
@@ -395,13 +387,13 @@ mod tests {
             .collect();
         assert_eq!(marked.len(), 1);
         let compaction = store.compaction(marked[0]).await.unwrap().unwrap();
-        assert_eq!(compaction.request.pages, 2);
+        assert_eq!(compaction.request.request.pages, 2);
         assert_eq!(compaction.report_json, "{\"stages\":[]}");
         assert!(store.compaction(marked[0] + 100).await.unwrap().is_none());
         // Only the latest requests, oldest first.
         let last_two = store.thread_requests("session:a", 2).await.unwrap();
         assert_eq!(
-            last_two.iter().map(|r| r.at_ms).collect::<Vec<_>>(),
+            last_two.iter().map(|r| r.request.at_ms).collect::<Vec<_>>(),
             [4_000, 5_000]
         );
     }
@@ -424,7 +416,10 @@ mod tests {
             .unwrap();
         let failures = store.failed_requests(10).await.unwrap();
         assert_eq!(failures.len(), 1);
-        assert_eq!(failures[0].error.as_deref(), Some("upstream_unreachable"));
+        assert_eq!(
+            failures[0].request.error.as_deref(),
+            Some("upstream_unreachable")
+        );
         let pruned = store.prune(2_000, 3).await.unwrap();
         assert_eq!(
             pruned,
@@ -436,7 +431,7 @@ mod tests {
         assert!(store.thread("session:old").await.unwrap().is_none());
         let left = store.thread_requests("session:c", 10).await.unwrap();
         assert_eq!(
-            left.iter().map(|r| r.at_ms).collect::<Vec<_>>(),
+            left.iter().map(|r| r.request.at_ms).collect::<Vec<_>>(),
             [6_000, 7_000, 9_000]
         );
         // The thread's totals still count every request it had.
