@@ -52,7 +52,7 @@ fn session(thread: usize, start_ms: u64) -> Vec<RequestRecord> {
                 duration_ms: 400,
                 thread: Some(format!("session:{thread:08x}-bench")),
                 model: Some(
-                    if thread % 3 == 0 {
+                    if thread.is_multiple_of(3) {
                         "gpt-5"
                     } else {
                         "claude-opus-5-5"
