@@ -48,6 +48,16 @@ fn bad_path(e: PathRejection) -> ApiError {
     ApiError::invalid_request(format!("path: {}", e.body_text()))
 }
 
+/// A list's `limit`: `default` when not given, refused outside 1 to `max`.
+fn limit(given: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+    match given.unwrap_or(default) {
+        n if (1..=max).contains(&n) => Ok(n),
+        n => Err(ApiError::invalid_request(format!(
+            "limit: must be from 1 to {max}, got {n}"
+        ))),
+    }
+}
+
 /// The active chain's activity record (every chain built from a file has one).
 fn activity(console: &Console) -> Result<Arc<dyn ActivityStore>, ApiError> {
     console
@@ -86,12 +96,7 @@ async fn threads(
     query: Result<Query<ThreadsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query.map_err(bad_query)?;
-    let limit = query.limit.unwrap_or(200);
-    if limit == 0 || limit > MAX_THREADS {
-        return Err(ApiError::invalid_request(format!(
-            "limit: must be from 1 to {MAX_THREADS}, got {limit}"
-        )));
-    }
+    let limit = limit(query.limit, 200, MAX_THREADS)?;
     console.recorder.flush().await;
     let store = activity(&console)?;
     let threads = store
@@ -232,7 +237,7 @@ async fn pages(
     query: Result<Query<PagesQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(query) = query.map_err(bad_query)?;
-    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = limit(query.limit, 100, 1000)?;
     let pages = console
         .slot
         .current()
