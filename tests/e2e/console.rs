@@ -226,17 +226,7 @@ fn a_claude_code_session_shows_live_and_its_compactions_and_pages_open_in_the_br
         }),
         "the summary shown ({first_line:?}) is not in the requests forwarded with {page}"
     );
-    let stored: Value = rt.block_on(async {
-        proxy
-            .client
-            .get(proxy.url(&format!("/tamp/v1/pages/{page}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    });
+    let stored = rt.block_on(proxy.get_json(&format!("/tamp/v1/pages/{page}")));
     let replaced = browser.eval("document.querySelectorAll('.diff .replaced .message').length");
     assert_eq!(
         replaced,
@@ -266,17 +256,12 @@ fn a_claude_code_session_shows_live_and_its_compactions_and_pages_open_in_the_br
         "anthropic"
     );
     let download = browser.eval("document.querySelector('a.download').href");
-    let wire: Value = rt.block_on(async {
-        proxy
-            .client
-            .get(download.as_str().unwrap())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    });
+    let download = download
+        .as_str()
+        .unwrap()
+        .strip_prefix(&proxy.base)
+        .unwrap();
+    let wire = rt.block_on(proxy.get_json(download));
     assert_eq!(
         wire, stored,
         "the download is the page as /tamp/v1/pages answers it"
