@@ -27,17 +27,17 @@ pub enum OutputFormat {
         fault, what the plugin returned, the seed and the smallest conversation that fails.\n\n\
         The plugin is a path, or a name looked up as `tamp plugins describe` does \
         (`tamp_tool_result_clearing`: lib<name>.so in TAMP_PLUGIN_PATH, then next to the tamp \
-        executable). A --config the plugin refuses (its config schema, or its constructor with \
+        executable). A --stage-config the plugin refuses (its config schema, or its constructor with \
         an invalid-config error) is a usage error naming the field, and nothing is checked.\n\n\
         With --only or --skip the run is partial: the result line says how many checks ran and \
         makes no claim about the rules left out (`partial` in the JSON report, the `result` \
         property in JUnit).\n\n\
         Exit status: 0 when every MUST rule checked passes (broken SHOULD rules are warnings), \
-        1 when one fails, 2 on a usage error (a bad flag, a plugin not found, a --config the \
+        1 when one fails, 2 on a usage error (a bad flag, a plugin not found, a --stage-config the \
         plugin refuses).\n\n\
         Examples:\n  tamp conformance target/debug/libtamp_custom_strategy.so\n  \
-        tamp conformance tamp_tool_result_clearing --config '{\"keep\": 5}'\n  \
-        tamp conformance libmy_plugin.so --config '{\"group_size\": 4}' --format junit > conformance.xml\n  \
+        tamp conformance tamp_tool_result_clearing --stage-config '{\"keep\": 5}'\n  \
+        tamp conformance libmy_plugin.so --stage-config '{\"group_size\": 4}' --output-format junit > conformance.xml\n  \
         tamp conformance libmy_plugin.so --seed 7 --only TAMP-INV-01\n  \
         tamp conformance libmy_plugin.so --skip TAMP-EDGE-02,PERF   # a quick run of a debug build\n  \
         tamp conformance my_strategy.wasm --timeout 60"
@@ -50,10 +50,16 @@ pub struct ConformanceArgs {
     /// the plugin's default config). It must satisfy the plugin's config schema (else: a
     /// usage error naming the field).
     #[arg(long, value_name = "JSON|@FILE")]
-    pub config: Option<String>,
+    pub stage_config: Option<String>,
+    /// `--stage-config`'s old spelling (`--config` is the chain file in every other command).
+    #[arg(long = "config", value_name = "JSON|@FILE", hide = true)]
+    pub config_old: Option<String>,
     /// Output format.
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: OutputFormat,
+    #[arg(long, value_enum)]
+    pub output_format: Option<OutputFormat>,
+    /// `--output-format`'s old spelling.
+    #[arg(long = "format", value_enum, hide = true)]
+    pub format_old: Option<OutputFormat>,
     /// Seed of the generated conversations (the same seed gives the same conversations).
     #[arg(long, default_value_t = KitOptions::DEFAULT_SEED)]
     pub seed: u64,
@@ -112,7 +118,13 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
             ExitCode::from(2)
         });
     }
-    let config = match &args.config {
+    let stage_config = crate::spelling::prefer(
+        args.stage_config.clone(),
+        args.config_old.clone(),
+        "--config",
+        "--stage-config",
+    );
+    let config = match &stage_config {
         None => None,
         Some(text) => Some(parse_config_arg(text)?),
     };
@@ -146,7 +158,7 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
     if options.config.is_some() {
         if let Some(why) = config_args::refusal(&launcher, &options) {
             anyhow::bail!(
-                "--config: {why}. Nothing was checked: a config the plugin refuses is an error \
+                "--stage-config: {why}. Nothing was checked: a config the plugin refuses is an error \
                  in the arguments, not a finding about the plugin"
             );
         }
@@ -155,7 +167,14 @@ fn run_checked(args: ConformanceArgs) -> anyhow::Result<std::process::ExitCode> 
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let report = tamp_conformance_engine::run(&options, &launcher, jobs);
-    let text = match args.format {
+    let format = crate::spelling::prefer(
+        args.output_format,
+        args.format_old,
+        "--format",
+        "--output-format",
+    )
+    .unwrap_or(OutputFormat::Text);
+    let text = match format {
         OutputFormat::Text => report.to_text(),
         OutputFormat::Json => report.to_json(),
         OutputFormat::Junit => report.to_junit(),
@@ -181,7 +200,7 @@ fn find_plugin(plugin: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// `--config`: JSON text, or `@path` to a file holding it.
+/// `--stage-config`: JSON text, or `@path` to a file holding it.
 fn parse_config_arg(text: &str) -> anyhow::Result<serde_json::Value> {
     let (what, json) = match text.strip_prefix('@') {
         Some(path) => (
@@ -190,13 +209,13 @@ fn parse_config_arg(text: &str) -> anyhow::Result<serde_json::Value> {
                 std::path::Path::new(path),
                 tamp_host::input_file::Limit::SETTINGS,
             )
-            .map_err(|e| anyhow::anyhow!("--config @{path}: cannot read: {e}"))?,
+            .map_err(|e| anyhow::anyhow!("--stage-config @{path}: cannot read: {e}"))?,
         ),
         None => ("the argument".to_string(), text.to_string()),
     };
     serde_json::from_str(&json).map_err(|e| {
         anyhow::anyhow!(
-            "--config: {what} is not valid JSON: {e} (line {}, column {})",
+            "--stage-config: {what} is not valid JSON: {e} (line {}, column {})",
             e.line(),
             e.column()
         )

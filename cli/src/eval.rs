@@ -8,6 +8,8 @@ use tamp_host::eval::main_model::CachePrices;
 use tamp_host::eval::output::{self, Format};
 use tamp_host::eval::{EvalOptions, Plan};
 
+use crate::spelling;
+
 /// `tamp eval` arguments.
 #[derive(Args, Debug)]
 #[command(
@@ -18,14 +20,22 @@ use tamp_host::eval::{EvalOptions, Plan};
     estimated cost ([provider.price]), prefix reuse, wall time per compaction, and retention of \
     the facts files' facts in the final context. Each run uses a scratch store: the chain files' \
     own stores are never written. See docs/eval.md.",
-    after_help = "Example (offline, from the repository root):\n  tamp eval --chain \
-    examples/chains/default.toml --chain examples/chains/hybrid.toml \\\n    --facts \
+    after_help = "Example (offline, from the repository root):\n  tamp eval --config \
+    examples/chains/default.toml --config examples/chains/hybrid.toml \\\n    --facts \
     examples/eval/ponyc-4588.facts.json examples/conversations/ponyc-4588.anthropic.json"
 )]
 pub struct EvalArgs {
     /// A chain file to evaluate (give two or more to compare).
-    #[arg(long = "chain", value_name = "FILE", required = true)]
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        required_unless_present = "chains_old"
+    )]
     pub chains: Vec<PathBuf>,
+    /// `--config`'s old spelling.
+    #[arg(long = "chain", value_name = "FILE", hide = true)]
+    pub chains_old: Vec<PathBuf>,
     /// A facts file: what must survive in the compacted context (see docs/eval.md). Its
     /// `conversation` names the conversation it belongs to; without one it applies to all.
     #[arg(long = "facts", value_name = "FILE")]
@@ -36,12 +46,19 @@ pub struct EvalArgs {
     pub conversations: Vec<PathBuf>,
     /// Output: a text table, JSON (with every replay's context size request by request), CSV
     /// (one row per run), or a self-contained HTML report with charts.
-    #[arg(long, default_value = "text", value_name = "FORMAT",
+    #[arg(long, value_name = "FORMAT",
           value_parser = PossibleValuesParser::new(Format::NAMES).map(|f| f.parse::<Format>().expect("a listed format")))]
-    pub format: Format,
+    pub output_format: Option<Format>,
+    /// `--output-format`'s old spelling.
+    #[arg(long = "format", value_name = "FORMAT", hide = true,
+          value_parser = PossibleValuesParser::new(Format::NAMES).map(|f| f.parse::<Format>().expect("a listed format")))]
+    pub format_old: Option<Format>,
     /// Write the output here instead of stdout.
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// `--output`'s old spelling.
+    #[arg(long = "out", value_name = "FILE", hide = true)]
+    pub out_old: Option<PathBuf>,
     /// Skip the replays (they make one compaction per model call of each conversation).
     #[arg(long, conflicts_with = "replay_only")]
     pub one_shot_only: bool,
@@ -63,14 +80,23 @@ pub struct EvalArgs {
 /// Runs `tamp eval`: checks that the output can be written, reads and checks everything,
 /// runs, writes the output.
 pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
-    // Before anything runs (a run with a real model can take hours): a bad `--out` fails now.
-    let out = args
-        .out
+    let chains = spelling::merge(args.chains, args.chains_old, "--chain", "--config");
+    let format = spelling::prefer(
+        args.output_format,
+        args.format_old,
+        "--format",
+        "--output-format",
+    )
+    .unwrap_or(Format::Text);
+    let output = spelling::prefer(args.output, args.out_old, "--out", "--output");
+    // Before anything runs (a run with a real model can take hours): a bad `--output` fails
+    // now.
+    let out = output
         .as_deref()
-        .map(|path| crate::output::OutputFile::open(path, "--out"))
+        .map(|path| crate::output::OutputFile::open(path, "--output"))
         .transpose()?;
     let plan = Plan::read(&EvalOptions {
-        chains: args.chains,
+        chains,
         facts: args.facts,
         conversations: args.conversations,
         one_shot_only: args.one_shot_only,
@@ -78,9 +104,11 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         probe: args.probe,
         cache_prices: args.cache_prices,
     })?;
-    let progress = |line: &str| eprintln!("tamp eval: {line}");
-    let runs = plan.run(&progress).await?;
-    let text = output::render(&runs, args.format);
+    let progress = crate::progress_bar::EvalProgress::on_stderr();
+    let runs = plan.run(&progress).await;
+    progress.finish();
+    let runs = runs?;
+    let text = output::render(&runs, format);
     match out {
         Some(out) => out.write(&text)?,
         None => print!("{text}"),

@@ -14,7 +14,7 @@ use anyhow::{bail, Context as _, Result};
 /// allocated it (abi_stable's types carry their vtables).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 
 mod batch;
 mod conformance;
@@ -22,9 +22,11 @@ mod eval;
 mod logging;
 mod mcp;
 mod output;
+mod progress_bar;
 mod proxy;
 mod serve;
 mod server;
+mod spelling;
 
 use output::OutputFile;
 use tamp_host::budget::BudgetConfig;
@@ -74,8 +76,16 @@ const DEFAULT_CHAIN: &str = include_str!("default_chain.toml");
 )]
 struct Cli {
     /// Log debug detail to stderr (or set TAMP_LOG, e.g. TAMP_LOG=tamp=debug).
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, conflicts_with = "quiet")]
     verbose: bool,
+    /// Errors only on stderr: no warnings, progress or access lines (TAMP_LOG still decides
+    /// when set).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Colour in what tamp writes to a terminal: `auto` (when stderr is one), `always`,
+    /// `never` (also when NO_COLOR is set).
+    #[arg(long, global = true, value_enum, default_value_t = logging::Color::Auto)]
+    color: logging::Color,
     #[command(subcommand)]
     command: Command,
 }
@@ -86,7 +96,7 @@ enum Command {
     #[command(after_help = "Example (from the repository root):\n  \
         tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
         --config examples/chains/default.toml --report -o compacted.json\n\n\
-        The removed messages are archived in the chain's page store (here .tamp/store.sqlite3); \
+        The removed messages are archived in the chain's page store (here examples/chains/tamp-store.sqlite3); \
         `tamp pages list --config examples/chains/default.toml` lists them.")]
     Compact(CompactArgs),
     /// Inspect plugin libraries.
@@ -111,6 +121,16 @@ enum Command {
     /// An MCP server over stdio for a local agent: its model reads back what was archived
     /// (`recall`) and finds it by its words (`search`).
     Mcp(mcp::McpArgs),
+    /// Print a shell's completion script for tamp.
+    #[command(
+        after_help = "Example:\n  tamp completions bash > ~/.local/share/bash-completion/completions/tamp\n  \
+        tamp completions zsh > \"${fpath[1]}/_tamp\"\n  tamp completions fish > ~/.config/fish/completions/tamp.fish"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Args)]
@@ -236,9 +256,13 @@ enum PagesCommand {
         store: StoreArgs,
         /// Output format: the page's source wire format by default.
         #[arg(long, value_parser = ["anthropic", "openai", "responses", "internal"])]
-        format: Option<String>,
+        output_format: Option<String>,
+        /// `--output-format`'s old spelling.
+        #[arg(long = "format", hide = true,
+              value_parser = ["anthropic", "openai", "responses", "internal"])]
+        format_old: Option<String>,
     },
-    /// List the newest pages, one JSON object a line.
+    /// List the newest pages: a table, or one JSON object a line.
     #[command(
         after_help = "Example (from the repository root; the compaction archives pages):\n  \
         tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
@@ -286,11 +310,19 @@ struct StoreArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(
-        cli.verbose,
-        matches!(cli.command, Command::Compact(_)),
-        matches!(cli.command, Command::Proxy(_)),
-    );
+    logging::init(&logging::Options {
+        verbose: cli.verbose,
+        quiet: cli.quiet,
+        color: cli.color,
+        reports_rollbacks: matches!(cli.command, Command::Compact(_)),
+        access_log: matches!(cli.command, Command::Proxy(_)),
+    });
+    if let Command::Completions { shell } = cli.command {
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "tamp", &mut script);
+        out!("{}", String::from_utf8_lossy(&script).trim_end());
+        return ExitCode::SUCCESS;
+    }
     if let Command::Conformance(args) = cli.command {
         // No runtime: each check runs in a process of its own.
         return conformance::run(args);
@@ -320,6 +352,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => serve::check_config(args),
         Command::Batch(cmd) => rt.block_on(batch::run(cmd)),
         Command::Mcp(args) => rt.block_on(mcp::run(args)),
+        Command::Completions { .. } => unreachable!("answered above"),
         Command::Conformance(_) => unreachable!("run above"),
     };
     // A pinned plugin is loaded from a private copy even here (see `loader::load_trusted`);
@@ -796,7 +829,7 @@ fn list_plugins(given: Vec<PathBuf>, all: bool) -> Result<()> {
             eprintln!("warning: --dir {dir}: {what}");
         }
     }
-    if fixtures > 0 {
+    if fixtures > 0 && !logging::quiet() {
         eprintln!("({fixtures} test fixture(s) of tamp's own tests not listed; --all lists them)");
     }
     Ok(())
@@ -890,7 +923,13 @@ fn open_whole_store(args: &StoreArgs) -> Result<store::Store> {
 
 fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
     match cmd {
-        PagesCommand::Show { id, store, format } => {
+        PagesCommand::Show {
+            id,
+            store,
+            output_format,
+            format_old,
+        } => {
+            let format = spelling::prefer(output_format, format_old, "--format", "--output-format");
             let store = open_store(&store)?;
             let stored = rt.block_on(store.get_page(&id))?;
             let format = format
@@ -978,7 +1017,6 @@ fn pages(rt: &tokio::runtime::Runtime, cmd: PagesCommand) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory as _;
     use std::collections::BTreeSet;
     use tamp_host::http::server::ServerOptions;
 

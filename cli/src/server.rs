@@ -91,8 +91,9 @@ pub struct ServerArgs<K: ServerKind> {
     /// The chain file to compact with and watch: an edit is reloaded while the server runs.
     #[arg(short, long)]
     pub config: PathBuf,
-    #[arg(long, value_name = "ADDR", default_value = K::LISTEN,
-          help = format!("Address to listen on. Loopback by default: {}", K::LOOPBACK_WHY))]
+    #[arg(long, value_name = "ADDR", default_value = K::LISTEN, value_parser = parse_listen::<K>,
+          help = format!("Address to listen on: host:port, a host (on the default port) or a \
+                          port (on 127.0.0.1). Loopback by default: {}", K::LOOPBACK_WHY))]
     pub listen: SocketAddr,
     #[arg(long, value_name = "SIZE", default_value = K::MAX_BODY, value_parser = parse_size,
           help = format!("Largest body of {} (bytes, or with a KiB/MiB/GiB suffix); a larger \
@@ -247,5 +248,60 @@ mod tests {
         for bad in ["-1", "inf", "1e300"] {
             assert!(parse_grace_secs(bad).is_err(), "{bad}");
         }
+    }
+}
+
+/// `--listen`: `host:port` (an address or a name), a host on the default port, or a port on
+/// 127.0.0.1. A name resolves to its first IPv4 address, else its first address.
+fn parse_listen<K: ServerKind>(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs as _;
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let default: SocketAddr = K::LISTEN.parse().expect("a literal address");
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::new(default.ip(), port));
+    }
+    if let Ok(ip) = text.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, default.port()));
+    }
+    let with_port = match text.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => text.to_string(),
+        _ => format!("{text}:{}", default.port()),
+    };
+    let addrs: Vec<SocketAddr> = with_port
+        .to_socket_addrs()
+        .map_err(|e| {
+            format!("cannot resolve \"{text}\": {e} (expected host:port, a host or a port)")
+        })?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("\"{text}\" resolves to no address"))
+}
+
+#[cfg(test)]
+mod listen_tests {
+    use super::*;
+
+    #[test]
+    fn listen_takes_an_address_a_host_or_a_port() {
+        let parse = parse_listen::<Serve>;
+        assert_eq!(
+            parse("127.0.0.1:9000").unwrap().to_string(),
+            "127.0.0.1:9000"
+        );
+        assert_eq!(parse("7476").unwrap().to_string(), "127.0.0.1:7476");
+        assert_eq!(
+            parse("localhost:7474").unwrap().to_string(),
+            "127.0.0.1:7474"
+        );
+        assert_eq!(parse("localhost").unwrap().to_string(), "127.0.0.1:7474");
+        assert_eq!(parse("0.0.0.0").unwrap().to_string(), "0.0.0.0:7474");
+        assert_eq!(parse("[::1]:80").unwrap().to_string(), "[::1]:80");
     }
 }

@@ -586,7 +586,7 @@ fn compact_with_a_chain_of_no_stage_warns_as_check_config_does() {
     let dir = scratch_dir("cli-no-stage");
     let chain = write_chain(&dir, "[budget]\nmax_tokens = 1000\n");
     let sample = ponyc();
-    let checked = tamp_e2e::run_tamp(&["check-config", chain.to_str().unwrap()], &dir);
+    let checked = tamp_e2e::run_tamp(&["check-config", "--config", chain.to_str().unwrap()], &dir);
     assert!(checked.status.success(), "{}", text(&checked.stderr));
     let warning = text(&checked.stderr);
     assert!(warning.contains("compacts nothing"), "{warning}");
@@ -630,7 +630,7 @@ fn a_store_flag_naming_a_directory_is_blamed_on_the_flag() {
             "--store",
             "D",
         ],
-        vec!["check-config", chain_arg, "--store", "D"],
+        vec!["check-config", "--config", chain_arg, "--store", "D"],
         vec!["serve", "--config", chain_arg, "--store", "D"],
     ] {
         let out = tamp_e2e::run_tamp(&args, &dir);
@@ -863,7 +863,7 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
             format!("plugin_dirs = [\"libs\"]\n\n[[stage]]\nname = \"s\"\nplugin = \"{name}\"\n"),
         )
         .unwrap();
-        let out = tamp_e2e::run_tamp(&["check-config", "chain.toml"], &dir);
+        let out = tamp_e2e::run_tamp(&["check-config", "--config", "chain.toml"], &dir);
         let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
         if found {
             assert!(!said.contains("no such file"), "{name}: {said}");
@@ -1044,4 +1044,282 @@ fn the_text_report_names_the_pages_and_pages_list_dates_them_as_people_read_them
         serde_json::from_str(text(&json.stdout).lines().next().unwrap()).unwrap();
     assert_eq!(first["id"], page);
     assert!(first["created_at"].as_u64().unwrap() > 1_700_000_000);
+}
+
+#[test]
+fn one_grammar_old_spellings_warn_completions_and_quiet() {
+    let dir = scratch_dir("cli-grammar");
+    let root = workspace_root();
+    let chain = root.join("examples/chains/default.toml");
+    let chain = chain.to_str().unwrap();
+    let conversation = root.join("examples/conversations/airline-task33.openai.json");
+    let conversation = conversation.to_str().unwrap();
+
+    // The chain file is --config everywhere; the old spellings still work, with a warning
+    // that names the new one.
+    let new = tamp_e2e::run_tamp(&["check-config", "--config", chain], &dir);
+    assert!(new.status.success(), "{}", text(&new.stderr));
+    assert!(text(&new.stderr).is_empty(), "{}", text(&new.stderr));
+    let old = tamp_e2e::run_tamp(&["check-config", chain], &dir);
+    assert!(old.status.success(), "{}", text(&old.stderr));
+    assert!(
+        text(&old.stderr).contains("the chain file as an argument is now --config"),
+        "{}",
+        text(&old.stderr)
+    );
+    let eval_new = tamp_e2e::run_tamp(
+        &[
+            "eval",
+            "-c",
+            chain,
+            "--one-shot-only",
+            "--output-format",
+            "csv",
+            "-o",
+            "new.csv",
+            conversation,
+        ],
+        &dir,
+    );
+    assert!(eval_new.status.success(), "{}", text(&eval_new.stderr));
+    assert!(
+        !text(&eval_new.stderr).contains("warning"),
+        "{}",
+        text(&eval_new.stderr)
+    );
+    let eval_old = tamp_e2e::run_tamp(
+        &[
+            "eval",
+            "--chain",
+            chain,
+            "--one-shot-only",
+            "--format",
+            "csv",
+            "--out",
+            "old.csv",
+            conversation,
+        ],
+        &dir,
+    );
+    assert!(eval_old.status.success(), "{}", text(&eval_old.stderr));
+    let said = text(&eval_old.stderr);
+    for warning in [
+        "--chain is now --config",
+        "--format is now --output-format",
+        "--out is now --output",
+    ] {
+        assert!(said.contains(warning), "{said}");
+    }
+    let header = |file: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(header("new.csv"), header("old.csv"));
+    // -q: errors only.
+    let quiet = tamp_e2e::run_tamp(
+        &[
+            "-q",
+            "eval",
+            "--chain",
+            chain,
+            "--one-shot-only",
+            conversation,
+        ],
+        &dir,
+    );
+    assert!(quiet.status.success());
+    assert!(text(&quiet.stderr).is_empty(), "{}", text(&quiet.stderr));
+
+    // Completion scripts, from the same definition as the flags.
+    for (shell, needle) in [
+        ("bash", "--output-format"),
+        ("zsh", "--stage-config"),
+        ("fish", "completions"),
+    ] {
+        let out = tamp_e2e::run_tamp(&["completions", shell], &dir);
+        assert!(out.status.success(), "{shell}");
+        assert!(text(&out.stdout).contains(needle), "{shell}: no {needle}");
+    }
+}
+
+/// The README's next step: the same conversation through another chain on the same store.
+/// The example chains are copied elsewhere (they keep their store beside them); the second
+/// chain does not continue the first's answer, says so, and acts; run again, it continues
+/// its own.
+#[test]
+fn a_thread_another_chain_answered_starts_over_and_the_report_says_why() {
+    let dir = scratch_dir("cli-chain-identity");
+    for name in ["default.toml", "hybrid.toml"] {
+        std::fs::copy(
+            workspace_root().join("examples/chains").join(name),
+            dir.join(name),
+        )
+        .unwrap();
+    }
+    let sample = ponyc();
+    let run = |chain: &str, n: u32| {
+        let report = format!("report-{n}.json");
+        let out = tamp_e2e::run_tamp(
+            &[
+                "compact",
+                sample.to_str().unwrap(),
+                "--config",
+                chain,
+                "--report",
+                "--report-json",
+                &report,
+                "-o",
+                "out.json",
+            ],
+            &dir,
+        );
+        assert!(out.status.success(), "{chain}: {}", text(&out.stderr));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(&report)).unwrap()).unwrap();
+        (text(&out.stderr), json)
+    };
+    let (_, first) = run("default.toml", 1);
+    assert!(
+        dir.join("tamp-store.sqlite3").is_file(),
+        "the store sits beside the copied chain file"
+    );
+    assert_eq!(first["thread"]["continued"], false);
+
+    let (said, second) = run("hybrid.toml", 2);
+    assert_eq!(second["thread"]["continued"], false, "{said}");
+    assert!(
+        second["thread"]["started_over"]
+            .as_str()
+            .is_some_and(|why| why.contains("another chain")),
+        "{second}"
+    );
+    assert!(said.contains("thread started over"), "{said}");
+    let acted = second["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|stage| stage["pages"].as_array().is_some_and(|p| !p.is_empty()));
+    assert!(acted, "hybrid's stages ran on the raw history: {said}");
+    assert!(
+        second["tokens_after"].as_u64() < second["tokens_before"].as_u64(),
+        "{second}"
+    );
+
+    let (said, third) = run("hybrid.toml", 3);
+    assert_eq!(third["thread"]["continued"], true, "{said}");
+    assert!(third["thread"].get("started_over").is_none(), "{third}");
+}
+
+/// The errors a new user meets first each say what to do next: a missing plugin on its
+/// `plugin =` line, as written and as resolved; an unknown stage key with the keys the plugin
+/// takes; an empty file, a bare message list and a saved API response with the shapes tamp
+/// reads; an unset key variable with the set one it was likely meant to be.
+#[test]
+fn first_errors_name_the_line_the_path_the_keys_the_shapes_and_the_near_miss() {
+    let dir = scratch_dir("cli-first-errors");
+    let default = std::fs::read_to_string(default_chain()).unwrap();
+    let line_of =
+        |text: &str, needle: &str| text.lines().position(|l| l.starts_with(needle)).unwrap() + 1;
+
+    // A plugin path that names no file.
+    let missing = default.replace(
+        "plugin = \"tamp_custom_strategy\"",
+        "plugin = \"./nope.so\"",
+    );
+    std::fs::write(dir.join("missing.toml"), &missing).unwrap();
+    let out = tamp(&["check-config", "-c", "missing.toml"], &dir);
+    let said = text(&out.stderr);
+    let at = format!(
+        "missing.toml:{}:",
+        line_of(&missing, "plugin = \"./nope.so\"")
+    );
+    assert!(!out.status.success() && said.contains(&at), "{at}: {said}");
+    let resolved = dir.canonicalize().unwrap().join("nope.so");
+    assert!(
+        said.contains("plugin \"./nope.so\": no such file")
+            && said.contains(&resolved.display().to_string())
+            && said.contains("relative to the chain file's directory")
+            && !said.contains("././"),
+        "{said}"
+    );
+
+    // A key the stage's plugin does not take.
+    let typo = default.replace("keep_exchanges = 4", "keep_exchange = 4");
+    std::fs::write(dir.join("typo.toml"), &typo).unwrap();
+    let out = tamp(&["check-config", "-c", "typo.toml"], &dir);
+    let said = text(&out.stderr);
+    let at = format!("typo.toml:{}:", line_of(&typo, "keep_exchange = 4"));
+    assert!(said.contains(&at), "{at}: {said}");
+    assert!(
+        said.contains("the keys it takes: ") && said.contains("keep_exchanges"),
+        "{said}"
+    );
+
+    // Files that are no request.
+    let cases = [
+        ("empty.json", "\n", "empty (no JSON at all)"),
+        (
+            "bare.json",
+            r#"[{"role": "user", "content": "hi"}]"#,
+            "a bare list of messages?",
+        ),
+        (
+            "response.json",
+            r#"{"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn"}"#,
+            "this looks like one message or an Anthropic Messages response",
+        ),
+        (
+            "completion.json",
+            r#"{"id": "c", "object": "chat.completion", "choices": []}"#,
+            "this looks like an OpenAI Chat Completions response",
+        ),
+    ];
+    let chain = default_chain();
+    for (file, body, expected) in cases {
+        std::fs::write(dir.join(file), body).unwrap();
+        let out = tamp(
+            &[
+                "compact",
+                file,
+                "-c",
+                chain.to_str().unwrap(),
+                "--store",
+                "s.sqlite3",
+            ],
+            &dir,
+        );
+        let said = text(&out.stderr);
+        assert!(!out.status.success(), "{file}");
+        assert!(
+            said.contains(&format!("{file}: ")) && said.contains(expected),
+            "{file}: {said}"
+        );
+        assert!(said.contains("{\"messages\": [...]}"), "{file}: {said}");
+    }
+
+    // `api_key_env` naming an unset variable, with a similar one set.
+    let keyed = format!(
+        "{default}\n[provider]\nkind = \"anthropic\"\nmodel = \"claude-x\"\napi_key_env = \"TAMP_TEST_ANTHROPIC_API_KEY\"\n"
+    )
+    .replace("[provider]\nkind = \"extractive\"\n", "");
+    std::fs::write(dir.join("keyed.toml"), &keyed).unwrap();
+    let out = Command::new(tamp_bin())
+        .args(["check-config", "-c", "keyed.toml"])
+        .current_dir(&dir)
+        .env_remove("TAMP_TEST_ANTHROPIC_API_KEY")
+        .env("TAMP_TEST_ANTHROPIC_KEY", "sk-ant-secret-value")
+        .output()
+        .unwrap();
+    let said = text(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said
+                .contains("TAMP_TEST_ANTHROPIC_API_KEY is not set (but TAMP_TEST_ANTHROPIC_KEY is")
+            && !said.contains("sk-ant-secret-value"),
+        "{said}"
+    );
 }

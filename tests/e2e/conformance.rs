@@ -33,7 +33,7 @@ fn kit(plugin: &Path, args: &[&str]) -> (i32, String) {
 
 /// `tamp conformance` with `args` and `--format json`: the exit code and the parsed report.
 pub(crate) fn kit_json(plugin: &Path, args: &[&str]) -> (i32, KitReport) {
-    let mut all = vec!["--format", "json"];
+    let mut all = vec!["--output-format", "json"];
     all.extend_from_slice(args);
     let (code, stdout) = kit(plugin, &all);
     let report = serde_json::from_str(&stdout)
@@ -123,7 +123,14 @@ fn each_broken_variant_fails_exactly_the_rule_it_breaks() {
         let rule = &breaks.split(':').next().unwrap();
         let (code, report) = kit_json(
             &breaker,
-            &["--config", &config, "--only", ALL_BUT_SLOW, "--cases", "3"],
+            &[
+                "--stage-config",
+                &config,
+                "--only",
+                ALL_BUT_SLOW,
+                "--cases",
+                "3",
+            ],
         );
         assert_eq!(code, 1, "{breaks}: {}", report.to_text());
         assert_eq!(report.failed_rules(), [*rule], "{}", report.to_text());
@@ -184,7 +191,7 @@ fn a_plugin_that_aborts_or_hangs_fails_those_checks_not_the_kit() {
     let (code, report) = kit_json(
         &breaker,
         &[
-            "--config",
+            "--stage-config",
             r#"{"break": "abort"}"#,
             "--only",
             "TAMP-META-01,TAMP-INV-01,TAMP-EDGE-01",
@@ -206,7 +213,7 @@ fn a_plugin_that_aborts_or_hangs_fails_those_checks_not_the_kit() {
     let (code, report) = kit_json(
         &breaker,
         &[
-            "--config",
+            "--stage-config",
             r#"{"break": "hang"}"#,
             "--only",
             "TAMP-EDGE-01",
@@ -226,7 +233,7 @@ fn a_plugin_that_aborts_or_hangs_fails_those_checks_not_the_kit() {
     let (code, report) = kit_json(
         &plugin("tamp_test_misbehaving"),
         &[
-            "--config",
+            "--stage-config",
             r#"{"mode": "hang"}"#,
             "--only",
             "TAMP-EDGE-01",
@@ -245,7 +252,7 @@ fn a_plugin_that_aborts_or_hangs_fails_those_checks_not_the_kit() {
     let (_, report) = kit_json(
         &plugin("tamp_test_misbehaving"),
         &[
-            "--config",
+            "--stage-config",
             r#"{"mode": "panic_in_compact"}"#,
             "--only",
             "TAMP-ERR-01",
@@ -277,7 +284,7 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
     let breaker = plugin("tamp_test_rule_breaker");
     let args = |format: &'static str| {
         vec![
-            "--config",
+            "--stage-config",
             r#"{"break": "TAMP-INV-01"}"#,
             "--only",
             "TAMP-INV-01,TAMP-INV-04",
@@ -285,7 +292,7 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
             "3",
             "--seed",
             "9",
-            "--format",
+            "--output-format",
             format,
         ]
     };
@@ -329,7 +336,7 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere.so"));
-    let (code, _) = kit(&breaker, &["--config", "{not json"]);
+    let (code, _) = kit(&breaker, &["--stage-config", "{not json"]);
     assert_eq!(code, 2);
 }
 
@@ -506,10 +513,10 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
         (r#"{"kep": 3}"#, "field \"kep\""),
         ("[1]", "the config as a whole"),
     ] {
-        let (code, stdout, stderr) = kit_all(&clearing, &["--config", config]);
+        let (code, stdout, stderr) = kit_all(&clearing, &["--stage-config", config]);
         assert_eq!(code, 2, "{config}: {stdout}{stderr}");
         assert!(
-            stderr.contains("error: --config: ") && stderr.contains(field),
+            stderr.contains("error: --stage-config: ") && stderr.contains(field),
             "{config}: {stderr}"
         );
         assert!(
@@ -520,24 +527,25 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
     }
     // The schema takes it, the plugin's constructor refuses it as an invalid config.
     let breaker = plugin("tamp_test_rule_breaker");
-    let (code, stdout, stderr) = kit_all(&breaker, &["--config", r#"{"break": "TAMP-NOPE"}"#]);
+    let (code, stdout, stderr) =
+        kit_all(&breaker, &["--stage-config", r#"{"break": "TAMP-NOPE"}"#]);
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(
-        stderr.contains("--config: plugin rule-breaker refuses it: break: unknown rule"),
+        stderr.contains("--stage-config: plugin rule-breaker refuses it: break: unknown rule"),
         "{stderr}"
     );
     assert!(stdout.is_empty(), "{stdout}");
     // A config the schema refuses, of a plugin whose own default it refuses too.
     let bad = plugin("tamp_test_bad_metadata");
-    let (code, _, stderr) = kit_all(&bad, &["--config", r#"{"group_size": 1}"#]);
+    let (code, _, stderr) = kit_all(&bad, &["--stage-config", r#"{"group_size": 1}"#]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("field \"group_size\""), "{stderr}");
 
-    // The plugin's faults stay findings: its default config given as --config ...
+    // The plugin's faults stay findings: its default config given as --stage-config ...
     let (code, report) = kit_json(
         &bad,
         &[
-            "--config",
+            "--stage-config",
             r#"{"group_size": 0}"#,
             "--only",
             "TAMP-META-01,TAMP-CFG-01,TAMP-INV-01",
@@ -556,7 +564,7 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
     let (code, report) = kit_json(
         &plugin("tamp_test_misbehaving"),
         &[
-            "--config",
+            "--stage-config",
             r#"{"mode": "panic_in_new"}"#,
             "--only",
             "TAMP-INV-01",
@@ -599,7 +607,7 @@ fn a_partial_run_claims_no_verdict_on_the_rules_left_out() {
     report.assert_passed();
 
     let mut junit_args = args.to_vec();
-    junit_args.extend(["--format", "junit"]);
+    junit_args.extend(["--output-format", "junit"]);
     let (code, junit) = kit(&breaker, &junit_args);
     assert_eq!(code, 0);
     assert!(
@@ -615,7 +623,7 @@ fn a_partial_run_claims_no_verdict_on_the_rules_left_out() {
     let (code, report) = kit_json(
         &breaker,
         &[
-            "--config",
+            "--stage-config",
             r#"{"break": "TAMP-INV-01"}"#,
             "--only",
             "TAMP-INV-01",
@@ -656,7 +664,7 @@ fn counts_of_zero_are_refused_and_a_plugin_is_found_by_name() {
             "tamp_tool_result_clearing",
             "--only",
             "TAMP-META-01",
-            "--format",
+            "--output-format",
             "json",
         ])
         .output()

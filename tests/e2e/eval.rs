@@ -38,7 +38,7 @@ fn eval(extra: &[&str], dir: &Path) -> Output {
     let mut cmd = Command::new(tamp_bin());
     cmd.arg("eval").current_dir(dir);
     for chain in CHAINS {
-        cmd.arg("--chain").arg(root.join(chain));
+        cmd.arg("--config").arg(root.join(chain));
     }
     for (_, facts) in CONVERSATIONS {
         cmd.arg("--facts").arg(root.join(facts));
@@ -194,7 +194,12 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
     let dir = scratch_dir("eval");
     let json_path = dir.join("eval.json");
     let out = eval(
-        &["--format", "json", "--out", json_path.to_str().unwrap()],
+        &[
+            "--output-format",
+            "json",
+            "--output",
+            json_path.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -303,7 +308,7 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
         table.contains("facts not found in the final context:"),
         "{table}"
     );
-    let csv = eval(&["--format", "csv", "--one-shot-only"], &dir);
+    let csv = eval(&["--output-format", "csv", "--one-shot-only"], &dir);
     assert!(csv.status.success());
     let csv = text(&csv.stdout);
     assert_eq!(
@@ -323,11 +328,11 @@ fn airline_runs(conversation: &Path, dir: &Path) -> Vec<Value> {
     let root = workspace_root();
     let json_path = dir.join("eval.json");
     let mut cmd = Command::new(tamp_bin());
-    cmd.args(["eval", "--format", "json", "--out"])
+    cmd.args(["eval", "--output-format", "json", "--output"])
         .arg(&json_path)
         .current_dir(dir);
     for chain in CHAINS {
-        cmd.arg("--chain").arg(root.join(chain));
+        cmd.arg("--config").arg(root.join(chain));
     }
     let out = cmd
         .arg("--facts")
@@ -395,9 +400,15 @@ fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
     });
     let costs = |prices: &[&str]| {
         let out = Command::new(tamp_bin())
-            .args(["eval", "--replay-only", "--format", "json", "--chain"])
+            .args([
+                "eval",
+                "--replay-only",
+                "--output-format",
+                "json",
+                "--config",
+            ])
             .arg(&roomy)
-            .arg("--chain")
+            .arg("--config")
             .arg(root.join(CHAINS[0]))
             .args(prices)
             .arg(root.join(CONVERSATIONS[0].0))
@@ -444,7 +455,7 @@ fn eval_never_writes_the_chain_files_store() {
         format!("{chain}\n[store]\npath = \"own-store.sqlite3\"\n")
     });
     let out = Command::new(tamp_bin())
-        .args(["eval", "--one-shot-only", "--chain"])
+        .args(["eval", "--one-shot-only", "--config"])
         .arg(&chain)
         .arg(root.join(CONVERSATIONS[0].0))
         .current_dir(&dir)
@@ -487,7 +498,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     )
     .unwrap();
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--facts",
         facts.to_str().unwrap(),
@@ -501,7 +512,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     let bad_facts = dir.join("bad.facts.json");
     std::fs::write(&bad_facts, r#"{"facts": [{"id": "a"}]}"#).unwrap();
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--facts",
         bad_facts.to_str().unwrap(),
@@ -514,7 +525,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
 
     let bad_chain = dir.join("bad.toml");
     std::fs::write(&bad_chain, "[budget]\nmax_tokens = \"many\"\n").unwrap();
-    let err = run(&["--chain", bad_chain.to_str().unwrap(), conversation]);
+    let err = run(&["--config", bad_chain.to_str().unwrap(), conversation]);
     assert!(
         err.contains("bad.toml") && err.contains("max_tokens"),
         "{err}"
@@ -524,7 +535,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     let airline = root.join(CONVERSATIONS[1].0);
     let airline_facts = root.join(CONVERSATIONS[1].1);
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--probe",
         chain,
@@ -537,7 +548,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
         "{err}"
     );
     let err = run(&[
-        "--chain",
+        "--config",
         chain,
         "--probe",
         root.join(RECORDED_JUDGE).to_str().unwrap(),
@@ -545,7 +556,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     ]);
     assert!(err.contains("--probe") && err.contains("question"), "{err}");
 
-    let err = run(&["--chain", chain, "--cache-prices", "0.1,x", conversation]);
+    let err = run(&["--config", chain, "--cache-prices", "0.1,x", conversation]);
     assert!(
         err.contains("--cache-prices") && err.contains("the write price \"x\""),
         "{err}"
@@ -553,7 +564,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
 
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"messages\": [").unwrap();
-    let err = run(&["--chain", chain, broken.to_str().unwrap()]);
+    let err = run(&["--config", chain, broken.to_str().unwrap()]);
     assert!(err.contains("broken.json"), "{err}");
 
     let help = Command::new(tamp_bin())
@@ -581,7 +592,7 @@ fn recorded_eval(extra: &[&str], dir: &Path) -> Output {
     let root = workspace_root();
     Command::new(tamp_bin())
         .arg("eval")
-        .arg("--chain")
+        .arg("--config")
         .arg(root.join(RECORDED_CHAIN))
         .arg("--probe")
         .arg(root.join(RECORDED_JUDGE))
@@ -604,7 +615,12 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
     let root = workspace_root();
     let json_path = dir.join("recorded.json");
     let out = recorded_eval(
-        &["--format", "json", "--out", json_path.to_str().unwrap()],
+        &[
+            "--output-format",
+            "json",
+            "--output",
+            json_path.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -663,13 +679,81 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
     assert!(table.lines().next().unwrap().contains("probe"), "{table}");
 }
 
+/// A page as the headless browser drew it: RGB pixels, row by row.
+struct Screenshot {
+    width: usize,
+    height: usize,
+    rgb: Vec<[u8; 3]>,
+}
+
+impl Screenshot {
+    /// `html` opened in a real headless browser, in a window of `width` × `height`.
+    fn of(html: &Path, width: u32, height: u32) -> Screenshot {
+        let shot = html.with_extension("png");
+        // Installed by the test support when the machine has none (support/browser.rs).
+        let browser = tamp_e2e::browser::chromium();
+        let run = Command::new(&browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--window-size={width},{height}"))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("file://{}", html.display()))
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", browser.display()));
+        assert!(shot.is_file(), "no screenshot: {}", text(&run.stderr));
+        let decoder =
+            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let channels = info.color_type.samples();
+        Screenshot {
+            width: info.width as usize,
+            height: info.height as usize,
+            rgb: buf[..info.buffer_size()]
+                .chunks(channels)
+                .map(|p| [p[0], p[1], p[2]])
+                .collect(),
+        }
+    }
+
+    fn at(&self, x: usize, y: usize) -> [u8; 3] {
+        self.rgb[y * self.width + x]
+    }
+
+    /// Pixels of `rgb`, give or take what anti-aliasing blends in at a line's edge.
+    fn count(&self, rgb: [u8; 3]) -> usize {
+        self.rgb.iter().filter(|p| near(**p, rgb)).count()
+    }
+}
+
+fn near(p: [u8; 3], rgb: [u8; 3]) -> bool {
+    (0..3).all(|c| p[c].abs_diff(rgb[c]) < 12)
+}
+
+/// The colors of the first two chains given (html.rs's palette).
+const FIRST_CHAIN: [u8; 3] = [0x1f, 0x77, 0xb4];
+const SECOND_CHAIN: [u8; 3] = [0xd6, 0x27, 0x28];
+
 /// The HTML report, opened in a real headless browser: the screenshot is not blank, and it
 /// shows the charts, drawn in each chain's color.
 #[test]
 fn the_html_report_renders_its_charts_in_a_real_browser() {
     let dir = scratch_dir("eval-html");
     let html = dir.join("report.html");
-    let out = eval(&["--format", "html", "--out", html.to_str().unwrap()], &dir);
+    let out = eval(
+        &[
+            "--output-format",
+            "html",
+            "--output",
+            html.to_str().unwrap(),
+        ],
+        &dir,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
@@ -681,55 +765,162 @@ fn the_html_report_renders_its_charts_in_a_real_browser() {
         "nothing fetched"
     );
 
-    let shot = dir.join("report.png");
-    // Installed by the test support when the machine has none (support/browser.rs).
-    let browser = tamp_e2e::browser::chromium();
-    let run = Command::new(&browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-        ])
-        .arg("--window-size=1000,1400")
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!("file://{}", html.display()))
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", browser.display()));
-    assert!(shot.is_file(), "no screenshot: {}", text(&run.stderr));
-
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    let channels = info.color_type.samples();
-    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
-    let count = |rgb: [u8; 3]| {
-        pixels
-            .iter()
-            .filter(|p| {
-                p[0].abs_diff(rgb[0]) < 12
-                    && p[1].abs_diff(rgb[1]) < 12
-                    && p[2].abs_diff(rgb[2]) < 12
-            })
-            .count()
-    };
-    let white = count([255, 255, 255]);
+    let shot = Screenshot::of(&html, 1100, 2000);
+    let white = shot.count([255, 255, 255]);
     assert!(
-        white < pixels.len() * 97 / 100,
+        white < shot.rgb.len() * 97 / 100,
         "the page is (nearly) blank: {white} of {} white",
-        pixels.len()
+        shot.rgb.len()
     );
-    // The first chain's color (#1f77b4) and the second's (#d62728): their lines, dots and bars.
-    let (first, second) = (count([0x1f, 0x77, 0xb4]), count([0xd6, 0x27, 0x28]));
+    // The chains' lines, dots and bars.
+    let (first, second) = (shot.count(FIRST_CHAIN), shot.count(SECOND_CHAIN));
     assert!(
         first > 2_000 && second > 2_000,
         "chart colors on screen: {first} and {second} pixels"
     );
 }
 
-/// `--out` is checked before anything runs (a run with a real model can take hours): a
-/// directory, a missing directory or a file taken for one is refused at once, naming `--out`
+/// The planted session replayed by two chains (docs/eval.md's command), in the HTML report: its
+/// context chart, found in a screenshot by its background, shows each chain's line over more
+/// than a tenth of the chart's height. A chart left empty fails, and so does one whose scale
+/// is the raw history's: that history grows to 56,490 tokens where the chains stay under
+/// their 6,000-token high watermark, and every line lay flat along the axis.
+#[test]
+fn each_chains_line_uses_its_context_charts_height() {
+    let dir = scratch_dir("eval-html-planted");
+    let html = dir.join("planted.html");
+    let out = Command::new(tamp_bin())
+        .args(["eval", "--replay-only"])
+        .args(["--config", "planted/hybrid.toml"])
+        .args(["--config", "planted/hybrid-fixed.toml"])
+        .args(["--facts", "planted.facts.json"])
+        .args(["--output-format", "html", "--output"])
+        .arg(&html)
+        .arg("planted.anthropic.json")
+        .current_dir(workspace_root().join("examples/eval"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shot = Screenshot::of(&html, 1100, 2200);
+
+    // A chart: rows with the charts' background (html.rs's CHART_BACKGROUND) in its margins,
+    // gridlines and axes (rows across the plot) bridged.
+    const BACKGROUND: [u8; 3] = [0xfa, 0xfa, 0xfa];
+    let mut charts: Vec<(usize, usize)> = Vec::new();
+    for y in 0..shot.height {
+        let background = (0..shot.width)
+            .filter(|&x| shot.at(x, y) == BACKGROUND)
+            .count();
+        if background < 50 {
+            continue;
+        }
+        match charts.last_mut() {
+            Some((_, bottom)) if y - *bottom <= 4 => *bottom = y,
+            _ => charts.push((y, y)),
+        }
+    }
+    charts.retain(|(top, bottom)| bottom - top >= 150);
+    assert_eq!(charts.len(), 1, "one context chart on screen: {charts:?}");
+
+    for (top, bottom) in charts {
+        let height = bottom - top + 1;
+        for (chain, rgb) in [("hybrid", FIRST_CHAIN), ("hybrid-fixed", SECOND_CHAIN)] {
+            let rows: Vec<usize> = (top..=bottom)
+                .filter(|&y| (0..shot.width).any(|x| near(shot.at(x, y), rgb)))
+                .collect();
+            let pixels: usize = (top..=bottom)
+                .map(|y| {
+                    (0..shot.width)
+                        .filter(|&x| near(shot.at(x, y), rgb))
+                        .count()
+                })
+                .sum();
+            assert!(
+                pixels > 300,
+                "{chain}: its line is not in the chart ({pixels} pixels of its color)"
+            );
+            // Distinct rows, not the span: a dashed watermark or a dot in the chain's color
+            // far from its line must not pass for a line that rises.
+            assert!(
+                rows.len() * 10 > height,
+                "{chain}: its line crosses {} of the chart's {height} rows, within a tenth of \
+                 it: squashed against the axis",
+                rows.len()
+            );
+        }
+    }
+}
+
+/// Into a pipe, `tamp eval`'s progress is its step lines, with no bar and no escape sequence
+/// to litter a log; with `-q`, nothing; on a terminal (a pseudo-terminal `script` makes), a
+/// bar after the steps, erased before the table is printed.
+#[test]
+fn the_progress_bar_is_drawn_on_a_terminal_only() {
+    let root = workspace_root();
+    let dir = scratch_dir("eval-progress");
+    let args = [
+        "eval".to_string(),
+        "--config".into(),
+        root.join(CHAINS[0]).display().to_string(),
+        root.join(CONVERSATIONS[1].0).display().to_string(),
+    ];
+    let piped = Command::new(tamp_bin())
+        .args(&args)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    let err = text(&piped.stderr);
+    assert!(
+        err.contains("tamp eval: summarize on airline-task33: one-shot\n")
+            && err.contains("tamp eval: summarize on airline-task33: replay, 21/21 requests\n"),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\x1b') && !err.contains('\r') && !err.contains("LLM call"),
+        "a bar drawn into a pipe: {err:?}"
+    );
+
+    let quiet = Command::new(tamp_bin())
+        .args(&args)
+        .arg("-q")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(quiet.status.success());
+    assert_eq!(text(&quiet.stderr), "", "-q");
+    assert!(text(&quiet.stdout).starts_with("conversation"));
+
+    // `script` runs the command on a pseudo-terminal and copies what it wrote.
+    let command = std::iter::once(tamp_bin().display().to_string())
+        .chain(args)
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let terminal = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .env("COLUMNS", "100")
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("script (util-linux) runs a command on a terminal: {e}"));
+    let screen = text(&terminal.stdout);
+    assert!(terminal.status.success(), "{screen}");
+    assert!(
+        screen.contains("\r\x1b[2K[") && screen.contains(" LLM calls  "),
+        "no bar on a terminal: {screen:?}"
+    );
+    // The bar is erased before the table, which starts its own line.
+    let table = screen.rfind("conversation").unwrap();
+    assert!(
+        screen[..table].ends_with("\r\x1b[2K"),
+        "the bar is left before the table: {screen:?}"
+    );
+}
+
+/// `--output` is checked before anything runs (a run with a real model can take hours): a
+/// directory, a missing directory or a file taken for one is refused at once, naming `--output`
 /// and the path. A file the check created is removed when the run fails after it; an existing
 /// one is left as it was.
 #[test]
@@ -738,9 +929,9 @@ fn a_bad_out_path_is_refused_before_any_chain_runs() {
     let root = workspace_root();
     let eval_to = |chain: &Path, out: &Path| {
         Command::new(tamp_bin())
-            .args(["eval", "--one-shot-only", "--chain"])
+            .args(["eval", "--one-shot-only", "--config"])
             .arg(chain)
-            .arg("--out")
+            .arg("--output")
             .arg(out)
             .arg(root.join(CONVERSATIONS[0].0))
             .current_dir(&dir)
@@ -757,13 +948,13 @@ fn a_bad_out_path_is_refused_before_any_chain_runs() {
     ] {
         let run = eval_to(&chain, &out);
         let err = text(&run.stderr);
-        assert!(!run.status.success(), "accepted --out {}", out.display());
+        assert!(!run.status.success(), "accepted --output {}", out.display());
         assert!(
             !err.contains("one-shot"),
             "a chain ran before the error: {err}"
         );
         assert!(
-            err.contains(&format!("--out {}", out.display())) && err.contains(why),
+            err.contains(&format!("--output {}", out.display())) && err.contains(why),
             "{err}"
         );
     }
@@ -811,7 +1002,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
         cmd.args(["eval", "--one-shot-only", "--facts", CONVERSATIONS[0].1])
             .current_dir(&root);
         for chain in chains {
-            cmd.arg("--chain").arg(chain);
+            cmd.arg("--config").arg(chain);
         }
         let out = cmd.args(extra).args(conversations).output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -830,7 +1021,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
         .collect();
 
     // JSON: a run per pair, each pair once.
-    let report: Value = serde_json::from_str(&colliding(&["--format", "json"])).unwrap();
+    let report: Value = serde_json::from_str(&colliding(&["--output-format", "json"])).unwrap();
     let runs = report["runs"].as_array().unwrap();
     let pairs: Vec<(String, String)> = runs
         .iter()
@@ -845,7 +1036,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
     let alone: Value = serde_json::from_str(&eval_of(
         &[HYBRIDS[1]],
         &[PONYC[1], airline],
-        &["--format", "json"],
+        &["--output-format", "json"],
     ))
     .unwrap();
     let figures =
@@ -899,7 +1090,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
     }
 
     // The CSV's rows.
-    let csv = colliding(&["--format", "csv"]);
+    let csv = colliding(&["--output-format", "csv"]);
     let rows: Vec<(String, String)> = csv
         .lines()
         .skip(1)
@@ -913,7 +1104,12 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
 
     // The HTML page: the table's rows, a section per conversation, a legend entry per chain.
     let html = dir.join("report.html");
-    colliding(&["--format", "html", "--out", html.to_str().unwrap()]);
+    colliding(&[
+        "--output-format",
+        "html",
+        "--output",
+        html.to_str().unwrap(),
+    ]);
     let page = std::fs::read_to_string(&html).unwrap();
     for (conversation, chain) in &expected {
         assert!(
@@ -958,7 +1154,7 @@ fn the_docs_sample_is_what_its_command_prints() {
         .skip_while(|w| *w != "eval")
         .skip(1)
         .collect();
-    assert!(args.contains(&"--chain"), "{command}");
+    assert!(args.contains(&"--config"), "{command}");
     let out = Command::new(tamp_bin())
         .arg("eval")
         .args(&args)

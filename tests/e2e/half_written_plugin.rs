@@ -86,7 +86,7 @@ fn every_command_refuses_a_plugin_cut_short_naming_the_file_and_why() {
         let needles = [file_text, "damaged or incomplete shared library", &bytes];
         let describe = tamp(&["plugins", "describe", file_text], &dir);
         assert_refused(&describe, &format!("describe, cut at {cut}"), &needles);
-        let check = tamp(&["check-config", config_text], &dir);
+        let check = tamp(&["check-config", "--config", config_text], &dir);
         assert_refused(&check, &format!("check-config, cut at {cut}"), &needles);
         assert!(
             !text(&check.stdout).contains("ok"),
@@ -99,7 +99,7 @@ fn every_command_refuses_a_plugin_cut_short_naming_the_file_and_why() {
     }
     // The whole file loads: what was refused was the cut, not the plugin.
     std::fs::write(&file, &whole).unwrap();
-    let check = tamp(&["check-config", config_text], &dir);
+    let check = tamp(&["check-config", "--config", config_text], &dir);
     assert!(check.status.success(), "{}", text(&check.stderr));
 
     // A device, a directory, a FIFO: named as what they are, never "no such file", and never
@@ -118,7 +118,7 @@ fn every_command_refuses_a_plugin_cut_short_naming_the_file_and_why() {
             assert!(!text(&out.stderr).contains("no such file"));
         }
         std::fs::write(&config, chain_toml(path)).unwrap();
-        let out = tamp(&["check-config", config_text], &dir);
+        let out = tamp(&["check-config", "--config", config_text], &dir);
         assert_refused(&out, &format!("check-config of {path}"), &[path, kind]);
     }
 }
@@ -142,7 +142,7 @@ fn a_plugin_for_another_architecture_is_named_as_such() {
     ];
     for args in [
         vec!["plugins", "describe", file_text],
-        vec!["check-config", config.to_str().unwrap()],
+        vec!["check-config", "--config", config.to_str().unwrap()],
     ] {
         let out = tamp(&args, &dir);
         assert_refused(&out, &format!("{args:?}"), &needles);

@@ -34,7 +34,7 @@ fn refused_by_check_and_compact(
     config: &str,
 ) -> Vec<String> {
     [
-        vec!["check-config", config],
+        vec!["check-config", "--config", config],
         vec!["compact", input.to_str().unwrap(), "--config", config],
     ]
     .into_iter()
@@ -209,19 +209,19 @@ fn files_that_never_end_or_never_open_are_refused_at_once() {
     let cases: Vec<(Vec<&str>, String)> =
         vec![
         (
-            vec!["check-config", "/dev/zero"],
+            vec!["check-config", "--config", "/dev/zero"],
             format!("error: /dev/zero: cannot read: {device}"),
         ),
         (
-            vec!["check-config", "zero.toml"],
+            vec!["check-config", "--config", "zero.toml"],
             format!("error: zero.toml: cannot read: {device}"),
         ),
         (
-            vec!["check-config", "pipe"],
+            vec!["check-config", "--config", "pipe"],
             format!("error: pipe: cannot read: {fifo}"),
         ),
         (
-            vec!["check-config", "big.toml"],
+            vec!["check-config", "--config", "big.toml"],
             "error: big.toml: cannot read: it has 17825792 bytes, more than the 16 MiB a chain \
              file may have; not read further"
                 .into(),
@@ -251,8 +251,8 @@ fn files_that_never_end_or_never_open_are_refused_at_once() {
             format!("error: pipe: cannot read the facts file: {fifo}"),
         ),
         (
-            vec!["conformance", "strategy.so", "--config", "@pipe"],
-            format!("error: --config @pipe: cannot read: {fifo}"),
+            vec!["conformance", "strategy.so", "--stage-config", "@pipe"],
+            format!("error: --stage-config @pipe: cannot read: {fifo}"),
         ),
     ];
     for (args, says) in cases {
@@ -380,7 +380,7 @@ async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
         assert!(!all.contains(SECRET), "{args:?}: {all}");
         (out, all)
     };
-    let (out, _) = run(&["check-config", config], &trace);
+    let (out, _) = run(&["check-config", "--config", config], &trace);
     assert!(out.status.success());
     let (out, all) = run(
         &[
@@ -420,7 +420,7 @@ async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
         let refused = write_chain(&dir, &table);
         let db = format!("postgres://produser:{SECRET}@127.0.0.1:9/tamp");
         let (out, all) = run(
-            &["check-config", refused.to_str().unwrap()],
+            &["check-config", "--config", refused.to_str().unwrap()],
             &[("TAMP_TEST_DB_URL", db.as_str()), ("TAMP_LOG", "trace")],
         );
         assert_eq!(out.status.code(), Some(1), "{all}");
@@ -550,7 +550,10 @@ fn check_config_summarizes_a_long_chain_and_creates_nothing() {
         .map(|i| format!("[[stage]]\nname = \"stage-{i}\"\nplugin = \"strategy.so\"\n"))
         .collect();
     let config = write_chain(&dir, &stages);
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.len() < 600, "{} bytes: {stdout}", stdout.len());
@@ -561,7 +564,7 @@ fn check_config_summarizes_a_long_chain_and_creates_nothing() {
     );
     assert!(!dir.join(".tamp").exists(), "check-config created ./.tamp");
     let named = write_chain(&dir, "[store]\npath = \"deep/er/s.sqlite3\"\n");
-    let out = tamp(&["check-config", named.to_str().unwrap()], &dir);
+    let out = tamp(&["check-config", "--config", named.to_str().unwrap()], &dir);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         !dir.join("deep").exists(),
@@ -570,7 +573,10 @@ fn check_config_summarizes_a_long_chain_and_creates_nothing() {
     // A store that could not be created is still an error.
     std::fs::write(dir.join("file"), "").unwrap();
     let blocked = write_chain(&dir, "[store]\npath = \"file/s.sqlite3\"\n");
-    let out = tamp(&["check-config", blocked.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", blocked.to_str().unwrap()],
+        &dir,
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("is not a directory"),

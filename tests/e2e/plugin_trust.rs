@@ -132,11 +132,15 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
     assert_ne!(actual, expected);
     for out in [
         tamp(&args, &dir),
-        tamp(&["check-config", config.to_str().unwrap()], &dir),
+        tamp(
+            &["check-config", "--config", config.to_str().unwrap()],
+            &dir,
+        ),
     ] {
         assert!(!out.status.success());
         let err = text(&out.stderr);
-        assert!(err.contains(&format!("{}:8:", config.display())), "{err}");
+        // The pin's own line is the one at fault.
+        assert!(err.contains(&format!("{}:11:", config.display())), "{err}");
         assert!(err.contains("stage \"pinned\""), "{err}");
         assert!(err.contains(&expected) && err.contains(&actual), "{err}");
         assert!(err.contains("strategy.so"), "{err}");
@@ -145,7 +149,10 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
 
     // A pin that is not a SHA-256 is a config error naming the field.
     write_chain(&dir, &chain_toml("strategy.so", "sha256 = \"abc\""));
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains("sha256: expected 64 hex digits"), "{err}");
@@ -202,7 +209,7 @@ async fn a_library_replaced_under_a_pinned_stage_is_refused_at_reload() {
         message.starts_with("stage \"pinned\": plugin "),
         "{chain:#}"
     );
-    assert_eq!(chain["last_reload_error"]["line"], 8, "{chain:#}");
+    assert_eq!(chain["last_reload_error"]["line"], 11, "{chain:#}");
     assert_eq!(first_stage(&chain)["plugin"], "custom-strategy");
     assert_eq!(
         first_stage(&chain)["plugin_identity"],
@@ -274,7 +281,7 @@ fn require_pins_refuses_an_unpinned_stage_at_start() {
     let err = text(&out.stderr);
     assert!(
         err.contains(&format!(
-            "{}:8: stage \"pinned\": sha256: required (--require-pins)",
+            "{}:10: stage \"pinned\": sha256: required (--require-pins)",
             config.display()
         )),
         "{err}"
@@ -282,10 +289,18 @@ fn require_pins_refuses_an_unpinned_stage_at_start() {
     assert!(err.contains("tamp plugins hash"), "{err}");
     assert!(!err.contains("listening"), "{err}");
     // Without the flag the same chain serves; check-config has the flag too.
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = tamp(
-        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &[
+            "check-config",
+            "--require-pins",
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(!out.status.success());
@@ -312,7 +327,10 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
             chain_toml(plugin, "")
         );
         let config = write_chain(&dir, &toml);
-        tamp(&["check-config", config.to_str().unwrap()], &dir)
+        tamp(
+            &["check-config", "--config", config.to_str().unwrap()],
+            &dir,
+        )
     };
     for ok in ["allowed/strategy.so", "outside/link.so"] {
         let out = check(ok);
@@ -328,7 +346,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
         let out = check(refused);
         assert!(!out.status.success(), "{refused} was accepted");
         let err = text(&out.stderr);
-        assert!(err.contains(":11: stage \"pinned\": plugin "), "{err}");
+        assert!(err.contains(":13: stage \"pinned\": plugin "), "{err}");
         assert!(err.contains(refused), "{err}");
         assert!(
             err.contains(&format!(
@@ -349,7 +367,10 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
             chain_toml("allowed/strategy.so", "")
         ),
     );
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains(":2: plugins.allow_dirs[1]: typo: "), "{err}");
@@ -360,7 +381,10 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
             chain_toml("allowed/strategy.so", "")
         ),
     );
-    let out = tamp(&["check-config", config.to_str().unwrap()], &dir);
+    let out = tamp(
+        &["check-config", "--config", config.to_str().unwrap()],
+        &dir,
+    );
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains(":2: plugins.allow_dirs: empty"), "{err}");
@@ -389,7 +413,12 @@ fn the_security_docs_example_chain_checks() {
     let toml = example.replace("/opt/tamp/plugins", plugins.to_str().unwrap());
     let config = write_chain(&dir, &toml);
     let out = tamp(
-        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &[
+            "check-config",
+            "--require-pins",
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(!out.status.success());
@@ -400,7 +429,12 @@ fn the_security_docs_example_chain_checks() {
     );
     write_chain(&dir, &toml.replace(placeholder, &pin_line(&library)));
     let out = tamp(
-        &["check-config", "--require-pins", config.to_str().unwrap()],
+        &[
+            "check-config",
+            "--require-pins",
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &dir,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));

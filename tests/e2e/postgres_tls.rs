@@ -348,7 +348,7 @@ fn replicas_share_pages_over_verified_tls_and_check_config_names_a_refusal() {
     // the cause and the file in its message.
     let other = summarizing_chain(&dir, &tls.other_ca_file);
     let out = Command::new(tamp_bin())
-        .args(["check-config", other.to_str().unwrap()])
+        .args(["check-config", "--config", other.to_str().unwrap()])
         .env(URL_VAR, &url)
         .current_dir(&dir)
         .output()

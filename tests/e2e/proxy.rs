@@ -21,7 +21,7 @@ fn shipped_chain(dir: &Path, upstream: &MockUpstream, extra: &str) -> PathBuf {
         .unwrap()
         .replace("max_tokens = 16000", "max_tokens = 4000")
         .replace("keep_recent = 10", "keep_recent = 6")
-        .replace("\"../../.tamp/store.sqlite3\"", "\"store.sqlite3\"");
+        .replace("\"tamp-store.sqlite3\"", "\"store.sqlite3\"");
     let text = format!(
         "{shipped}\n[proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n{extra}\n",
         upstream.url(),
@@ -977,12 +977,13 @@ async fn a_request_under_the_watermark_goes_unread_unless_its_thread_has_a_compa
     let (compaction, thread) = post_in_thread(&proxy, "t1", &body(33)).await;
     assert!(compaction.contains("->"), "{compaction}");
     assert_eq!(thread, "t1");
-    // A short request is under the high watermark by its length alone: forwarded unread.
+    // A short request is under the high watermark by its declared length alone, in a thread
+    // its header names with no stored answer: streamed upstream as it arrives, never read.
     let short =
         r#"{"model":"claude-test","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
     let (compaction, thread) = post_in_thread(&proxy, "t0", short).await;
     assert!(
-        compaction.starts_with("unchanged (") && compaction.ends_with("forwarded unread)"),
+        compaction.starts_with("unchanged (") && compaction.ends_with("streamed unread)"),
         "{compaction}"
     );
     assert_eq!(thread, "t0");
@@ -1000,7 +1001,7 @@ async fn a_request_under_the_watermark_goes_unread_unless_its_thread_has_a_compa
     let proxy = start_proxy(&chain);
     let next = body(37);
     let (compaction, thread) = post_in_thread(&proxy, "t2", &next).await;
-    assert!(compaction.ends_with("forwarded unread)"), "{compaction}");
+    assert!(compaction.ends_with("streamed unread)"), "{compaction}");
     assert_eq!(thread, "t2");
     assert_eq!(last_body(), next.as_bytes());
     let (compaction, thread) = post_in_thread(&proxy, "t1", &next).await;

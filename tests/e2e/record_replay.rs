@@ -203,7 +203,7 @@ fn a_malformed_recording_is_refused_when_the_chain_is_built() {
         "[provider]\nkind = \"replay\"\nanswers = \"broken.jsonl\"\n",
     );
     let out = Command::new(tamp_bin())
-        .args(["check-config"])
+        .args(["check-config", "--config"])
         .arg(&chain)
         .current_dir(&dir)
         .output()

@@ -144,7 +144,7 @@ fn the_cli_reads_pages_and_the_queue_of_the_shared_store_and_names_a_missing_url
     .unwrap();
 
     // Without the variable: the error names the field, the variable and the file's line.
-    let out = tamp_cli(&dir, None, &["check-config", "chain.toml"]);
+    let out = tamp_cli(&dir, None, &["check-config", "--config", "chain.toml"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -152,7 +152,11 @@ fn the_cli_reads_pages_and_the_queue_of_the_shared_store_and_names_a_missing_url
         "{stderr}"
     );
 
-    let ok = tamp_cli(&dir, Some(&url), &["check-config", "chain.toml"]);
+    let ok = tamp_cli(
+        &dir,
+        Some(&url),
+        &["check-config", "--config", "chain.toml"],
+    );
     assert!(
         ok.status.success(),
         "{}",

@@ -708,7 +708,7 @@ fn check_config_reports_ok_or_the_same_errors_as_a_reload() {
     let dir = ScratchDir::new("serve-check");
     let config = simple_chain(&dir, "checked", 1);
     let output = std::process::Command::new(tamp_bin())
-        .args(["check-config"])
+        .args(["check-config", "--config"])
         .arg(&config)
         .output()
         .unwrap();
@@ -728,7 +728,7 @@ fn check_config_reports_ok_or_the_same_errors_as_a_reload() {
     );
     std::fs::write(&config, &bad).unwrap();
     let output = std::process::Command::new(tamp_bin())
-        .args(["check-config"])
+        .args(["check-config", "--config"])
         .arg(&config)
         .output()
         .unwrap();

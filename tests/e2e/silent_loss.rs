@@ -766,7 +766,7 @@ fn check_config_names_the_field_the_users_plugin_file_and_the_store_line() {
     let check = |name: &str, toml: &str| -> Output {
         let path = dir.join(name);
         std::fs::write(&path, toml).unwrap();
-        tamp(&["check-config", path.to_str().unwrap()], &dir)
+        tamp(&["check-config", "--config", path.to_str().unwrap()], &dir)
     };
 
     // A type error names the field, not only the line.

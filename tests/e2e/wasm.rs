@@ -417,7 +417,7 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
             ),
         )
     };
-    let check = |path: &Path| tamp(&["check-config", path.to_str().unwrap()]);
+    let check = |path: &Path| tamp(&["check-config", "--config", path.to_str().unwrap()]);
     // Pinned to its own hash, inside allow_dirs: accepted.
     let good = chain(&hash_line, "[plugins]\nallow_dirs = [\"plugins\"]\n\n");
     let (ok, _, err) = check(&good);

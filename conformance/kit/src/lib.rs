@@ -2,7 +2,7 @@
 //!
 //! It checks a strategy plugin against `docs/plugin-spec.md`, rule by rule, with the same
 //! checks as `tamp conformance`, because it runs them there: [`Kit::run`] starts the `tamp`
-//! binary (`tamp conformance <plugin> --format json`), which runs each check in a child
+//! binary (`tamp conformance <plugin> --output-format json`), which runs each check in a child
 //! process of its own, and reads its report back. So the kit adds nothing to a plugin's
 //! build but itself: no host, no JSON Schema validator, no SQLite, no async runtime.
 //!
@@ -180,7 +180,7 @@ impl Kit {
         let mut args = vec![
             "conformance".to_string(),
             o.plugin.display().to_string(),
-            "--format".into(),
+            "--output-format".into(),
             "json".into(),
             "--seed".into(),
             o.seed.to_string(),
@@ -190,7 +190,7 @@ impl Kit {
             o.timeout_secs.to_string(),
         ];
         if let Some(config) = &o.config {
-            args.extend(["--config".into(), config.to_string()]);
+            args.extend(["--stage-config".into(), config.to_string()]);
         }
         for (flag, ids) in [("--only", &o.only), ("--skip", &o.skip)] {
             if !ids.is_empty() {
@@ -265,13 +265,13 @@ mod tests {
             .jobs(1);
         assert_eq!(
             kit.args().join(" "),
-            "conformance libx.so --format json --seed 7 --cases 3 --timeout 2.5 \
-             --config {\"keep\":2} --only TAMP-INV-01 --skip TAMP-EDGE-02,PERF --jobs 1"
+            "conformance libx.so --output-format json --seed 7 --cases 3 --timeout 2.5 \
+             --stage-config {\"keep\":2} --only TAMP-INV-01 --skip TAMP-EDGE-02,PERF --jobs 1"
         );
         let plain = Kit::new("libx.so").args().join(" ");
         assert_eq!(
             plain,
-            "conformance libx.so --format json --seed 1 --cases 12 --timeout 10"
+            "conformance libx.so --output-format json --seed 1 --cases 12 --timeout 10"
         );
     }
 

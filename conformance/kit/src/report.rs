@@ -1,6 +1,6 @@
 //! What the kit found, and its three renderings: text for people, JSON for tools, JUnit XML
 //! for CI dashboards. `tamp conformance` assembles it (crate tamp-conformance-engine) and
-//! prints it; [`crate::Kit`] reads it back from `--format json`.
+//! prints it; [`crate::Kit`] reads it back from `--output-format json`.
 
 use std::path::PathBuf;
 
