@@ -32,6 +32,8 @@ const LINGER: Duration = Duration::from_millis(25);
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// How long a reader waits for the records sent before it to be written.
 const FLUSH_WAIT: Duration = Duration::from_secs(2);
+/// How long a server that has stopped waits for the writer to write what it still holds.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// What a chain run adds to its request's record.
 #[derive(Debug)]
@@ -218,6 +220,8 @@ pub fn millis(at: SystemTime) -> u64 {
 enum Command {
     Record(Box<(RequestRecord, Option<Box<ChainRun>>)>),
     Flush(oneshot::Sender<()>),
+    /// Write what came before, then end (the server has stopped).
+    Close,
 }
 
 /// What the writer tells the console about itself.
@@ -236,6 +240,8 @@ pub struct Recorder {
     sender: Option<mpsc::Sender<Command>>,
     slot: Option<Arc<ChainSlot>>,
     pub stats: Arc<RecorderStats>,
+    /// The writer task, until [`Recorder::close`] waits for it.
+    writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Recorder {
@@ -243,11 +249,12 @@ impl Recorder {
     pub fn start(slot: Arc<ChainSlot>) -> Recorder {
         let (sender, receiver) = mpsc::channel(CHANNEL);
         let stats = Arc::new(RecorderStats::default());
-        tokio::spawn(write_all(receiver, Arc::clone(&slot), Arc::clone(&stats)));
+        let writer = tokio::spawn(write_all(receiver, Arc::clone(&slot), Arc::clone(&stats)));
         Recorder {
             sender: Some(sender),
             slot: Some(slot),
             stats,
+            writer: Mutex::new(Some(writer)),
         }
     }
 
@@ -257,6 +264,7 @@ impl Recorder {
             sender: None,
             slot: None,
             stats: Arc::default(),
+            writer: Mutex::default(),
         }
     }
 
@@ -299,6 +307,28 @@ impl Recorder {
         })
         .await;
     }
+
+    /// Has the writer write what it was handed and end, and waits for it (a few seconds at
+    /// most): a server calls this once it has stopped. The writer holds the chain, and so the
+    /// store: it must let go before the process exits, or a SQLite store is left unclosed, its
+    /// last writes in its write-ahead log beside the file rather than in it.
+    pub async fn close(&self) {
+        let (Some(sender), Some(writer)) = (
+            &self.sender,
+            self.writer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        ) else {
+            return;
+        };
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            if sender.send(Command::Close).await.is_ok() {
+                let _ = writer.await;
+            }
+        })
+        .await;
+    }
 }
 
 /// What the writer takes in one go: records, and the readers waiting for them.
@@ -306,6 +336,8 @@ impl Recorder {
 struct Batch {
     records: Vec<RequestRecord>,
     flushes: Vec<oneshot::Sender<()>>,
+    /// The server has stopped: the writer ends after this batch.
+    closing: bool,
 }
 
 impl Batch {
@@ -319,6 +351,7 @@ impl Batch {
                 self.records.push(record);
             }
             Command::Flush(done) => self.flushes.push(done),
+            Command::Close => self.closing = true,
         }
     }
 }
@@ -342,8 +375,9 @@ async fn write_all(
                     Err(_) => break,
                 }
             }
-            // A full batch, or a reader waiting for what is there: written now.
-            if batch.records.len() >= BATCH || !batch.flushes.is_empty() {
+            // A full batch, or a reader (or the server's end) waiting for what is there:
+            // written now.
+            if batch.records.len() >= BATCH || !batch.flushes.is_empty() || batch.closing {
                 break;
             }
             match tokio::time::timeout_at(deadline, receiver.recv()).await {
@@ -354,6 +388,7 @@ async fn write_all(
         let Batch {
             records: batch,
             flushes,
+            closing,
         } = batch;
         let active = slot.current();
         if let (false, Some(activity)) = (batch.is_empty(), active.chain.activity()) {
@@ -380,6 +415,9 @@ async fn write_all(
         }
         for done in flushes {
             let _ = done.send(());
+        }
+        if closing {
+            return;
         }
         if last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
             last_prune = Some(Instant::now());

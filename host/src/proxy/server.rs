@@ -130,7 +130,11 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
             crate::console::PATH
         ));
     }
-    started.serve(router(state, mcp, console), &more).await
+    // Closed once the server has stopped, so that the store is let go before the exit.
+    let recorder = Arc::clone(&state.recorder);
+    let served = started.serve(router(state, mcp, console), &more).await;
+    recorder.close().await;
+    served
 }
 
 /// tamp's own routes under `/tamp/` (no provider has that path); everything else goes

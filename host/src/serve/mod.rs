@@ -38,6 +38,8 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
         .await?;
     let options = started.options().clone();
     let recorder = Arc::new(Recorder::start(Arc::clone(&started.slot)));
+    // Closed once the server has stopped, so that the store is let go before the exit.
+    let recorder_of_run = Arc::clone(&recorder);
     let mut state = api::AppState {
         slot: Arc::clone(&started.slot),
         metrics: Arc::clone(&started.metrics),
@@ -63,7 +65,9 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
             server: "tamp serve",
         }));
     }
-    started.serve(api::router(Arc::new(state)), &more).await
+    let served = started.serve(api::router(Arc::new(state)), &more).await;
+    recorder_of_run.close().await;
+    served
 }
 
 /// Validates a chain file the way a reload would, without serving: parses it, loads every
