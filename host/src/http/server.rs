@@ -223,7 +223,8 @@ impl Started {
     }
 
     /// Listens on `--listen`, prints the lines tools wait for (the address, the chain, then
-    /// `more`), and answers with `app` until SIGTERM or Ctrl-C; then drains.
+    /// `more`, each with [`LISTEN_ADDR`] replaced by the address listened on), and answers
+    /// with `app` until SIGTERM or Ctrl-C; then drains.
     pub(crate) async fn serve(self, app: Router, more: &[String]) -> anyhow::Result<()> {
         let Started {
             startup,
@@ -244,7 +245,7 @@ impl Started {
         eprintln!("{name}: listening on http://{addr}");
         eprintln!("{name}: serving {summary}");
         for line in more {
-            eprintln!("{name}: {line}");
+            eprintln!("{name}: {}", line.replace(LISTEN_ADDR, &addr.to_string()));
         }
         run_until_shutdown(
             name,
@@ -265,6 +266,10 @@ impl Started {
         .await
     }
 }
+
+/// In a line [`Started::serve`] prints: the address listened on (its port when `--listen`
+/// asked for port 0).
+pub(crate) const LISTEN_ADDR: &str = "{listen_addr}";
 
 /// The connection limits `tamp serve` and `tamp proxy` take from their flags.
 struct ConnectionLimits {

@@ -126,7 +126,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
     if console.is_some() {
         more.push(format!(
             "console on http://{}{}",
-            options.listen,
+            crate::http::server::LISTEN_ADDR,
             crate::console::PATH
         ));
     }

@@ -54,7 +54,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
     if crate::console::enabled(options.console, options.listen.ip()) {
         more.push(format!(
             "console on http://{}{}",
-            options.listen,
+            crate::http::server::LISTEN_ADDR,
             crate::console::PATH
         ));
         let exposition = api::Exposition::of(&state);
