@@ -608,3 +608,80 @@ fn the_console_of_one_replica_shows_the_threads_another_recorded() {
         "{compaction}"
     );
 }
+
+/// A request the proxy streams upstream unread (its headers settle that the chain leaves it
+/// as it is) is recorded with what is known of it: its thread (from `x-tamp-thread-id`), the
+/// most tokens its declared length can hold, no count and no compaction. And what a server
+/// recorded just before it stopped is in the store file once it has exited, the file whole:
+/// the record's writer lets go of the store before the process ends.
+#[test]
+fn a_request_streamed_unread_is_recorded_and_a_stopped_server_leaves_its_records_in_the_file() {
+    let dir = ScratchDir::new("console-streamed");
+    let upstream = MockUpstream::start();
+    let chain = folding_chain(&dir, &upstream, SQLITE, "");
+    let mut proxy = Server::start_command("proxy", &chain, &[], &[]);
+    // The address printed is the one listened on (the tests listen on port 0).
+    assert!(
+        proxy
+            .log()
+            .contains(&format!("tamp proxy: console on {}/tamp/ui", proxy.base)),
+        "{}",
+        proxy.log()
+    );
+    let rt = rt();
+    let short = json!({"model": "claude-opus-5-5", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Hello."}]});
+    let answers = rt.block_on(post_all(
+        &proxy,
+        std::slice::from_ref(&short),
+        &[("x-tamp-thread-id", "streamed")],
+    ));
+    assert!(answers[0].ends_with("streamed unread)"), "{answers:?}");
+    let view = rt.block_on(proxy.get_json("/tamp/ui/api/thread?id=streamed"));
+    let request = &view["requests"][0];
+    assert_eq!(request["status"], 200, "{view}");
+    assert_eq!(request["outcome"], "unchanged", "{view}");
+    assert_eq!(request["compacted"], false, "{view}");
+    assert_eq!(
+        (&request["tokens_in"], &request["tokens_out"]),
+        (&Value::Null, &Value::Null),
+        "{view}"
+    );
+    let bytes = serde_json::to_vec(&short).unwrap().len() as u64;
+    let at_most = request["tokens_at_most"].as_u64().unwrap_or(0);
+    assert!(
+        at_most > 0 && at_most <= bytes,
+        "{at_most} for {bytes} bytes: {view}"
+    );
+    assert_eq!(request["max_tokens"], 5000, "{view}");
+    assert_eq!(
+        (&view["thread"]["requests"], &view["thread"]["counted"]),
+        (&json!(1), &json!(0)),
+        "{view}"
+    );
+
+    // The last request, then SIGTERM at once: its record is written as the server stops.
+    rt.block_on(post_all(
+        &proxy,
+        std::slice::from_ref(&short),
+        &[("x-tamp-thread-id", "last")],
+    ));
+    proxy.sigterm();
+    assert!(proxy.wait_exit(Duration::from_secs(30)).success());
+    let store = dir.join("store.sqlite3");
+    let wal = dir.join("store.sqlite3-wal");
+    assert!(
+        std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+        "the store was left with its write-ahead log: {} bytes",
+        std::fs::metadata(&wal).unwrap().len()
+    );
+    let file = rusqlite::Connection::open(&store).unwrap();
+    let recorded: i64 = file
+        .query_row(
+            "SELECT count(*) FROM activity_requests WHERE thread = 'last'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(recorded, 1);
+}
