@@ -1070,6 +1070,7 @@ mod tests {
             ("--header-timeout-secs", "3"),
             ("--body-timeout-secs", "4.5"),
             ("--max-connections", "7"),
+            ("--console", "off"),
         ];
         // Every shared flag is given, so a new one is tested here too.
         let named: BTreeSet<String> = given.iter().map(|(f, _)| f[2..].to_string()).collect();
@@ -1087,6 +1088,7 @@ mod tests {
             header_timeout_secs: 3.0,
             body_timeout_secs: 4.5,
             max_connections: 7,
+            console: Some(false),
         };
         assert_eq!(parsed("serve", &args).0, expected);
         assert_eq!(parsed("proxy", &args).0, expected);

@@ -139,6 +139,11 @@ pub struct ServerArgs<K: ServerKind> {
           help = format!("Connections open at once; beyond it new connections wait (in the \
                           listen backlog) until one closes. {}", K::SIZING))]
     pub max_connections: u32,
+    /// Serve the console, a read-only web view of the threads, compactions, pages, savings,
+    /// chain and health, at /tamp/ui (behind the same Host check and token as the other
+    /// routes). By default on when listening on loopback, off otherwise.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub console: Option<bool>,
     #[arg(skip)]
     kind: PhantomData<K>,
 }
@@ -157,7 +162,17 @@ impl<K: ServerKind> From<ServerArgs<K>> for ServerOptions {
             header_timeout_secs: a.header_timeout_secs,
             body_timeout_secs: a.body_timeout_secs,
             max_connections: a.max_connections,
+            console: a.console,
         }
+    }
+}
+
+/// `on` or `off`.
+pub fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("\"{other}\": expected on or off")),
     }
 }
 

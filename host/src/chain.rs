@@ -33,7 +33,9 @@ use crate::store::threads::{
     common_prefix, continuation, prefix_hashes, remarked, ThreadKey, ThreadReport, ThreadState,
     ThreadStore, ThreadsConfig,
 };
-use crate::store::{DeferredQueue, PageSearch, PageStore, SqliteStore, SummaryCache};
+use crate::store::{
+    ActivityStore, DeferredQueue, PageSearch, PageStore, SqliteStore, SummaryCache,
+};
 use crate::summary_mac::SummaryKey;
 use crate::tokens::TokenCounter;
 use crate::wire::{check_tool_pairing, WireError, WireFormat};
@@ -95,6 +97,8 @@ pub struct Chain {
     threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
     /// The store's search index and page owners (what `recall` and `search` read).
     search: Option<Arc<dyn PageSearch>>,
+    /// The store's activity record (what the servers' console reads and writes).
+    activity: Option<Arc<dyn ActivityStore>>,
     /// The key whose MACs make a summary tamp's ([`crate::summary_mac`]): the store's.
     summaries: SummaryKey,
     /// What makes this chain another chain ([`crate::digest::chain_identity`]): a thread's last
@@ -343,6 +347,7 @@ pub struct ChainBuilder {
     stages: Vec<Stage>,
     threads: Option<(Arc<dyn ThreadStore>, ThreadsConfig)>,
     search: Option<Arc<dyn PageSearch>>,
+    activity: Option<Arc<dyn ActivityStore>>,
 }
 
 impl ChainBuilder {
@@ -361,6 +366,7 @@ impl ChainBuilder {
             stages: Vec::new(),
             threads: None,
             search: None,
+            activity: None,
         }
     }
 
@@ -385,6 +391,13 @@ impl ChainBuilder {
     /// built-in store's when no store is given).
     pub fn search(mut self, search: Arc<dyn PageSearch>) -> Self {
         self.search = Some(search);
+        self
+    }
+
+    /// The activity record of the store given to [`ChainBuilder::store`] (the built-in
+    /// store's when no store is given).
+    pub fn activity(mut self, activity: Arc<dyn ActivityStore>) -> Self {
+        self.activity = Some(activity);
         self
     }
 
@@ -495,11 +508,13 @@ impl ChainBuilder {
                 .map_err(|e| ChainError::Setup(e.to_string()))?;
         }
         let mut search = self.search;
+        let mut activity = self.activity;
         let (store, cache, queue) = match self.store {
             Some(store) => (store, self.cache.flatten(), self.queue.flatten()),
             None => {
                 let built_in = Arc::new(SqliteStore::in_memory().map_err(ChainError::Store)?);
                 search.get_or_insert_with(|| Arc::clone(&built_in) as Arc<dyn PageSearch>);
+                activity.get_or_insert_with(|| Arc::clone(&built_in) as Arc<dyn ActivityStore>);
                 let cache = match self.cache {
                     Some(explicit) => explicit,
                     None => Some(Arc::clone(&built_in) as Arc<dyn SummaryCache>),
@@ -549,6 +564,7 @@ impl ChainBuilder {
             }),
             threads: self.threads,
             search,
+            activity,
             summaries,
             identity,
         })
@@ -768,6 +784,7 @@ impl Chain {
             .threads(store.threads, cfg.threads)
             .store(store.pages)
             .search(store.search)
+            .activity(store.activity)
             .cache(cache)
             .queue(Some(store.queue))
             .tokens(Arc::new(tokens))
@@ -860,6 +877,12 @@ impl Chain {
     /// built from a file always is).
     pub fn search(&self) -> Option<&Arc<dyn PageSearch>> {
         self.search.as_ref()
+    }
+
+    /// The store's activity record, when the chain was given it (a chain built from a file
+    /// always is).
+    pub fn activity(&self) -> Option<&Arc<dyn ActivityStore>> {
+        self.activity.as_ref()
     }
 
     /// Gives every summary in `messages` this chain's MAC, so that [`Chain::compact`] reads

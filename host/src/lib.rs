@@ -36,6 +36,8 @@ pub mod budget;
 pub mod chain;
 pub mod config;
 pub mod config_error;
+#[cfg(feature = "serve")]
+pub mod console;
 pub mod deferred;
 pub mod digest;
 pub mod edits;
@@ -47,12 +49,14 @@ pub mod input_file;
 pub mod invariants;
 pub mod loader;
 pub mod logging;
+pub mod markup;
 #[cfg(feature = "serve")]
 pub mod mcp;
 /// The check that host modules import one another without circles (a test).
 #[cfg(test)]
 mod module_graph;
 pub mod plugin_load;
+pub mod prices;
 pub mod providers;
 #[cfg(feature = "serve")]
 pub mod proxy;

@@ -25,9 +25,14 @@
 //! and after relaying a short and a long stream (the relay must copy no whole answer: flat in
 //! the stream's length).
 //!
+//! Then the console's per-request record (`[console] record`, on by default): the shipped
+//! chain on Claude Code's requests through a proxy that records and one that does not, sent
+//! in turn; the difference should be within the noise (the record is handed to a writer task,
+//! off the request path).
+//!
 //! `cargo bench -p tamp-e2e --bench proxy` (three to four minutes); `-- quick` for fewer
 //! requests; any other argument runs only the rows whose name contains it (and no relay
-//! memory), e.g. `-- "200 KB"` for the 200 KB rows.
+//! memory), e.g. `-- "200 KB"` for the 200 KB rows, `-- recording` for the record's row.
 
 use std::time::Instant;
 
@@ -299,9 +304,24 @@ async fn main() {
         )
     };
 
+    // The shipped chain with the console's per-request record off: the recording row's
+    // other half (`through` records, as by default).
+    let unrecorded_dir = ScratchDir::new("bench-proxy-unrecorded");
+    let unrecorded_chain = write_chain(
+        &unrecorded_dir,
+        &format!(
+            "{shipped}
+{proxy_table}
+[console]
+record = false
+"
+        ),
+    );
+
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let idle = Server::start_command("proxy", &idle_chain, &[], &[]);
     let through = Server::start_command("proxy", &shipped_chain, &[], &[]);
+    let unrecorded = Server::start_command("proxy", &unrecorded_chain, &[], &[]);
     let reading = Server::start_command("proxy", &reading_chain, &[], &[]);
 
     println!(
@@ -352,6 +372,19 @@ async fn main() {
             results.push((name, direct, proxied));
         }
     }
+    // The console's record of each request (on by default): the shipped chain on Claude
+    // Code's requests with it and without it, sent in turn.
+    let recording = if asked("recording") {
+        let [on, off]: [Figures; 2] =
+            measure(&client, &[&through.base, &unrecorded.base], &claude, n)
+                .await
+                .try_into()
+                .ok()
+                .expect("two bases, two figures");
+        Some((on, off))
+    } else {
+        None
+    };
     let row = |name: &str| results.iter().find(|r| r.0 == name);
     // What the reading proxy made of the 200 KB request, in the read row's thread (the
     // last row: the new threads' row before it pushed that thread out).
@@ -470,6 +503,31 @@ async fn main() {
              ms <= 5 ms {}{first_byte}",
             verdict(added50 <= 2.0),
             verdict(added99 <= 5.0),
+        );
+    }
+
+    if let Some((on, off)) = &recording {
+        let p = |f: &Figures| {
+            (
+                percentile(&f.latency, 0.5),
+                percentile(&f.latency, 0.99),
+                percentile(&f.ttfb, 0.5),
+            )
+        };
+        let ((on50, on99, on_t), (off50, off99, off_t)) = (p(on), p(off));
+        println!();
+        println!("recording (the console's record of each request), shipped chain, Claude Code:");
+        println!(
+            "  record off: p50 {off50:.3} ms, p99 {off99:.3} ms, ttfb p50 {off_t:.3} ms; \
+             record on: p50 {on50:.3} ms, p99 {on99:.3} ms, ttfb p50 {on_t:.3} ms"
+        );
+        println!(
+            "  on vs off: p50 {:+.3} ms ({:.3}x), p99 {:+.3} ms ({:.3}x), ttfb p50 {:+.3} ms",
+            on50 - off50,
+            on50 / off50,
+            on99 - off99,
+            on99 / off99,
+            on_t - off_t
         );
     }
 

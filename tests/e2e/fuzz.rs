@@ -1100,6 +1100,8 @@ fn api() -> &'static Api {
             in_flight: Arc::new(InFlight::default()),
             batch_metrics: None,
             gate: Gate::new(8 << 20, 512 << 20, Duration::from_secs(30), 64, stopping),
+            recorder: Arc::new(tamp_host::console::Recorder::off()),
+            console: None,
         });
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

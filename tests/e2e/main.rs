@@ -8,6 +8,7 @@ mod buffered_tool_call;
 mod chain;
 mod cli;
 mod conformance;
+mod console;
 mod containment;
 mod contract;
 mod eval;

@@ -1,8 +1,8 @@
 //! The PostgreSQL store against a real server (`support/postgres.rs`): pages, summary cache
 //! and deferred queue shared by two separately opened stores on one database, as two
 //! `tamp serve` replicas would have; the queue's leases under concurrent claimers; the same
-//! queue scenario on SQLite and PostgreSQL giving the same results; migrations; and a
-//! database that goes down and comes back.
+//! queue scenario, and the console's activity record, on SQLite and PostgreSQL giving the same
+//! results; migrations; and a database that goes down and comes back.
 //!
 //! The tests share one server per test process, each in a database of its own; the test
 //! that stops the server starts its own.
@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::scratch_dir;
+use tamp_host::store::activity::{
+    ActivityStore, CompactionRecord, Pruned, RequestRecord, ThreadQuery, ThreadTotals,
+};
 use tamp_host::store::cache::{CacheScope, SummaryCache};
 use tamp_host::store::queue::{
     Billing, DeferredQueue, Expect, Lease, NewDeferred, OpenBatch, QueueEvent, QueueItem,
@@ -736,6 +739,197 @@ async fn the_same_queue_scenario_gives_the_same_results_on_sqlite_and_postgres()
         on_postgres.returned.iter().any(|r| r == "c submits: 0"),
         "{:?}",
         on_postgres.returned
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn activity_request(thread: &str, at_ms: u64, tokens: Option<(u64, u64)>) -> RequestRecord {
+    let mut r = RequestRecord {
+        at_ms,
+        server: "proxy".into(),
+        route: "POST /v1/messages".into(),
+        status: 200,
+        duration_ms: 12,
+        thread: Some(thread.into()),
+        model: Some("claude-opus-5-5".into()),
+        outcome: Some("unchanged".into()),
+        ..RequestRecord::default()
+    };
+    r.set_tokens(tokens);
+    r.set_budget(Some((10_000, 8_000, 5_000)));
+    r
+}
+
+/// What the activity scenario read back, the store's request numbers left out.
+#[derive(Debug, PartialEq)]
+struct ActivitySeen {
+    threads: Vec<ThreadTotals>,
+    filtered: Vec<Vec<String>>,
+    timeline: Vec<(bool, RequestRecord)>,
+    compaction: Option<(RequestRecord, String, String)>,
+    failed: Vec<RequestRecord>,
+    pruned: Pruned,
+    left: Vec<u64>,
+    threads_left: Vec<ThreadTotals>,
+}
+
+/// Requests of three threads recorded in two batches (a compaction, a request forwarded
+/// unread, a failure among them), read back every way the console reads them, then pruned.
+async fn activity_scenario(store: &dyn ActivityStore) -> ActivitySeen {
+    let mut compacted = activity_request("session:a", 4_000, Some((9_000, 3_000)));
+    compacted.outcome = Some("compacted".into());
+    compacted.pages = 2;
+    compacted.prefix_kept = Some(1_000);
+    (compacted.llm_input_tokens, compacted.llm_output_tokens) = (500, 80);
+    compacted.llm_cost_micro_usd = Some(1_250);
+    compacted.compaction = Some(CompactionRecord {
+        report_json: "{\"stages\":[]}".into(),
+        replacements_json: "[]".into(),
+    });
+    let mut unread = activity_request("session:a", 2_000, None);
+    unread.tokens_at_most = Some(7_000);
+    let mut failed = activity_request("session:c", 9_000, None);
+    (failed.status, failed.error) = (502, Some("upstream_unreachable".into()));
+    failed.model = None;
+    store
+        .record_requests(vec![
+            activity_request("session:old", 500, Some((10, 10))),
+            activity_request("session:a", 1_000, Some((5_000, 5_000))),
+            unread,
+            activity_request("session:a", 3_000, Some((6_000, 6_000))),
+            compacted,
+        ])
+        .await
+        .unwrap();
+    // A second batch continues session:a's totals from the row the first one left.
+    store
+        .record_requests(vec![
+            activity_request("session:a", 5_000, Some((9_500, 3_500))),
+            activity_request("session:c", 6_000, Some((100, 100))),
+            activity_request("session:c", 7_000, Some((120, 120))),
+            failed,
+        ])
+        .await
+        .unwrap();
+    let query = |text: Option<&str>, compacted_only| ThreadQuery {
+        text: text.map(str::to_string),
+        compacted_only,
+        limit: 10,
+    };
+    let threads = store.threads(query(None, false)).await.unwrap();
+    let mut filtered = Vec::new();
+    for (text, compacted_only) in [
+        (Some("SION:C"), false),
+        (Some("opus"), true),
+        (Some("%"), false),
+        (Some("_"), false),
+        (None, true),
+    ] {
+        let names = store.threads(query(text, compacted_only)).await.unwrap();
+        filtered.push(names.into_iter().map(|t| t.thread).collect());
+    }
+    let rows = store.thread_requests("session:a", 100).await.unwrap();
+    let marked = rows.iter().find(|r| r.compacted).map(|r| r.seq);
+    let compaction = match marked {
+        Some(seq) => store
+            .compaction(seq)
+            .await
+            .unwrap()
+            .map(|c| (c.request.request, c.report_json, c.replacements_json)),
+        None => None,
+    };
+    let timeline = rows.into_iter().map(|r| (r.compacted, r.request)).collect();
+    let failed = store
+        .failed_requests(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.request)
+        .collect();
+    // Older than 2 s, and past the 5 latest.
+    let pruned = store.prune(2_000, 5).await.unwrap();
+    let mut left = Vec::new();
+    for thread in ["session:old", "session:a", "session:c"] {
+        for r in store.thread_requests(thread, 100).await.unwrap() {
+            left.push(r.request.at_ms);
+        }
+    }
+    let threads_left = store.threads(query(None, false)).await.unwrap();
+    ActivitySeen {
+        threads,
+        filtered,
+        timeline,
+        compaction,
+        failed,
+        pruned,
+        left,
+        threads_left,
+    }
+}
+
+/// The console's record reads back the same from both stores: the threads' totals (with the
+/// prefix a prompt cache could read, reckoned across batches), the filters (a `%` or `_` is
+/// text), a thread's requests with its compaction, the failures, and what retention deletes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_activity_scenario_gives_the_same_results_on_sqlite_and_postgres() {
+    let dir = scratch_dir("postgres-store-activity");
+    let sqlite = SqliteStore::open(&dir.join("store.sqlite3")).unwrap();
+    let postgres = PostgresStore::open_unshared(&database("activity_compare"), 2).unwrap();
+    let on_sqlite = activity_scenario(&sqlite).await;
+    let on_postgres = activity_scenario(&postgres).await;
+    assert_eq!(on_sqlite, on_postgres);
+    // The scenario exercised what it meant to.
+    let seen = &on_postgres;
+    assert_eq!(
+        seen.threads
+            .iter()
+            .map(|t| t.thread.as_str())
+            .collect::<Vec<_>>(),
+        ["session:c", "session:a", "session:old"]
+    );
+    let a = &seen.threads[1];
+    assert_eq!((a.requests, a.counted), (5, 4));
+    assert_eq!((a.tokens_in, a.tokens_out), (29_500, 17_500));
+    assert_eq!((a.in_cached, a.out_cached), (20_000, 9_000));
+    assert_eq!(
+        (a.compactions, a.pages, a.llm_cost_micro_usd),
+        (1, 2, 1_250)
+    );
+    assert_eq!(a.model.as_deref(), Some("claude-opus-5-5"));
+    // The failure named no model: the thread keeps the one named before.
+    assert_eq!(seen.threads[0].model.as_deref(), Some("claude-opus-5-5"));
+    assert_eq!(
+        seen.filtered,
+        [
+            vec!["session:c".to_string()],
+            vec!["session:a".to_string()],
+            vec![],
+            vec![],
+            vec!["session:a".to_string()],
+        ]
+    );
+    assert_eq!(seen.timeline.len(), 5);
+    assert_eq!(seen.timeline[1].1.tokens_at_most, Some(7_000));
+    assert_eq!(seen.timeline.iter().filter(|(c, _)| *c).count(), 1);
+    let (request, report, _) = seen.compaction.as_ref().unwrap();
+    assert_eq!((request.pages, report.as_str()), (2, "{\"stages\":[]}"));
+    assert_eq!(seen.failed.len(), 1);
+    assert_eq!(
+        seen.failed[0].error.as_deref(),
+        Some("upstream_unreachable")
+    );
+    assert_eq!(
+        seen.pruned,
+        Pruned {
+            requests: 4,
+            threads: 1
+        }
+    );
+    assert_eq!(seen.left, [4_000, 5_000, 6_000, 7_000, 9_000]);
+    assert_eq!(seen.threads_left.len(), 2);
+    assert_eq!(
+        seen.threads_left[1].requests, 5,
+        "totals keep deleted requests"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -652,6 +652,7 @@ async fn every_field_of_a_page_in_postgres_is_checked_and_an_old_database_is_sea
         "ALTER TABLE pages DROP COLUMN seal; DROP TABLE tamp_secrets;
          ALTER TABLE threads DROP COLUMN seal; ALTER TABLE llm_answers DROP COLUMN seal;
          ALTER TABLE range_summaries DROP COLUMN seal; DROP TABLE page_owners, page_text;
+         DROP TABLE activity_requests, activity_compactions, activity_threads;
          DELETE FROM tamp_schema_migrations WHERE version >= 6;",
     );
     let store = PostgresStore::open_unshared(&url, 2).unwrap();

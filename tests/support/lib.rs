@@ -13,6 +13,8 @@ use tamp_plugin_api::Conversation;
 pub mod agent_upstream;
 /// A headless Chromium, installed from Debian's packages when none is there.
 pub mod browser;
+/// That browser driven through the DevTools protocol (navigate, evaluate, click, screenshot).
+pub mod cdp;
 /// WebAssembly guests built from source with componentize-py and componentize-js.
 pub mod guests;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.

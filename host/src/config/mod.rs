@@ -13,6 +13,7 @@ use toml::Spanned;
 
 #[cfg(feature = "deferred")]
 mod batch_check;
+pub mod console;
 pub mod proxy;
 
 use crate::bounded;
@@ -48,6 +49,9 @@ pub struct ChainFile {
     /// `tamp serve`'s and `tamp proxy`'s hosts beyond loopback.
     #[serde(default)]
     pub http: HttpConfig,
+    /// What `tamp serve` and `tamp proxy` record for their console, and its prices.
+    #[serde(default)]
+    pub console: console::ConsoleConfig,
     /// Directories searched for plugins given by name.
     #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
@@ -252,6 +256,7 @@ impl LoadedChainFile {
             .validate(&self.file.budget)
             .map_err(at_field)?;
         self.file.http.validate().map_err(at_field)?;
+        self.file.console.validate().map_err(at_field)?;
         self.file.threads.validate().map_err(at_field)?;
         if let Err(e) = self
             .file

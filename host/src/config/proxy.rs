@@ -83,12 +83,7 @@ impl ModelBudgets {
     /// The budget of a request naming `model`: the longest matching pattern's over `base`;
     /// `None` when no pattern matches (or the request names no model): the chain's own.
     pub fn for_model(&self, model: Option<&str>, base: &BudgetConfig) -> Option<BudgetConfig> {
-        let model = model?;
-        self.0
-            .iter()
-            .filter(|(pattern, _)| glob_matches(pattern, model))
-            .max_by_key(|(pattern, _)| pattern.len())
-            .map(|(_, budget)| budget.over(base))
+        longest_match(&self.0, model?).map(|budget| budget.over(base))
     }
 
     /// Every pattern's budget over `base`: what a request whose model is not known yet may be
@@ -118,6 +113,19 @@ impl ModelBudgets {
         }
         Ok(())
     }
+}
+
+/// The value of the longest pattern of `patterns` that `model` matches ([`glob_matches`]):
+/// how `[proxy.models]` and `[console.prices]` pick a model's entry.
+pub(crate) fn longest_match<'a, V>(
+    patterns: &'a BTreeMap<String, V>,
+    model: &str,
+) -> Option<&'a V> {
+    patterns
+        .iter()
+        .filter(|(pattern, _)| glob_matches(pattern, model))
+        .max_by_key(|(pattern, _)| pattern.len())
+        .map(|(_, value)| value)
 }
 
 /// Whether `text` matches `pattern`, where `*` matches any run of characters (none included)

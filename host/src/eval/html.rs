@@ -10,6 +10,7 @@ use std::fmt::Write;
 
 use super::cells::{self, Column};
 use super::{Mode, Run};
+use crate::markup::escape;
 
 /// One color per chain, in the order chains were given.
 const PALETTE: [&str; 6] = [
@@ -28,13 +29,6 @@ const BOTTOM: f64 = 46.0;
 const CHART_BACKGROUND: &str = "#fafafa";
 /// The history as posted, and the watermarks when every chain of a chart shares them.
 const GREY: &str = "#777";
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// `56490` as `56,490`.
 fn thousands(n: u64) -> String {

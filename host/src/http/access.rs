@@ -11,15 +11,17 @@
 //! - **The bearer token** (`--auth-token-env`), on the paths the server guards: every route
 //!   of `tamp serve` but `/healthz`; `tamp proxy`'s own `/tamp/` routes but `/tamp/healthz`
 //!   (its provider routes carry the client's provider key in the same header, passed
-//!   upstream untouched). Compared in constant time, never logged.
+//!   upstream untouched). Compared in constant time, never logged. The console (`/tamp/ui`)
+//!   takes the same token as the password of Basic credentials too, which a browser sends
+//!   on every request once its user has typed them; a refusal there asks for them.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::reload::ChainSlot;
 use crate::config::host_name;
@@ -120,12 +122,20 @@ impl Access {
         if !(self.guarded)(request.uri().path()) {
             return Ok(());
         }
-        let given = request
+        let value = request
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token);
-        match given {
+            .and_then(|v| v.to_str().ok());
+        // A browser cannot send a bearer token when it follows a link; it sends Basic
+        // credentials once asked. The console takes the same token as their password.
+        let given = match value {
+            Some(v) if is_console(request.uri().path()) => bearer_token(v)
+                .map(str::to_string)
+                .or_else(|| basic_password(v)),
+            Some(v) => bearer_token(v).map(str::to_string),
+            None => None,
+        };
+        match given.as_deref() {
             None => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 ApiErrorCode::Unauthorized,
@@ -150,8 +160,39 @@ pub async fn enforce(
     next: Next,
 ) -> Result<Response, ApiError> {
     access.check_host(&request)?;
-    access.check_token(&request)?;
+    if let Err(refused) = access.check_token(&request) {
+        let mut response = refused.into_response();
+        if is_console(request.uri().path()) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"tamp console\", charset=\"UTF-8\""),
+            );
+        }
+        return Ok(response);
+    }
     Ok(next.run(request).await)
+}
+
+/// The console's paths (`/tamp/ui` and under it), where the token may also come as the
+/// password of Basic credentials.
+fn is_console(path: &str) -> bool {
+    path == "/tamp/ui" || path.starts_with("/tamp/ui/")
+}
+
+/// The password of an `Authorization: Basic <base64(user:password)>` value (the user is
+/// not read).
+fn basic_password(value: &str) -> Option<String> {
+    use base64::Engine as _;
+    let (scheme, encoded) = value.trim().split_once([' ', '\t'])?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_, password) = text.split_once(':')?;
+    (!password.is_empty()).then(|| password.to_string())
 }
 
 /// `tamp serve` guards every route but `/healthz` (health checks carry no credentials).
@@ -202,6 +243,25 @@ mod tests {
         assert_eq!(bearer_token("Bearer   "), None);
         assert_eq!(bearer_token("Basic dG9r"), None);
         assert_eq!(bearer_token("Bearertok"), None);
+    }
+
+    #[test]
+    fn the_console_takes_the_token_as_a_basic_password() {
+        // base64("anyone:s3cret"), base64("s3cret"), base64("u:")
+        assert_eq!(
+            basic_password("Basic YW55b25lOnMzY3JldA=="),
+            Some("s3cret".into())
+        );
+        assert_eq!(
+            basic_password("basic  YW55b25lOnMzY3JldA=="),
+            Some("s3cret".into())
+        );
+        assert_eq!(basic_password("Basic czNjcmV0"), None);
+        assert_eq!(basic_password("Basic dTo="), None);
+        assert_eq!(basic_password("Bearer YW55b25lOnMzY3JldA=="), None);
+        assert_eq!(basic_password("Basic !!!"), None);
+        assert!(is_console("/tamp/ui") && is_console("/tamp/ui/api/threads"));
+        assert!(!is_console("/tamp/uix") && !is_console("/tamp/v1/threads"));
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub struct ActiveChain {
     pub proxy: crate::config::proxy::ProxyConfig,
     /// The file's `[http]` table: the hosts answered beyond loopback (read per request).
     pub http: crate::config::HttpConfig,
+    /// The file's `[console]` table: what is recorded and kept, the prices of the savings.
+    pub console: crate::config::console::ConsoleConfig,
+    /// Each stage's `sha256` pin, in stage order (`None`: not pinned).
+    pub pins: Vec<Option<String>>,
 }
 
 /// Why a config could not become the active chain: the file, the line where known, and
@@ -165,6 +169,13 @@ impl ActiveChain {
             store_location: store.location(),
             proxy: file.file.proxy.clone(),
             http: file.file.http.clone(),
+            console: file.file.console.clone(),
+            pins: file
+                .file
+                .stages
+                .iter()
+                .map(|s| s.get_ref().sha256.clone())
+                .collect(),
         })
     }
 

@@ -1,11 +1,11 @@
 //! The answers both servers give the same way: a page (`GET /v1/pages/{id}`, the proxy's
-//! `/tamp/v1/pages/{id}`), health, and 405.
+//! `/tamp/v1/pages/{id}`), health, the active chain (`GET /v1/chain`, the console's), and 405.
 
 use axum::extract::Request;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::error::{store_failure, ApiError, ApiErrorCode};
 use super::reload::ChainSlot;
@@ -34,6 +34,23 @@ pub(crate) fn health_answer(slot: &ChainSlot) -> Response {
         )
         .into_response(),
     }
+}
+
+/// The active chain as `GET /v1/chain` shows it: file, hash, load time, budget, stages, store
+/// and the last reload refused.
+pub(crate) fn chain_view(slot: &ChainSlot) -> Value {
+    let active = slot.current();
+    json!({
+        "config_path": active.config_path,
+        "config_hash": active.config_hash,
+        "loaded_at": httpdate::fmt_http_date(active.loaded_at),
+        "loaded_at_unix": active.loaded_at_unix(),
+        "build_ms": active.build_time.as_secs_f64() * 1e3,
+        "budget": active.chain.budget(),
+        "stages": active.stages(),
+        "store": active.chain.store().describe(),
+        "last_reload_error": slot.last_error(),
+    })
 }
 
 #[derive(Debug, Deserialize)]

@@ -81,6 +81,9 @@ pub struct ServerOptions {
     pub body_timeout_secs: f64,
     /// Connections open at once (more wait to be accepted).
     pub max_connections: u32,
+    /// Whether to serve the console (`None`: when listening on loopback; see
+    /// `console::enabled`).
+    pub console: Option<bool>,
 }
 
 /// How a server starts: its shared flags, and what sets it apart (its name, the paths its
@@ -202,6 +205,11 @@ impl Startup {
 }
 
 impl Started {
+    /// The flags the server was started with.
+    pub(crate) fn options(&self) -> &ServerOptions {
+        &self.startup.options
+    }
+
     /// The per-request limits of `--max-body` and `--body-timeout-secs`, with `max_concurrent`
     /// requests answered at once.
     pub(crate) fn gate(&self, max_concurrent: usize) -> Gate {
@@ -215,7 +223,8 @@ impl Started {
     }
 
     /// Listens on `--listen`, prints the lines tools wait for (the address, the chain, then
-    /// `more`), and answers with `app` until SIGTERM or Ctrl-C; then drains.
+    /// `more`, each with [`LISTEN_ADDR`] replaced by the address listened on), and answers
+    /// with `app` until SIGTERM or Ctrl-C; then drains.
     pub(crate) async fn serve(self, app: Router, more: &[String]) -> anyhow::Result<()> {
         let Started {
             startup,
@@ -236,7 +245,7 @@ impl Started {
         eprintln!("{name}: listening on http://{addr}");
         eprintln!("{name}: serving {summary}");
         for line in more {
-            eprintln!("{name}: {line}");
+            eprintln!("{name}: {}", line.replace(LISTEN_ADDR, &addr.to_string()));
         }
         run_until_shutdown(
             name,
@@ -257,6 +266,10 @@ impl Started {
         .await
     }
 }
+
+/// In a line [`Started::serve`] prints: the address listened on (its port when `--listen`
+/// asked for port 0).
+pub(crate) const LISTEN_ADDR: &str = "{listen_addr}";
 
 /// The connection limits `tamp serve` and `tamp proxy` take from their flags.
 struct ConnectionLimits {

@@ -1,5 +1,6 @@
 //! What the proxy tells about each request: one line in the log at the default level (target
-//! `tamp::access`), and the running totals of its recent threads (`GET /tamp/v1/threads`).
+//! `tamp::access`), and the same fields as the request's record for the console (which keeps
+//! them in the store, where `GET /tamp/v1/threads` reads each thread's totals).
 //!
 //! A line names the request (method and route, the model, the thread), what the chain did
 //! (tokens in → out, pages written), and the upstream's answer (status, time to its head):
@@ -11,22 +12,17 @@
 //! An upstream that cannot be reached is a warning. Never a header, never a key, never an
 //! upstream URL (whose userinfo may hold a credential).
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use serde::Serialize;
+use std::time::{Duration, SystemTime};
 
 use super::outcome::Outcome;
+use crate::console::ChainRun;
+use crate::store::activity::RequestRecord;
 
 /// The log target of the access lines; `tamp proxy` shows it at `info` by default.
 pub const TARGET: &str = "tamp::access";
 
-/// How many threads the status view keeps; the least recently seen go first.
-const MAX_THREADS: usize = 256;
-
-/// What a compacted route's body came to, for its line.
-#[derive(Debug, Clone, Default)]
+/// What a compacted route's body came to, for its line (and the console's record of it).
+#[derive(Debug, Default)]
 pub struct Note {
     pub model: Option<String>,
     pub thread: Option<String>,
@@ -34,16 +30,29 @@ pub struct Note {
     pub pages: usize,
     /// The outcome's label (`compacted`, `unchanged`, `skipped`).
     pub compaction: Option<&'static str>,
+    /// For a body forwarded unread: the most tokens it can hold.
+    pub at_most: Option<u64>,
+    /// The budget its model is compacted against: max tokens, high and low watermarks.
+    pub budget: Option<(u64, u64, u64)>,
+    /// The proxy's error code, when it answered one (the upstream unreachable, say).
+    pub error: Option<String>,
+    /// What the chain reported, when it ran.
+    pub run: Option<Box<ChainRun>>,
 }
 
 impl Note {
-    pub fn of(outcome: &Outcome) -> Note {
+    /// The note of `outcome`, taking what its chain reported.
+    pub fn of(outcome: &mut Outcome) -> Note {
         Note {
             model: outcome.model().map(str::to_string),
             thread: outcome.thread().map(str::to_string),
             tokens: outcome.tokens(),
             pages: outcome.pages().len(),
             compaction: Some(outcome.label()),
+            at_most: outcome.at_most(),
+            budget: None,
+            error: None,
+            run: outcome.take_run(),
         }
     }
 }
@@ -79,123 +88,72 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-/// One thread's totals in the status view.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ThreadTotals {
-    pub thread: String,
-    /// The model of its latest request.
-    pub model: Option<String>,
-    /// Seconds since the Unix epoch.
-    pub first_seen: u64,
-    pub last_seen: u64,
-    pub requests: u64,
-    /// Tokens the agent sent, and tokens forwarded, over the requests that were counted.
-    pub tokens_in: u64,
-    pub tokens_out: u64,
-    /// Requests whose compaction wrote pages.
-    pub compactions: u64,
-    pub pages: u64,
-}
-
-/// The recent threads' totals, in memory (a restart starts them over).
-#[derive(Default)]
-pub struct RecentThreads {
-    threads: Mutex<HashMap<String, ThreadTotals>>,
-}
-
-impl RecentThreads {
-    /// Adds a request of `note.thread` (nothing without one).
-    pub fn record(&self, note: &Note) {
-        let Some(thread) = &note.thread else {
-            return;
-        };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        if !threads.contains_key(thread) && threads.len() >= MAX_THREADS {
-            let oldest = threads
-                .values()
-                .min_by_key(|t| t.last_seen)
-                .map(|t| t.thread.clone());
-            if let Some(oldest) = oldest {
-                threads.remove(&oldest);
-            }
-        }
-        let totals = threads
-            .entry(thread.clone())
-            .or_insert_with(|| ThreadTotals {
-                thread: thread.clone(),
-                model: None,
-                first_seen: now,
-                last_seen: now,
-                requests: 0,
-                tokens_in: 0,
-                tokens_out: 0,
-                compactions: 0,
-                pages: 0,
-            });
-        totals.last_seen = now;
-        totals.requests += 1;
-        if note.model.is_some() {
-            totals.model.clone_from(&note.model);
-        }
-        if let Some((before, after)) = note.tokens {
-            totals.tokens_in += before;
-            totals.tokens_out += after;
-        }
-        if note.pages > 0 {
-            totals.compactions += 1;
-            totals.pages += note.pages as u64;
-        }
-    }
-
-    /// The threads, most recently seen first.
-    pub fn list(&self) -> Vec<ThreadTotals> {
-        let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut list: Vec<ThreadTotals> = threads.values().cloned().collect();
-        list.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.thread.cmp(&b.thread)));
-        list
-    }
+/// A request's line as the console keeps it: the line's fields, and what the chain reported
+/// (the writer task turns that into the stored row, off the request path).
+pub fn record(
+    method: &str,
+    path: &str,
+    note: Note,
+    status: u16,
+    elapsed: Duration,
+    at: SystemTime,
+) -> (RequestRecord, Option<Box<ChainRun>>) {
+    let mut record = RequestRecord {
+        at_ms: crate::console::record::millis(at),
+        server: "proxy".into(),
+        route: format!("{method} {path}"),
+        status,
+        duration_ms: elapsed.as_millis() as u64,
+        thread: note.thread,
+        model: note.model,
+        outcome: note.compaction.map(str::to_string),
+        tokens_at_most: note.at_most,
+        pages: u32::try_from(note.pages).unwrap_or(u32::MAX),
+        error: note.error,
+        ..RequestRecord::default()
+    };
+    record.set_tokens(note.tokens);
+    record.set_budget(note.budget);
+    (record, note.run)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::*;
 
-    fn note(thread: &str, tokens: (u64, u64), pages: usize) -> Note {
-        Note {
-            model: Some("m".into()),
-            thread: Some(thread.into()),
-            tokens: Some(tokens),
-            pages,
-            compaction: Some("compacted"),
-        }
-    }
-
     #[test]
-    fn a_thread_s_requests_add_up_and_the_oldest_thread_goes_past_the_bound() {
-        let recent = RecentThreads::default();
-        recent.record(&note("session:a", (100, 40), 2));
-        recent.record(&note("session:a", (120, 60), 0));
-        recent.record(&Note::default());
-        let list = recent.list();
-        assert_eq!(list.len(), 1);
-        let a = &list[0];
-        assert_eq!(
-            (
-                a.requests,
-                a.tokens_in,
-                a.tokens_out,
-                a.compactions,
-                a.pages
-            ),
-            (2, 220, 100, 1, 2)
+    fn a_record_keeps_the_line_s_fields() {
+        let note = Note {
+            model: Some("m".into()),
+            thread: Some("session:a".into()),
+            tokens: Some((100, 40)),
+            pages: 2,
+            compaction: Some("compacted"),
+            budget: Some((1000, 800, 500)),
+            ..Note::default()
+        };
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let (r, run) = record(
+            "POST",
+            "/v1/messages",
+            note,
+            200,
+            Duration::from_millis(41),
+            at,
         );
-        for i in 0..MAX_THREADS + 5 {
-            recent.record(&note(&format!("t{i}"), (1, 1), 0));
-        }
-        assert_eq!(recent.list().len(), MAX_THREADS);
+        assert!(run.is_none());
+        assert_eq!(r.at_ms, 1_700_000_000_123);
+        assert_eq!(r.route, "POST /v1/messages");
+        assert_eq!((r.status, r.duration_ms, r.pages), (200, 41, 2));
+        assert_eq!(r.thread.as_deref(), Some("session:a"));
+        assert_eq!((r.tokens_in, r.tokens_out), (Some(100), Some(40)));
+        assert_eq!(r.outcome.as_deref(), Some("compacted"));
+        assert_eq!(
+            (r.max_tokens, r.high_tokens, r.low_tokens),
+            (Some(1000), Some(800), Some(500))
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::outcome::{nothing_to_compact, Outcome};
 use super::precount;
 use super::session::{RequestFields, ThreadHint};
 use crate::chain::{ChainError, ChainReport, CompactOptions, StageStatus};
+use crate::console::ChainRun;
 use crate::http::active::ActiveChain;
 use crate::http::limits::InFlight;
 use crate::http::metrics::Metrics;
@@ -166,8 +167,8 @@ async fn run(
         thread_continuity: true,
     };
     // Kept to count what the client sent when the chain continues the thread (its report
-    // then counts the thread's last answer plus what is new): a copy is cheaper than a count
-    // made on every request.
+    // then counts the thread's last answer plus what is new), and to measure the prefix a
+    // compaction keeps (`ChainRun::of`): a copy is cheaper than a count made on every request.
     let sent = conversation.messages.clone();
     let compacted = match active.chain.compact(conversation, &options).await {
         Ok(compacted) => compacted,
@@ -209,32 +210,36 @@ async fn run(
         if let Some(id) = &named {
             last.record(id, &active.config_hash, format, body, report.tokens_before);
         }
+        let reason = unchanged_reason(report);
+        let tokens = report.tokens_before;
+        let (_, run) = ChainRun::of(&active.chain, &sent, compacted);
         return Outcome::Unchanged {
-            reason: unchanged_reason(report),
+            reason,
             thread,
             model,
-            tokens: Some(report.tokens_before),
+            tokens: Some(tokens),
+            at_most: None,
+            run: Some(Box::new(run)),
         };
     }
     // Written by the wire writer: every field tamp does not interpret (`model`, `stream`,
     // `tools`, unknown ones) is the exact text the client sent.
     let body = wire::write(&compacted.conversation, format).compact();
-    let tokens_before = if continued {
-        active.chain.tokens().count_messages(&sent)
-    } else {
-        report.tokens_before
-    };
+    let tokens_after = report.tokens_after;
+    let pages = report
+        .stages
+        .iter()
+        .flat_map(|s| s.pages.iter().cloned())
+        .collect();
+    let (tokens_before, run) = ChainRun::of(&active.chain, &sent, compacted);
     Outcome::Compacted {
         body: Bytes::from(body),
         tokens_before,
-        tokens_after: report.tokens_after,
-        pages: report
-            .stages
-            .iter()
-            .flat_map(|s| s.pages.iter().cloned())
-            .collect(),
+        tokens_after,
+        pages,
         thread,
         model,
+        run: Some(Box::new(run)),
     }
 }
 
@@ -273,6 +278,8 @@ mod tests {
             thread: None,
             model: None,
             tokens: None,
+            at_most: None,
+            run: None,
         };
         assert!(long.header().len() < 320);
         assert_eq!(long.thread_header(), None);
@@ -283,6 +290,7 @@ mod tests {
             pages: vec!["pg_1".into(), "pg_2".into()],
             thread: Some("session:0de6b6e7; continued".into()),
             model: Some("claude-opus-5-5".into()),
+            run: None,
         };
         assert_eq!(compacted.thread(), Some("session:0de6b6e7"));
         assert_eq!(compacted.tokens(), Some((12034, 4410)));

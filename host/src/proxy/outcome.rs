@@ -4,6 +4,8 @@
 use axum::body::Bytes;
 use axum::http::HeaderValue;
 
+use crate::console::ChainRun;
+
 /// What the chain made of a body.
 #[derive(Debug)]
 pub enum Outcome {
@@ -17,6 +19,8 @@ pub enum Outcome {
         thread: Option<String>,
         /// The model the request names.
         model: Option<String>,
+        /// What the chain reported, for the console.
+        run: Option<Box<ChainRun>>,
     },
     /// The chain ran and left the conversation as it was (under the watermark, or every
     /// stage that ran was rolled back), or would have (forwarded unread): the original bytes
@@ -27,6 +31,10 @@ pub enum Outcome {
         model: Option<String>,
         /// The conversation's tokens, when it was read and counted.
         tokens: Option<u64>,
+        /// When it was forwarded unread: the most tokens it can hold.
+        at_most: Option<u64>,
+        /// What the chain reported, when it ran, for the console.
+        run: Option<Box<ChainRun>>,
     },
     /// The request has nothing to compact: its history is the upstream's (a Responses
     /// request continuing `previous_response_id` or a `conversation`). The original bytes are
@@ -103,6 +111,22 @@ impl Outcome {
             } => Some((*tokens_before, *tokens_after)),
             Outcome::Unchanged { tokens, .. } => tokens.map(|t| (t, t)),
             Outcome::Skipped { .. } | Outcome::NothingToCompact { .. } => None,
+        }
+    }
+
+    /// When the body was forwarded unread: the most tokens it can hold.
+    pub fn at_most(&self) -> Option<u64> {
+        match self {
+            Outcome::Unchanged { at_most, .. } => *at_most,
+            _ => None,
+        }
+    }
+
+    /// What the chain reported, taken out (for the console's record).
+    pub fn take_run(&mut self) -> Option<Box<ChainRun>> {
+        match self {
+            Outcome::Compacted { run, .. } | Outcome::Unchanged { run, .. } => run.take(),
+            _ => None,
         }
     }
 

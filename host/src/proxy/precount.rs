@@ -96,8 +96,8 @@ pub async fn decide(
         None => own_limit,
     };
     let named = top.thread(thread);
-    let reason = if by_length <= limit {
-        if limit == u64::MAX {
+    let (reason, most) = if by_length <= limit {
+        let reason = if limit == u64::MAX {
             "the chain has no stages".to_string()
         } else {
             format!(
@@ -105,7 +105,8 @@ pub async fn decide(
                  {limit}",
                 body.len()
             )
-        }
+        };
+        (reason, by_length)
     } else {
         let from_last = last.bound(named.as_deref()?, config_hash, format, body)?;
         let after = body.len() - from_last.repeated;
@@ -114,12 +115,13 @@ pub async fn decide(
         if most > limit {
             return None;
         }
-        format!(
+        let reason = format!(
             "at most {most} tokens: {} counted in the thread's last request read, whose first \
              {} bytes it repeats, and at most {new} in the {after} bytes after them; not above \
              the high watermark of {limit}",
             from_last.counted, from_last.repeated,
-        )
+        );
+        (reason, most)
     };
     let thread = match (chain.thread_config(), named) {
         (None, _) => None,
@@ -142,6 +144,8 @@ pub async fn decide(
         thread,
         model: top.model.as_deref().map(str::to_string),
         tokens: None,
+        at_most: Some(most),
+        run: None,
     })
 }
 
@@ -173,20 +177,23 @@ pub async fn decide_from_headers(
         return None;
     }
     let own = chain.unchanged_up_to()?;
+    // The body is never read: its length's bound is all that is known of its tokens.
+    let bytes = usize::try_from(declared_length).ok()?;
+    let most = bound(chain.tokens(), bytes);
     if own == u64::MAX {
         return Some(Outcome::Unchanged {
             reason: "the chain has no stages: streamed unread".to_string(),
             thread: thread.given.clone(),
             model: None,
             tokens: None,
+            at_most: Some(most),
+            run: None,
         });
     }
     let mut limit = own;
     for budget in models.all(chain.budget()) {
         limit = limit.min(chain.unchanged_up_to_with(&budget)?);
     }
-    let bytes = usize::try_from(declared_length).ok()?;
-    let most = bound(chain.tokens(), bytes);
     if most > limit {
         return None;
     }
@@ -203,6 +210,8 @@ pub async fn decide_from_headers(
         thread: named,
         model: None,
         tokens: None,
+        at_most: Some(most),
+        run: None,
     })
 }
 
@@ -345,6 +354,21 @@ mod tests {
                 "{format}"
             );
         }
+        // Its tokens are not counted; the bound of its declared length is recorded instead.
+        let outcome = decide_from_headers(
+            &chain,
+            WireFormat::Anthropic,
+            1_000,
+            &hint(Some("t"), None),
+            &models,
+            false,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (outcome.tokens(), outcome.at_most()),
+            (None, Some(bound(chain.tokens(), 1_000)))
+        );
         // A Responses body may end in OpenAI's compaction trigger, which tamp answers: read.
         let outcome = decide_from_headers(
             &chain,

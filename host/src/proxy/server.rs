@@ -1,7 +1,7 @@
 //! The proxy's server: its state, routes and run loop.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use anyhow::Context as _;
 use axum::body::Body;
@@ -22,7 +22,7 @@ use crate::http::metrics::{self, Metrics};
 use crate::http::reload::ChainSlot;
 use crate::http::server::{ServerOptions, Startup};
 
-use super::access_log::{self, RecentThreads};
+use super::access_log;
 use super::compact::{self, COMPACTION_HEADER};
 use super::error::ProxyError;
 use super::forward::Upstreams;
@@ -33,7 +33,9 @@ use super::owner::Owners;
 use super::server_compaction::{self, Asked};
 use super::{forward, precount, route, session};
 use crate::config::proxy::CompactionBy;
+use crate::console::{Console, Recorder};
 use crate::mcp::{Reader, RecallServer};
+use crate::store::activity::ThreadQuery;
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").
@@ -63,8 +65,8 @@ struct ProxyState {
     last_reads: Arc<LastReads>,
     /// Whose the pages a request's compaction writes are.
     owners: Owners,
-    /// The recent threads' totals (`GET /tamp/v1/threads`).
-    recent: RecentThreads,
+    /// Each request's record, kept in the store for the console and `GET /tamp/v1/threads`.
+    recorder: Arc<Recorder>,
 }
 
 /// Runs `tamp proxy` until SIGTERM or Ctrl-C.
@@ -93,7 +95,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         upstreams: Upstreams::new().context("cannot build the upstream HTTP client")?,
         last_reads: Arc::default(),
         owners: Owners::new(started.access.has_token()),
-        recent: RecentThreads::default(),
+        recorder: Arc::new(Recorder::start(Arc::clone(&started.slot))),
     });
     // The MCP server reads the store the chain was started with: a reload that names another
     // store is refused.
@@ -110,12 +112,38 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
             crate::mcp::http_service(server)
         })
     };
-    started.serve(router(state, mcp), &[upstreams]).await
+    let options = started.options().clone();
+    let console = crate::console::enabled(options.console, options.listen.ip()).then(|| {
+        let exposition = Arc::clone(&state);
+        Arc::new(Console {
+            slot: Arc::clone(&state.slot),
+            recorder: Arc::clone(&state.recorder),
+            exposition: Box::new(move || exposition_text(&exposition)),
+            server: "tamp proxy",
+        })
+    });
+    let mut more = vec![upstreams];
+    if console.is_some() {
+        more.push(format!(
+            "console on http://{}{}",
+            crate::http::server::LISTEN_ADDR,
+            crate::console::PATH
+        ));
+    }
+    // Closed once the server has stopped, so that the store is let go before the exit.
+    let recorder = Arc::clone(&state.recorder);
+    let served = started.serve(router(state, mcp, console), &more).await;
+    recorder.close().await;
+    served
 }
 
 /// tamp's own routes under `/tamp/` (no provider has that path); everything else goes
 /// upstream.
-fn router(state: Arc<ProxyState>, mcp: Option<crate::mcp::HttpService>) -> Router {
+fn router(
+    state: Arc<ProxyState>,
+    mcp: Option<crate::mcp::HttpService>,
+    console: Option<Arc<Console>>,
+) -> Router {
     let mut router = Router::new()
         .route("/tamp/v1/pages/{id}", get(page))
         .route("/tamp/v1/threads", get(threads))
@@ -123,6 +151,10 @@ fn router(state: Arc<ProxyState>, mcp: Option<crate::mcp::HttpService>) -> Route
         .route("/tamp/metrics", get(metrics_text));
     if let Some(mcp) = mcp {
         router = router.route_service("/tamp/mcp", mcp);
+    }
+    // Before the layers below, so the console is behind the same Host check and token.
+    if let Some(console) = console {
+        router = router.merge(crate::console::router(console));
     }
     router
         .method_not_allowed_fallback(answers::method_not_allowed)
@@ -162,14 +194,19 @@ async fn healthz(State(state): State<Arc<ProxyState>>) -> Response {
 }
 
 async fn metrics_text(State(state): State<Arc<ProxyState>>) -> Response {
+    let text = exposition_text(&state);
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// What `/tamp/metrics` answers now (the console's health view reads the same).
+fn exposition_text(state: &ProxyState) -> String {
     let active = state.slot.current();
-    let text = state.metrics.render(
+    state.metrics.render(
         &active.config_hash,
         active.loaded_at_unix(),
         state.in_flight.count(),
         &[state.proxy_metrics.registry()],
-    );
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+    )
 }
 
 /// Every request that is not tamp's own: routed, compacted if it is a conversation,
@@ -182,8 +219,8 @@ async fn proxy_request(State(state): State<Arc<ProxyState>>, request: Request) -
             ApiErrorCode::NotFound,
             format!(
                 "no route {} {path}; tamp's routes: GET /tamp/v1/pages/{{id}}, GET \
-                 /tamp/v1/threads, GET /tamp/healthz, GET /tamp/metrics, POST /tamp/mcp \
-                 (every other path goes upstream)",
+                 /tamp/v1/threads, GET /tamp/healthz, GET /tamp/metrics, POST /tamp/mcp, GET \
+                 /tamp/ui (the console, unless --console off) (every other path goes upstream)",
                 request.method()
             ),
         )
@@ -191,6 +228,7 @@ async fn proxy_request(State(state): State<Arc<ProxyState>>, request: Request) -
     }
     let method = request.method().clone();
     let started = Instant::now();
+    let at = SystemTime::now();
     let Some(route) = route::route(&method, path, request.headers()) else {
         let response = not_a_provider_request(&method, path);
         state.metrics.http_request(
@@ -205,8 +243,10 @@ async fn proxy_request(State(state): State<Arc<ProxyState>>, request: Request) -
     let (response, note) = forward(&state, route, request).await;
     let status = response.status().as_u16();
     state.metrics.http_request(route.label.to_string(), status);
-    access_log::log(method.as_str(), &path, &note, status, started.elapsed());
-    state.recent.record(&note);
+    let elapsed = started.elapsed();
+    access_log::log(method.as_str(), &path, &note, status, elapsed);
+    let (record, run) = access_log::record(method.as_str(), &path, note, status, elapsed, at);
+    state.recorder.record(record, run);
     response
 }
 
@@ -226,9 +266,24 @@ fn not_a_provider_request(method: &axum::http::Method, path: &str) -> Response {
     response
 }
 
-/// `GET /tamp/v1/threads`: the recent threads' totals, most recently seen first.
-async fn threads(State(state): State<Arc<ProxyState>>) -> Response {
-    axum::Json(serde_json::json!({ "threads": state.recent.list() })).into_response()
+/// How many threads `GET /tamp/v1/threads` lists.
+const LISTED_THREADS: usize = 256;
+
+/// `GET /tamp/v1/threads`: the recent threads' totals, most recently seen first, as the store
+/// keeps them (every replica's requests, this one's up to the last).
+async fn threads(State(state): State<Arc<ProxyState>>) -> Result<Response, ApiError> {
+    state.recorder.flush().await;
+    let Some(activity) = state.slot.current().chain.activity().cloned() else {
+        return Ok(axum::Json(serde_json::json!({ "threads": [] })).into_response());
+    };
+    let threads = activity
+        .threads(ThreadQuery {
+            limit: LISTED_THREADS,
+            ..ThreadQuery::default()
+        })
+        .await
+        .map_err(crate::http::error::store_failure)?;
+    Ok(axum::Json(serde_json::json!({ "threads": threads })).into_response())
 }
 
 /// Forwards a routed request; the answer, and what its compaction came to for the access log.
@@ -314,6 +369,7 @@ async fn forward_noted(
         }
         Err(e) => {
             state.proxy_metrics.upstream_failed(route.label);
+            note.error = Some(e.code.to_string());
             tracing::warn!(
                 target: access_log::TARGET,
                 "{}: the upstream failed after {} ms: {} ({})",
@@ -346,15 +402,25 @@ enum Prepared {
 }
 
 /// The answer headers that say what became of a body (`x-tamp-compaction`, `x-tamp-thread`),
-/// and the same for the access log.
+/// and the same for the access log and the console's record: what the chain reported, taken
+/// out of `outcome`, and the budget of its model (the chain's own when the body was not read,
+/// so its model is unknown).
 fn answer_headers(
-    outcome: &outcome::Outcome,
+    active: &ActiveChain,
+    outcome: &mut outcome::Outcome,
 ) -> (Vec<(HeaderName, HeaderValue)>, access_log::Note) {
     let mut headers = vec![(HeaderName::from_static(COMPACTION_HEADER), outcome.header())];
     if let Some(thread) = outcome.thread_header() {
         headers.push((HeaderName::from_static(THREAD_ANSWER_HEADER), thread));
     }
-    (headers, access_log::Note::of(outcome))
+    let mut note = access_log::Note::of(outcome);
+    let budget = active
+        .proxy
+        .models
+        .for_model(outcome.model(), active.chain.budget())
+        .unwrap_or(*active.chain.budget());
+    note.budget = Some((budget.max_tokens, budget.high_tokens(), budget.low_tokens()));
+    (headers, note)
 }
 
 /// A compacted route's body, read whole (within `--max-body` and `--body-timeout-secs`).
@@ -415,11 +481,11 @@ async fn compacted_body(
                 tamp_compacts,
             ),
         );
-        if let Ok(Some(outcome)) = decided.await {
+        if let Ok(Some(mut outcome)) = decided.await {
             state
                 .proxy_metrics
                 .compaction_outcome(outcome.label(), started.elapsed());
-            let (answer_headers, note) = answer_headers(&outcome);
+            let (answer_headers, note) = answer_headers(active, &mut outcome);
             return Ok(Prepared::Stream(body, answer_headers, note));
         }
     }
@@ -440,7 +506,7 @@ async fn compacted_body(
         return Ok(Prepared::Answered(answer));
     }
     let started = Instant::now();
-    let outcome = compact::compact(
+    let mut outcome = compact::compact(
         Arc::clone(active),
         Arc::clone(&state.metrics),
         &state.in_flight,
@@ -456,7 +522,7 @@ async fn compacted_body(
     state
         .proxy_metrics
         .compaction_outcome(outcome.label(), started.elapsed());
-    let (answer_headers, note) = answer_headers(&outcome);
+    let (answer_headers, note) = answer_headers(active, &mut outcome);
     match outcome {
         outcome::Outcome::Compacted { body, .. } => {
             Ok(Prepared::Forward(body, answer_headers, note))

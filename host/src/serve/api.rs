@@ -18,9 +18,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::chain::{ChainError, CompactOptions};
+use crate::console::{record, Console, Recorder};
 use crate::http::access::{self, Access};
 use crate::http::answers::{
-    health_answer, json_answer, method_not_allowed, page_answer, PageQuery,
+    chain_view, health_answer, json_answer, method_not_allowed, page_answer, PageQuery,
 };
 use crate::http::error::{store_failure, ApiError, ApiErrorCode};
 use crate::http::limits::{
@@ -42,16 +43,24 @@ pub struct AppState {
     pub batch_metrics: Option<Arc<crate::deferred::DeferredMetrics>>,
     /// The per-request limits.
     pub gate: Gate,
+    /// Each compaction's record, kept in the store for the console.
+    pub recorder: Arc<Recorder>,
+    /// The console, when it is served.
+    pub console: Option<Arc<Console>>,
 }
 
 /// The router: routes, limits, auth and request counting (outermost).
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let mut routes = Router::new()
         .route("/v1/compact", post(compact))
         .route("/v1/pages/{id}", get(page))
         .route("/v1/chain", get(chain))
         .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics));
+    if let Some(console) = &state.console {
+        routes = routes.merge(crate::console::router(Arc::clone(console)));
+    }
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(Arc::clone(&state), limit))
@@ -148,7 +157,7 @@ async fn not_found(request: Request) -> ApiError {
         ApiErrorCode::NotFound,
         format!(
             "no route {} {}; routes: POST /v1/compact, GET /v1/pages/{{id}}, GET /v1/chain, \
-             GET /healthz, GET /metrics",
+             GET /healthz, GET /metrics, GET /tamp/ui (the console, unless --console off)",
             request.method(),
             request.uri().path()
         ),
@@ -162,34 +171,47 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let active = state.slot.current();
-    let mut batch = prometheus_client::registry::Registry::default();
-    if let Some(worker) = &state.batch_metrics {
-        batch.register_collector(Box::new(Arc::clone(worker)));
-    }
-    let text = state.metrics.render(
-        &active.config_hash,
-        active.loaded_at_unix(),
-        state.in_flight.count(),
-        &[&batch],
-    );
+    let text = Exposition::of(&state).text();
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
+/// What `GET /metrics` is written from (the console's health view reads the same).
+#[derive(Clone)]
+pub(super) struct Exposition {
+    slot: Arc<ChainSlot>,
+    metrics: Arc<Metrics>,
+    in_flight: Arc<InFlight>,
+    batch_metrics: Option<Arc<crate::deferred::DeferredMetrics>>,
+}
+
+impl Exposition {
+    pub(super) fn of(state: &AppState) -> Exposition {
+        Exposition {
+            slot: Arc::clone(&state.slot),
+            metrics: Arc::clone(&state.metrics),
+            in_flight: Arc::clone(&state.in_flight),
+            batch_metrics: state.batch_metrics.clone(),
+        }
+    }
+
+    /// The exposition now.
+    pub(super) fn text(&self) -> String {
+        let active = self.slot.current();
+        let mut batch = prometheus_client::registry::Registry::default();
+        if let Some(worker) = &self.batch_metrics {
+            batch.register_collector(Box::new(Arc::clone(worker)));
+        }
+        self.metrics.render(
+            &active.config_hash,
+            active.loaded_at_unix(),
+            self.in_flight.count(),
+            &[&batch],
+        )
+    }
+}
+
 async fn chain(State(state): State<Arc<AppState>>) -> Json<Value> {
-    let active = state.slot.current();
-    let budget = active.chain.budget();
-    Json(json!({
-        "config_path": active.config_path,
-        "config_hash": active.config_hash,
-        "loaded_at": httpdate::fmt_http_date(active.loaded_at),
-        "loaded_at_unix": active.loaded_at_unix(),
-        "build_ms": active.build_time.as_secs_f64() * 1e3,
-        "budget": budget,
-        "stages": active.stages(),
-        "store": active.chain.store().describe(),
-        "last_reload_error": state.slot.last_error(),
-    }))
+    Json(chain_view(&state.slot))
 }
 
 /// `POST /v1/compact` body.
@@ -273,6 +295,7 @@ async fn compact(
     let active = state.slot.current();
     let guard = state.in_flight.enter();
     let metrics = Arc::clone(&state.metrics);
+    let (at, started) = (std::time::SystemTime::now(), std::time::Instant::now());
     // On its own task: a client that hangs up does not cancel a compaction half-way (its
     // pages are still archived), and shutdown waits for it through `in_flight`. It keeps
     // its share of --max-concurrent to its end.
@@ -280,6 +303,7 @@ async fn compact(
         let _guard = guard;
         let _permit = permit;
         let (conversation, format, options) = request.into_parts(active.chain.budget())?;
+        let asked = record::Asked::of(&conversation);
         let compacted = active
             .chain
             .compact(conversation, &options)
@@ -300,8 +324,10 @@ async fn compact(
                     "loaded_at": loaded_at,
                 })),
             ),
-        ]);
-        Ok::<_, ApiError>(answer.compact())
+        ])
+        .compact();
+        let noted = asked.compacted(&active.chain, compacted);
+        Ok::<_, ApiError>((answer, noted))
     });
     let result = task.await.unwrap_or_else(|e| {
         Err(ApiError::new(
@@ -310,9 +336,18 @@ async fn compact(
             format!("the compaction task failed: {e}"),
         ))
     });
+    let mut noted = record::Noted::serve(at);
+    noted.record.duration_ms = started.elapsed().as_millis() as u64;
     match result {
-        Ok(body) => Ok(json_answer(body)),
+        Ok((body, compacted)) => {
+            noted.add(compacted);
+            state.recorder.record(noted.record, noted.run);
+            Ok(json_answer(body))
+        }
         Err(e) => {
+            noted.record.status = e.status.as_u16();
+            noted.record.error = Some(e.code.as_str().to_string());
+            state.recorder.record(noted.record, None);
             // The server's failures (a store that failed too) are errors; the rest are the
             // caller's.
             state

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::chain::FileOverrides;
+use crate::console::{Console, Recorder};
 use crate::http::access;
 use crate::http::server::{ServerOptions, Startup};
 
@@ -35,15 +36,38 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
         .require_pins(args.require_pins)
         .start()
         .await?;
-    let state = Arc::new(api::AppState {
+    let options = started.options().clone();
+    let recorder = Arc::new(Recorder::start(Arc::clone(&started.slot)));
+    // Closed once the server has stopped, so that the store is let go before the exit.
+    let recorder_of_run = Arc::clone(&recorder);
+    let mut state = api::AppState {
         slot: Arc::clone(&started.slot),
         metrics: Arc::clone(&started.metrics),
         access: Arc::clone(&started.access),
         in_flight: Arc::clone(&started.in_flight),
         batch_metrics: started.worker.as_ref().map(|w| w.shared_metrics()),
         gate: started.gate(args.max_concurrent as usize),
-    });
-    started.serve(api::router(state), &[]).await
+        recorder: Arc::clone(&recorder),
+        console: None,
+    };
+    let mut more = Vec::new();
+    if crate::console::enabled(options.console, options.listen.ip()) {
+        more.push(format!(
+            "console on http://{}{}",
+            crate::http::server::LISTEN_ADDR,
+            crate::console::PATH
+        ));
+        let exposition = api::Exposition::of(&state);
+        state.console = Some(Arc::new(Console {
+            slot: Arc::clone(&started.slot),
+            recorder,
+            exposition: Box::new(move || exposition.text()),
+            server: "tamp serve",
+        }));
+    }
+    let served = started.serve(api::router(Arc::new(state)), &more).await;
+    recorder_of_run.close().await;
+    served
 }
 
 /// Validates a chain file the way a reload would, without serving: parses it, loads every

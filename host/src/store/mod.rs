@@ -20,6 +20,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tamp_plugin_api::{Message, Page, PageDraft};
 
+pub mod activity;
 pub mod cache;
 pub mod config;
 #[cfg(feature = "postgres")]
@@ -31,6 +32,7 @@ pub mod search;
 mod sqlite;
 pub mod threads;
 
+pub use activity::ActivityStore;
 pub use cache::{CacheScope, SummaryCache};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -98,8 +100,8 @@ impl fmt::Debug for StoreSpec {
     }
 }
 
-/// An open store: its pages, summary cache, deferred queue, thread states and search index
-/// (one backend behind all five). Cheap to clone.
+/// An open store: its pages, summary cache, deferred queue, thread states, search index and
+/// activity record (one backend behind all six). Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pub pages: Arc<dyn PageStore>,
@@ -107,6 +109,7 @@ pub struct Store {
     pub queue: Arc<dyn DeferredQueue>,
     pub threads: Arc<dyn ThreadStore>,
     pub search: Arc<dyn PageSearch>,
+    pub activity: Arc<dyn ActivityStore>,
 }
 
 impl Store {
@@ -115,16 +118,19 @@ impl Store {
         self.pages.describe()
     }
 
-    fn of<S: PageStore + SummaryCache + DeferredQueue + ThreadStore + PageSearch + 'static>(
-        store: S,
-    ) -> Self {
+    fn of<S>(store: S) -> Self
+    where
+        S: PageStore + SummaryCache + DeferredQueue + ThreadStore + PageSearch + ActivityStore,
+        S: 'static,
+    {
         let store = Arc::new(store);
         Store {
             pages: Arc::clone(&store) as Arc<dyn PageStore>,
             cache: Arc::clone(&store) as Arc<dyn SummaryCache>,
             queue: Arc::clone(&store) as Arc<dyn DeferredQueue>,
             threads: Arc::clone(&store) as Arc<dyn ThreadStore>,
-            search: store,
+            search: Arc::clone(&store) as Arc<dyn PageSearch>,
+            activity: store,
         }
     }
 }

@@ -12,6 +12,7 @@ use std::fmt;
 
 use tamp_plugin_api::{FfiOption, LlmRequest, LlmResponse, Message, Page, Usage};
 
+use super::activity::{RequestRecord, RequestRow, ThreadTotals};
 use super::queue::{
     Billing, NewDeferred, OpenBatch, QueueEvent, QueueItem, QueueState, QueueStatus,
 };
@@ -60,6 +61,7 @@ pub(crate) enum Value<'a> {
     Text(&'a str),
     OptionalText(Option<&'a str>),
     Int(i64),
+    OptionalInt(Option<i64>),
 }
 
 /// A count as stored (the columns are signed).
@@ -567,6 +569,153 @@ pub(crate) fn read_search_hit(row: &dyn Columns) -> Result<SearchHit, RowError> 
         strategy: row.text("strategy")?,
         created_at: row.unsigned("created_at")?,
         snippet: row.text("snippet")?,
+    })
+}
+
+// The activity record: `activity_requests`, `activity_compactions` and `activity_threads`
+// (see `store::activity`).
+
+/// The columns a request is written to, in the order of [`request_values`]; the backend adds
+/// `seq`.
+pub(crate) const REQUEST_INSERT_COLUMNS: &str = "at_ms, server, route, status, duration_ms, \
+    thread, model, outcome, tokens_in, tokens_out, tokens_at_most, pages, prefix_kept, \
+    max_tokens, high_tokens, low_tokens, llm_input, llm_output, llm_cost_micro, error";
+
+/// How many values [`request_values`] gives.
+pub(crate) const REQUEST_INSERT_VALUES: usize = 20;
+
+/// The columns a request is read from ([`read_request_row`]), on `activity_requests r` and
+/// `activity_compactions c` joined on its `seq`.
+pub(crate) const REQUEST_COLUMNS: &str = "r.seq, r.at_ms, r.server, r.route, r.status, \
+    r.duration_ms, r.thread, r.model, r.outcome, r.tokens_in, r.tokens_out, r.tokens_at_most, \
+    r.pages, r.prefix_kept, r.max_tokens, r.high_tokens, r.low_tokens, r.llm_input, \
+    r.llm_output, r.llm_cost_micro, r.error, \
+    CASE WHEN c.request_seq IS NULL THEN CAST(0 AS BIGINT) ELSE CAST(1 AS BIGINT) END \
+    AS compacted";
+
+/// The statement both backends read requests with: the latest that `condition` (on `r`)
+/// keeps, newest first, at most `limit` (a placeholder).
+pub(crate) fn latest_requests(condition: &str, limit: &str) -> String {
+    format!(
+        "SELECT {REQUEST_COLUMNS} FROM activity_requests r
+         LEFT JOIN activity_compactions c ON c.request_seq = r.seq
+         WHERE {condition} ORDER BY r.at_ms DESC, r.seq DESC LIMIT {limit}"
+    )
+}
+
+/// The requests that failed: an upstream error, or an answer of status 400 and above.
+pub(crate) const FAILED: &str = "r.status >= 400 OR r.error IS NOT NULL";
+
+/// The columns of a thread's totals ([`read_thread_totals`]).
+pub(crate) const THREAD_TOTALS_COLUMNS: &str = "thread, server, model, first_ms, last_ms, \
+    requests, counted, tokens_in, tokens_out, in_cached, out_cached, compactions, pages, \
+    llm_input, llm_output, llm_cost_micro";
+
+fn optional_count(n: Option<u64>) -> Value<'static> {
+    Value::OptionalInt(n.map(stored_count))
+}
+
+/// A request as the row it is written as.
+pub(crate) fn request_values(r: &RequestRecord) -> Vec<Value<'_>> {
+    vec![
+        Value::Int(stored_count(r.at_ms)),
+        Value::Text(&r.server),
+        Value::Text(&r.route),
+        Value::Int(i64::from(r.status)),
+        Value::Int(stored_count(r.duration_ms)),
+        Value::OptionalText(r.thread.as_deref()),
+        Value::OptionalText(r.model.as_deref()),
+        Value::OptionalText(r.outcome.as_deref()),
+        optional_count(r.tokens_in),
+        optional_count(r.tokens_out),
+        optional_count(r.tokens_at_most),
+        Value::Int(i64::from(r.pages)),
+        optional_count(r.prefix_kept),
+        optional_count(r.max_tokens),
+        optional_count(r.high_tokens),
+        optional_count(r.low_tokens),
+        Value::Int(stored_count(r.llm_input_tokens)),
+        Value::Int(stored_count(r.llm_output_tokens)),
+        optional_count(r.llm_cost_micro_usd),
+        Value::OptionalText(r.error.as_deref()),
+    ]
+}
+
+/// The values a request adds to its thread's totals, the parameters of both backends'
+/// upserts in this order: thread, server, model, at_ms, counted (0 or 1), tokens_in,
+/// tokens_out, prefix_kept (at most tokens_out), compacted (0 or 1), pages, llm_input,
+/// llm_output, llm_cost_micro. `None` for a request without a thread.
+pub(crate) fn thread_values(r: &RequestRecord) -> Option<Vec<Value<'_>>> {
+    let thread = r.thread.as_deref()?;
+    let counted = r.tokens_in.is_some() && r.tokens_out.is_some();
+    let (tokens_in, tokens_out) = (r.tokens_in.unwrap_or(0), r.tokens_out.unwrap_or(0));
+    Some(vec![
+        Value::Text(thread),
+        Value::Text(&r.server),
+        Value::OptionalText(r.model.as_deref()),
+        Value::Int(stored_count(r.at_ms)),
+        Value::Int(i64::from(counted)),
+        Value::Int(stored_count(tokens_in)),
+        Value::Int(stored_count(tokens_out)),
+        optional_count(r.prefix_kept.map(|kept| kept.min(tokens_out))),
+        Value::Int(i64::from(r.pages > 0)),
+        Value::Int(i64::from(r.pages)),
+        Value::Int(stored_count(r.llm_input_tokens)),
+        Value::Int(stored_count(r.llm_output_tokens)),
+        Value::Int(stored_count(r.llm_cost_micro_usd.unwrap_or(0))),
+    ])
+}
+
+/// A request as [`REQUEST_COLUMNS`] read it.
+pub(crate) fn read_request_row(row: &dyn Columns) -> Result<RequestRow, RowError> {
+    Ok(RequestRow {
+        seq: row.int("seq")?,
+        compacted: row.int("compacted")? != 0,
+        request: RequestRecord {
+            at_ms: row.unsigned("at_ms")?,
+            server: row.text("server")?,
+            route: row.text("route")?,
+            status: u16::try_from(row.int("status")?).unwrap_or(0),
+            duration_ms: row.unsigned("duration_ms")?,
+            thread: row.optional_text("thread")?,
+            model: row.optional_text("model")?,
+            outcome: row.optional_text("outcome")?,
+            tokens_in: row.optional_unsigned("tokens_in")?,
+            tokens_out: row.optional_unsigned("tokens_out")?,
+            tokens_at_most: row.optional_unsigned("tokens_at_most")?,
+            pages: u32::try_from(row.int("pages")?).unwrap_or(0),
+            prefix_kept: row.optional_unsigned("prefix_kept")?,
+            max_tokens: row.optional_unsigned("max_tokens")?,
+            high_tokens: row.optional_unsigned("high_tokens")?,
+            low_tokens: row.optional_unsigned("low_tokens")?,
+            llm_input_tokens: row.unsigned("llm_input")?,
+            llm_output_tokens: row.unsigned("llm_output")?,
+            llm_cost_micro_usd: row.optional_unsigned("llm_cost_micro")?,
+            error: row.optional_text("error")?,
+            compaction: None,
+        },
+    })
+}
+
+/// A thread's totals as [`THREAD_TOTALS_COLUMNS`] read them.
+pub(crate) fn read_thread_totals(row: &dyn Columns) -> Result<ThreadTotals, RowError> {
+    Ok(ThreadTotals {
+        thread: row.text("thread")?,
+        server: row.text("server")?,
+        model: row.optional_text("model")?,
+        first_seen: row.unsigned("first_ms")? / 1000,
+        last_seen: row.unsigned("last_ms")? / 1000,
+        requests: row.unsigned("requests")?,
+        counted: row.unsigned("counted")?,
+        tokens_in: row.unsigned("tokens_in")?,
+        tokens_out: row.unsigned("tokens_out")?,
+        in_cached: row.unsigned("in_cached")?,
+        out_cached: row.unsigned("out_cached")?,
+        compactions: row.unsigned("compactions")?,
+        pages: row.unsigned("pages")?,
+        llm_input_tokens: row.unsigned("llm_input")?,
+        llm_output_tokens: row.unsigned("llm_output")?,
+        llm_cost_micro_usd: row.unsigned("llm_cost_micro")?,
     })
 }
 

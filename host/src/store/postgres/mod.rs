@@ -22,6 +22,7 @@
 //! - TLS follows libpq's `sslmode` and `sslrootcert` in the URL (or `[store] ca_file`), with
 //!   rustls: see [`tls`].
 
+mod activity;
 mod cache;
 mod pages;
 mod queue;
@@ -133,6 +134,8 @@ const MIGRATIONS: &[&str] = &[
     // 7 -> 8: page owners and the search index (see `store::search`); `migrate` indexes the
     // pages already there and makes the owner key.
     search::MIGRATION,
+    // 8 -> 9: the activity record the console reads (see `store::activity`).
+    activity::MIGRATION,
 ];
 
 /// The schema version this build writes and reads.
@@ -447,6 +450,7 @@ pub(super) fn bind<'a>(values: &'a [Value<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
                 Value::Text(text) => text,
                 Value::OptionalText(text) => text,
                 Value::Int(n) => n,
+                Value::OptionalInt(n) => n,
             }
         })
         .collect()

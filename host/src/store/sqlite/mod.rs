@@ -18,6 +18,7 @@
 //!   write-ahead log and its index are watched the same way ([`log_watch`]): lost, what they
 //!   held is copied into the store file, and writes fail.
 
+mod activity;
 mod cache;
 mod checkpoint;
 mod group_commit;
@@ -86,6 +87,8 @@ const MIGRATIONS: &[&str] = &[
     // 7 -> 8: page owners and the search index (see `store::search`); `migrate` indexes the
     // pages already there and makes the owner key.
     search::MIGRATION,
+    // 8 -> 9: the activity record the console reads (see `store::activity`).
+    activity::MIGRATION,
 ];
 
 /// The schema version this build writes and reads.
@@ -110,6 +113,11 @@ pub(super) struct Inner {
     /// WAL mode, or read-only).
     log: Arc<log_watch::LogWatch>,
     conn: Mutex<Connection>,
+    /// A connection of the activity record's own (a store file only): the console's writes
+    /// and reads never wait for the connection compactions read thread states through, and
+    /// its commits are not synced to disk one by one (`synchronous = NORMAL`: a crash of the
+    /// machine may lose the last records, never the file).
+    activity: Option<Mutex<Connection>>,
     /// Pages and deferred requests waiting to be written (see [`group_commit`]).
     writes: WriteQueue,
     /// The background checkpointer's counts (all zero for an in-memory store).
@@ -145,6 +153,26 @@ impl Inner {
             return Err(e);
         }
         Ok(conn)
+    }
+
+    /// The activity record's connection (the store's own where it has none of its own),
+    /// for `operation`; `write` checks first that the store file is still the one opened.
+    pub(super) fn activity(
+        &self,
+        operation: &str,
+        write: bool,
+    ) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        let Some(activity) = &self.activity else {
+            return if write {
+                self.writer(operation)
+            } else {
+                Ok(self.conn())
+            };
+        };
+        if write {
+            self.check_file(operation)?;
+        }
+        Ok(activity.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// After a commit: whether it is durable, which it is unless the log was lost meanwhile
@@ -206,6 +234,8 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Closed before the store's own connection, which is the last to close.
+        drop(self.activity.take());
         if let Some(thread) = self.checkpointer.take() {
             let conn = self.conn.get_mut().unwrap_or_else(PoisonError::into_inner);
             checkpoint::stop(conn, thread);
@@ -384,6 +414,7 @@ impl SqliteStore {
                 loss_logged: Default::default(),
                 log: Arc::default(),
                 conn: Mutex::new(conn),
+                activity: None,
                 writes: WriteQueue::default(),
                 checkpoints: Arc::default(),
                 checkpointer: None,
@@ -471,6 +502,12 @@ impl SqliteStore {
         };
         // Recorded once the file certainly exists (the pragmas above have opened it).
         let identity = path.as_deref().and_then(|p| FileIdentity::of(p).ok());
+        let activity = match &path {
+            Some(file) => Some(Mutex::new(
+                activity_connection(file).map_err(|e| fail("open the activity record", e))?,
+            )),
+            None => None,
+        };
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 location,
@@ -479,6 +516,7 @@ impl SqliteStore {
                 loss_logged: Default::default(),
                 log,
                 conn: Mutex::new(conn),
+                activity,
                 writes: WriteQueue::default(),
                 checkpoints,
                 checkpointer,
@@ -506,6 +544,14 @@ impl SqliteStore {
             Err(_) => task(),
         }
     }
+}
+
+/// The activity record's own connection to the store file (see [`Inner::activity`]).
+fn activity_connection(file: &Path) -> Result<Connection, rusqlite::Error> {
+    let conn = Connection::open(file)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
 }
 
 /// `path` for a `file:` URI: bytes outside the unreserved set and `/` percent-encoded.
@@ -687,6 +733,7 @@ impl rusqlite::ToSql for Value<'_> {
             Value::Text(text) => text.to_sql(),
             Value::OptionalText(text) => text.to_sql(),
             Value::Int(n) => n.to_sql(),
+            Value::OptionalInt(n) => n.to_sql(),
         }
     }
 }
@@ -810,7 +857,9 @@ pub(super) mod tests {
             "DROP TABLE llm_answers; DROP TABLE range_summaries;
              DROP TABLE deferred_items; DROP TABLE deferred_events; DROP TABLE threads;
              DROP TABLE tamp_secrets; ALTER TABLE pages DROP COLUMN seal;
-             DROP TABLE page_owners; DROP TABLE page_text;",
+             DROP TABLE page_owners; DROP TABLE page_text;
+             DROP TABLE activity_requests; DROP TABLE activity_compactions;
+             DROP TABLE activity_threads;",
         )
         .unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();

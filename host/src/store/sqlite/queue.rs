@@ -648,7 +648,9 @@ pub(crate) mod tests {
                  ALTER TABLE pages DROP COLUMN seal; DROP TABLE tamp_secrets;
                  ALTER TABLE llm_answers DROP COLUMN seal;
                  ALTER TABLE range_summaries DROP COLUMN seal;
-                 DROP TABLE page_owners; DROP TABLE page_text;",
+                 DROP TABLE page_owners; DROP TABLE page_text;
+                 DROP TABLE activity_requests; DROP TABLE activity_compactions;
+                 DROP TABLE activity_threads;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 2).unwrap();
@@ -890,7 +892,9 @@ pub(crate) mod tests {
                  ALTER TABLE pages DROP COLUMN seal; DROP TABLE tamp_secrets;
                  ALTER TABLE llm_answers DROP COLUMN seal;
                  ALTER TABLE range_summaries DROP COLUMN seal;
-                 DROP TABLE page_owners; DROP TABLE page_text;",
+                 DROP TABLE page_owners; DROP TABLE page_text;
+                 DROP TABLE activity_requests; DROP TABLE activity_compactions;
+                 DROP TABLE activity_threads;",
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 3).unwrap();
