@@ -13,6 +13,9 @@ use tamp_plugin_api::Conversation;
 pub mod agent_upstream;
 /// A headless Chromium, installed from Debian's packages when none is there.
 pub mod browser;
+/// The docs' marked blocks (runnable commands, files a reader writes) and the scratch
+/// directory a reader's steps run in.
+pub mod docs;
 /// WebAssembly guests built from source with componentize-py and componentize-js.
 pub mod guests;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.
