@@ -10,6 +10,8 @@ mod cli;
 mod conformance;
 mod containment;
 mod contract;
+/// The runnable blocks of README.md and docs/*.md, run as written after the README's first command.
+mod docs_blocks;
 mod eval;
 mod fuzz;
 mod half_written_plugin;

@@ -142,6 +142,8 @@ pub fn block_after(doc: &str, line: usize, lang: &str) -> String {
 pub fn scratch() -> &'static Path {
     static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
     SCRATCH.get_or_init(|| {
+        // The binary and plugins the README's first command builds.
+        crate::ensure_built();
         let root = workspace_root();
         let target = artifact_dir()
             .parent()
@@ -159,11 +161,27 @@ pub fn scratch() -> &'static Path {
         }
         // What a plugin built against the clone reads (the workspace's manifest, for the
         // crates' inherited fields), and the binary and plugins the README built.
-        for linked in ["Cargo.toml", "Cargo.lock", "plugin-abi", "plugin-api", "conformance"] {
+        for linked in [
+            "Cargo.toml",
+            "Cargo.lock",
+            "plugin-abi",
+            "plugin-api",
+            "conformance",
+        ] {
             std::os::unix::fs::symlink(root.join(linked), clone.join(linked)).unwrap();
         }
         std::os::unix::fs::symlink(&target, clone.join("target")).unwrap();
-        write_guide_plugin(&dir.join("my-strategy"));
+        let plugin = dir.join("my-strategy");
+        // What the guide's commands write, so each run starts where a reader's first does.
+        for written in [".tamp", "compacted.json", "conformance.xml"] {
+            let path = plugin.join(written);
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else if path.exists() {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        write_guide_plugin(&plugin);
         dir
     })
 }
@@ -205,7 +223,10 @@ fn write_guide_plugin(dir: &Path) {
         write_if_changed(&dir.join(path), &text);
         files += 1;
     }
-    assert!(files >= 3, "docs/writing-a-plugin.md marks {files} file block(s)");
+    assert!(
+        files >= 3,
+        "docs/writing-a-plugin.md marks {files} file block(s)"
+    );
     let lock = std::fs::read_to_string(workspace_root().join("Cargo.lock")).unwrap();
     write_if_changed(&dir.join("Cargo.lock"), &lock);
 }
@@ -217,8 +238,10 @@ fn copy_tree(from: &Path, to: &Path) {
         let entry = entry.unwrap();
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if matches!(name.as_ref(), ".tamp" | "target" | "__pycache__" | "node_modules")
-            || name.contains(".sqlite3")
+        if matches!(
+            name.as_ref(),
+            ".tamp" | "target" | "__pycache__" | "node_modules"
+        ) || name.contains(".sqlite3")
         {
             continue;
         }
