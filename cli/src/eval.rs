@@ -104,12 +104,10 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         probe: args.probe,
         cache_prices: args.cache_prices,
     })?;
-    let progress = |line: &str| {
-        if !crate::logging::quiet() {
-            eprintln!("tamp eval: {line}");
-        }
-    };
-    let runs = plan.run(&progress).await?;
+    let progress = crate::progress_bar::EvalProgress::on_stderr();
+    let runs = plan.run(&progress).await;
+    progress.finish();
+    let runs = runs?;
     let text = output::render(&runs, format);
     match out {
         Some(out) => out.write(&text)?,

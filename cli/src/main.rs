@@ -22,6 +22,7 @@ mod eval;
 mod logging;
 mod mcp;
 mod output;
+mod progress_bar;
 mod proxy;
 mod serve;
 mod server;
@@ -95,7 +96,7 @@ enum Command {
     #[command(after_help = "Example (from the repository root):\n  \
         tamp compact examples/conversations/ponyc-4588.anthropic.json \\\n    \
         --config examples/chains/default.toml --report -o compacted.json\n\n\
-        The removed messages are archived in the chain's page store (here .tamp/store.sqlite3); \
+        The removed messages are archived in the chain's page store (here examples/chains/tamp-store.sqlite3); \
         `tamp pages list --config examples/chains/default.toml` lists them.")]
     Compact(CompactArgs),
     /// Inspect plugin libraries.

@@ -91,6 +91,7 @@ pub fn check_config(args: CheckConfigArgs) -> anyhow::Result<()> {
         progress: None,
         require_pins: args.require_pins,
         check_only: true,
+        wrap_provider: None,
     };
     println!(
         "ok: {}",

@@ -97,6 +97,9 @@ pub struct Chain {
     search: Option<Arc<dyn PageSearch>>,
     /// The key whose MACs make a summary tamp's ([`crate::summary_mac`]): the store's.
     summaries: SummaryKey,
+    /// What makes this chain another chain ([`crate::digest::chain_identity`]): a thread's last
+    /// answer made by another is not continued.
+    identity: String,
 }
 
 /// Per-call choices.
@@ -516,6 +519,20 @@ impl ChainBuilder {
         };
         // A store that keeps no key (a stand-in `PageStore`): one for this chain's life.
         let summaries = store.summary_key().unwrap_or_else(SummaryKey::random);
+        let identity = crate::digest::chain_identity(self.stages.iter().map(|s| {
+            let meta = s.plugin.meta();
+            let trigger = match s.trigger {
+                Trigger::OverBudget => "over_budget",
+                Trigger::Always => "always",
+            };
+            (
+                s.name.as_str(),
+                meta.name.as_str(),
+                meta.version.as_str(),
+                trigger,
+                s.config_hash.as_str(),
+            )
+        }));
         Ok(Chain {
             stages: self.stages,
             budget: self.budget,
@@ -533,6 +550,7 @@ impl ChainBuilder {
             threads: self.threads,
             search,
             summaries,
+            identity,
         })
     }
 }
@@ -628,15 +646,66 @@ fn validate_against_schema(
             .iter()
             .map(|segment| segment.to_string())
             .collect();
-        // An unknown key is reported at the object that holds it; the key is what to point at.
+        let mut message = message;
+        // An unknown key is reported at the object that holds it; the key is what to point at,
+        // and the keys the object takes are what the author needs next (usually a typo).
         if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
             error.kind()
         {
             path.extend(unexpected.first().cloned());
+            let keys = allowed_keys(schema, &error.schema_path().to_string());
+            if !keys.is_empty() {
+                message.push_str(&format!("; the keys it takes: {}", keys.join(", ")));
+            }
         }
         return Err(StageConfigError { path, message });
     }
     Ok(())
+}
+
+/// The property names of the schema object holding the `additionalProperties` rule at
+/// `schema_path` (a JSON pointer into the schema, ending in `/additionalProperties`), with a
+/// `$ref` to the schema's definitions followed once. Empty when it cannot be found.
+fn allowed_keys(schema: &serde_json::Value, schema_path: &str) -> Vec<String> {
+    let holder = schema_path
+        .strip_suffix("/additionalProperties")
+        .and_then(|parent| schema.pointer(parent));
+    // The validator's path may run through the `$ref` keyword itself (then it names the
+    // reference's text) or stop at the object holding it.
+    let reference = holder.and_then(|h| h.as_str().or_else(|| h.get("$ref")?.as_str()));
+    let holder = match reference {
+        Some(reference) => reference
+            .strip_prefix('#')
+            .and_then(|pointer| schema.pointer(pointer)),
+        None => holder,
+    };
+    let mut keys: Vec<String> = holder
+        .and_then(|h| h.get("properties"))
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.sort();
+    keys
+}
+
+/// A plugin path that names no file, said as the chain file wrote it and as it resolved (a
+/// relative path is read from the chain file's directory, not the working directory, which is
+/// what a user who ran tamp from elsewhere needs to hear). Other errors as they are.
+fn missing_plugin(error: LoadError, written: &str, base: &Path) -> String {
+    match error {
+        LoadError::NotFound { path } if crate::loader::is_path_spec(written) => {
+            let resolved = std::path::absolute(&path).unwrap_or(path);
+            format!(
+                "plugin \"{written}\": no such file {} (a plugin path is relative to the \
+                 chain file's directory, {})",
+                resolved.display(),
+                std::path::absolute(base)
+                    .unwrap_or_else(|_| base.to_path_buf())
+                    .display()
+            )
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Settings a caller may impose on a chain built from a file.
@@ -650,7 +719,13 @@ pub struct FileOverrides {
     /// Check the chain without creating anything (`tamp check-config`): a SQLite store file
     /// that does not exist yet is not created (see [`crate::store::open_without_creating`]).
     pub check_only: bool,
+    /// Wraps the chain file's provider: `tamp eval` hears of each call as it is answered,
+    /// for its progress bar.
+    pub wrap_provider: Option<ProviderWrap>,
 }
+
+/// A provider around a provider (see [`FileOverrides::wrap_provider`]).
+pub type ProviderWrap = Arc<dyn Fn(Arc<dyn Provider>) -> Arc<dyn Provider> + Send + Sync>;
 
 impl Chain {
     /// Reads a chain file, loads its plugins, validates every stage config against its
@@ -665,7 +740,10 @@ impl Chain {
         overrides: FileOverrides,
     ) -> Result<Chain, ChainError> {
         let cfg = &file.file;
-        let provider = file.provider()?;
+        let mut provider = file.provider()?;
+        if let Some(wrap) = &overrides.wrap_provider {
+            provider = wrap(provider);
+        }
         let encoding = cfg
             .tokenizer
             .encoding
@@ -705,24 +783,37 @@ impl Chain {
         let allow_dirs = file.allow_dirs()?;
         for (i, spanned) in cfg.stages.iter().enumerate() {
             let stage = spanned.get_ref();
-            let stage_error = |e: &dyn std::fmt::Display| {
-                file.error(file.stage_line(i), format!("stage \"{}\": {e}", stage.name))
+            // Each error on the line of the key at fault (`plugin =`, `sha256 =`).
+            let stage_error = |key: &str, e: &dyn std::fmt::Display| {
+                file.error(
+                    file.stage_key_line(i, key),
+                    format!("stage \"{}\": {e}", stage.name),
+                )
             };
             let path = resolve_plugin(&stage.plugin, &base, &cfg.plugin_dirs)
-                .map_err(|e| stage_error(&e))?;
+                .map_err(|e| stage_error("plugin", &missing_plugin(e, &stage.plugin, &base)))?;
             if overrides.require_pins && stage.sha256.is_none() {
-                return Err(stage_error(&format_args!(
-                    "sha256: required (--require-pins), and this stage has no pin; \
-                     `tamp plugins hash {}` prints the line to add",
-                    path.display()
-                ))
+                return Err(stage_error(
+                    "plugin",
+                    &format_args!(
+                        "sha256: required (--require-pins), and this stage has no pin; \
+                         `tamp plugins hash {}` prints the line to add",
+                        path.display()
+                    ),
+                )
                 .into());
             }
             let trust = PluginTrust {
                 sha256: stage.sha256.clone(),
                 allow_dirs: allow_dirs.clone(),
             };
-            let plugin = load_trusted(&path, &trust).map_err(|e| stage_error(&e))?;
+            let plugin = load_trusted(&path, &trust).map_err(|e| {
+                let key = match e {
+                    LoadError::PinMismatch { .. } => "sha256",
+                    _ => "plugin",
+                };
+                stage_error(key, &e)
+            })?;
             let limits = stage.wasm.unwrap_or_default().over(cfg.plugins.wasm);
             builder = builder
                 .sandboxed_stage(
@@ -757,6 +848,12 @@ impl Chain {
 
     pub fn store(&self) -> &Arc<dyn PageStore> {
         &self.ctx.store
+    }
+
+    /// What makes this chain another chain, for thread continuity (a hex digest of its
+    /// stages).
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// The store's search index and page owners, when the chain was given them (a chain
@@ -908,6 +1005,13 @@ impl Chain {
                 None
             }
         };
+        // A last answer another chain made (the chain file edited, or another chain file on
+        // the same store) is not continued: the request starts from its raw history.
+        let started_over = previous
+            .as_ref()
+            .filter(|state| state.chain != self.identity)
+            .map(|_| "its last answer was made by another chain".to_string());
+        let previous = previous.filter(|state| state.chain == self.identity);
         // The request's prefix hashes (every message serialized and hashed): to continue from
         // a stored answer, or to store this call's. Not made for a request with no stored
         // answer that no stage can act on, as most of an agent's requests are.
@@ -947,6 +1051,7 @@ impl Chain {
                 covered: raw_len as u64,
                 prefix_hash: hashes[raw_len].clone(),
                 output: compacted.conversation.messages.to_vec(),
+                chain: self.identity.clone(),
             };
             match store.put_thread(&key.key, &state, config.limits()).await {
                 Ok(()) => stored = true,
@@ -969,6 +1074,11 @@ impl Chain {
                  stand behind it); {}",
                 compacted.report.reason
             );
+        } else if let Some(why) = &started_over {
+            compacted.report.reason = format!(
+                "thread started over from the request's raw history ({why}); {}",
+                compacted.report.reason
+            );
         }
         compacted.report.thread = Some(ThreadReport {
             key: if key.derived { "derived" } else { "given" },
@@ -977,6 +1087,7 @@ impl Chain {
             prefix_kept_tokens,
             stored,
             state_refused: refused,
+            started_over,
             error,
         });
         Ok(compacted)
@@ -1411,6 +1522,34 @@ mod tests {
         assert_eq!(e.path, ["prompt", "it's"]);
         assert!(e.message.starts_with("config.prompt: "), "{e}");
         assert!(validate_against_schema(&schema(), &json!({"group_size": 3})).is_ok());
+    }
+
+    #[test]
+    fn an_unknown_key_lists_the_keys_its_object_takes() {
+        let e = error_for(json!({"grup_size": 2}));
+        assert!(
+            e.message
+                .ends_with("; the keys it takes: group_size, labels, prompt"),
+            "{e}"
+        );
+        let e = error_for(json!({"prompt": {"stile": "x"}}));
+        assert!(e.message.ends_with("; the keys it takes: style"), "{e}");
+        // Through a reference to the schema's definitions, as schemars writes nested structs.
+        let referenced = json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {"prompt": {"$ref": "#/$defs/Prompt"}},
+            "$defs": {"Prompt": {
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {"style": {"type": "string"}, "words": {"type": "integer"}}
+            }}
+        });
+        let e = validate_against_schema(&referenced, &json!({"prompt": {"wrds": 3}})).unwrap_err();
+        assert!(
+            e.message.ends_with("; the keys it takes: style, words"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -66,9 +66,84 @@ pub fn config_hash(config: &serde_json::Value) -> String {
     hex::encode(&Sha256::digest(text.as_bytes())[..16])
 }
 
+/// What makes a chain another chain, for thread continuity: each stage's name, plugin (name
+/// and version), trigger and config. A thread's last answer made by another chain is not
+/// continued (see `store::threads`). The budget is left out: an answer made under another
+/// budget is still this chain's work, and the next compaction works to the new watermarks,
+/// so retuning a budget does not restart every thread.
+pub fn chain_identity<'a>(
+    stages: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str, &'a str)>,
+) -> String {
+    let mut h = Sha256::new();
+    h.update(b"tamp-chain-identity/1");
+    for (name, plugin, version, trigger, config_hash) in stages {
+        // Each field ended by a NUL: a name cannot run into the next field.
+        for field in [name, plugin, version, trigger, config_hash] {
+            h.update(field.as_bytes());
+            h.update([0]);
+        }
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chain_is_another_when_any_stage_field_differs_and_fields_do_not_run_together() {
+        let id = |stages: &[(&str, &str, &str, &str, &str)]| chain_identity(stages.iter().copied());
+        let one = (
+            "archive",
+            "buffered-tool-call",
+            "0.1.0",
+            "over_budget",
+            "c1",
+        );
+        assert_eq!(id(&[one]), id(&[one]));
+        for other in [
+            (
+                "archive2",
+                "buffered-tool-call",
+                "0.1.0",
+                "over_budget",
+                "c1",
+            ),
+            (
+                "archive",
+                "map-reduce-adaptive",
+                "0.1.0",
+                "over_budget",
+                "c1",
+            ),
+            (
+                "archive",
+                "buffered-tool-call",
+                "0.2.0",
+                "over_budget",
+                "c1",
+            ),
+            ("archive", "buffered-tool-call", "0.1.0", "always", "c1"),
+            (
+                "archive",
+                "buffered-tool-call",
+                "0.1.0",
+                "over_budget",
+                "c2",
+            ),
+            (
+                "archiveb",
+                "uffered-tool-call",
+                "0.1.0",
+                "over_budget",
+                "c1",
+            ),
+        ] {
+            assert_ne!(id(&[one]), id(&[other]), "{other:?}");
+        }
+        assert_ne!(id(&[one]), id(&[one, one]));
+        assert_ne!(id(&[]), id(&[one]));
+    }
     use tamp_plugin_api::{FfiOption, Role};
 
     #[test]

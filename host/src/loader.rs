@@ -323,6 +323,14 @@ pub fn plugin_search_dirs(base_dir: &Path, search_dirs: &[PathBuf]) -> Vec<PathB
     dirs
 }
 
+/// Whether a `plugin =` value is a path (to a file, relative to the chain file's directory)
+/// rather than a name looked up in the plugin directories.
+pub fn is_path_spec(spec: &str) -> bool {
+    spec.contains('/')
+        || spec.ends_with(std::env::consts::DLL_SUFFIX)
+        || crate::wasm::is_component_path(Path::new(spec))
+}
+
 /// Resolves a chain file's `plugin = "..."`: a path (containing `/` or ending in `.so` or
 /// `.wasm`, relative to `base_dir`), or a name looked up as `lib<name>.so` (dashes as
 /// underscores) in [`plugin_search_dirs`].
@@ -331,11 +339,9 @@ pub fn resolve_plugin(
     base_dir: &Path,
     search_dirs: &[PathBuf],
 ) -> Result<PathBuf, LoadError> {
-    if spec.contains('/')
-        || spec.ends_with(std::env::consts::DLL_SUFFIX)
-        || crate::wasm::is_component_path(Path::new(spec))
-    {
-        let path = base_dir.join(spec);
+    if is_path_spec(spec) {
+        // Collected from its components: `.` joined to `./x` is `./x`, not `././x`.
+        let path: PathBuf = base_dir.join(spec).components().collect();
         return regular_file_stamp(&path).map(|_| path);
     }
     let stem = spec.replace('-', "_");

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::percentile;
 
 use serde_json::json;
 use tamp_e2e::mock_batches::MockBatches;
@@ -39,11 +40,6 @@ fn price() -> PriceConfig {
         output_per_mtok: 15.0,
         ..PriceConfig::default()
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// `base` with its first user text changed, so its pages are new.

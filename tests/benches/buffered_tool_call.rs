@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::median;
 
 use serde_json::{json, Value};
 use tamp_e2e::{corpus_conversation, corpus_names, StageChain};
@@ -204,11 +205,6 @@ fn eligible_exchanges(groups: usize) -> Conversation {
         messages.push(Message::text(role, format!("Status update {i}.")));
     }
     Conversation::new(messages)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 /// Wall time of compacting a conversation holding `groups` eligible groups, every call

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::median;
 
 /// The `tamp` binary's allocator (cli/src/main.rs), so the host is measured as it runs.
 #[global_allocator]
@@ -28,11 +29,6 @@ use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
 use tamp_plugin_api::{Budget, CompactRequest, Compaction, Conversation, Host, Shared, Strategy};
 use tokio::sync::Semaphore;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -247,7 +247,7 @@ async fn main() {
     let shipped_dir = ScratchDir::new("bench-proxy-shipped");
     let shipped = std::fs::read_to_string(workspace_root().join("examples/chains/shipped.toml"))
         .unwrap()
-        .replace("\"../../.tamp/store.sqlite3\"", "\"store.sqlite3\"");
+        .replace("\"tamp-store.sqlite3\"", "\"store.sqlite3\"");
     let shipped_chain = write_chain(&shipped_dir, &format!("{shipped}\n{proxy_table}"));
     // The shipped chain at a budget of 200,000 tokens: the 200 KB request is under its high
     // watermark, but not by its length alone (one token per byte at most), so the proxy

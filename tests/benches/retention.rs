@@ -325,7 +325,7 @@ fn run_side_by_side(
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(plan.run(&|line| eprintln!("{line}")))
+    rt.block_on(plan.run(&|line: &str| eprintln!("{line}")))
         .unwrap_or_else(|e| panic!("{e:#}"))
 }
 

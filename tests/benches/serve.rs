@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::percentile;
 
 use serde_json::{json, Value};
 use tamp_e2e::serve_support::{report_stage_names, write_atomically, ScratchDir, Server};
@@ -185,14 +186,6 @@ fn reload_latencies(result: &RunResult) -> (Vec<Duration>, usize) {
     }
     latencies.sort();
     (latencies, never)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn main() {

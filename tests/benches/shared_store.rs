@@ -18,6 +18,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::percentile;
 
 use serde_json::json;
 use tamp_e2e::postgres::PgServer;
@@ -29,11 +30,6 @@ use tamp_host::store::{self, NewDeferred, StoreSpec};
 use tamp_plugin_api::{FfiOption, LlmRequest};
 
 const BATCH: usize = 100;
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 fn summary(ms: &mut [f64]) -> (f64, f64) {
     ms.sort_by(f64::total_cmp);

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::percentile;
 
 use serde_json::{json, Value};
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
@@ -477,14 +478,6 @@ async fn sampler(shared: Arc<Shared>, dir: PathBuf) -> Vec<ProcSample> {
         next += SAMPLE_EVERY;
         tokio::time::sleep_until(next.into()).await;
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn ms(d: Duration) -> f64 {

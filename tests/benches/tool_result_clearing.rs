@@ -25,6 +25,7 @@ mod replay;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::median;
 
 use replay::*;
 use tamp_e2e::{corpus_conversation, corpus_mix, corpus_names, plugin};
@@ -61,11 +62,6 @@ fn mark(met: bool) -> &'static str {
     } else {
         "MISSED"
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tamp_e2e::stats::median;
 
 use tamp_e2e::guests::{component, Guest};
 use tamp_e2e::{corpus_mix, plugin};
@@ -31,11 +32,6 @@ use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Shared, StrategyBox};
 use tokio::sync::Semaphore;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 fn mark(met: bool) -> &'static str {
     if met {

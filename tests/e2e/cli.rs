@@ -2,19 +2,9 @@
 
 use std::process::{Command, Output};
 
-use tamp_e2e::{plugin, scratch_dir, tamp_bin, workspace_root, write_chain};
-
-fn tamp(args: &[&str], dir: &std::path::Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use tamp_e2e::{
+    plugin, run_tamp as tamp, scratch_dir, tamp_bin, text, workspace_root, write_chain,
+};
 
 #[test]
 fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
@@ -1144,4 +1134,182 @@ fn one_grammar_old_spellings_warn_completions_and_quiet() {
         assert!(out.status.success(), "{shell}");
         assert!(text(&out.stdout).contains(needle), "{shell}: no {needle}");
     }
+}
+
+/// The README's next step: the same conversation through another chain on the same store.
+/// The example chains are copied elsewhere (they keep their store beside them); the second
+/// chain does not continue the first's answer, says so, and acts; run again, it continues
+/// its own.
+#[test]
+fn a_thread_another_chain_answered_starts_over_and_the_report_says_why() {
+    let dir = scratch_dir("cli-chain-identity");
+    for name in ["default.toml", "hybrid.toml"] {
+        std::fs::copy(
+            workspace_root().join("examples/chains").join(name),
+            dir.join(name),
+        )
+        .unwrap();
+    }
+    let sample = ponyc();
+    let run = |chain: &str, n: u32| {
+        let report = format!("report-{n}.json");
+        let out = tamp_e2e::run_tamp(
+            &[
+                "compact",
+                sample.to_str().unwrap(),
+                "--config",
+                chain,
+                "--report",
+                "--report-json",
+                &report,
+                "-o",
+                "out.json",
+            ],
+            &dir,
+        );
+        assert!(out.status.success(), "{chain}: {}", text(&out.stderr));
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(&report)).unwrap()).unwrap();
+        (text(&out.stderr), json)
+    };
+    let (_, first) = run("default.toml", 1);
+    assert!(
+        dir.join("tamp-store.sqlite3").is_file(),
+        "the store sits beside the copied chain file"
+    );
+    assert_eq!(first["thread"]["continued"], false);
+
+    let (said, second) = run("hybrid.toml", 2);
+    assert_eq!(second["thread"]["continued"], false, "{said}");
+    assert!(
+        second["thread"]["started_over"]
+            .as_str()
+            .is_some_and(|why| why.contains("another chain")),
+        "{second}"
+    );
+    assert!(said.contains("thread started over"), "{said}");
+    let acted = second["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|stage| stage["pages"].as_array().is_some_and(|p| !p.is_empty()));
+    assert!(acted, "hybrid's stages ran on the raw history: {said}");
+    assert!(
+        second["tokens_after"].as_u64() < second["tokens_before"].as_u64(),
+        "{second}"
+    );
+
+    let (said, third) = run("hybrid.toml", 3);
+    assert_eq!(third["thread"]["continued"], true, "{said}");
+    assert!(third["thread"].get("started_over").is_none(), "{third}");
+}
+
+/// The errors a new user meets first each say what to do next: a missing plugin on its
+/// `plugin =` line, as written and as resolved; an unknown stage key with the keys the plugin
+/// takes; an empty file, a bare message list and a saved API response with the shapes tamp
+/// reads; an unset key variable with the set one it was likely meant to be.
+#[test]
+fn first_errors_name_the_line_the_path_the_keys_the_shapes_and_the_near_miss() {
+    let dir = scratch_dir("cli-first-errors");
+    let default = std::fs::read_to_string(default_chain()).unwrap();
+    let line_of =
+        |text: &str, needle: &str| text.lines().position(|l| l.starts_with(needle)).unwrap() + 1;
+
+    // A plugin path that names no file.
+    let missing = default.replace(
+        "plugin = \"tamp_custom_strategy\"",
+        "plugin = \"./nope.so\"",
+    );
+    std::fs::write(dir.join("missing.toml"), &missing).unwrap();
+    let out = tamp(&["check-config", "-c", "missing.toml"], &dir);
+    let said = text(&out.stderr);
+    let at = format!(
+        "missing.toml:{}:",
+        line_of(&missing, "plugin = \"./nope.so\"")
+    );
+    assert!(!out.status.success() && said.contains(&at), "{at}: {said}");
+    let resolved = dir.canonicalize().unwrap().join("nope.so");
+    assert!(
+        said.contains("plugin \"./nope.so\": no such file")
+            && said.contains(&resolved.display().to_string())
+            && said.contains("relative to the chain file's directory")
+            && !said.contains("././"),
+        "{said}"
+    );
+
+    // A key the stage's plugin does not take.
+    let typo = default.replace("keep_exchanges = 4", "keep_exchange = 4");
+    std::fs::write(dir.join("typo.toml"), &typo).unwrap();
+    let out = tamp(&["check-config", "-c", "typo.toml"], &dir);
+    let said = text(&out.stderr);
+    let at = format!("typo.toml:{}:", line_of(&typo, "keep_exchange = 4"));
+    assert!(said.contains(&at), "{at}: {said}");
+    assert!(
+        said.contains("the keys it takes: ") && said.contains("keep_exchanges"),
+        "{said}"
+    );
+
+    // Files that are no request.
+    let cases = [
+        ("empty.json", "\n", "empty (no JSON at all)"),
+        (
+            "bare.json",
+            r#"[{"role": "user", "content": "hi"}]"#,
+            "a bare list of messages?",
+        ),
+        (
+            "response.json",
+            r#"{"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn"}"#,
+            "this looks like one message or an Anthropic Messages response",
+        ),
+        (
+            "completion.json",
+            r#"{"id": "c", "object": "chat.completion", "choices": []}"#,
+            "this looks like an OpenAI Chat Completions response",
+        ),
+    ];
+    let chain = default_chain();
+    for (file, body, expected) in cases {
+        std::fs::write(dir.join(file), body).unwrap();
+        let out = tamp(
+            &[
+                "compact",
+                file,
+                "-c",
+                chain.to_str().unwrap(),
+                "--store",
+                "s.sqlite3",
+            ],
+            &dir,
+        );
+        let said = text(&out.stderr);
+        assert!(!out.status.success(), "{file}");
+        assert!(
+            said.contains(&format!("{file}: ")) && said.contains(expected),
+            "{file}: {said}"
+        );
+        assert!(said.contains("{\"messages\": [...]}"), "{file}: {said}");
+    }
+
+    // `api_key_env` naming an unset variable, with a similar one set.
+    let keyed = format!(
+        "{default}\n[provider]\nkind = \"anthropic\"\nmodel = \"claude-x\"\napi_key_env = \"TAMP_TEST_ANTHROPIC_API_KEY\"\n"
+    )
+    .replace("[provider]\nkind = \"extractive\"\n", "");
+    std::fs::write(dir.join("keyed.toml"), &keyed).unwrap();
+    let out = Command::new(tamp_bin())
+        .args(["check-config", "-c", "keyed.toml"])
+        .current_dir(&dir)
+        .env_remove("TAMP_TEST_ANTHROPIC_API_KEY")
+        .env("TAMP_TEST_ANTHROPIC_KEY", "sk-ant-secret-value")
+        .output()
+        .unwrap();
+    let said = text(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said
+                .contains("TAMP_TEST_ANTHROPIC_API_KEY is not set (but TAMP_TEST_ANTHROPIC_KEY is")
+            && !said.contains("sk-ant-secret-value"),
+        "{said}"
+    );
 }

@@ -472,7 +472,7 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
         let (code, stdout, stderr) = kit_all(&clearing, &["--stage-config", config]);
         assert_eq!(code, 2, "{config}: {stdout}{stderr}");
         assert!(
-            stderr.contains("error: --config: ") && stderr.contains(field),
+            stderr.contains("error: --stage-config: ") && stderr.contains(field),
             "{config}: {stderr}"
         );
         assert!(
@@ -487,7 +487,7 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
         kit_all(&breaker, &["--stage-config", r#"{"break": "TAMP-NOPE"}"#]);
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(
-        stderr.contains("--config: plugin rule-breaker refuses it: break: unknown rule"),
+        stderr.contains("--stage-config: plugin rule-breaker refuses it: break: unknown rule"),
         "{stderr}"
     );
     assert!(stdout.is_empty(), "{stdout}");
@@ -497,7 +497,7 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("field \"group_size\""), "{stderr}");
 
-    // The plugin's faults stay findings: its default config given as --config ...
+    // The plugin's faults stay findings: its default config given as --stage-config ...
     let (code, report) = kit_json(
         &bad,
         &[

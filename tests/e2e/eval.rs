@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, workspace_root};
+use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, text, workspace_root};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
 use tamp_host::eval::facts::{self, Fact, FactsFile};
 use tamp_host::eval::model_calls;
@@ -48,10 +48,6 @@ fn eval(extra: &[&str], dir: &Path) -> Output {
         cmd.arg(root.join(conversation));
     }
     cmd.output().expect("run tamp eval")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A file's name without its extensions (`ponyc-4588`), as the report names chains and
@@ -679,6 +675,66 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
     assert!(table.lines().next().unwrap().contains("probe"), "{table}");
 }
 
+/// A page as the headless browser drew it: RGB pixels, row by row.
+struct Screenshot {
+    width: usize,
+    height: usize,
+    rgb: Vec<[u8; 3]>,
+}
+
+impl Screenshot {
+    /// `html` opened in a real headless browser, in a window of `width` × `height`.
+    fn of(html: &Path, width: u32, height: u32) -> Screenshot {
+        let shot = html.with_extension("png");
+        // Installed by the test support when the machine has none (support/browser.rs).
+        let browser = tamp_e2e::browser::chromium();
+        let run = Command::new(&browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--window-size={width},{height}"))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("file://{}", html.display()))
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", browser.display()));
+        assert!(shot.is_file(), "no screenshot: {}", text(&run.stderr));
+        let decoder =
+            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let channels = info.color_type.samples();
+        Screenshot {
+            width: info.width as usize,
+            height: info.height as usize,
+            rgb: buf[..info.buffer_size()]
+                .chunks(channels)
+                .map(|p| [p[0], p[1], p[2]])
+                .collect(),
+        }
+    }
+
+    fn at(&self, x: usize, y: usize) -> [u8; 3] {
+        self.rgb[y * self.width + x]
+    }
+
+    /// Pixels of `rgb`, give or take what anti-aliasing blends in at a line's edge.
+    fn count(&self, rgb: [u8; 3]) -> usize {
+        self.rgb.iter().filter(|p| near(**p, rgb)).count()
+    }
+}
+
+fn near(p: [u8; 3], rgb: [u8; 3]) -> bool {
+    (0..3).all(|c| p[c].abs_diff(rgb[c]) < 12)
+}
+
+/// The colors of the first two chains given (html.rs's palette).
+const FIRST_CHAIN: [u8; 3] = [0x1f, 0x77, 0xb4];
+const SECOND_CHAIN: [u8; 3] = [0xd6, 0x27, 0x28];
+
 /// The HTML report, opened in a real headless browser: the screenshot is not blank, and it
 /// shows the charts, drawn in each chain's color.
 #[test]
@@ -705,55 +761,162 @@ fn the_html_report_renders_its_charts_in_a_real_browser() {
         "nothing fetched"
     );
 
-    let shot = dir.join("report.png");
-    // Installed by the test support when the machine has none (support/browser.rs).
-    let browser = tamp_e2e::browser::chromium();
-    let run = Command::new(&browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-        ])
-        .arg("--window-size=1000,1400")
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(format!("file://{}", html.display()))
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", browser.display()));
-    assert!(shot.is_file(), "no screenshot: {}", text(&run.stderr));
-
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    let channels = info.color_type.samples();
-    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(channels).collect();
-    let count = |rgb: [u8; 3]| {
-        pixels
-            .iter()
-            .filter(|p| {
-                p[0].abs_diff(rgb[0]) < 12
-                    && p[1].abs_diff(rgb[1]) < 12
-                    && p[2].abs_diff(rgb[2]) < 12
-            })
-            .count()
-    };
-    let white = count([255, 255, 255]);
+    let shot = Screenshot::of(&html, 1100, 2000);
+    let white = shot.count([255, 255, 255]);
     assert!(
-        white < pixels.len() * 97 / 100,
+        white < shot.rgb.len() * 97 / 100,
         "the page is (nearly) blank: {white} of {} white",
-        pixels.len()
+        shot.rgb.len()
     );
-    // The first chain's color (#1f77b4) and the second's (#d62728): their lines, dots and bars.
-    let (first, second) = (count([0x1f, 0x77, 0xb4]), count([0xd6, 0x27, 0x28]));
+    // The chains' lines, dots and bars.
+    let (first, second) = (shot.count(FIRST_CHAIN), shot.count(SECOND_CHAIN));
     assert!(
         first > 2_000 && second > 2_000,
         "chart colors on screen: {first} and {second} pixels"
     );
 }
 
-/// `--out` is checked before anything runs (a run with a real model can take hours): a
-/// directory, a missing directory or a file taken for one is refused at once, naming `--out`
+/// The planted session replayed by two chains (docs/eval.md's command), in the HTML report: its
+/// context chart, found in a screenshot by its background, shows each chain's line over more
+/// than a tenth of the chart's height. A chart left empty fails, and so does one whose scale
+/// is the raw history's: that history grows to 56,490 tokens where the chains stay under
+/// their 6,000-token high watermark, and every line lay flat along the axis.
+#[test]
+fn each_chains_line_uses_its_context_charts_height() {
+    let dir = scratch_dir("eval-html-planted");
+    let html = dir.join("planted.html");
+    let out = Command::new(tamp_bin())
+        .args(["eval", "--replay-only"])
+        .args(["--config", "planted/hybrid.toml"])
+        .args(["--config", "planted/hybrid-fixed.toml"])
+        .args(["--facts", "planted.facts.json"])
+        .args(["--output-format", "html", "--output"])
+        .arg(&html)
+        .arg("planted.anthropic.json")
+        .current_dir(workspace_root().join("examples/eval"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shot = Screenshot::of(&html, 1100, 2200);
+
+    // A chart: rows with the charts' background (html.rs's CHART_BACKGROUND) in its margins,
+    // gridlines and axes (rows across the plot) bridged.
+    const BACKGROUND: [u8; 3] = [0xfa, 0xfa, 0xfa];
+    let mut charts: Vec<(usize, usize)> = Vec::new();
+    for y in 0..shot.height {
+        let background = (0..shot.width)
+            .filter(|&x| shot.at(x, y) == BACKGROUND)
+            .count();
+        if background < 50 {
+            continue;
+        }
+        match charts.last_mut() {
+            Some((_, bottom)) if y - *bottom <= 4 => *bottom = y,
+            _ => charts.push((y, y)),
+        }
+    }
+    charts.retain(|(top, bottom)| bottom - top >= 150);
+    assert_eq!(charts.len(), 1, "one context chart on screen: {charts:?}");
+
+    for (top, bottom) in charts {
+        let height = bottom - top + 1;
+        for (chain, rgb) in [("hybrid", FIRST_CHAIN), ("hybrid-fixed", SECOND_CHAIN)] {
+            let rows: Vec<usize> = (top..=bottom)
+                .filter(|&y| (0..shot.width).any(|x| near(shot.at(x, y), rgb)))
+                .collect();
+            let pixels: usize = (top..=bottom)
+                .map(|y| {
+                    (0..shot.width)
+                        .filter(|&x| near(shot.at(x, y), rgb))
+                        .count()
+                })
+                .sum();
+            assert!(
+                pixels > 300,
+                "{chain}: its line is not in the chart ({pixels} pixels of its color)"
+            );
+            // Distinct rows, not the span: a dashed watermark or a dot in the chain's color
+            // far from its line must not pass for a line that rises.
+            assert!(
+                rows.len() * 10 > height,
+                "{chain}: its line crosses {} of the chart's {height} rows, within a tenth of \
+                 it: squashed against the axis",
+                rows.len()
+            );
+        }
+    }
+}
+
+/// Into a pipe, `tamp eval`'s progress is its step lines, with no bar and no escape sequence
+/// to litter a log; with `-q`, nothing; on a terminal (a pseudo-terminal `script` makes), a
+/// bar after the steps, erased before the table is printed.
+#[test]
+fn the_progress_bar_is_drawn_on_a_terminal_only() {
+    let root = workspace_root();
+    let dir = scratch_dir("eval-progress");
+    let args = [
+        "eval".to_string(),
+        "--config".into(),
+        root.join(CHAINS[0]).display().to_string(),
+        root.join(CONVERSATIONS[1].0).display().to_string(),
+    ];
+    let piped = Command::new(tamp_bin())
+        .args(&args)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    let err = text(&piped.stderr);
+    assert!(
+        err.contains("tamp eval: summarize on airline-task33: one-shot\n")
+            && err.contains("tamp eval: summarize on airline-task33: replay, 21/21 requests\n"),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\x1b') && !err.contains('\r') && !err.contains("LLM call"),
+        "a bar drawn into a pipe: {err:?}"
+    );
+
+    let quiet = Command::new(tamp_bin())
+        .args(&args)
+        .arg("-q")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(quiet.status.success());
+    assert_eq!(text(&quiet.stderr), "", "-q");
+    assert!(text(&quiet.stdout).starts_with("conversation"));
+
+    // `script` runs the command on a pseudo-terminal and copies what it wrote.
+    let command = std::iter::once(tamp_bin().display().to_string())
+        .chain(args)
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let terminal = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .env("COLUMNS", "100")
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("script (util-linux) runs a command on a terminal: {e}"));
+    let screen = text(&terminal.stdout);
+    assert!(terminal.status.success(), "{screen}");
+    assert!(
+        screen.contains("\r\x1b[2K[") && screen.contains(" LLM calls  "),
+        "no bar on a terminal: {screen:?}"
+    );
+    // The bar is erased before the table, which starts its own line.
+    let table = screen.rfind("conversation").unwrap();
+    assert!(
+        screen[..table].ends_with("\r\x1b[2K"),
+        "the bar is left before the table: {screen:?}"
+    );
+}
+
+/// `--output` is checked before anything runs (a run with a real model can take hours): a
+/// directory, a missing directory or a file taken for one is refused at once, naming `--output`
 /// and the path. A file the check created is removed when the run fails after it; an existing
 /// one is left as it was.
 #[test]
@@ -781,13 +944,13 @@ fn a_bad_out_path_is_refused_before_any_chain_runs() {
     ] {
         let run = eval_to(&chain, &out);
         let err = text(&run.stderr);
-        assert!(!run.status.success(), "accepted --out {}", out.display());
+        assert!(!run.status.success(), "accepted --output {}", out.display());
         assert!(
             !err.contains("one-shot"),
             "a chain ran before the error: {err}"
         );
         assert!(
-            err.contains(&format!("--out {}", out.display())) && err.contains(why),
+            err.contains(&format!("--output {}", out.display())) && err.contains(why),
             "{err}"
         );
     }

@@ -252,7 +252,7 @@ fn files_that_never_end_or_never_open_are_refused_at_once() {
         ),
         (
             vec!["conformance", "strategy.so", "--stage-config", "@pipe"],
-            format!("error: --config @pipe: cannot read: {fifo}"),
+            format!("error: --stage-config @pipe: cannot read: {fifo}"),
         ),
     ];
     for (args, says) in cases {

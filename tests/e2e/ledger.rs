@@ -38,7 +38,7 @@ fn replay(chains: &[&str]) -> Vec<Run> {
         ..EvalOptions::default()
     })
     .unwrap_or_else(|e| panic!("{e:#}"));
-    let runs = rt().block_on(plan.run(&|_| {})).unwrap();
+    let runs = rt().block_on(plan.run(&|_: &str| {})).unwrap();
     assert!(runs.iter().all(|r| r.mode == Mode::Replay));
     runs
 }

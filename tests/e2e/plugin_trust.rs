@@ -12,27 +12,14 @@
 //! Waits are polls with deadlines, never fixed sleeps.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
-use tamp_e2e::{corpus, plugin, tamp_bin, write_chain};
+use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn tamp(args: &[&str], dir: &Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// The SHA-256 of `file` by coreutils' `sha256sum`: a second opinion on tamp's.
 fn sha256sum(file: &Path) -> String {
@@ -139,7 +126,8 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
     ] {
         assert!(!out.status.success());
         let err = text(&out.stderr);
-        assert!(err.contains(&format!("{}:8:", config.display())), "{err}");
+        // The pin's own line is the one at fault.
+        assert!(err.contains(&format!("{}:11:", config.display())), "{err}");
         assert!(err.contains("stage \"pinned\""), "{err}");
         assert!(err.contains(&expected) && err.contains(&actual), "{err}");
         assert!(err.contains("strategy.so"), "{err}");
@@ -208,7 +196,7 @@ async fn a_library_replaced_under_a_pinned_stage_is_refused_at_reload() {
         message.starts_with("stage \"pinned\": plugin "),
         "{chain:#}"
     );
-    assert_eq!(chain["last_reload_error"]["line"], 8, "{chain:#}");
+    assert_eq!(chain["last_reload_error"]["line"], 11, "{chain:#}");
     assert_eq!(first_stage(&chain)["plugin"], "custom-strategy");
     assert_eq!(
         first_stage(&chain)["plugin_identity"],
@@ -280,7 +268,7 @@ fn require_pins_refuses_an_unpinned_stage_at_start() {
     let err = text(&out.stderr);
     assert!(
         err.contains(&format!(
-            "{}:8: stage \"pinned\": sha256: required (--require-pins)",
+            "{}:10: stage \"pinned\": sha256: required (--require-pins)",
             config.display()
         )),
         "{err}"
@@ -345,7 +333,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
         let out = check(refused);
         assert!(!out.status.success(), "{refused} was accepted");
         let err = text(&out.stderr);
-        assert!(err.contains(":11: stage \"pinned\": plugin "), "{err}");
+        assert!(err.contains(":13: stage \"pinned\": plugin "), "{err}");
         assert!(err.contains(refused), "{err}");
         assert!(
             err.contains(&format!(

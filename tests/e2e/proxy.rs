@@ -21,7 +21,7 @@ fn shipped_chain(dir: &Path, upstream: &MockUpstream, extra: &str) -> PathBuf {
         .unwrap()
         .replace("max_tokens = 16000", "max_tokens = 4000")
         .replace("keep_recent = 10", "keep_recent = 6")
-        .replace("\"../../.tamp/store.sqlite3\"", "\"store.sqlite3\"");
+        .replace("\"tamp-store.sqlite3\"", "\"store.sqlite3\"");
     let text = format!(
         "{shipped}\n[proxy]\nanthropic = \"{}\"\nopenai = \"{}\"\n{extra}\n",
         upstream.url(),
@@ -426,6 +426,35 @@ async fn the_openai_sdks_responses_api_sees_its_own_api_and_the_upstream_the_com
 /// A body with spacing and a field no API has: forwarded byte for byte when nothing changes.
 const ODD_BODY: &str = "{ \"model\" : \"claude-test\",\n \"max_tokens\": 16, \"x_unknown\": [1.0e2, \"\\u00e9\"],\n \"messages\": [ {\"role\": \"user\", \"content\": \"hello\"} ] }";
 
+/// Points the chain file's `openai` upstream at a port nothing listens on (its URL carrying
+/// `userinfo`), waits for the proxy to reload it, and sends a Chat Completions request there.
+async fn chat_to_an_upstream_that_is_down(
+    proxy: &Server,
+    dir: &Path,
+    upstream: &MockUpstream,
+    userinfo: &str,
+) -> (reqwest::Response, u16) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let text = std::fs::read_to_string(dir.join("chain.toml"))
+        .unwrap()
+        .replace(
+            &format!("openai = \"{}\"", upstream.openai_url()),
+            &format!("openai = \"http://{userinfo}127.0.0.1:{port}/v1\""),
+        );
+    write_atomically(&dir.join("chain.toml"), text.as_bytes());
+    proxy.log_containing(&["tamp proxy: reloaded"]);
+    let answer = reqwest::Client::new()
+        .post(proxy.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .body("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}")
+        .send()
+        .await
+        .unwrap();
+    (answer, port)
+}
+
 async fn post_messages(proxy: &Server, body: &'static str) -> reqwest::Response {
     reqwest::Client::new()
         .post(proxy.url("/v1/messages"))
@@ -647,28 +676,7 @@ async fn errors_other_paths_and_tamps_own_routes() {
     );
 
     // An upstream that cannot be reached: 502 in the provider's shape.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    let text = std::fs::read_to_string(dir.join("chain.toml"))
-        .unwrap()
-        .replace(
-            &format!("openai = \"{}\"", upstream.openai_url()),
-            &format!("openai = \"http://127.0.0.1:{port}/v1\""),
-        );
-    write_atomically(&dir.join("chain.toml"), text.as_bytes());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !proxy.log().contains("tamp proxy: reloaded") {
-        assert!(Instant::now() < deadline, "no reload:\n{}", proxy.log());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let answer = client
-        .post(proxy.url("/v1/chat/completions"))
-        .bearer_auth(KEY)
-        .body("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}")
-        .send()
-        .await
-        .unwrap();
+    let (answer, port) = chat_to_an_upstream_that_is_down(&proxy, &dir, &upstream, "").await;
     assert_eq!(answer.status(), 502);
     assert_eq!(answer.headers()["x-tamp-error"], "upstream_unreachable");
     assert!(answer.headers()["x-tamp-compaction"]
@@ -977,12 +985,13 @@ async fn a_request_under_the_watermark_goes_unread_unless_its_thread_has_a_compa
     let (compaction, thread) = post_in_thread(&proxy, "t1", &body(33)).await;
     assert!(compaction.contains("->"), "{compaction}");
     assert_eq!(thread, "t1");
-    // A short request is under the high watermark by its length alone: forwarded unread.
+    // A short request is under the high watermark by its declared length alone, in a thread
+    // its header names with no stored answer: streamed upstream as it arrives, never read.
     let short =
         r#"{"model":"claude-test","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
     let (compaction, thread) = post_in_thread(&proxy, "t0", short).await;
     assert!(
-        compaction.starts_with("unchanged (") && compaction.ends_with("forwarded unread)"),
+        compaction.starts_with("unchanged (") && compaction.ends_with("streamed unread)"),
         "{compaction}"
     );
     assert_eq!(thread, "t0");
@@ -1000,7 +1009,7 @@ async fn a_request_under_the_watermark_goes_unread_unless_its_thread_has_a_compa
     let proxy = start_proxy(&chain);
     let next = body(37);
     let (compaction, thread) = post_in_thread(&proxy, "t2", &next).await;
-    assert!(compaction.ends_with("forwarded unread)"), "{compaction}");
+    assert!(compaction.ends_with("streamed unread)"), "{compaction}");
     assert_eq!(thread, "t2");
     assert_eq!(last_body(), next.as_bytes());
     let (compaction, thread) = post_in_thread(&proxy, "t1", &next).await;
@@ -1280,24 +1289,8 @@ async fn each_request_is_one_access_line_and_a_request_of_no_api_reaches_no_upst
     );
 
     // An upstream that is down is a warning, naming neither a key nor its URL's password.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
-    let text = std::fs::read_to_string(dir.join("chain.toml"))
-        .unwrap()
-        .replace(
-            &format!("openai = \"{}\"", upstream.openai_url()),
-            &format!("openai = \"http://user:URL-PASSWORD@127.0.0.1:{port}/v1\""),
-        );
-    write_atomically(&dir.join("chain.toml"), text.as_bytes());
-    proxy.log_containing(&["tamp proxy: reloaded"]);
-    let answer = client
-        .post(proxy.url("/v1/chat/completions"))
-        .bearer_auth(KEY)
-        .body("{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}")
-        .send()
-        .await
-        .unwrap();
+    let (answer, _) =
+        chat_to_an_upstream_that_is_down(&proxy, &dir, &upstream, "user:URL-PASSWORD@").await;
     assert_eq!(answer.status(), 502);
     let warning = "POST /v1/chat/completions: the upstream failed after";
     let log = proxy.log_containing(&[warning]);

@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::{chain_stage_names, ScratchDir, Server};
-use tamp_e2e::{corpus, plugin, tamp_bin, workspace_root, write_chain};
+use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, workspace_root, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -76,19 +76,6 @@ async fn page_status(server: &Server, id: &str) -> u16 {
 
 fn error_message(chain: &Value) -> &str {
     chain["last_reload_error"]["message"].as_str().unwrap_or("")
-}
-
-fn tamp(args: &[&str], dir: &Path) -> Output {
-    Command::new(tamp_bin())
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tamp")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 // ---- item 2: a reload must not lose work silently ----

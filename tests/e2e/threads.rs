@@ -315,6 +315,7 @@ fn a_state_and_a_cache_entry_altered_in_postgres_are_refused_and_verify_names_th
         covered: 3,
         prefix_hash: "h3".into(),
         output: vec![Message::text(Role::User, "keep ponyc on 0.58")],
+        chain: String::new(),
     };
     let key = tamp_host::store::CacheScope::new(Some("t"), "s", "c")
         .request_key("p", &LlmRequest::new("", "summarize", 10));

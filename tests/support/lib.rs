@@ -29,6 +29,8 @@ pub mod mock_upstream;
 pub mod postgres;
 /// Starting and driving a real `tamp serve` process.
 pub mod serve_support;
+/// The benches' statistics: medians and percentiles of measured times.
+pub mod stats;
 /// Tools installed once into `target/tools/`: Prism, the official Python SDKs, PostgreSQL,
 /// Chromium.
 pub mod tools;

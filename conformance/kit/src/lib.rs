@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(
             kit.args().join(" "),
             "conformance libx.so --output-format json --seed 7 --cases 3 --timeout 2.5 \
-             --config {\"keep\":2} --only TAMP-INV-01 --skip TAMP-EDGE-02,PERF --jobs 1"
+             --stage-config {\"keep\":2} --only TAMP-INV-01 --skip TAMP-EDGE-02,PERF --jobs 1"
         );
         let plain = Kit::new("libx.so").args().join(" ");
         assert_eq!(

@@ -555,6 +555,12 @@ impl LoadedChainFile {
         key_line(&self.source, &full).or_else(|| self.stage_line(index))
     }
 
+    /// The line of `key = ...` in stage `index` (e.g. `plugin`), else where the stage starts.
+    pub fn stage_key_line(&self, index: usize, key: &str) -> Option<usize> {
+        let element = index.to_string();
+        key_line(&self.source, &["stage", element.as_str(), key]).or_else(|| self.stage_line(index))
+    }
+
     /// The line where stage `index` starts.
     pub fn stage_line(&self, index: usize) -> Option<usize> {
         self.file

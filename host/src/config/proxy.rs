@@ -91,6 +91,12 @@ impl ModelBudgets {
             .map(|(_, budget)| budget.over(base))
     }
 
+    /// Every pattern's budget over `base`: what a request whose model is not known yet may be
+    /// compacted with, besides `base` itself.
+    pub fn all<'a>(&'a self, base: &'a BudgetConfig) -> impl Iterator<Item = BudgetConfig> + 'a {
+        self.0.values().map(|budget| budget.over(base))
+    }
+
     /// Checks each pattern's budget over `base` as `[budget]` is checked; the error names the
     /// pattern and the key.
     pub fn validate(&self, base: &BudgetConfig) -> Result<(), FieldError> {

@@ -24,6 +24,7 @@ pub mod main_model;
 pub mod names;
 pub mod output;
 pub mod probe;
+pub mod progress;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,6 +33,7 @@ use anyhow::Context;
 use serde::Serialize;
 use tamp_plugin_api::{Conversation, FfiOption, Message, Role};
 
+use crate::budget::BudgetConfig;
 use crate::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use crate::config::LoadedChainFile;
 use crate::store::threads::common_prefix;
@@ -39,6 +41,7 @@ use crate::wire::{self, WireFormat};
 use facts::{Fact, FactsFile, Retention};
 use main_model::{CachePrices, MainModelCost};
 use probe::{Judge, ProbeResult, References};
+use progress::{Planned, Progress, Ticker};
 
 /// What `tamp eval` runs (its flags, but for where the output goes; `tamp eval --help` says
 /// what each does).
@@ -126,6 +129,9 @@ pub struct Run {
     pub probe: Option<ProbeResult>,
     /// Stage runs rolled back over the run.
     pub rolled_back: usize,
+    /// The chain file's `[budget]`: its watermarks are where a compaction starts and what it
+    /// brings the context down to, drawn on the HTML page's charts.
+    pub budget: BudgetConfig,
     /// Replays: request by request.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub series: Vec<Point>,
@@ -138,6 +144,8 @@ struct Input {
     conversation: Conversation,
     format: WireFormat,
     facts: Vec<Fact>,
+    /// Its tokens, as the first chain counts them: what the progress estimate starts from.
+    tokens: u64,
 }
 
 /// Everything `tamp eval` was asked to run, read and checked before any chain runs.
@@ -191,6 +199,7 @@ impl Plan {
                 conversation,
                 format,
                 facts,
+                tokens: 0,
             });
         }
         for f in &facts {
@@ -204,9 +213,14 @@ impl Plan {
         }
         // Each chain is built once now, on a scratch store, so a plugin that does not load or
         // a stage config that does not validate fails here, naming the file and line.
-        for (path, _) in &chains {
+        for (i, (path, _)) in chains.iter().enumerate() {
             let scratch = Scratch::new()?;
-            build_chain(path, &scratch)?;
+            let chain = build_chain(path, &scratch, None)?;
+            if i == 0 {
+                for input in &mut inputs {
+                    input.tokens = chain.tokens().count_messages(&input.conversation.messages);
+                }
+            }
         }
         let judge = match &args.probe {
             Some(path) => {
@@ -234,26 +248,54 @@ impl Plan {
         })
     }
 
-    /// Runs every chain on every conversation; `progress` hears of each request.
-    pub async fn run(&self, progress: &dyn Fn(&str)) -> anyhow::Result<Vec<Run>> {
+    /// Every run, in the order [`Plan::run`] makes them.
+    fn planned(&self) -> Vec<Planned> {
+        let mut modes = Vec::new();
+        if !self.replay_only {
+            modes.push(Mode::OneShot);
+        }
+        if !self.one_shot_only {
+            modes.push(Mode::Replay);
+        }
+        let mut planned = Vec::new();
+        for input in &self.inputs {
+            for chain in 0..self.chains.len() {
+                for &mode in &modes {
+                    planned.push(Planned {
+                        chain,
+                        mode,
+                        tokens: input.tokens,
+                    });
+                }
+            }
+        }
+        planned
+    }
+
+    /// Runs every chain on every conversation; `progress` hears of each step and each LLM
+    /// call.
+    pub async fn run(&self, progress: &dyn Progress) -> anyhow::Result<Vec<Run>> {
+        let ticker = Ticker::new(progress, self.planned());
+        let judge = self.judge.as_ref().map(|j| j.wrapped(&ticker.wrap(false)));
         let mut runs = Vec::new();
         for input in &self.inputs {
-            let references = match &self.judge {
+            let references = match &judge {
                 Some(judge) if input.facts.iter().any(|f| f.question.is_some()) => {
-                    progress(&format!("probe {}: the original's answers", input.name));
+                    ticker.note(&format!("probe {}: the original's answers", input.name));
                     let original = &input.conversation.messages;
-                    Some(References::ask(judge, &input.name, original, &input.facts).await?)
+                    let asked = References::ask(judge, &input.name, original, &input.facts);
+                    Some(ticker.watch(asked).await?)
                 }
                 _ => None,
             };
             for (path, name) in &self.chains {
                 let mut finished = Vec::new();
                 if !self.replay_only {
-                    progress(&format!("{name} on {}: one-shot", input.name));
-                    finished.push(one_shot(path, name, input).await?);
+                    ticker.note(&format!("{name} on {}: one-shot", input.name));
+                    finished.push(one_shot(path, name, input, &ticker).await?);
                 }
                 if !self.one_shot_only {
-                    finished.push(replay(path, name, input, self.cache_prices, progress).await?);
+                    finished.push(replay(path, name, input, self.cache_prices, &ticker).await?);
                 }
                 for (mut run, context) in finished {
                     run.retention = input
@@ -261,11 +303,11 @@ impl Plan {
                         .iter()
                         .any(Fact::has_words)
                         .then(|| facts::retention(&input.facts, &context));
-                    if let (Some(judge), Some(references)) = (&self.judge, &references) {
+                    if let (Some(judge), Some(references)) = (&judge, &references) {
                         let label = format!("{}/{name}/{}", input.name, run.mode.label());
-                        progress(&format!("probe {label}"));
-                        run.probe =
-                            Some(ProbeResult::ask(judge, references, &context, &label).await?);
+                        ticker.note(&format!("probe {label}"));
+                        let asked = ProbeResult::ask(judge, references, &context, &label);
+                        run.probe = Some(ticker.watch(asked).await?);
                     }
                     runs.push(run);
                 }
@@ -299,11 +341,17 @@ impl Drop for Scratch {
     }
 }
 
-fn build_chain(path: &Path, scratch: &Scratch) -> anyhow::Result<Chain> {
+/// The chain of `path` on the scratch store, its provider wrapped when `wrap` is given.
+fn build_chain(
+    path: &Path,
+    scratch: &Scratch,
+    wrap: Option<crate::chain::ProviderWrap>,
+) -> anyhow::Result<Chain> {
     Chain::from_file(
         path,
         FileOverrides {
             store_path: Some(scratch.0.join("store.sqlite3")),
+            wrap_provider: wrap,
             ..Default::default()
         },
     )
@@ -336,16 +384,21 @@ fn failed_llm_calls(report: &crate::chain::ChainReport) -> u64 {
 /// A finished run and its final context (the one-shot output, the replay's last answer).
 type Finished = (Run, Vec<Message>);
 
-async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Finished> {
+async fn one_shot(
+    path: &Path,
+    name: &str,
+    input: &Input,
+    ticker: &Ticker<'_>,
+) -> anyhow::Result<Finished> {
     let scratch = Scratch::new()?;
-    let chain = build_chain(path, &scratch)?;
+    let chain = build_chain(path, &scratch, Some(ticker.wrap(true)))?;
     let options = CompactOptions {
         format: Some(input.format),
         ..Default::default()
     };
     let started = Instant::now();
-    let out = chain
-        .compact(input.conversation.clone(), &options)
+    let out = ticker
+        .watch(chain.compact(input.conversation.clone(), &options))
         .await
         .map_err(|e| anyhow::anyhow!("{}: {}: {e}", name, input.path.display()))?;
     let ms = started.elapsed().as_secs_f64() * 1e3;
@@ -368,8 +421,10 @@ async fn one_shot(path: &Path, name: &str, input: &Input) -> anyhow::Result<Fini
         retention: None,
         probe: None,
         rolled_back: rolled_back(r),
+        budget: *chain.budget(),
         series: Vec::new(),
     };
+    ticker.finish_run(run.tokens_sent);
     Ok((run, out.conversation.messages.to_vec()))
 }
 
@@ -396,10 +451,10 @@ async fn replay(
     name: &str,
     input: &Input,
     prices: CachePrices,
-    progress: &dyn Fn(&str),
+    ticker: &Ticker<'_>,
 ) -> anyhow::Result<Finished> {
     let scratch = Scratch::new()?;
-    let chain = build_chain(path, &scratch)?;
+    let chain = build_chain(path, &scratch, Some(ticker.wrap(true)))?;
     let options = CompactOptions {
         format: Some(input.format),
         thread_continuity: true,
@@ -425,6 +480,7 @@ async fn replay(
         retention: None,
         probe: None,
         rolled_back: 0,
+        budget: *chain.budget(),
         series: Vec::with_capacity(cuts.len()),
     };
     // What the client posted at each request: a running sum, each message counted once.
@@ -443,12 +499,15 @@ async fn replay(
         let mut posted = input.conversation.with_messages(messages[..cut].to_vec());
         posted.thread_id = FfiOption::RSome(thread.as_str().into());
         let started = Instant::now();
-        let out = chain.compact(posted, &options).await.map_err(|e| {
-            anyhow::anyhow!(
-                "{name}: {}: the request of {cut} messages: {e}",
-                input.path.display()
-            )
-        })?;
+        let out = ticker
+            .watch(chain.compact(posted, &options))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{name}: {}: the request of {cut} messages: {e}",
+                    input.path.display()
+                )
+            })?;
         ms += started.elapsed().as_secs_f64() * 1e3;
         let r = &out.report;
         run.llm_calls += u64::from(r.llm_calls);
@@ -482,7 +541,7 @@ async fn replay(
         }
         previous = Some(answer);
         if (n + 1) % 10 == 0 || n + 1 == cuts.len() {
-            progress(&format!(
+            ticker.note(&format!(
                 "{name} on {}: replay, {}/{} requests",
                 input.name,
                 n + 1,
@@ -494,6 +553,7 @@ async fn replay(
     run.main_model_cost = main_model.ratio();
     run.main_model_prices = Some(prices);
     run.ms_per_compaction = ms / cuts.len().max(1) as f64;
+    ticker.finish_run(run.tokens_sent);
     Ok((run, previous.unwrap_or_default()))
 }
 

@@ -50,55 +50,18 @@ pub fn render(runs: &[Run], format: Format) -> String {
     }
 }
 
-const HEADER: [&str; 14] = [
-    "conversation",
-    "chain",
-    "mode",
-    "requests",
-    "tokens before",
-    "tokens after",
-    "LLM calls",
-    "tokens sent",
-    "cost",
-    "prefix reuse",
-    "main model",
-    "ms/compaction",
-    "retention",
-    "rolled back",
-];
-
-fn cells(run: &Run) -> [String; 14] {
-    [
-        run.conversation.clone(),
-        run.chain.clone(),
-        run.mode.label().to_string(),
-        run.requests.to_string(),
-        run.tokens_before.to_string(),
-        run.tokens_after.to_string(),
-        run.llm_calls.to_string(),
-        run.tokens_sent.to_string(),
-        cells::cost(run),
-        cells::prefix_reuse(run),
-        cells::main_model_cost(run),
-        format!("{:.1}", run.ms_per_compaction),
-        cells::retention(run),
-        run.rolled_back.to_string(),
-    ]
-}
-
 fn text(runs: &[Run]) -> String {
     // The probe's column only when there was a probe.
     let probed = runs.iter().any(|r| r.probe.is_some());
-    let mut header: Vec<&str> = HEADER.to_vec();
-    let mut rows: Vec<Vec<String>> = runs.iter().map(|r| cells(r).to_vec()).collect();
-    if probed {
-        // Before the last column, "rolled back".
-        let at = header.len() - 1;
-        header.insert(at, "probe");
-        for (row, run) in rows.iter_mut().zip(runs) {
-            row.insert(at, cells::probe(run));
-        }
-    }
+    let columns: Vec<&cells::Column> = cells::COLUMNS
+        .iter()
+        .filter(|c| probed || c.header != "probe")
+        .collect();
+    let header: Vec<&str> = columns.iter().map(|c| c.header).collect();
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| columns.iter().map(|c| c.text(r)).collect())
+        .collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             rows.iter()
@@ -272,6 +235,7 @@ mod tests {
             }),
             probe: None,
             rolled_back: 0,
+            budget: Default::default(),
             series: Vec::new(),
         }
     }

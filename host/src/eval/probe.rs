@@ -50,6 +50,13 @@ impl Judge {
         Ok(Judge { provider })
     }
 
+    /// The same judge, its provider wrapped (`tamp eval` hears of each of its calls).
+    pub fn wrapped(&self, wrap: &crate::chain::ProviderWrap) -> Judge {
+        Judge {
+            provider: wrap(Arc::clone(&self.provider)),
+        }
+    }
+
     #[cfg(test)]
     pub fn with_provider(provider: Arc<dyn Provider>) -> Judge {
         Judge { provider }

@@ -44,6 +44,23 @@ impl std::fmt::Debug for ApiKey {
 /// What replaces a key (or a masked echo of one) in text.
 pub const REDACTED: &str = "[redacted]";
 
+/// Among the names of set variables, the one most like `var` (a typo, another case, a word
+/// left out: `ANTHROPIC_KEY` for `ANTHROPIC_API_KEY`), when one is close enough. Only names
+/// are compared and said, never values.
+fn near_miss(var: &str, names: impl Iterator<Item = String>) -> Option<String> {
+    const CLOSE_ENOUGH: f64 = 0.7;
+    let wanted = var.to_ascii_uppercase();
+    names
+        .filter(|name| name != var)
+        .map(|name| {
+            let score = strsim::normalized_damerau_levenshtein(&wanted, &name.to_ascii_uppercase());
+            (score, name)
+        })
+        .filter(|(score, _)| *score >= CLOSE_ENOUGH)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
+}
+
 impl ApiKey {
     pub fn new(key: impl Into<Arc<str>>) -> Self {
         ApiKey(key.into())
@@ -56,7 +73,17 @@ impl ApiKey {
             Ok(key) if !key.trim().is_empty() => Ok(ApiKey::new(key.trim())),
             Ok(_) => Err(format!("the environment variable {var} is empty")),
             Err(std::env::VarError::NotPresent) => {
-                Err(format!("the environment variable {var} is not set"))
+                let names = std::env::vars_os().filter_map(|(name, value)| {
+                    (!value.is_empty())
+                        .then(|| name.into_string().ok())
+                        .flatten()
+                });
+                Err(match near_miss(var, names) {
+                    Some(set) => format!(
+                        "the environment variable {var} is not set (but {set} is: the one meant?)"
+                    ),
+                    None => format!("the environment variable {var} is not set"),
+                })
             }
             Err(std::env::VarError::NotUnicode(_)) => {
                 Err(format!("the environment variable {var} is not valid UTF-8"))
@@ -458,6 +485,32 @@ pub(crate) fn tokens(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_unset_key_variable_names_a_set_one_it_was_likely_meant_to_be() {
+        let set = || {
+            [
+                "PATH",
+                "HOME",
+                "ANTHROPIC_KEY",
+                "OPENAI_API_KEY",
+                "anthropic_api_key2",
+            ]
+            .into_iter()
+            .map(String::from)
+        };
+        assert_eq!(
+            near_miss("ANTHROPIC_API_KEY", set()).as_deref(),
+            Some("anthropic_api_key2")
+        );
+        assert_eq!(
+            near_miss("OPENAI_KEY", set()).as_deref(),
+            Some("OPENAI_API_KEY")
+        );
+        assert_eq!(near_miss("MY_TOKEN", set()), None);
+        // The name itself is not a near miss of itself (it is set but empty, say).
+        assert_eq!(near_miss("PATH", ["PATH".to_string()].into_iter()), None);
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -145,6 +145,67 @@ pub async fn decide(
     })
 }
 
+/// What becomes of a body the proxy does not even collect (it streams to the upstream as it
+/// arrives), if the request's headers and the chain already settle it: the outcome to answer
+/// with; `None` when the body must be read (then [`decide`] may still forward it unread).
+///
+/// Settled when the chain cannot act on any body the request may carry, and no stored
+/// answer of its thread can apply to it:
+/// - the chain has no stages: nothing is compacted, and no thread has an answer of this
+///   chain to continue (a state is written only when a stage acted, and a chain continues
+///   only its own, `store::threads`); or
+/// - its `Content-Length` holds at most the lowest high watermark the request could be
+///   compacted with (the chain's own, or any `[proxy.models]` budget: its model is in the
+///   body), and its thread is named by `x-tamp-thread-id` (which wins over anything the body
+///   names) with no stored answer, or the chain keeps no thread states.
+///
+/// Never for a Responses request when tamp answers OpenAI's compaction (`tamp_compacts`): its
+/// body may end in the trigger or carry a compaction item of tamp's, which must be read.
+pub async fn decide_from_headers(
+    chain: &Chain,
+    format: WireFormat,
+    declared_length: u64,
+    thread: &ThreadHint,
+    models: &ModelBudgets,
+    tamp_compacts: bool,
+) -> Option<Outcome> {
+    if format == WireFormat::Responses && tamp_compacts {
+        return None;
+    }
+    let own = chain.unchanged_up_to()?;
+    if own == u64::MAX {
+        return Some(Outcome::Unchanged {
+            reason: "the chain has no stages: streamed unread".to_string(),
+            thread: thread.given.clone(),
+            model: None,
+            tokens: None,
+        });
+    }
+    let mut limit = own;
+    for budget in models.all(chain.budget()) {
+        limit = limit.min(chain.unchanged_up_to_with(&budget)?);
+    }
+    let bytes = usize::try_from(declared_length).ok()?;
+    let most = bound(chain.tokens(), bytes);
+    if most > limit {
+        return None;
+    }
+    let named = match (chain.thread_config(), &thread.given) {
+        (None, _) => None,
+        (Some(_), Some(id)) if !chain.has_thread_state(id).await => Some(id.clone()),
+        (Some(_), _) => return None,
+    };
+    Some(Outcome::Unchanged {
+        reason: format!(
+            "{bytes} bytes hold at most {most} tokens, not above the high watermark of {limit}: \
+             streamed unread"
+        ),
+        thread: named,
+        model: None,
+        tokens: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -258,6 +319,56 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_chain_of_no_stages_streams_every_body_unless_tamp_may_answer_a_compaction() {
+        let store = Arc::new(SqliteStore::in_memory().unwrap());
+        let chain = chain(&store, true);
+        let models = ModelBudgets::default();
+        let streamed =
+            |outcome: Option<Outcome>| outcome.map(|o| o.header().to_str().unwrap().to_string());
+        for format in [
+            WireFormat::Anthropic,
+            WireFormat::OpenAi,
+            WireFormat::Responses,
+        ] {
+            let outcome = decide_from_headers(
+                &chain,
+                format,
+                10_000_000,
+                &hint(Some("t"), None),
+                &models,
+                false,
+            )
+            .await;
+            assert_eq!(
+                streamed(outcome).as_deref(),
+                Some("unchanged (the chain has no stages: streamed unread)"),
+                "{format}"
+            );
+        }
+        // A Responses body may end in OpenAI's compaction trigger, which tamp answers: read.
+        let outcome = decide_from_headers(
+            &chain,
+            WireFormat::Responses,
+            10,
+            &hint(None, None),
+            &models,
+            true,
+        )
+        .await;
+        assert!(outcome.is_none());
+        let outcome = decide_from_headers(
+            &chain,
+            WireFormat::OpenAi,
+            10,
+            &hint(None, None),
+            &models,
+            true,
+        )
+        .await;
+        assert!(outcome.is_some());
+    }
+
+    #[tokio::test]
     async fn a_named_thread_with_no_stored_answer_is_forwarded_unread_and_one_with_is_read() {
         let store = Arc::new(SqliteStore::in_memory().unwrap());
         let chain = chain(&store, true);
@@ -302,6 +413,7 @@ mod tests {
             covered: 1,
             prefix_hash: "h".into(),
             output: vec![Message::text(Role::User, "hi")],
+            chain: String::new(),
         };
         let limits = ThreadLimits {
             ttl_secs: 3600,

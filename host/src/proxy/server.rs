@@ -31,7 +31,7 @@ use super::metrics::ProxyMetrics;
 use super::outcome;
 use super::owner::Owners;
 use super::server_compaction::{self, Asked};
-use super::{forward, route, session};
+use super::{forward, precount, route, session};
 use crate::config::proxy::CompactionBy;
 use crate::mcp::{Reader, RecallServer};
 
@@ -282,6 +282,11 @@ async fn forward_noted(
                 *note = what;
                 Some(reqwest::Body::from(body))
             }
+            Ok(Prepared::Stream(body, headers, what)) => {
+                extra.extend(headers);
+                *note = what;
+                Some(reqwest::Body::wrap_stream(body.into_data_stream()))
+            }
             Ok(Prepared::Answered(response)) => return response,
             Err(e) => return e.into_response_for(route.provider),
         },
@@ -333,8 +338,23 @@ enum Prepared {
         Vec<(HeaderName, HeaderValue)>,
         access_log::Note,
     ),
+    /// Stream this body to the upstream as it arrives (the headers settled that the chain
+    /// leaves it as it is), and add these headers to the answer.
+    Stream(Body, Vec<(HeaderName, HeaderValue)>, access_log::Note),
     /// tamp answered it: OpenAI's server-side compaction, for an upstream that lacks it.
     Answered(Response),
+}
+
+/// The answer headers that say what became of a body (`x-tamp-compaction`, `x-tamp-thread`),
+/// and the same for the access log.
+fn answer_headers(
+    outcome: &outcome::Outcome,
+) -> (Vec<(HeaderName, HeaderValue)>, access_log::Note) {
+    let mut headers = vec![(HeaderName::from_static(COMPACTION_HEADER), outcome.header())];
+    if let Some(thread) = outcome.thread_header() {
+        headers.push((HeaderName::from_static(THREAD_ANSWER_HEADER), thread));
+    }
+    (headers, access_log::Note::of(outcome))
 }
 
 /// A compacted route's body, read whole (within `--max-body` and `--body-timeout-secs`).
@@ -374,9 +394,38 @@ async fn compacted_body(
             return Err(e);
         }
     };
+    let tamp_compacts = active.proxy.openai_compaction == CompactionBy::Tamp;
+    // A body of a declared length within `--max-body` that the headers already say the chain
+    // leaves as it is goes upstream as it arrives, never collected (not in strict mode, where
+    // every body is read so that one tamp cannot read is refused).
+    let declared = limits::declared_length(headers)
+        .filter(|_| !active.proxy.strict)
+        .filter(|&n| state.gate.check_declared(Some(n)).is_ok());
+    if let Some(declared) = declared {
+        let started = Instant::now();
+        let hint = session::ThreadHint::new(given.clone(), headers);
+        let decided = tokio::time::timeout(
+            active.proxy.compaction_timeout(),
+            precount::decide_from_headers(
+                &active.chain,
+                format,
+                declared,
+                &hint,
+                &active.proxy.models,
+                tamp_compacts,
+            ),
+        );
+        if let Ok(Some(outcome)) = decided.await {
+            state
+                .proxy_metrics
+                .compaction_outcome(outcome.label(), started.elapsed());
+            let (answer_headers, note) = answer_headers(&outcome);
+            return Ok(Prepared::Stream(body, answer_headers, note));
+        }
+    }
     let bytes = read_body(state, headers, body).await?;
     if format == crate::wire::WireFormat::Responses
-        && active.proxy.openai_compaction == CompactionBy::Tamp
+        && tamp_compacts
         && server_compaction::ends_in_trigger(&bytes)
     {
         let owner = state.owners.of(active, headers).await;
@@ -407,11 +456,7 @@ async fn compacted_body(
     state
         .proxy_metrics
         .compaction_outcome(outcome.label(), started.elapsed());
-    let mut answer_headers = vec![(HeaderName::from_static(COMPACTION_HEADER), outcome.header())];
-    if let Some(thread) = outcome.thread_header() {
-        answer_headers.push((HeaderName::from_static(THREAD_ANSWER_HEADER), thread));
-    }
-    let note = access_log::Note::of(&outcome);
+    let (answer_headers, note) = answer_headers(&outcome);
     match outcome {
         outcome::Outcome::Compacted { body, .. } => {
             Ok(Prepared::Forward(body, answer_headers, note))

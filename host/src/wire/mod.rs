@@ -45,6 +45,7 @@ mod openai;
 mod out;
 mod pairing;
 mod responses;
+mod shapes;
 /// A compaction item of tamp's proxy, read back as the items it stands for.
 pub use responses::{carries_own_compaction, OWN_COMPACTION};
 pub mod summary_marker;
@@ -190,14 +191,16 @@ impl std::error::Error for WireError {}
 /// `input`).
 pub fn detect(value: &Value) -> Result<WireFormat, WireError> {
     let Value::Object(top) = value else {
-        return Err(WireError::new(
-            "",
-            format!("expected a JSON object, found {}", value_kind(value)),
-        ));
+        return Err(shapes::not_an_object(value_kind(value)));
     };
     let messages = match top.get("messages") {
         None if top.contains_key("input") => return Ok(WireFormat::Responses),
-        None => return Err(WireError::new("", "missing \"messages\"")),
+        None => {
+            return Err(shapes::no_conversation(
+                "messages",
+                top.keys().map(String::as_str),
+            ))
+        }
         Some(Value::Array(messages)) => messages,
         Some(other) => {
             return Err(WireError::new(
@@ -226,14 +229,12 @@ pub fn parse_str(
         Some(WireFormat::Responses) => ListKey::Input,
         _ => ListKey::Messages,
     };
+    if text.trim().is_empty() {
+        return Err(shapes::empty());
+    }
     let fields = match json::parse_doc(text, key)? {
         Doc::Object(fields) => fields,
-        Doc::Other(kind) => {
-            return Err(WireError::new(
-                "",
-                format!("expected a JSON object, found {kind}"),
-            ))
-        }
+        Doc::Other(kind) => return Err(shapes::not_an_object(kind)),
     };
     let format = match format {
         Some(format) => format,
@@ -525,7 +526,10 @@ fn split_top<'a>(
         keys.push((key, special));
     }
     let Some(list) = list else {
-        return Err(WireError::new("", format!("missing \"{list_key}\"")));
+        return Err(shapes::no_conversation(
+            list_key,
+            keys.iter().map(|(k, _)| k.as_ref()),
+        ));
     };
     let is_special = |k: &str| keys.iter().any(|(key, special)| *special && key == k);
     let default_order = [system_key, Some(list_key)]
@@ -590,7 +594,12 @@ fn detect_doc(fields: &[(Cow<'_, str>, TopField<'_>)]) -> Result<WireFormat, Wir
     });
     let messages = match messages {
         None if fields.iter().any(|(k, _)| k == "input") => return Ok(WireFormat::Responses),
-        None => return Err(WireError::new("", "missing \"messages\"")),
+        None => {
+            return Err(shapes::no_conversation(
+                "messages",
+                fields.iter().map(|(k, _)| k.as_ref()),
+            ))
+        }
         Some(Messages::Other(kind)) => {
             return Err(json::expected_kind(
                 &Path::Root.key("messages"),

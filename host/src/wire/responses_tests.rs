@@ -391,7 +391,10 @@ fn bad_requests_are_refused_with_their_paths() {
             json!({"input": 5}),
             "input: expected a string or an array of items, found a number",
         ),
-        (json!({"model": "m"}), "missing \"input\""),
+        (
+            json!({"model": "m"}),
+            "missing \"input\"; tamp reads a request body: {\"messages\": [...]} (Anthropic Messages or OpenAI Chat Completions) or {\"input\": [...]} (OpenAI Responses)",
+        ),
         (
             json!({"instructions": 1, "input": []}),
             "instructions: expected a string, found a number",

@@ -387,14 +387,14 @@ fn detect_reads_the_signals_of_each_format() {
         let (_, format) = parse_str(&value.to_string(), None).unwrap();
         assert_eq!(format, expected, "{value}");
     }
-    assert_eq!(
-        detect(&json!([1])).unwrap_err().to_string(),
-        "expected a JSON object, found an array"
-    );
-    assert_eq!(
-        detect(&json!({"model": "m"})).unwrap_err().to_string(),
-        "missing \"messages\""
-    );
+    assert!(detect(&json!([1]))
+        .unwrap_err()
+        .to_string()
+        .starts_with("expected a JSON object, found an array (a bare list of messages?"));
+    assert!(detect(&json!({"model": "m"}))
+        .unwrap_err()
+        .to_string()
+        .starts_with("missing \"messages\"; tamp reads a request body"));
     assert_eq!(
         detect(&json!({"messages": {}})).unwrap_err().to_string(),
         "messages: expected an array, found an object"
@@ -418,8 +418,16 @@ fn rejects_invalid_json_with_line_and_column() {
 fn rejects_bad_shapes_with_their_paths() {
     use WireFormat::{Anthropic as A, OpenAi as O};
     let cases: Vec<(Value, Option<WireFormat>, &str)> = vec![
-        (json!("text"), None, "expected a JSON object, found a string"),
-        (json!({"model": "m"}), None, "missing \"messages\""),
+        (
+            json!("text"),
+            None,
+            "expected a JSON object, found a string; tamp reads a request body: {\"messages\": [...]} (Anthropic Messages or OpenAI Chat Completions) or {\"input\": [...]} (OpenAI Responses)",
+        ),
+        (
+            json!({"model": "m"}),
+            None,
+            "missing \"messages\"; tamp reads a request body: {\"messages\": [...]} (Anthropic Messages or OpenAI Chat Completions) or {\"input\": [...]} (OpenAI Responses)",
+        ),
         (json!({"messages": "m"}), Some(A), "messages: expected an array, found a string"),
         (
             json!({"messages": [{"role": "user", "content": "a"}, "oops"]}),

@@ -1042,6 +1042,7 @@ pub(super) mod tests {
                 covered: 1,
                 prefix_hash: "h".into(),
                 output: Vec::new(),
+                chain: String::new(),
             },
             crate::store::ThreadLimits {
                 ttl_secs: 60,

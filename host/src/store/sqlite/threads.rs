@@ -111,6 +111,7 @@ mod tests {
             covered,
             prefix_hash: format!("h{covered}"),
             output: vec![Message::text(Role::User, text)],
+            chain: String::new(),
         }
     }
 

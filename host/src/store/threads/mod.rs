@@ -182,6 +182,10 @@ pub struct ThreadReport {
     /// not used, and the request was compacted from its raw history.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub state_refused: bool,
+    /// Why the thread's last answer was not continued though it was there (another chain
+    /// made it): the request was compacted from its raw history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_over: Option<String>,
     /// Why the thread state could not be read or written, when it could not: the request
     /// was then compacted as if the thread were new.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -203,6 +207,10 @@ pub struct ThreadState {
     /// The conversation tamp answered with: what a request that extends the covered messages
     /// starts from.
     pub output: Vec<Message>,
+    /// The identity of the chain that answered (`Chain::identity`); empty in a state an
+    /// earlier tamp stored, which no chain continues.
+    #[serde(default)]
+    pub chain: String,
 }
 
 /// How long thread states live and how many are kept.
@@ -331,6 +339,7 @@ mod tests {
             covered: 2,
             prefix_hash: hashes[2].clone(),
             output: msgs(&[(Role::User, "summary")]),
+            chain: String::new(),
         };
         assert_eq!(continuation(&state, &hashes), Some(&state.output[..]));
         // The same messages after an edit of the second one: no continuation.
