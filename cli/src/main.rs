@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 
 /// mimalloc rather than the system allocator: with thousands of compactions in flight, glibc's
-/// allocator spent its time in arena locks and page faults (docs/benchmarks.md, Foundation).
+/// allocator spent its time in arena locks and page faults (CHANGELOG.md, 2026-11-23).
 /// Plugins keep their own allocator: what crosses the boundary is freed by the side that
 /// allocated it (abi_stable's types carry their vtables).
 #[global_allocator]

@@ -422,7 +422,7 @@ fn main() {
         if llm == Llm::Fixed {
             for (peer, tokens, calls) in PEERS {
                 println!(
-                    "{:<34} {:<12} {:>5} {:>6} {:>10} {:>7} (as quoted in issue 16, on its own session)",
+                    "{:<34} {:<12} {:>5} {:>6} {:>10} {:>7} (a figure quoted for it, on its own session: not comparable)",
                     peer, "-", calls, "-", tokens, "-"
                 );
             }

@@ -404,59 +404,15 @@ fn a_plugin_tested_with_the_kit_compiles_no_crate_but_the_kit_more() {
     assert!(pulled.is_empty(), "a plugin's build compiles {pulled:?}");
 }
 
-/// The fenced block of `lang` that follows `heading` in `doc` (the first after it).
-fn doc_block(doc: &str, heading: &str, lang: &str) -> String {
-    let after = &doc[doc
-        .find(heading)
-        .unwrap_or_else(|| panic!("the guide has no {heading:?}"))..];
-    let fence = format!("```{lang}\n");
-    let start = after
-        .find(&fence)
-        .unwrap_or_else(|| panic!("no ```{lang} block after {heading:?}"))
-        + fence.len();
-    let len = after[start..].find("\n```").expect("the block ends") + 1;
-    after[start..start + len].to_string()
-}
-
-/// The author's path as docs/writing-a-plugin.md gives it: a crate outside the workspace
-/// made of the guide's own `Cargo.toml` (section 1), `src/lib.rs` (section 2) and
-/// `tests/conformance.rs` (section 7), with the two tamp dependencies pointed at this
-/// repository; its first `cargo test` builds the plugin and passes the kit's checks, run by
-/// the `tamp` binary. (Its own target directory under target/ keeps later runs quick.)
+/// The author's path as docs/writing-a-plugin.md gives it: a crate beside a clone of tamp,
+/// made of the guide's own files (`Cargo.toml`, `src/lib.rs`, `tests/conformance.rs`: its
+/// `<!-- file: ... -->` blocks, written by `tamp_e2e::docs`), its two tamp dependencies by
+/// path into the clone; its first `cargo test` builds the plugin and passes the kit's checks,
+/// run by the `tamp` binary. (The crate and its target directory stay under target/, so later
+/// runs are quick.)
 #[test]
 fn a_plugin_written_from_the_guide_passes_its_kit_test() {
-    let root = tamp_e2e::workspace_root();
-    let guide = std::fs::read_to_string(root.join("docs/writing-a-plugin.md")).unwrap();
-    let mut manifest = doc_block(&guide, "## 1. The crate", "toml");
-    for (crate_name, dir) in [
-        ("tamp-plugin-api", "plugin-api"),
-        ("tamp-conformance", "conformance/kit"),
-    ] {
-        let versioned = format!("{crate_name} = \"0.2\"");
-        assert!(manifest.contains(&versioned), "{versioned}:\n{manifest}");
-        let path = format!(
-            "{crate_name} = {{ path = {:?} }}",
-            root.join(dir).display().to_string()
-        );
-        manifest = manifest.replace(&versioned, &path);
-    }
-    // A crate of its own, not a member of the workspace it sits under.
-    manifest.push_str("\n[workspace]\n");
-    let dir = tamp_e2e::artifact_dir()
-        .parent()
-        .expect("target/")
-        .join("guide-plugin");
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    std::fs::create_dir_all(dir.join("tests")).unwrap();
-    let write = |file: &str, text: &str| std::fs::write(dir.join(file), text).unwrap();
-    write("Cargo.toml", &manifest);
-    write("src/lib.rs", &doc_block(&guide, "## 2. The config", "rust"));
-    write(
-        "tests/conformance.rs",
-        &doc_block(&guide, "## 7. Testing with the conformance kit", "rust"),
-    );
-    // The workspace's versions, so the build needs no registry.
-    std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    let (dir, _cargo) = tamp_e2e::docs::guide_plugin();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(&dir)

@@ -1125,39 +1125,15 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
     }
 }
 
-/// docs/eval.md's sample output is what the command it gives prints now, figure for figure
-/// but for ms/compaction (the machine's and the build's), lost facts included.
+/// docs/eval.md's samples are what the commands they follow print now, figure for figure but
+/// for ms/compaction (the machine's and the build's), lost facts included: each runnable
+/// block (a `tamp eval` command, run as written by `tamp_e2e::docs::run`, from a copy of the
+/// repository), and the `text` block after it. (`docs_blocks` leaves docs/eval.md's runnable
+/// blocks to this test.)
 #[test]
 fn the_docs_sample_is_what_its_command_prints() {
-    let root = workspace_root();
-    let doc = std::fs::read_to_string(root.join("docs/eval.md")).unwrap();
-    let block = |fence: &str| {
-        doc.split(fence)
-            .nth(1)
-            .and_then(|rest| rest.split("```").next())
-            .unwrap_or_else(|| panic!("docs/eval.md has no {fence:?} block"))
-            .to_string()
-    };
-    // The first shell block's `tamp eval` command, its lines joined.
-    let command = block("```sh\n")
-        .lines()
-        .skip_while(|l| !l.contains("tamp eval"))
-        .collect::<Vec<_>>()
-        .join(" ")
-        .replace('\\', " ");
-    let args: Vec<&str> = command
-        .split_whitespace()
-        .skip_while(|w| *w != "eval")
-        .skip(1)
-        .collect();
-    assert!(args.contains(&"--config"), "{command}");
-    let out = Command::new(tamp_bin())
-        .arg("eval")
-        .args(&args)
-        .current_dir(&root)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc = std::fs::read_to_string(workspace_root().join("docs/eval.md")).unwrap();
+    let clone = tamp_e2e::docs::scratch().join("tamp");
     // Each line's words; a row's ms/compaction (its 12th word of 15) left out.
     let words = |output: &str| -> Vec<Vec<String>> {
         output
@@ -1171,11 +1147,28 @@ fn the_docs_sample_is_what_its_command_prints() {
             })
             .collect()
     };
-    let printed = text(&out.stdout);
-    let sample = block("```text\n");
-    assert_eq!(
-        words(&sample),
-        words(&printed),
-        "docs/eval.md's sample:\n{sample}\nprinted now:\n{printed}"
-    );
+    let mut samples = 0;
+    for block in tamp_e2e::docs::marked_blocks(&doc) {
+        if block.marked != tamp_e2e::docs::Marked::Run {
+            continue;
+        }
+        assert!(
+            block.text.contains("tamp eval"),
+            "docs/eval.md line {}: a runnable block that is not a sample:\n{}",
+            block.line,
+            block.text
+        );
+        let out = tamp_e2e::docs::run(&block.text, &clone);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let printed = text(&out.stdout);
+        let sample = tamp_e2e::docs::block_after(&doc, block.line, "text");
+        assert_eq!(
+            words(&sample),
+            words(&printed),
+            "docs/eval.md line {}: the sample:\n{sample}\nprinted now:\n{printed}",
+            block.line
+        );
+        samples += 1;
+    }
+    assert!(samples >= 2, "docs/eval.md has {samples} sample(s)");
 }

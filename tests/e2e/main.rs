@@ -11,6 +11,8 @@ mod conformance;
 mod console;
 mod containment;
 mod contract;
+/// The runnable blocks of README.md and docs/*.md, run as written after the README's first command.
+mod docs_blocks;
 mod eval;
 mod fuzz;
 mod half_written_plugin;

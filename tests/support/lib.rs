@@ -15,6 +15,9 @@ pub mod agent_upstream;
 pub mod browser;
 /// That browser driven through the DevTools protocol (navigate, evaluate, click, screenshot).
 pub mod cdp;
+/// The docs' marked blocks (runnable commands, files a reader writes) and the scratch
+/// directory a reader's steps run in.
+pub mod docs;
 /// WebAssembly guests built from source with componentize-py and componentize-js.
 pub mod guests;
 /// An axum app on 127.0.0.1 at a free port, for the local provider servers.

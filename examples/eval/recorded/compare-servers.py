@@ -8,7 +8,8 @@ structured call of about 5,000 tokens) to each server in turn, ROUNDS times, and
 each server's reading and writing rate from its own `timings`, then B's rates as a multiple
 of A's. Each request opens with a nonce so that neither server reuses the prompt it read
 last. Run it with nothing else on the machine: the two servers share its cores, one at a time.
-For serve.py (A) against serve-native.sh (B); standard library only.
+For a portable build of llama.cpp's server (A) against serve-native.sh (B); standard
+library only.
 """
 import json
 import sys

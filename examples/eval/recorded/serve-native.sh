@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
-# Serve a GGUF model like /work/shared/tools/local-llm/serve.py, with llama.cpp's server built
-# for this machine's CPU instead of the portable wheel.
+# Serve a GGUF model with llama.cpp's server built for this machine's CPU.
 #
 #   examples/eval/recorded/serve-native.sh MODEL.gguf [PORT=8093] [CTX=16384]
 #
-# Why: the xllamacpp wheel that serve.py runs is built for AVX2 and no more (its
-# get_system_info() says so), and the wheel cannot know the CPU it lands on. Built with
-# -march=native on this machine's CPU (AVX-512 VNNI), llama.cpp read the same summarizer
-# prompts 1.09 to 1.23 times as fast, and wrote about as fast (compare-servers.py, side by
-# side; docs/benchmarks.md). Reading is most of a recording's time on two cores. A recent
-# llama.cpp also keeps earlier prompts in RAM (--cache-ram), so a request that opens like
-# an earlier one (a prose fallback after its structured call) reads only what differs.
+# Why: a portable build (the PyPI wheel xllamacpp) is built for AVX2 and no more, and cannot
+# know the CPU it lands on. Built with -march=native on an AVX-512 VNNI machine, llama.cpp
+# read the same summarizer prompts 1.09 to 1.23 times as fast, and wrote about as fast
+# (compare-servers.py, side by side). Reading is most of a recording's time on two cores. A
+# recent llama.cpp also keeps earlier prompts in RAM (--cache-ram), so a request that opens
+# like an earlier one (a prose fallback after its structured call) reads only what differs.
 #
-# The sources are llama.cpp's, as vendored in the llama-cpp-python sdist on PyPI (a
-# registry this machine reaches), pinned by SHA-256. The build takes about 5 minutes on two
-# cores and is kept under $TAMP_LLM_DIR (default ~/.cache/tamp-llm), so a second run starts
-# the server at once. cmake and ninja come from PyPI into the venv that setup.sh made when
-# the machine has none. For recording answers on a developer's machine only: never a
-# dependency of the build, the tests or CI.
+# The sources are llama.cpp's, as vendored in the llama-cpp-python sdist on PyPI, pinned by
+# SHA-256. The build takes about 5 minutes on two cores and is kept under $TAMP_LLM_DIR
+# (default ~/.cache/tamp-llm), so a second run starts the server at once. cmake and ninja
+# come from PyPI into a venv there when the machine has none. For recording answers on a
+# developer's machine only: never a dependency of the build, the tests or CI.
 set -euo pipefail
 
 model=${1:?usage: serve-native.sh MODEL.gguf [PORT] [CTX]}
@@ -55,6 +52,6 @@ if [ ! -x "$server" ]; then
     cmake --build "$work/build" -j"$(nproc)" --target llama-server >"$work/build.log"
 fi
 
-# The settings of serve.py: one slot, every core for reading and writing, 127.0.0.1 only.
+# One slot, every core for reading and writing, 127.0.0.1 only.
 threads=$(nproc)
 exec "$server" -m "$model" --host 127.0.0.1 --port "$port" -c "$ctx" -np 1 -t "$threads" -tb "$threads"
