@@ -55,9 +55,13 @@ pub(super) fn move_off_the_write_path(
         stats: Arc::clone(&stats),
         log,
     };
+    // Opened here, before the store answers anything: a connection the thread opened itself
+    // could come after a write and the loss of its log (a busy machine starts threads late),
+    // and would then see a new, empty log instead of the one to copy.
+    let own = checkpointer.connect();
     let started = std::thread::Builder::new()
         .name("tamp-sqlite-checkpoint".into())
-        .spawn(move || checkpointer.run(nudged));
+        .spawn(move || checkpointer.run(own, nudged));
     let thread = match started {
         Ok(thread) => thread,
         Err(e) => {
@@ -100,9 +104,7 @@ struct Checkpointer {
 }
 
 impl Checkpointer {
-    fn run(self, nudged: Receiver<()>) {
-        // Opened now, with the store: opened after the log was lost, it would make a new one.
-        let mut conn = self.connect();
+    fn run(self, mut conn: Option<Connection>, nudged: Receiver<()>) {
         loop {
             match nudged.recv_timeout(WATCH_INTERVAL) {
                 Ok(()) => {}
