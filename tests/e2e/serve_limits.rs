@@ -677,7 +677,9 @@ async fn the_proxy_refuses_a_declared_body_over_its_limit_at_once_and_bounds_the
         assert!(Instant::now() < deadline, "the bound did not come back");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The allocator hands a freed body back to the system when the threads that held it run
+    // again, as they do while requests keep coming: an idle server may sit on it for longer.
+    let deadline = Instant::now() + Duration::from_secs(20);
     while rss_bytes(server.pid()) > baseline + (8 << 20) {
         assert!(
             Instant::now() < deadline,
@@ -685,6 +687,7 @@ async fn the_proxy_refuses_a_declared_body_over_its_limit_at_once_and_bounds_the
             rss_bytes(server.pid()) >> 20,
             baseline >> 20
         );
+        assert_eq!(small(&client).await.expect("answered").status(), 200);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
