@@ -97,16 +97,7 @@ pub async fn decide(
     };
     let named = top.thread(thread);
     let (reason, most) = if by_length <= limit {
-        let reason = if limit == u64::MAX {
-            "the chain has no stages".to_string()
-        } else {
-            format!(
-                "{} bytes hold at most {by_length} tokens, not above the high watermark of \
-                 {limit}",
-                body.len()
-            )
-        };
-        (reason, by_length)
+        (under_the_watermark(body.len(), by_length, limit), by_length)
     } else {
         let from_last = last.bound(named.as_deref()?, config_hash, format, body)?;
         let after = body.len() - from_last.repeated;
@@ -182,7 +173,7 @@ pub async fn decide_from_headers(
     let most = bound(chain.tokens(), bytes);
     if own == u64::MAX {
         return Some(Outcome::Unchanged {
-            reason: "the chain has no stages: streamed unread".to_string(),
+            reason: format!("{}: streamed unread", under_the_watermark(bytes, most, own)),
             thread: thread.given.clone(),
             model: None,
             tokens: None,
@@ -204,8 +195,8 @@ pub async fn decide_from_headers(
     };
     Some(Outcome::Unchanged {
         reason: format!(
-            "{bytes} bytes hold at most {most} tokens, not above the high watermark of {limit}: \
-             streamed unread"
+            "{}: streamed unread",
+            under_the_watermark(bytes, most, limit)
         ),
         thread: named,
         model: None,
@@ -213,6 +204,16 @@ pub async fn decide_from_headers(
         at_most: Some(most),
         run: None,
     })
+}
+
+/// Why a body of `bytes` holding at most `most` tokens is left as it is, against the `limit`
+/// the chain acts above (`u64::MAX`: a chain of no stages).
+fn under_the_watermark(bytes: usize, most: u64, limit: u64) -> String {
+    if limit == u64::MAX {
+        "the chain has no stages".to_string()
+    } else {
+        format!("{bytes} bytes hold at most {most} tokens, not above the high watermark of {limit}")
+    }
 }
 
 #[cfg(test)]
