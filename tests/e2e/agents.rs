@@ -181,6 +181,11 @@ fn codex(
         ),
     )
     .unwrap();
+    codex_exec(home, work, &codex_home)
+}
+
+/// `codex exec` on the shell task, its configuration in `codex_home`.
+fn codex_exec(home: &Path, work: &Path, codex_home: &Path) -> Command {
     let mut command = isolated(&tools::codex(), home, work);
     command
         .args([
@@ -190,7 +195,7 @@ fn codex(
             "never",
             &task("shell"),
         ])
-        .env("CODEX_HOME", &codex_home)
+        .env("CODEX_HOME", codex_home)
         .env("TAMP_AGENT_KEY", KEY);
     command
 }
@@ -1456,18 +1461,8 @@ fn the_set_ups_in_docs_proxy_md_run_as_written() {
                 format!("{isolation}{block}{tail}"),
             )
             .unwrap();
-            let mut command = isolated(&tools::codex(), &agent_home, &work);
-            command
-                .args([
-                    "exec",
-                    "--skip-git-repo-check",
-                    "--color",
-                    "never",
-                    &task("shell"),
-                ])
-                .env("CODEX_HOME", &codex_home)
-                .env("TAMP_AGENT_KEY", KEY)
-                .env("PATH", path_with(&[tamp_e2e::tamp_bin().parent().unwrap()]));
+            let mut command = codex_exec(&agent_home, &work, &codex_home);
+            command.env("PATH", path_with(&[tamp_e2e::tamp_bin().parent().unwrap()]));
             command
         };
         let out = run(command, agent);
