@@ -717,6 +717,53 @@ fn codex_finishes_a_tool_task_through_the_proxy_with_its_history_compacted() {
 const CODEX_HIGH: u64 = 6_100;
 
 /// The texts of a Responses request's user messages, in order.
+/// Through a chain of no stages the proxy streams each body to the upstream as it arrives,
+/// never collecting it (both agents declare a `Content-Length`): the agents still finish,
+/// every request checked by the upstream as the real API would, none of them changed.
+#[test]
+fn both_agents_finish_through_a_chain_of_no_stages_their_bodies_streamed_unread() {
+    for agent in ["claude", "codex"] {
+        let Setup {
+            proxy,
+            upstream,
+            dir,
+            ..
+        } = Setup::start_with(
+            &format!("agents-streamed-{agent}"),
+            ServerCompaction::Present,
+            4_100,
+            "",
+            "",
+        );
+        let (home, work) = agent_dirs(&dir, agent);
+        let command = if agent == "claude" {
+            claude(&proxy.base, &home, &work)
+        } else {
+            codex(&format!("{}/v1", proxy.base), &home, &work, "", "")
+        };
+        let out = run(command, agent);
+        let exchanges = assert_finished(agent, &out, &upstream, &proxy);
+        assert!(
+            exchanges.len() > STEPS as usize,
+            "{agent}: {} model calls for {STEPS} steps",
+            exchanges.len()
+        );
+        assert!(
+            exchanges.iter().all(|e| !e.compacted()),
+            "{agent}: a request reached the upstream compacted through a chain of no stages"
+        );
+        let streamed = "body not collected: unchanged (the chain has no stages: streamed unread)";
+        let log = proxy.log_containing(&[streamed]);
+        assert!(
+            log.matches(streamed).count() >= exchanges.len(),
+            "{agent}: {} of {} bodies streamed unread\n{}",
+            log.matches(streamed).count(),
+            exchanges.len(),
+            tail(&log, 40)
+        );
+    }
+}
+
 fn user_texts(exchange: &Exchange) -> Vec<String> {
     let items = exchange.body["input"]
         .as_array()

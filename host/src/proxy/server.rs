@@ -485,6 +485,10 @@ async fn compacted_body(
             state
                 .proxy_metrics
                 .compaction_outcome(outcome.label(), started.elapsed());
+            tracing::debug!(
+                "body not collected: {}",
+                outcome.header().to_str().unwrap_or("(not text)")
+            );
             let (answer_headers, note) = answer_headers(active, &mut outcome);
             return Ok(Prepared::Stream(body, answer_headers, note));
         }
