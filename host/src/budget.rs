@@ -2,8 +2,11 @@
 //! between which a compaction brings it.
 
 use serde::{Deserialize, Serialize};
+use tamp_plugin_api::sdk::ledger;
+use tamp_plugin_api::Message;
 
 use crate::config_error::FieldError;
+use crate::tokens::TokenCounter;
 
 /// `[budget]`: watermarks are fractions of `max_tokens`.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq)]
@@ -19,6 +22,11 @@ pub struct BudgetConfig {
     /// 0: the tail is bounded by `keep_recent` alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keep_recent_tokens: Option<u64>,
+    /// Leave the summaries' ledgers out of what the watermarks measure, up to the room between
+    /// the high watermark and `max_tokens` (so a context still never passes `max_tokens`): a
+    /// compaction then frees as much room for new turns as one without a ledger, and the
+    /// ledger's verbatim facts do not make compactions come sooner.
+    pub ledgers_outside: bool,
 }
 
 impl Default for BudgetConfig {
@@ -29,6 +37,7 @@ impl Default for BudgetConfig {
             low_watermark: 0.5,
             keep_recent: 10,
             keep_recent_tokens: None,
+            ledgers_outside: false,
         }
     }
 }
@@ -53,6 +62,40 @@ impl BudgetConfig {
             Some(limit) => Some(limit),
             None => Some((self.max_tokens / 8).max(1)),
         }
+    }
+
+    /// The tokens the watermarks leave out of `messages`: the ledgers of its summaries, as
+    /// far as [`Self::ledgers_outside`] leaves them out ([`Self::ledger_room_for`]).
+    pub fn ledger_room(&self, messages: &[Message], tokens: &TokenCounter) -> u64 {
+        if !self.ledgers_outside {
+            return 0;
+        }
+        let ledgers = messages
+            .iter()
+            .filter(|m| m.is_summary())
+            .map(|m| {
+                let text = m.joined_text();
+                let narrative = ledger::narrative(&text);
+                if narrative.len() == text.len() {
+                    0
+                } else {
+                    tokens
+                        .count_text(&text)
+                        .saturating_sub(tokens.count_text(narrative))
+                }
+            })
+            .sum();
+        self.ledger_room_for(ledgers)
+    }
+
+    /// The tokens the watermarks leave out of a conversation whose summaries' ledgers take
+    /// `ledger_tokens`: none unless [`Self::ledgers_outside`], and at most the room between
+    /// the high watermark and `max_tokens`.
+    pub fn ledger_room_for(&self, ledger_tokens: u64) -> u64 {
+        if !self.ledgers_outside {
+            return 0;
+        }
+        ledger_tokens.min(self.max_tokens.saturating_sub(self.high_tokens()))
     }
 
     /// Checks the budget's own rules; the error names the field.
@@ -82,5 +125,32 @@ impl BudgetConfig {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledgers_left_out_of_the_watermarks_never_let_a_context_pass_max_tokens() {
+        let off = BudgetConfig {
+            max_tokens: 8_000,
+            ..BudgetConfig::default()
+        };
+        assert_eq!(off.ledger_room_for(1_500), 0, "off by default");
+        let on = BudgetConfig {
+            ledgers_outside: true,
+            ..off
+        };
+        assert_eq!(on.ledger_room_for(1_500), 1_500);
+        // The high watermark (6,000) plus what is left out stays within max_tokens.
+        assert_eq!(on.ledger_room_for(2_500), 2_000);
+        let full = BudgetConfig {
+            high_watermark: 1.0,
+            low_watermark: 0.5,
+            ..on
+        };
+        assert_eq!(full.ledger_room_for(1_500), 0);
     }
 }

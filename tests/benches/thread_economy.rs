@@ -10,8 +10,9 @@
 //! - **keeps output**: the client keeps tamp's last answer and appends its new messages to it
 //!   (continuity off: the client already holds the continuation).
 //!
-//! for each shipped strategy with its defaults and for the shipped chain (`examples/chains/
-//! shipped.toml`'s stages), at budget 8,000 tokens, `keep_recent` 16, the default watermarks.
+//! for each shipped strategy with its defaults and for the shipped and hybrid chains
+//! (`examples/chains/shipped.toml`'s and `hybrid.toml`'s stages), at budget 8,000 tokens,
+//! `keep_recent` 16, the default watermarks.
 //! The summarizer is a counting fake LLM whose answer has a fixed length (free text, or a
 //! fixed object filling the request's JSON schema); each row runs again on the offline
 //! extractive provider (the default), to see whether the constraint survives there too.
@@ -32,7 +33,8 @@
 //!
 //! Run: `cargo bench -p tamp-e2e --bench thread_economy` (`TAMP_BENCH_QUICK=1` or `-- quick`
 //! for 100 turns; the per-500-turn targets are scaled; `TAMP_BENCH_NO_LEDGER=1` turns the
-//! summaries' ledger off, to compare; `TAMP_BENCH_MAX_TOKENS=N` sets the budget, 8,000 unset;
+//! summaries' ledger off, to compare; `TAMP_BENCH_LEDGERS_OUTSIDE=1` sets `[budget]
+//! ledgers_outside`; `TAMP_BENCH_MAX_TOKENS=N` sets the budget, 8,000 unset;
 //! `TAMP_BENCH_SYSTEM_EVERY=N` adds a system message after every `N`th turn, as Claude Code
 //! sends them; `TAMP_BENCH_DUMP=1` prints, at every compaction, each summary's narrative and ledger
 //! tokens, and the last answer's summaries in full; `TAMP_BENCH_NO_FORMATS=1` skips the wire
@@ -181,6 +183,7 @@ fn all_rows() -> Vec<Row> {
         // every call; its own `compact_when = "over_budget"` (the default) decides when to defer.
         single("batch-deferred", "tamp_batch_deferred", Trigger::Always),
         shipped_chain(),
+        example_chain("hybrid chain", "hybrid.toml"),
     ]
 }
 

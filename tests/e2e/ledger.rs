@@ -789,3 +789,75 @@ fn a_tool_call_that_writes_a_file_is_listed_and_one_that_failed_is_an_open_error
         "{summary}"
     );
 }
+
+#[test]
+fn with_ledgers_outside_the_watermarks_a_context_over_them_by_its_ledger_alone_is_left_as_it_is() {
+    use tamp_host::budget::BudgetConfig;
+    use tamp_host::tokens::{Encoding, TokenCounter};
+    let chain = StageChain::new(
+        "tamp_map_reduce_adaptive",
+        json!({"none_below": 1, "brief_below": 2}),
+        Arc::new(ScriptedProvider::always("The agent worked on the report.")),
+    )
+    .keep_recent(2)
+    .without_cache()
+    .over_budget()
+    .build();
+    let decisions = six_decisions();
+    let texts: Vec<(Role, &str)> = decisions
+        .iter()
+        .map(|d| (Role::Assistant, d.as_str()))
+        .collect();
+    let first = rt()
+        .block_on(chain.compact(
+            conversation(&texts),
+            &CompactOptions {
+                budget: Some(BudgetConfig {
+                    max_tokens: 400,
+                    keep_recent: 2,
+                    ..BudgetConfig::default()
+                }),
+                ..CompactOptions::default()
+            },
+        ))
+        .unwrap();
+    // The answer, and a new turn before its tail: something the stage could fold.
+    let mut messages = first.conversation.messages.to_vec();
+    let at = messages.len() - 2;
+    messages.splice(at..at, long_read("again"));
+    let counter = TokenCounter::new(Encoding::O200kBase).unwrap();
+    let tokens = counter.count_messages(&messages);
+    let text = summary_text(&first);
+    let ledger_tokens = counter.count_text(&text) - counter.count_text(ledger::narrative(&text));
+    assert!(ledger_tokens > 20, "a ledger of the six decisions: {text}");
+    // A budget whose high watermark sits just under the context: over it by a token or two,
+    // far less than the ledger.
+    let budget = |ledgers_outside| BudgetConfig {
+        max_tokens: (tokens - 1) * 4 / 3,
+        keep_recent: 2,
+        ledgers_outside,
+        ..BudgetConfig::default()
+    };
+    assert!(budget(false).high_tokens() < tokens);
+    let run = |ledgers_outside| {
+        let options = CompactOptions {
+            budget: Some(budget(ledgers_outside)),
+            ..CompactOptions::default()
+        };
+        let input = Conversation::new(messages.clone());
+        rt().block_on(chain.compact(input, &options)).unwrap()
+    };
+    let inside = run(false);
+    assert_eq!(
+        inside.report.stages[0].status,
+        StageStatus::Acted,
+        "{inside:?}"
+    );
+    let outside = run(true);
+    assert_eq!(
+        outside.report.stages[0].status,
+        StageStatus::NotRun,
+        "{outside:?}"
+    );
+    assert_eq!(outside.conversation.messages.to_vec(), messages);
+}

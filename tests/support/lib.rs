@@ -353,6 +353,7 @@ pub struct StageChain {
     cache: bool,
     cache_store: Option<std::sync::Arc<dyn tamp_host::store::SummaryCache>>,
     queue: Option<std::sync::Arc<dyn tamp_host::store::DeferredQueue>>,
+    over_budget: bool,
 }
 
 impl StageChain {
@@ -374,7 +375,14 @@ impl StageChain {
             cache: true,
             cache_store: None,
             queue: None,
+            over_budget: false,
         }
+    }
+
+    /// The stage on the `over_budget` trigger (by default it runs on every call).
+    pub fn over_budget(mut self) -> Self {
+        self.over_budget = true;
+        self
     }
 
     /// Archive pages here instead of a fresh in-memory store.
@@ -462,7 +470,11 @@ impl StageChain {
                 "stage",
                 load_plugin(&plugin(self.plugin_lib)).expect("plugin loads"),
                 self.config,
-                Trigger::Always,
+                if self.over_budget {
+                    Trigger::OverBudget
+                } else {
+                    Trigger::Always
+                },
                 self.timeout,
             )
             .expect("stage config is valid")

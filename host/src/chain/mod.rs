@@ -942,13 +942,25 @@ impl Chain {
         let shape = InputShape::of(&conversation.messages, &budget_cfg, &self.ctx.tokens);
         let tokens_before = shape.tokens;
         let messages_before = conversation.messages.len();
-        let over_budget = options.force || tokens_before > high;
+        // The summaries' ledgers are left out of what the watermarks measure (up to the room
+        // between the high watermark and `max_tokens`): see `BudgetConfig::ledgers_outside`.
+        let ledger_room = if tokens_before > high {
+            budget_cfg.ledger_room(&conversation.messages, &self.ctx.tokens)
+        } else {
+            0
+        };
+        let over_budget = options.force || tokens_before.saturating_sub(ledger_room) > high;
+        let left_out = if ledger_room > 0 {
+            format!(" ({ledger_room} of them the summaries' ledgers, left out)")
+        } else {
+            String::new()
+        };
         let reason = if options.force {
             "forced".to_string()
         } else if over_budget {
-            format!("{tokens_before} tokens, above the high watermark of {high}")
+            format!("{tokens_before} tokens{left_out}, above the high watermark of {high}")
         } else {
-            format!("{tokens_before} tokens, not above the high watermark of {high}")
+            format!("{tokens_before} tokens{left_out}, not above the high watermark of {high}")
         };
 
         let keep_recent = shape.keep_recent;
@@ -961,9 +973,13 @@ impl Chain {
                 Trigger::OverBudget if !over_budget => {
                     not_run("the chain is not over budget".into())
                 }
-                Trigger::OverBudget if tokens <= low && !options.force => not_run(format!(
-                    "already under the low watermark ({tokens} <= {low})"
-                )),
+                Trigger::OverBudget
+                    if tokens.saturating_sub(ledger_room) <= low && !options.force =>
+                {
+                    not_run(format!(
+                        "already under the low watermark ({tokens}{left_out} <= {low})"
+                    ))
+                }
                 _ => {
                     let budget = Budget {
                         max_tokens: budget_cfg.max_tokens,

@@ -71,6 +71,7 @@ impl ModelBudget {
             low_watermark: self.low_watermark.unwrap_or(base.low_watermark),
             keep_recent: self.keep_recent.unwrap_or(base.keep_recent),
             keep_recent_tokens: self.keep_recent_tokens.or(base.keep_recent_tokens),
+            ledgers_outside: base.ledgers_outside,
         }
     }
 }

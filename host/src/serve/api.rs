@@ -252,6 +252,7 @@ struct BudgetOverrides {
     keep_recent_tokens: Option<u64>,
     high_watermark: Option<f64>,
     low_watermark: Option<f64>,
+    ledgers_outside: Option<bool>,
 }
 
 /// Refuses a `POST /v1/compact` whose `Content-Type` is not JSON (with 415): a web page can
@@ -442,6 +443,7 @@ impl CompactBody {
             budget.keep_recent_tokens = o.keep_recent_tokens.or(budget.keep_recent_tokens);
             budget.high_watermark = o.high_watermark.unwrap_or(budget.high_watermark);
             budget.low_watermark = o.low_watermark.unwrap_or(budget.low_watermark);
+            budget.ledgers_outside = o.ledgers_outside.unwrap_or(budget.ledgers_outside);
         }
         budget
             .validate()

@@ -513,6 +513,7 @@ pub fn budget() -> BudgetConfig {
         keep_recent_tokens: std::env::var("TAMP_BENCH_KEEP_RECENT_TOKENS")
             .ok()
             .and_then(|v| v.parse().ok()),
+        ledgers_outside: std::env::var_os("TAMP_BENCH_LEDGERS_OUTSIDE").is_some(),
         ..Default::default()
     }
 }
