@@ -25,6 +25,7 @@ use std::ops::Range;
 
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, ChunkOptions};
+use tamp_plugin_api::sdk::ledger::Sharing;
 use tamp_plugin_api::sdk::length;
 use tamp_plugin_api::serde_json::{self, Value};
 use tamp_plugin_api::tracing;
@@ -247,7 +248,7 @@ impl AnchoredStructured {
         let cap = self
             .config
             .ledger
-            .cap_before(host, messages, span.start, max_tokens);
+            .cap(host, messages, &span, max_tokens, Sharing::WithEarlier);
         let finished =
             sdk::ledger::finish(&self.config.ledger, host, messages, span, &rendered, cap);
         let total = finished.text.chars().count();

@@ -27,7 +27,8 @@ use std::ops::Range;
 
 use tamp_plugin_api::deferred::page_transcript_prompt;
 use tamp_plugin_api::prelude::*;
-use tamp_plugin_api::sdk::{cap_chars, ledger, summary_message};
+use tamp_plugin_api::sdk::ledger::{self, Sharing};
+use tamp_plugin_api::sdk::{cap_chars, summary_message};
 use tamp_plugin_api::DeferredStatus;
 
 pub mod config;
@@ -250,16 +251,15 @@ impl BatchDeferred {
                 // The ledger goes with the placeholder: the facts are there before the batch
                 // answers. The ledgers of all these summaries share the cap (a fold bounds
                 // those it carries as one), and each page's has at most its share of the page.
-                let cap = self
-                    .config
-                    .ledger
-                    .cap_before(host, messages, range.start, max_tokens)
-                    .saturating_sub(placed_ledgers)
-                    .min(
-                        self.config
-                            .ledger
-                            .cap_tokens(host.count_message_tokens(run)),
-                    );
+                let cap = self.config.ledger.cap(
+                    host,
+                    messages,
+                    &range,
+                    max_tokens,
+                    Sharing::WithEarlierAndPlaced {
+                        placed: placed_ledgers,
+                    },
+                );
                 let preview = self.config.preview_chars;
                 let mut finished = ledger::finish(
                     &self.config.ledger,

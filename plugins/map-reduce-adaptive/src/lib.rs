@@ -34,6 +34,7 @@ mod prompts;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::chunk::{chunk_pieces, pack_by_tokens};
 use tamp_plugin_api::sdk::incremental::Leading;
+use tamp_plugin_api::sdk::ledger::Sharing;
 use tamp_plugin_api::serde_json;
 
 pub use config::{Config, ContentType, Reuse};
@@ -220,7 +221,10 @@ impl MapReduceAdaptive {
         mut details: Details,
     ) -> Result<CompactOutcome, PluginError> {
         // Its own cap: the summaries kept before it fold once their ledgers pass it.
-        let cap = self.config.ledger.cap_tokens(max_tokens);
+        let cap =
+            self.config
+                .ledger
+                .cap(host, messages, &selection.span, max_tokens, Sharing::Folds);
         let finished = sdk::ledger::finish(
             &self.config.ledger,
             host,

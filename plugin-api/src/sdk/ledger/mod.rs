@@ -32,7 +32,7 @@
 //!   before it already carries. An error a later call fixes leaves the ledger.
 //! - **Bounded** ([`Ledger::bounded`]): past its cap (a share of the budget,
 //!   [`LedgerConfig::max_share`]; shared by the summaries before it where they never fold,
-//!   [`LedgerConfig::cap_before`]) the oldest errors move out to the pages, where their
+//!   [`LedgerConfig::cap`]) the oldest errors move out to the pages, where their
 //!   messages are; then the oldest of what the user said and what was decided are packed to
 //!   their first [`PACKED_CHARS`] characters; then files move out, then the oldest
 //!   decisions, and what the user said last, never silently (the note line counts what moved
@@ -129,22 +129,31 @@ impl LedgerConfig {
         u32::try_from(left).unwrap_or(target).max(target / 2)
     }
 
-    /// The cap of the ledger of a summary placed at `messages[start]`: the share of a budget
-    /// of `max_tokens`, less what the ledgers of the summaries before it take, so that the
-    /// ledgers in a context stay within the share together.
-    pub fn cap_before(
+    /// The cap of the ledger of the summary that replaces `messages[span]`, for a budget of
+    /// `max_tokens`, as `sharing` says the strategy's summaries share the cap: what to hand
+    /// [`finish`]. The one place the cap's policy lives, so that every strategy bounds its
+    /// ledgers the same way.
+    pub fn cap(
         &self,
         host: &Host,
         messages: &[Message],
-        start: usize,
+        span: &Range<usize>,
         max_tokens: u64,
+        sharing: Sharing,
     ) -> u64 {
-        self.cap_tokens(max_tokens)
-            .saturating_sub(tokens_in(&messages[..start], host))
+        let whole = self.cap_tokens(max_tokens);
+        match sharing {
+            Sharing::Folds => whole,
+            Sharing::WithEarlier => whole.saturating_sub(tokens_in(&messages[..span.start], host)),
+            Sharing::WithEarlierAndPlaced { placed } => whole
+                .saturating_sub(tokens_in(&messages[..span.start], host))
+                .saturating_sub(placed)
+                .min(self.cap_tokens(host.count_message_tokens(&messages[span.clone()]))),
+        }
     }
 
-    /// The cap in tokens for a budget of `max_tokens`.
-    pub fn cap_tokens(&self, max_tokens: u64) -> u64 {
+    /// The cap in tokens for `max_tokens` tokens.
+    fn cap_tokens(&self, max_tokens: u64) -> u64 {
         (max_tokens as f64 * self.max_share) as u64
     }
 
@@ -172,6 +181,20 @@ impl LedgerConfig {
     }
 }
 
+/// How the summaries of a strategy share the ledger's cap ([`LedgerConfig::cap`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// Each summary has the whole cap: the summaries kept in place before it fold into one
+    /// once their ledgers together pass it ([`LedgerConfig::kept_summaries_fit`]).
+    Folds,
+    /// The summaries before the span never fold: their ledgers and this one share the cap.
+    WithEarlier,
+    /// One of several summaries placed in one compaction: it shares the cap with the
+    /// summaries before it and with the ledgers already placed (`placed` tokens), and takes
+    /// at most the cap's share of its own span's tokens.
+    WithEarlierAndPlaced { placed: u64 },
+}
+
 /// A summary's text with its ledger, from [`finish`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finished {
@@ -186,7 +209,7 @@ pub struct Finished {
 }
 
 /// The text of a summary that replaces `messages[span]` with `narrative`: the span's ledger
-/// ([`Ledger::for_span`]) after it, within `cap_tokens` (see [`LedgerConfig::cap_before`])
+/// ([`Ledger::for_span`]) after it, within `cap_tokens` (see [`LedgerConfig::cap`])
 /// and within nine tenths of what the narrative leaves of the span's tokens, so the summary
 /// stays smaller than what it replaces (the ledgers it carries are in the span already). The
 /// narrative alone when the config turns the ledger off.
