@@ -39,7 +39,7 @@ use crate::store::activity::ThreadQuery;
 
 /// The header a client names its thread with (else it is derived from the leading
 /// messages, see `docs/architecture.md`, "Thread continuity").
-pub const THREAD_HEADER: &str = "x-tamp-thread-id";
+pub use super::session::THREAD_HEADER;
 /// The answer header that names the thread the request was counted under.
 pub const THREAD_ANSWER_HEADER: &str = "x-tamp-thread";
 
@@ -447,19 +447,11 @@ async fn compacted_body(
     format: crate::wire::WireFormat,
     body: Body,
 ) -> Result<Prepared, ProxyError> {
-    let given = match headers.get(THREAD_HEADER).map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(id)) if !id.trim().is_empty() => Some(id.trim().to_string()),
-        Some(_) => {
-            let mut e = ProxyError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                format!("{THREAD_HEADER}: expected a non-empty visible-ASCII thread id"),
-            );
-            e.final_answer = true;
-            return Err(e);
-        }
-    };
+    let hint = session::ThreadHint::of(headers).map_err(|message| {
+        let mut e = ProxyError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
+        e.final_answer = true;
+        e
+    })?;
     let tamp_compacts = active.proxy.openai_compaction == CompactionBy::Tamp;
     // A body of a declared length within `--max-body` that the headers already say the chain
     // leaves as it is goes upstream as it arrives, never collected (not in strict mode, where
@@ -469,7 +461,6 @@ async fn compacted_body(
         .filter(|&n| state.gate.check_declared(Some(n)).is_ok());
     if let Some(declared) = declared {
         let started = Instant::now();
-        let hint = session::ThreadHint::new(given.clone(), headers);
         let decided = tokio::time::timeout(
             active.proxy.compaction_timeout(),
             precount::decide_from_headers(
@@ -517,7 +508,7 @@ async fn compacted_body(
         format,
         bytes.clone(),
         compact::Origin {
-            thread: session::ThreadHint::new(given, headers),
+            thread: hint,
             owner: state.owners.of(active, headers).await,
         },
         Arc::clone(&state.last_reads),

@@ -29,6 +29,10 @@ use serde::Deserialize;
 /// Longest session id taken; a longer value names no session.
 const MAX_LEN: usize = 200;
 
+/// The header a client names its thread with; it wins over anything the body or the other
+/// headers say.
+pub const THREAD_HEADER: &str = "x-tamp-thread-id";
+
 /// The headers that carry an agent's session id: Claude Code's, then Codex's.
 const SESSION_HEADERS: [&str; 2] = ["x-claude-code-session-id", "session-id"];
 
@@ -41,13 +45,23 @@ pub struct ThreadHint {
 }
 
 impl ThreadHint {
-    /// The hint of a request with these headers; the client's thread id as read from its
-    /// header (already checked).
-    pub fn new(given: Option<String>, headers: &HeaderMap) -> ThreadHint {
-        ThreadHint {
+    /// The hint of a request with these headers: its [`THREAD_HEADER`], trimmed, and the
+    /// session they name. A thread header that is blank or not visible ASCII is refused,
+    /// with the message to answer.
+    pub fn of(headers: &HeaderMap) -> Result<ThreadHint, String> {
+        let given = match headers.get(THREAD_HEADER).map(|v| v.to_str()) {
+            None => None,
+            Some(Ok(id)) if !id.trim().is_empty() => Some(id.trim().to_string()),
+            Some(_) => {
+                return Err(format!(
+                    "{THREAD_HEADER}: expected a non-empty visible-ASCII thread id"
+                ))
+            }
+        };
+        Ok(ThreadHint {
             given,
             header_session: header_session(headers),
-        }
+        })
     }
 }
 
@@ -153,6 +167,20 @@ fn usable(id: &str) -> bool {
 mod tests {
     use super::*;
     use crate::proxy::route::tests::headers;
+
+    #[test]
+    fn the_thread_header_is_read_trimmed_and_a_blank_one_refused() {
+        let mut headers = HeaderMap::new();
+        headers.insert(THREAD_HEADER, " t1 ".parse().unwrap());
+        headers.insert("x-claude-code-session-id", "s1".parse().unwrap());
+        let hint = ThreadHint::of(&headers).unwrap();
+        assert_eq!(hint.given.as_deref(), Some("t1"));
+        assert_eq!(hint.header_session.as_deref(), Some("s1"));
+        headers.insert(THREAD_HEADER, "  ".parse().unwrap());
+        let refused = ThreadHint::of(&headers).unwrap_err();
+        assert!(refused.starts_with(THREAD_HEADER), "{refused}");
+        assert_eq!(ThreadHint::of(&HeaderMap::new()).unwrap().given, None);
+    }
 
     /// The thread of a body with these top-level fields and no `x-tamp-thread-id`.
     fn thread_of(fields: &str, header_session: Option<&str>) -> Option<String> {
