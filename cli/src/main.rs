@@ -24,6 +24,7 @@ macro_rules! out {
 }
 
 mod batch;
+mod check_config;
 mod compact;
 mod conformance;
 mod eval;
@@ -104,7 +105,7 @@ enum Command {
     /// on its way upstream, answers (streams included) relayed as they come.
     Proxy(proxy::ProxyArgs),
     /// Validate a chain file (plugins loaded, stage configs checked) without serving.
-    CheckConfig(serve::CheckConfigArgs),
+    CheckConfig(check_config::CheckConfigArgs),
     /// Check a plugin library against tamp's plugin specification.
     Conformance(conformance::ConformanceArgs),
     /// Deferred summaries: send queued requests as Message Batches and apply their results.
@@ -167,7 +168,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => rt.block_on(tamp_host::serve::run(args.into())),
         Command::Proxy(args) => rt.block_on(tamp_host::proxy::run(args.into())),
         Command::Eval(args) => rt.block_on(eval::run(args)),
-        Command::CheckConfig(args) => serve::check_config(args),
+        Command::CheckConfig(args) => check_config::check_config(args),
         Command::Batch(cmd) => rt.block_on(batch::run(cmd)),
         Command::Mcp(args) => rt.block_on(mcp::run(args)),
         Command::Completions { .. } => unreachable!("answered above"),

@@ -1,31 +1,25 @@
 //! A `--config` the user gave, judged before any check: a config the plugin's schema or
 //! constructor refuses is an error in the arguments, not a finding about the plugin. Judged
-//! like every check, in a child process ([`crate::child`]), so that a plugin that aborts or
-//! hangs while loading cannot take the kit down; what else goes wrong there is left to the
-//! checks to report.
+//! like every check, in a child process ([`crate::child`], from [`crate::config_refusal`]),
+//! so that a plugin that aborts or hangs while loading cannot take the kit down; what else
+//! goes wrong there is left to the checks to report.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::child::{run_checks_isolated, Launcher};
 use crate::report::{CheckOutput, Finding};
 use crate::KitOptions;
 
 /// The pseudo-check that judges the config (never in a report).
 pub const CHECK: &str = "CONFIG-ARGS";
 /// The rule of its finding when the config is refused; a process that died or hung is
-/// reported under [`CHECK`] by [`run_checks_isolated`], and is not a refusal.
-const REFUSED: &str = "CONFIG-ARGS-REFUSED";
+/// reported under [`CHECK`] by [`crate::child::run_checks_isolated`], and is not a refusal.
+pub(crate) const REFUSED: &str = "CONFIG-ARGS-REFUSED";
 
-/// Why the plugin refuses `options.config`, when the fault is the config's.
-pub fn refusal(launcher: &Launcher, options: &KitOptions) -> Option<String> {
-    run_checks_isolated(launcher, &[CHECK.to_string()], options)
-        .into_iter()
-        .flat_map(|result| result.output.findings)
-        .find(|finding| finding.rule == REFUSED)
-        .map(|finding| finding.message)
-}
+// Judged in a child like every check, so run from the crate root, which drives the children:
+// the child runs this module's judge (through `checks::run_check`).
+pub use crate::config_refusal as refusal;
 
 /// The check's output: a finding when [`judge`] refuses the config.
 pub(crate) fn output(options: &KitOptions) -> CheckOutput {

@@ -99,6 +99,17 @@ pub fn run(options: &KitOptions, launcher: &Launcher, jobs: usize) -> KitReport 
     assemble::assemble(head, results, skipped)
 }
 
+/// Why the plugin refuses `options.config`, when the fault is the config's: the
+/// [`config_args`] pseudo-check, run in a child through `launcher`
+/// ([`config_args::refusal`]).
+pub fn config_refusal(launcher: &Launcher, options: &KitOptions) -> Option<String> {
+    child::run_checks_isolated(launcher, &[config_args::CHECK.to_string()], options)
+        .into_iter()
+        .flat_map(|result| result.output.findings)
+        .find(|finding| finding.rule == config_args::REFUSED)
+        .map(|finding| finding.message)
+}
+
 /// Runs each batch of checks on a thread of its own (`run_batch`) and gathers their results;
 /// for each check of a batch whose thread panicked, why it never reported (the panic's
 /// message), so that it fails instead of staying unchecked in a report that passes.

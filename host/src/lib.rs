@@ -34,6 +34,8 @@
 pub mod bounded;
 pub mod budget;
 pub mod chain;
+#[cfg(feature = "serve")]
+pub mod check_config;
 pub mod config;
 pub mod config_error;
 #[cfg(feature = "serve")]

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use abi_stable::std_types::{RResult, RString, RVec};
 
 use futures_util::StreamExt as _;
+// The deferred types are the ABI's; `crate::deferred` re-exports them beside the
+// page-transcript prompts, which are written with the SDK, a layer above this handle.
+use tamp_plugin_abi::deferred::{DeferredRequest, DeferredState};
 
 use crate::conversation::Message;
-use crate::deferred::{DeferredRequest, DeferredState};
 use crate::error::HostError;
 use crate::llm::{LlmRequest, LlmResponse};
 use crate::page::{Page, PageDraft};
@@ -205,16 +207,6 @@ impl Host {
             .capabilities()
             .iter()
             .any(|c| c.as_str() == name)
-    }
-
-    /// Whether a summary of `text` costs fewer tokens than the `replaced` messages: a summary
-    /// as long as what it replaces saves nothing (and the host refuses a stage whose edits
-    /// grow the conversation).
-    pub fn summary_is_smaller(&self, text: &str, replaced: &[Message]) -> bool {
-        let summary =
-            crate::sdk::summary_message(text, "", &self.strategy, crate::SummaryStatus::Final);
-        self.count_message_tokens(std::slice::from_ref(&summary))
-            < self.count_message_tokens(replaced)
     }
 
     /// The strategy name pages and summaries are attributed to.

@@ -56,15 +56,8 @@ pub use tamp_plugin_abi::{
     FfiFuture, FfiOption, FfiResult, FfiSlice, FfiStr, FfiString, FfiVec, IntoFfiFuture, TD_Opaque,
 };
 
-/// Re-exports for the code plugins generate with [`export_plugin!`]; not a public API.
 #[doc(hidden)]
-pub mod __private {
-    pub use crate::module::plugin_module;
-    pub use abi_stable::library::{
-        __call_root_module_loader as call_root_module_loader, CheckTypeLayout, LibHeader,
-        RootModuleResult,
-    };
-}
+pub use module::__private;
 
 /// Everything a strategy implementation usually needs, in one `use`.
 pub mod prelude {

@@ -71,6 +71,19 @@ pub fn plugin_module<S: Strategy>(version: &'static str) -> PluginModuleRef {
     .leak_into_prefix()
 }
 
+/// Re-exports for the code plugins generate with [`export_plugin!`], beside the macro that
+/// names them; not a public API. At the crate root as `__private` (`$crate::__private`).
+///
+/// [`export_plugin!`]: crate::export_plugin
+#[doc(hidden)]
+pub mod __private {
+    pub use super::plugin_module;
+    pub use abi_stable::library::{
+        __call_root_module_loader as call_root_module_loader, CheckTypeLayout, LibHeader,
+        RootModuleResult,
+    };
+}
+
 /// Exports a [`Strategy`] as a tamp plugin. Put it once in a `cdylib` crate:
 ///
 /// ```ignore

@@ -265,3 +265,25 @@ impl StageRun {
         };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_failure_kind_is_written_as_its_name() {
+        for kind in StageFailureKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
+        }
+        let failure = StageFailure {
+            kind: StageFailureKind::Panicked,
+            message: "boom".into(),
+            rule: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&failure).unwrap(),
+            json!({"kind": "panicked", "message": "boom"})
+        );
+    }
+}

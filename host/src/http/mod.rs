@@ -20,3 +20,4 @@ pub mod limits;
 pub mod metrics;
 pub mod reload;
 pub mod server;
+mod socket;

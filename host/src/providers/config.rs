@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::bounded;
+use crate::config_error::is_env_var_name;
 
 /// The most LLM calls a chain may have in flight at once (`provider.max_concurrency`): far
 /// above what any provider's rate limit allows, and well inside what a semaphore can count.
@@ -155,6 +156,139 @@ impl Default for ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// The `[provider]` rules; each error names the field (`provider.model: ...`) and the
+    /// key whose line it points at.
+    pub fn validate(&self) -> Result<(), ProviderConfigError> {
+        let fail = |key, message: String| Err(ProviderConfigError::field(key, message));
+        // An unknown kind never gets here: reading the file refuses it (`ProviderKind`).
+        let kind = self.kind;
+        let http = kind.is_http();
+        match (kind, &self.answers) {
+            (ProviderKind::Replay, None) => {
+                return Err(ProviderConfigError::at_kind(
+                    "provider.answers: required when kind = \"replay\": the file of answers recorded with `record`".into(),
+                ))
+            }
+            (k, Some(_)) if k != ProviderKind::Replay => {
+                return fail(
+                    "answers",
+                    "only for kind = \"replay\"; to write answers to a file, use `record`".into(),
+                )
+            }
+            _ => {}
+        }
+        if kind == ProviderKind::Replay && self.record.is_some() {
+            return fail(
+                "record",
+                "not with kind = \"replay\": a replay makes no new answers to record".into(),
+            );
+        }
+        for (key, path) in [("record", &self.record), ("answers", &self.answers)] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return fail(key, "must not be empty".into());
+            }
+        }
+        match (kind, &self.script) {
+            (ProviderKind::Scripted, None) => {
+                return Err(ProviderConfigError::at_kind(
+                    "provider.script: required when kind = \"scripted\"".into(),
+                ))
+            }
+            (k, Some(_)) if k != ProviderKind::Scripted => {
+                return fail("script", "only for kind = \"scripted\"".into())
+            }
+            _ => {}
+        }
+        for (key, set) in [
+            ("model", self.model.is_some()),
+            ("base_url", self.base_url.is_some()),
+            ("api_key_env", self.api_key_env.is_some()),
+        ] {
+            if set && !http {
+                return fail(key, "only for kind = \"anthropic\" or \"openai\"".into());
+            }
+        }
+        if http {
+            match &self.model {
+                None => return fail("model", format!("required when kind = \"{kind}\"")),
+                Some(m) if m.trim().is_empty() => return fail("model", "must not be empty".into()),
+                Some(_) => {}
+            }
+            if kind == ProviderKind::Anthropic && self.api_key_env.is_none() {
+                return fail(
+                    "api_key_env",
+                    "required when kind = \"anthropic\": the name of the environment variable that holds the key, e.g. \"ANTHROPIC_API_KEY\"".into(),
+                );
+            }
+        }
+        if let Some(var) = &self.api_key_env {
+            // Never echo the value: someone may have pasted the key itself here.
+            if !is_env_var_name(var) {
+                return fail(
+                    "api_key_env",
+                    "must be the name of an environment variable (letters, digits and _), not the key itself".into(),
+                );
+            }
+        }
+        if let Some(url) = &self.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return fail(
+                    "base_url",
+                    format!(
+                        "must be an http:// or https:// URL, got \"{}\"",
+                        crate::redact::url(url)
+                    ),
+                );
+            }
+        }
+        match self.structured_output.as_str() {
+            "auto" | "native" | "prompt" => {}
+            "tool" if kind == ProviderKind::Anthropic || !http => {}
+            "tool" => {
+                return fail(
+                    "structured_output",
+                    "\"tool\" is for kind = \"anthropic\"; use \"auto\", \"native\" or \"prompt\"".into(),
+                )
+            }
+            other => {
+                return fail(
+                    "structured_output",
+                    format!("unknown mode \"{other}\"; expected \"auto\", \"native\", \"tool\" or \"prompt\""),
+                )
+            }
+        }
+        if self.max_concurrency == 0 || self.max_concurrency > MAX_LLM_CONCURRENCY {
+            return fail(
+                "max_concurrency",
+                format!(
+                    "must be between 1 and {MAX_LLM_CONCURRENCY}, got {}",
+                    self.max_concurrency
+                ),
+            );
+        }
+        if let Err(message) = bounded::positive_seconds(self.timeout_secs) {
+            return fail("timeout_secs", message);
+        }
+        if let Some(price) = &self.price {
+            if let Err(e) = price.validate() {
+                return Err(ProviderConfigError {
+                    at: vec!["price", e.key],
+                    message: e.to_string(),
+                });
+            }
+        }
+        if self.retry_max_ms < self.retry_initial_ms {
+            return fail(
+                "retry_max_ms",
+                format!(
+                    "must be at least retry_initial_ms ({} < {})",
+                    self.retry_max_ms, self.retry_initial_ms
+                ),
+            );
+        }
+        Ok(())
+    }
+
     /// Whether calls to this provider are retried (the HTTP providers are).
     pub fn retries(&self) -> bool {
         self.kind.is_http()
@@ -170,6 +304,33 @@ impl ProviderConfig {
         let attempts = f64::from(self.max_retries) + 1.0;
         let backoff = self.retry_max_ms as f64 / 1000.0 * f64::from(self.max_retries);
         bounded::saturating_seconds((self.timeout_secs.max(0.0) * attempts + backoff).min(86_400.0))
+    }
+}
+
+/// A `[provider]` setting that breaks a rule: the keys under `[provider]` whose line the
+/// error points at, and the message, which names the field at fault (that may be another key
+/// than the one pointed at: a key that is missing is told at the `kind` that requires it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderConfigError {
+    pub at: Vec<&'static str>,
+    pub message: String,
+}
+
+impl ProviderConfigError {
+    /// At `key`, said as `provider.<key>: <message>`.
+    fn field(key: &'static str, message: String) -> Self {
+        ProviderConfigError {
+            at: vec![key],
+            message: crate::config_error::FieldError::new("provider", key, message).to_string(),
+        }
+    }
+
+    /// At `kind`, with the whole message as given.
+    fn at_kind(message: String) -> Self {
+        ProviderConfigError {
+            at: vec!["kind"],
+            message,
+        }
     }
 }
 

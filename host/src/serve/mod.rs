@@ -1,5 +1,4 @@
-//! `tamp serve`: the HTTP API over a chain that hot-reloads from its config file, and
-//! `tamp check-config`, which builds a chain the way a reload does without serving.
+//! `tamp serve`: the HTTP API over a chain that hot-reloads from its config file.
 //!
 //! - [`api`]: the routes, their request bodies and handlers.
 //!
@@ -7,10 +6,8 @@
 //! the error answer, the Host check and token, the reloadable chain slot and its watcher, the
 //! active chain, the metrics) are `crate::http`'s. See `docs/serve.md`.
 
-use std::path::Path;
 use std::sync::Arc;
 
-use crate::chain::FileOverrides;
 use crate::console::{Console, Recorder};
 use crate::http::access;
 use crate::http::server::{ServerOptions, Startup};
@@ -68,15 +65,4 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
     let served = started.serve(api::router(Arc::new(state)), &more).await;
     recorder_of_run.close().await;
     served
-}
-
-/// Validates a chain file the way a reload would, without serving: parses it, loads every
-/// plugin, validates every stage config against its plugin's schema and instantiates it.
-/// Returns the line that describes the chain (with the config hash the server would show).
-pub fn check_config(config: &Path, overrides: FileOverrides) -> anyhow::Result<String> {
-    // Loaded as the server loads them, so the config hash printed is the one it would show.
-    crate::loader::load_from_private_copies();
-    let built = ActiveChain::build(config, overrides);
-    crate::loader::remove_private_copies();
-    Ok(built.map_err(|p| anyhow::anyhow!("{p}"))?.summary())
 }

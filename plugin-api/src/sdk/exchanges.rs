@@ -4,47 +4,10 @@
 //! an opaque unit) is [`UnitKind::System`], so a strategy that leaves those alone keeps the
 //! pinning rules without looking further.
 
-use std::ops::Range;
-
 use crate::conversation::Message;
 use crate::sdk::pinned::is_pinned;
 
-/// What a unit holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnitKind {
-    /// Pinned: a system message (instructions, wherever it stands), an opaque unit, or a run
-    /// that holds one (a tool exchange with a message tamp does not know in it). Never
-    /// summarized, replaced or cleared ([`pinned`](super::pinned)).
-    System,
-    /// A summary a stage inserted earlier.
-    Summary,
-    /// Tool calls with their results (and anything between them).
-    ToolExchange,
-    /// One ordinary message.
-    Message,
-}
-
-/// A run of messages `range` that a strategy keeps or replaces as a whole.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unit {
-    pub range: Range<usize>,
-    pub kind: UnitKind,
-}
-
-impl Unit {
-    pub fn len(&self) -> usize {
-        self.range.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.range.is_empty()
-    }
-
-    /// Whether no stage may touch it ([`UnitKind::System`]).
-    pub fn is_pinned(&self) -> bool {
-        self.kind == UnitKind::System
-    }
-}
+pub use super::unit::{Unit, UnitKind};
 
 /// Splits `messages` into units, in order; together they cover every message once.
 ///
@@ -104,6 +67,7 @@ fn kind_of(run: &[Message]) -> UnitKind {
 mod tests {
     use super::*;
     use crate::conversation::{ContentBlock, Role, ToolResultPart};
+    use crate::sdk::pinned::boundary_end;
 
     fn call(ids: &[&str]) -> Message {
         Message::new(
@@ -225,5 +189,32 @@ mod tests {
     #[test]
     fn empty_conversation_has_no_units() {
         assert!(units(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_boundary_ends_with_the_unit_holding_the_last_one() {
+        let mut boundary = Message::new(
+            Role::Assistant,
+            vec![ContentBlock::Opaque { json: "{}".into() }],
+        );
+        boundary.extra_json = r#"{"tamp:boundary":"compaction"}"#.into();
+        let mut call = boundary.clone();
+        call.content = vec![ContentBlock::tool_use("t1", "bash", "{}")].into();
+        let result = Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result("t1", "ok", false)],
+        );
+        let m = vec![
+            Message::text(Role::User, "task"),
+            boundary.clone(),
+            Message::text(Role::User, "more"),
+            call,
+            result,
+            Message::text(Role::Assistant, "done"),
+        ];
+        // The last boundary makes a call: the exchange it starts ends the boundary's unit.
+        assert_eq!(boundary_end(&m, &units(&m)), 5);
+        assert_eq!(boundary_end(&m[..3], &units(&m[..3])), 2);
+        assert_eq!(boundary_end(&m[..1], &units(&m[..1])), 0);
     }
 }

@@ -28,6 +28,7 @@ pub mod splice;
 pub mod statements;
 pub mod structured;
 pub mod summary;
+mod unit;
 
 pub use exchanges::{units, Unit, UnitKind};
 pub use prompt::{render_messages, render_template, RenderOptions, Template};

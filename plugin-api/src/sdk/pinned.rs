@@ -26,7 +26,7 @@
 //! the wire writers strip them), so the plugin ABI needs no new field.
 
 use crate::conversation::{Message, Role};
-use crate::sdk::exchanges::Unit;
+use crate::sdk::unit::Unit;
 
 /// Marker key (in a message's `extra_json`): a JSON array naming what in the message tamp does
 /// not know, each entry `item:<type>`, `role:<role>` or `block:<type>`.
@@ -194,7 +194,6 @@ fn key_present(text: &str, key: &str) -> bool {
 mod tests {
     use super::*;
     use crate::conversation::ContentBlock;
-    use crate::sdk::exchanges::units;
 
     #[test]
     fn marking_opaque_adds_to_the_marks() {
@@ -239,29 +238,6 @@ mod tests {
             "item:web_search_call"
         );
         assert_eq!(Opaque::parse("nothing"), None);
-    }
-
-    #[test]
-    fn the_boundary_ends_with_the_unit_holding_the_last_one() {
-        let boundary = marked(Role::Assistant, r#"{"tamp:boundary":"compaction"}"#);
-        let mut call = boundary.clone();
-        call.content = vec![ContentBlock::tool_use("t1", "bash", "{}")].into();
-        let result = Message::new(
-            Role::User,
-            vec![ContentBlock::tool_result("t1", "ok", false)],
-        );
-        let m = vec![
-            Message::text(Role::User, "task"),
-            boundary.clone(),
-            Message::text(Role::User, "more"),
-            call,
-            result,
-            Message::text(Role::Assistant, "done"),
-        ];
-        // The last boundary makes a call: the exchange it starts ends the boundary's unit.
-        assert_eq!(boundary_end(&m, &units(&m)), 5);
-        assert_eq!(boundary_end(&m[..3], &units(&m[..3])), 2);
-        assert_eq!(boundary_end(&m[..1], &units(&m[..1])), 0);
     }
 
     #[test]

@@ -23,6 +23,19 @@ pub fn summary_message(
     message
 }
 
+// A method of the handle, written here beside the summary message it measures: the handle
+// itself is below the SDK and names none of it.
+impl crate::Host {
+    /// Whether a summary of `text` costs fewer tokens than the `replaced` messages: a summary
+    /// as long as what it replaces saves nothing (and the host refuses a stage whose edits
+    /// grow the conversation).
+    pub fn summary_is_smaller(&self, text: &str, replaced: &[Message]) -> bool {
+        let summary = summary_message(text, "", self.strategy_name(), SummaryStatus::Final);
+        self.count_message_tokens(std::slice::from_ref(&summary))
+            < self.count_message_tokens(replaced)
+    }
+}
+
 /// A copy of `message` whose content is `text` alone: the same role, summary mark and wire
 /// fields (a summary shown to a model without part of its text, say).
 pub fn with_text(message: &Message, text: &str) -> Message {

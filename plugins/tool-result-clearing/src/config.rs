@@ -73,6 +73,17 @@ impl Config {
     }
 }
 
+/// The note inside the placeholder of a cleared output of `tool`, `tokens` long, kept in
+/// `page`: `template` (the config's [`Config::note_template`]) with its [`PLACEHOLDERS`]
+/// filled.
+pub fn note(template: &Template, tool: &str, tokens: u64, page: &str) -> String {
+    template.render(&[
+        ("tool", tool),
+        ("tokens", &tokens.to_string()),
+        ("page", page),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,7 +93,7 @@ mod tests {
         let config = Config::default();
         config.validate().unwrap();
         assert_eq!(
-            crate::plan::note(&config.note_template().unwrap(), "bash", 1234, "pg_1"),
+            note(&config.note_template().unwrap(), "bash", 1234, "pg_1"),
             "Output of bash (1234 tokens) cleared; recall this page to read it."
         );
     }
@@ -103,6 +114,6 @@ mod tests {
         );
         assert!(with("cleared {").validate().is_err());
         let braces = with("{{{page}}}").note_template().unwrap();
-        assert_eq!(crate::plan::note(&braces, "t", 1, "pg_9"), "{pg_9}");
+        assert_eq!(note(&braces, "t", 1, "pg_9"), "{pg_9}");
     }
 }

@@ -18,7 +18,7 @@ use tamp_plugin_api::page::PAGE_ID_HEX_LEN;
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::clearing::{self, Clearing};
 
-use crate::config::Config;
+use crate::config::{note, Config};
 
 /// How the decision counts tokens (the host's tokenizer, in the plugin).
 pub trait Tokens {
@@ -109,16 +109,6 @@ fn block_tokens(m: &Message, b: usize, tokens: &dyn Tokens) -> u64 {
         ContentBlock::ToolUse { input_json, .. } => tokens.text(input_json),
         _ => 0,
     }
-}
-
-/// The note inside the placeholder of a cleared output of `tool`, `tokens` long, kept in
-/// `page`; `template` is the config's [`Config::note_template`].
-pub fn note(template: &Template, tool: &str, tokens: u64, page: &str) -> String {
-    template.render(&[
-        ("tool", tool),
-        ("tokens", &tokens.to_string()),
-        ("page", page),
-    ])
 }
 
 /// Decides what to clear in `messages`, whose compactable range is `range`; `note_template`
