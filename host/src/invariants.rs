@@ -8,8 +8,10 @@ use std::sync::OnceLock;
 
 use xxhash_rust::xxh3::Xxh3Builder;
 
-use tamp_plugin_api::sdk::clearing::{cleared_page, parse_input_placeholder};
-use tamp_plugin_api::sdk::{compactable_range, pinned, protected_head, units};
+use tamp_plugin_api::rules::clearing::{cleared_page, parse_input_placeholder};
+use tamp_plugin_api::rules::exchanges::units;
+use tamp_plugin_api::rules::pinned;
+use tamp_plugin_api::rules::protect::{compactable_range, protected_head};
 use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
 
 use crate::wire::{check_tool_pairing, WireFormat};
@@ -32,7 +34,7 @@ pub enum Rule {
     /// placeholder naming the page of the original.
     ClearingKeepsStructure,
     /// TAMP-INV-11: a system message, wherever it stands, is never summarized, replaced or
-    /// cleared (`sdk::pinned`).
+    /// cleared (`rules::pinned`).
     InstructionsKept,
     /// TAMP-INV-12: an opaque unit (what the wire reader did not know) is never summarized,
     /// replaced or cleared.
@@ -254,7 +256,7 @@ pub fn check_protected(
 }
 
 /// Which pinning rule a stage breaks by removing, replacing or clearing input message `index`
-/// of `messages`, if any, and why (`sdk::pinned`): TAMP-INV-13 when it lies before
+/// of `messages`, if any, and why (`rules::pinned`): TAMP-INV-13 when it lies before
 /// `boundary` (the end of the unit holding the last compaction boundary,
 /// `pinned::boundary_end`), else TAMP-INV-12 for an opaque unit, TAMP-INV-11 for a system
 /// message. The protected head (TAMP-INV-03) is the caller's to check first.
@@ -294,7 +296,7 @@ pub fn pinning_rule(messages: &[Message], index: usize, boundary: usize) -> Opti
 
 /// TAMP-INV-11, -12 and -13: no input message the stage removed or cleared was pinned or
 /// before the last compaction boundary; but a system message said again word for word may be
-/// removed while a copy stays (`sdk::pinned::repeated_later`: the host keeps the last). Which
+/// removed while a copy stays (`rules::pinned::repeated_later`: the host keeps the last). Which
 /// of two identical messages the output keeps cannot be told from the output ([`check_order`]
 /// matches the first), so any copy kept will do.
 pub fn check_pinned(input: &[Message], walk: &Walk) -> Result<(), Violation> {

@@ -10,7 +10,7 @@
 
 use std::fmt::Write as _;
 
-use tamp_plugin_api::sdk::clearing::{parse_input_placeholder, parse_result_placeholder};
+use tamp_plugin_api::rules::clearing::{parse_input_placeholder, parse_result_placeholder};
 use tamp_plugin_api::sdk::prompt::result_text;
 use tamp_plugin_api::{ContentBlock, Message, ToolResultPart};
 

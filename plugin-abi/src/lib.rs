@@ -7,6 +7,8 @@
 //! - [`StrategyFfi`]: a strategy instance as the host calls it: it reads the conversation
 //!   shared and returns [`Edit`]s.
 //! - [`PluginModule`]: the root module a plugin exports.
+//! - [`rules`]: what a compaction keeps (pinned messages, clearings, units, the protected
+//!   head and tail), which both sides read.
 //!
 //! Its version ([`ABI_VERSION`]) is the one the loader checks, so a release of the SDK
 //! (`tamp-plugin-api`) that changes none of this leaves every built plugin loadable. Plugin
@@ -25,6 +27,7 @@ pub mod logging;
 pub mod module;
 pub mod page;
 pub mod report;
+pub mod rules;
 pub mod services;
 pub mod strategy;
 

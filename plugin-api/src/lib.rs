@@ -24,6 +24,8 @@ pub mod logging;
 pub mod module;
 mod panics;
 pub mod sdk;
+/// The rules a compaction keeps, versioned with the ABI (the SDK re-exports each module).
+pub use tamp_plugin_abi::rules;
 pub mod strategy;
 
 pub use budget::Budget;

@@ -1,7 +1,7 @@
 //! What a compaction reports: the chain's totals, each stage's run, and why a stage failed.
 
 use serde::Serialize;
-use tamp_plugin_api::sdk;
+use tamp_plugin_api::rules;
 use tamp_plugin_api::{Conversation, Message, StageReport, Usage};
 
 use super::Stage;
@@ -42,7 +42,7 @@ pub struct ChainReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub low_watermark_missed: Option<String>,
     /// What the conversation held that tamp does not know (roles, block or item types): kept
-    /// verbatim where it stood, given to no strategy (`sdk::pinned`), compacted around.
+    /// verbatim where it stood, given to no strategy (`rules::pinned`), compacted around.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub opaque: Vec<OpaqueCount>,
     /// Messages that read as a summary but carry no MAC of this chain's store (written by
@@ -70,8 +70,8 @@ pub struct OpaqueCount {
 impl OpaqueCount {
     /// Counts what `messages` held that tamp did not know, by kind and name, sorted.
     pub fn of(messages: &[Message]) -> Vec<OpaqueCount> {
-        let mut counts: std::collections::BTreeMap<sdk::pinned::Opaque, u32> = Default::default();
-        for found in messages.iter().flat_map(sdk::pinned::opaque) {
+        let mut counts: std::collections::BTreeMap<rules::pinned::Opaque, u32> = Default::default();
+        for found in messages.iter().flat_map(rules::pinned::opaque) {
             *counts.entry(found).or_default() += 1;
         }
         counts

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tamp_plugin_api::sdk::{self, Unit};
+use tamp_plugin_api::rules::{self, exchanges::Unit};
 use tamp_plugin_api::{
     Budget, CompactRequest, Conversation, HostServices as _, Message, Shared, StageReport, Usage,
 };
@@ -64,10 +64,11 @@ struct InputShape {
 impl InputShape {
     fn of(messages: &[Message], budget: &BudgetConfig, tokens: &TokenCounter) -> Self {
         let counts: Vec<u64> = messages.iter().map(|m| tokens.count_message(m)).collect();
-        let units = sdk::units(messages);
+        let units = rules::exchanges::units(messages);
         let keep_recent = protected_tail(&units, &counts, budget);
-        let head = sdk::protected_head(messages);
-        let tail_start = sdk::compactable_range_of(messages, &units, keep_recent as usize).end;
+        let head = rules::protect::protected_head(messages);
+        let tail_start =
+            rules::protect::compactable_range_of(messages, &units, keep_recent as usize).end;
         InputShape {
             tokens: counts.iter().sum(),
             keep_recent,

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
-use tamp_plugin_api::sdk::clearing;
+use tamp_plugin_api::rules::clearing;
 use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
 
 /// The most characters of an opaque block's JSON shown.

@@ -4,7 +4,7 @@
 use std::cell::OnceCell;
 use std::ops::Range;
 
-use tamp_plugin_api::sdk::{self, Unit};
+use tamp_plugin_api::rules::{self, exchanges::Unit};
 use tamp_plugin_api::{Edit, EditFfi, FfiVec, Message, SummaryStatus};
 
 use super::Checked;
@@ -51,11 +51,11 @@ struct Input<'a> {
 
 impl<'a> Input<'a> {
     fn of(messages: &'a [Message], keep_recent: usize, strategy: &'a str) -> Self {
-        let units = sdk::units(messages);
+        let units = rules::exchanges::units(messages);
         Input {
-            allowed: sdk::compactable_range_of(messages, &units, keep_recent),
-            head: sdk::protected_head(messages),
-            boundary: sdk::pinned::boundary_end(messages, &units),
+            allowed: rules::protect::compactable_range_of(messages, &units, keep_recent),
+            head: rules::protect::protected_head(messages),
+            boundary: rules::pinned::boundary_end(messages, &units),
             units,
             messages,
             strategy,
@@ -161,11 +161,11 @@ impl<'a> Input<'a> {
 
     /// The pinned messages inside `range`, which stay after what replaces it. Instructions
     /// said again later word for word go into the page: the later copy keeps them
-    /// (`sdk::pinned::repeated_later`).
+    /// (`rules::pinned::repeated_later`).
     fn pinned_kept(&self, range: &Range<usize>) -> Vec<usize> {
         let repeated = || {
             self.repeated
-                .get_or_init(|| sdk::pinned::repeated_later(self.messages))
+                .get_or_init(|| rules::pinned::repeated_later(self.messages))
         };
         self.units
             .iter()

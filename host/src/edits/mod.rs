@@ -14,7 +14,7 @@
 //!   replaces it, in order: Claude Code sends a system message every few tool calls, and a
 //!   span that had to stop at each would leave almost nothing to summarize. Its page holds
 //!   the whole span, them included. A system message said again later word for word is not
-//!   kept: its later copy keeps the instruction (`sdk::pinned::repeated_later`);
+//!   kept: its later copy keeps the instruction (`rules::pinned::repeated_later`);
 //! - spans are disjoint, so kept messages keep their order and only summaries are new
 //!   (TAMP-INV-04);
 //! - a `Summarize` span is archived by the host itself, and a `Replace` names a page that
@@ -27,6 +27,7 @@
 //!
 //! The no-growth rule (TAMP-INV-06) is counted from the spans and their replacements.
 
+use tamp_plugin_api::rules;
 use tamp_plugin_api::sdk::{self, summary_message};
 use tamp_plugin_api::{Conversation, Edit, EditFfi, FfiVec, Message, PageDraft, SummaryStatus};
 
@@ -122,7 +123,7 @@ pub fn describe(edit: &EditFfi) -> String {
             let cleared = message
                 .content
                 .iter()
-                .filter(|b| sdk::clearing::is_cleared(b))
+                .filter(|b| rules::clearing::is_cleared(b))
                 .count();
             format!("clear {at} ({cleared} cleared block(s) in it)")
         }

@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
+use tamp_plugin_api::rules;
 use tamp_plugin_api::{ContentBlock, Role, ToolResultPart};
 
 use super::*;
@@ -283,7 +284,7 @@ fn summaries_go_in_place_and_their_pages_hold_the_spans() {
 
 /// `message` with every tool result and input in it cleared.
 fn cleared(message: &Message, index: usize) -> Edit {
-    let mut clearing = sdk::clearing::Clearing::new(message, index);
+    let mut clearing = rules::clearing::Clearing::new(message, index);
     for b in 0..message.content.len() {
         clearing.clear_result(b, "cleared");
         clearing.clear_input(b);
@@ -309,7 +310,7 @@ fn a_clearing_archives_the_original_and_keeps_the_message_in_place() {
     assert_eq!(cleared.tool_result_ids().collect::<Vec<_>>(), ["c2"]);
     let page = page_id(&c.messages[5..6]);
     assert_eq!(
-        sdk::clearing::cleared_page(&cleared.content[0]),
+        rules::clearing::cleared_page(&cleared.content[0]),
         Some(page.as_str())
     );
     assert!(pages.contains(&(page, c.messages[5..6].to_vec())));
@@ -398,7 +399,7 @@ fn clearings_that_change_more_than_tool_output_are_refused_by_rule() {
     let mut again = clear_message(cleared(result, 5));
     if let ContentBlock::ToolResult { content, .. } = &mut again.content[0] {
         *content = vec![ToolResultPart::Text {
-            text: sdk::clearing::result_placeholder(&page_id(&once.messages[5..6]), "x").into(),
+            text: rules::clearing::result_placeholder(&page_id(&once.messages[5..6]), "x").into(),
         }]
         .into();
     }

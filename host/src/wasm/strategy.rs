@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tamp_plugin_api::sdk::compactable_range;
+use tamp_plugin_api::rules::protect::compactable_range;
 use tamp_plugin_api::{
     CompactOutcome, CompactRequest, FfiFuture, FfiResult, IntoFfiFuture as _, PluginError,
     StrategyBox, StrategyFfi, StrategyFfi_TO, TD_Opaque,

@@ -54,7 +54,7 @@ pub(super) fn parse(top: Top<'_>) -> Result<Conversation, WireError> {
 }
 
 /// What a message held beyond its blocks: block types tamp does not know (for
-/// `sdk::pinned::OPAQUE`) and a compaction boundary.
+/// `rules::pinned::OPAQUE`) and a compaction boundary.
 #[derive(Default)]
 struct Found {
     opaque: Vec<String>,
@@ -170,7 +170,7 @@ fn mark_shape(extra: &mut ObjText, blocks: &[ContentBlock], shape: Form) {
 
 /// The block types of the Messages API (requests, beta features included) that tamp carries
 /// as opaque blocks within their message. Any other type is one tamp does not know: the
-/// message holding it is pinned (`sdk::pinned`).
+/// message holding it is pinned (`rules::pinned`).
 pub(super) const KNOWN_BLOCKS: &[&str] = &[
     "text",
     "tool_use",

@@ -59,9 +59,9 @@ pub(crate) const NO_RECALL_LINE: &str = "tamp:no_recall_line";
 pub(crate) const MAC: &str = "tamp:mac";
 /// Marker key (Responses, in `metadata_json`): `input` was a string (`"string"`).
 pub(crate) const INPUT: &str = "tamp:input";
-/// Marker keys the SDK reads (`sdk::pinned`): what the reader did not know, and a provider's
+/// Marker keys the SDK reads (`rules::pinned`): what the reader did not know, and a provider's
 /// compaction boundary.
-pub(crate) use crate::plugin_api::sdk::pinned::{BOUNDARY, OPAQUE};
+pub(crate) use crate::plugin_api::rules::pinned::{BOUNDARY, OPAQUE};
 
 /// The shape of a `content` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -706,7 +706,7 @@ fn value_kind(value: &Value) -> &'static str {
 // Shared by both formats
 
 /// A wire message or item tamp does not know (a role, a Responses item type), as an opaque
-/// unit: a system message (pinned, `sdk::pinned`) holding the whole of it, `json`, as one
+/// unit: a system message (pinned, `rules::pinned`) holding the whole of it, `json`, as one
 /// opaque block, written back as it came (`tamp:item` `raw`). `opaque` names it for the report
 /// (`item:web_search_call`, `role:critic`); `boundary` marks a provider's compaction
 /// boundary.
@@ -773,7 +773,7 @@ pub(crate) fn raw_json(message: &Message) -> Option<&str> {
     raw.then_some(json.as_str())
 }
 
-/// Records in `extra` what a message held that tamp does not know (`sdk::pinned::OPAQUE`).
+/// Records in `extra` what a message held that tamp does not know (`rules::pinned::OPAQUE`).
 pub(crate) fn mark_opaque(extra: &mut json::ObjText, entries: &[String]) {
     if !entries.is_empty() {
         extra.raw(

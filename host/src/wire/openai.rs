@@ -160,7 +160,7 @@ fn parse_message(msg: Msg<'_>, path: &Path<'_>) -> Result<Message, WireError> {
 }
 
 /// The content part types of Chat Completions that tamp carries as opaque blocks within their
-/// message; a part of any other type pins its message (`sdk::pinned`).
+/// message; a part of any other type pins its message (`rules::pinned`).
 pub(super) const KNOWN_PARTS: &[&str] = &["text", "image_url", "input_audio", "file", "refusal"];
 
 /// A content part: `text` (other fields kept in `extra_json`), anything else opaque; the

@@ -1,6 +1,6 @@
 //! Tests of what the readers carry without interpreting: mid-conversation system messages,
 //! opaque units (roles, blocks and items tamp does not know) and providers' compaction
-//! boundaries. Each comes back exactly where it stood, and is pinned (`sdk::pinned`).
+//! boundaries. Each comes back exactly where it stood, and is pinned (`rules::pinned`).
 
 use serde_json::{json, Value};
 

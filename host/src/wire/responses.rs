@@ -21,7 +21,7 @@
 //!   span summarized takes it into the page with its call or message, a kept call keeps it.
 //!   Reasoning followed by neither is an assistant message of its own;
 //! - a `compaction` item is an opaque unit marked as a compaction boundary; an item of any
-//!   other type, or a message of an unknown role, an opaque unit (`sdk::pinned`). A
+//!   other type, or a message of an unknown role, an opaque unit (`rules::pinned`). A
 //!   `compaction` item tamp's proxy wrote ([`OWN_COMPACTION`]) is read as the items it stands
 //!   for, where it stood;
 //!
@@ -59,7 +59,7 @@ const OUTPUT: ResultContent = ResultContent {
 };
 
 /// The content part types tamp carries as opaque blocks within their message; a part of any
-/// other type pins its message (`sdk::pinned`).
+/// other type pins its message (`rules::pinned`).
 pub(super) const KNOWN_PARTS: &[&str] = &[
     "input_text",
     "output_text",

@@ -1380,7 +1380,7 @@ fn a_client_key_with_tamp_s_mark_prefix_is_refused() {
 #[test]
 fn cleared_blocks_survive_a_round_trip_in_both_formats() {
     use crate::plugin_api::page::page_id;
-    use crate::plugin_api::sdk::clearing::{cleared_page, Clearing};
+    use crate::plugin_api::rules::clearing::{cleared_page, Clearing};
     for name in CORPUS {
         for format in [WireFormat::Anthropic, WireFormat::OpenAi] {
             let (mut conversation, _) =

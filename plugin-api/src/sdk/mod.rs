@@ -9,9 +9,7 @@
 //! checks a schema states but a config built in Rust can break ([`config`]).
 
 pub mod chunk;
-pub mod clearing;
 pub mod config;
-pub mod exchanges;
 pub mod failure;
 pub mod groups;
 pub mod harness;
@@ -19,16 +17,17 @@ pub mod incremental;
 pub mod ledger;
 pub mod length;
 pub mod lists;
-pub mod pinned;
 pub mod prompt;
-pub mod protect;
 pub mod report;
 pub mod span;
 pub mod splice;
 pub mod statements;
 pub mod structured;
 pub mod summary;
-mod unit;
+
+/// The rules a compaction keeps live with the ABI (`tamp_plugin_abi::rules`), so that the
+/// host and every plugin it loads read them alike; here under their SDK names.
+pub use tamp_plugin_abi::rules::{clearing, exchanges, pinned, protect};
 
 pub use exchanges::{units, Unit, UnitKind};
 pub use prompt::{render_messages, render_template, RenderOptions, Template};

@@ -28,7 +28,7 @@ mod marks;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tamp_plugin_api::sdk::opening_turn;
+use tamp_plugin_api::rules::protect::opening_turn;
 use tamp_plugin_api::{Message, Role};
 
 use super::StoreError;

@@ -24,8 +24,8 @@
 //! [`Clearing`] builds the message a `Clear` edit carries:
 //!
 //! ```
-//! use tamp_plugin_api::sdk::clearing::{cleared_page, Clearing};
-//! use tamp_plugin_api::{ContentBlock, Message, Role};
+//! use tamp_plugin_abi::rules::clearing::{cleared_page, Clearing};
+//! use tamp_plugin_abi::{ContentBlock, Message, Role};
 //!
 //! let output = ContentBlock::tool_result("call_1", "400 lines of test output", false);
 //! let result = Message::new(Role::Tool, vec![output]);
@@ -33,7 +33,7 @@
 //! assert!(clearing.clear_result(0, "Output of pytest cleared."));
 //! let page = clearing.page().to_string();
 //! let edit = clearing.into_edit().expect("one block cleared");
-//! let tamp_plugin_api::Edit::Clear { message, .. } = edit else { unreachable!() };
+//! let tamp_plugin_abi::Edit::Clear { message, .. } = edit else { unreachable!() };
 //! assert_eq!(cleared_page(&message.content[0]).as_deref(), Some(page.as_str()));
 //! ```
 

@@ -26,7 +26,7 @@
 //! the wire writers strip them), so the plugin ABI needs no new field.
 
 use crate::conversation::{Message, Role};
-use crate::sdk::unit::Unit;
+use crate::rules::unit::Unit;
 
 /// Marker key (in a message's `extra_json`): a JSON array naming what in the message tamp does
 /// not know, each entry `item:<type>`, `role:<role>` or `block:<type>`.

@@ -5,7 +5,7 @@
 //! pinning rules without looking further.
 
 use crate::conversation::Message;
-use crate::sdk::pinned::is_pinned;
+use crate::rules::pinned::is_pinned;
 
 pub use super::unit::{Unit, UnitKind};
 
@@ -67,7 +67,7 @@ fn kind_of(run: &[Message]) -> UnitKind {
 mod tests {
     use super::*;
     use crate::conversation::{ContentBlock, Role, ToolResultPart};
-    use crate::sdk::pinned::boundary_end;
+    use crate::rules::pinned::boundary_end;
 
     fn call(ids: &[&str]) -> Message {
         Message::new(

@@ -3,8 +3,8 @@
 use std::ops::Range;
 
 use crate::conversation::{ContentBlock, Message, Role};
-use crate::sdk::exchanges::{units, Unit};
-use crate::sdk::pinned;
+use crate::rules::exchanges::{units, Unit};
+use crate::rules::pinned;
 
 /// How many leading messages no stage may touch: the leading system messages and the task.
 ///
@@ -100,6 +100,17 @@ mod tests {
     use super::*;
     use crate::conversation::ToolResultPart;
 
+    /// A summary message, as a strategy's SDK makes one.
+    fn summary() -> Message {
+        let mut message = Message::text(Role::User, "s");
+        message.summary = abi_stable::std_types::ROption::RSome(crate::SummaryInfo {
+            page_ref: "pg_1".into(),
+            strategy: "x".into(),
+            status: crate::SummaryStatus::Final,
+        });
+        message
+    }
+
     #[test]
     fn tail_widens_to_keep_a_straddling_exchange_whole() {
         let msgs = vec![
@@ -174,7 +185,7 @@ mod tests {
             }],
         );
         assert_eq!(protected_head(&[sys.clone(), result]), 1);
-        let summary = crate::sdk::summary_message("s", "pg_1", "x", crate::SummaryStatus::Final);
+        let summary = summary();
         assert_eq!(protected_head(&[sys, summary]), 1);
     }
 
@@ -236,7 +247,7 @@ mod tests {
         let broken = [text(Role::User, "u1"), text(Role::User, "u2"), result];
         assert_eq!(protected_head(&broken), 1);
         // Once compacted, the first summary follows the opening turn.
-        let summary = crate::sdk::summary_message("s", "pg_1", "x", crate::SummaryStatus::Final);
+        let summary = summary();
         let compacted = [
             codex[0].clone(),
             codex[1].clone(),
