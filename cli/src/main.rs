@@ -36,7 +36,7 @@ mod plugins;
 mod progress_bar;
 mod proxy;
 mod serve;
-mod server;
+mod server_flags;
 mod spelling;
 
 use tamp_host::config::LoadedChainFile;
@@ -255,7 +255,7 @@ fn io_reason(e: &std::io::Error) -> String {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use tamp_host::http::server::ServerOptions;
+    use tamp_host::http::listener::ServerOptions;
 
     /// A command's flags, by long name (the global `--verbose` and `--help` are added later,
     /// when clap builds the command).

@@ -4,7 +4,7 @@
 use clap::Args;
 use tamp_host::proxy::ProxyOptions;
 
-use crate::server::{Proxy, ServerArgs};
+use crate::server_flags::{Proxy, ServerArgs};
 
 /// `tamp proxy` arguments.
 #[derive(Debug, Clone, Args)]

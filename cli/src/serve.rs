@@ -3,7 +3,7 @@
 use clap::Args;
 use tamp_host::serve::ServeOptions;
 
-use crate::server::{Serve, ServerArgs};
+use crate::server_flags::{Serve, ServerArgs};
 
 /// `tamp serve` arguments.
 #[derive(Debug, Clone, Args)]

@@ -4,7 +4,7 @@
 //! answered at once ([`Gate::admit`]), the compactions still running
 //! ([`InFlight`]), and `connection: close` on an answer given before its body was read. The
 //! per-connection ones (header timeout, connection count) are in the accept loop
-//! ([`super::server`]).
+//! ([`super::listener`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

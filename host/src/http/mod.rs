@@ -17,7 +17,7 @@ pub mod active;
 pub mod answers;
 pub mod error;
 pub mod limits;
+pub mod listener;
 pub mod metrics;
 pub mod reload;
-pub mod server;
 mod socket;

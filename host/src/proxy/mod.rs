@@ -32,9 +32,9 @@ pub mod outcome;
 pub mod owner;
 pub mod precount;
 pub mod route;
-mod server;
+mod routes;
 pub mod server_compaction;
 pub mod session;
 
 pub use compact::COMPACTION_HEADER;
-pub use server::*;
+pub use routes::*;

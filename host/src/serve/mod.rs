@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::console::{Console, Recorder};
 use crate::http::access;
-use crate::http::server::{ServerOptions, Startup};
+use crate::http::listener::{ServerOptions, Startup};
 
 pub mod api;
 
@@ -51,7 +51,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<()> {
     if crate::console::enabled(options.console, options.listen.ip()) {
         more.push(format!(
             "console on http://{}{}",
-            crate::http::server::LISTEN_ADDR,
+            crate::http::listener::LISTEN_ADDR,
             crate::console::PATH
         ));
         let exposition = api::Exposition::of(&state);

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use tamp_host::http::server::ServerOptions;
+use tamp_host::http::listener::ServerOptions;
 
 /// What sets one server's flags apart from the other's: its defaults, and the words that say
 /// which requests a flag covers in it. The defaults are text, parsed as the flag is: clap's

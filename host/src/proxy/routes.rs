@@ -18,9 +18,9 @@ use crate::http::active::ActiveChain;
 use crate::http::answers::{self, PageQuery};
 use crate::http::error::{ApiError, ApiErrorCode};
 use crate::http::limits::{self, Gate, InFlight};
+use crate::http::listener::{ServerOptions, Startup};
 use crate::http::metrics::{self, Metrics};
 use crate::http::reload::ChainSlot;
-use crate::http::server::{ServerOptions, Startup};
 
 use super::access_log;
 use super::compact::{self, COMPACTION_HEADER};
@@ -126,7 +126,7 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
     if console.is_some() {
         more.push(format!(
             "console on http://{}{}",
-            crate::http::server::LISTEN_ADDR,
+            crate::http::listener::LISTEN_ADDR,
             crate::console::PATH
         ));
     }
