@@ -152,6 +152,18 @@ pub struct SummaryInfo {
     pub status: SummaryStatus,
 }
 
+impl SummaryInfo {
+    /// The id of the page holding the messages it replaced.
+    pub fn page(&self) -> &str {
+        &self.page_ref
+    }
+
+    /// Whether `strategy` wrote it.
+    pub fn is_by(&self, strategy: &str) -> bool {
+        self.strategy == strategy
+    }
+}
+
 /// One message: a role and its content blocks.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

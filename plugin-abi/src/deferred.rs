@@ -48,6 +48,11 @@ pub struct DeferredState {
 }
 
 impl DeferredState {
+    /// The answer, when the status is `Done` (else empty).
+    pub fn answer(&self) -> &str {
+        &self.text
+    }
+
     /// The state of a page the host knows nothing about.
     pub fn unknown(page_id: impl Into<RString>) -> Self {
         DeferredState {

@@ -39,6 +39,13 @@ pub struct Page {
     pub created_at: u64,
 }
 
+impl Page {
+    /// The JSON object the strategy stored with the page, or an empty string.
+    pub fn metadata(&self) -> &str {
+        &self.metadata_json
+    }
+}
+
 /// Length of the hex digest in a page id: 32 hex characters, the first 128 bits of SHA-256.
 pub const PAGE_ID_HEX_LEN: usize = 32;
 

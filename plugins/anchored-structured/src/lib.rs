@@ -173,7 +173,7 @@ async fn load_prior(
     let mut as_content = Vec::new();
     for (page_ref, text) in selection.prior_pages.iter().zip(&selection.prior_texts) {
         let metadata = match host.load_page(page_ref).await {
-            Ok(page) => serde_json::from_str::<Value>(page.metadata_json.as_str())
+            Ok(page) => serde_json::from_str::<Value>(page.metadata())
                 .map_err(|e| format!("page metadata is not JSON: {e}")),
             Err(e) => Err(e.message.to_string()),
         };

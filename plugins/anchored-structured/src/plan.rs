@@ -56,7 +56,7 @@ pub fn select(messages: &[Message], keep_recent: usize, config: &Config) -> Sele
         .map(|&i| {
             let page = messages[i]
                 .summary_info()
-                .map(|info| info.page_ref.to_string())
+                .map(|info| info.page().to_string())
                 .unwrap_or_default();
             let shown = with_text(&messages[i], ledger.shown(&messages[i].joined_text()));
             (page, render_messages(&[shown], &render_options))

@@ -163,7 +163,7 @@ impl BatchDeferred {
         for ((index, page_ref), state) in pending.into_iter().zip(states) {
             match state.status {
                 DeferredStatus::Done => {
-                    let text = self.final_text(host, &messages[index], state.text.as_str());
+                    let text = self.final_text(host, &messages[index], state.answer());
                     finalized.push(Edit::finalize(index, text));
                 }
                 DeferredStatus::Failed => warnings.push(format!(

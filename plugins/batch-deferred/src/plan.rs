@@ -129,8 +129,8 @@ pub fn finalizable(messages: &[Message], keep_recent: usize) -> Vec<(usize, Stri
         .enumerate()
         .filter_map(|(i, m)| {
             let info = m.summary_info()?;
-            (info.status == SummaryStatus::Pending && info.strategy.as_str() == NAME)
-                .then(|| (i, info.page_ref.to_string()))
+            (info.status == SummaryStatus::Pending && info.is_by(NAME))
+                .then(|| (i, info.page().to_string()))
         })
         .collect()
 }
@@ -160,9 +160,8 @@ pub fn fold_span(
     let ours: Vec<usize> = leading
         .iter()
         .take_while(|(_, m)| {
-            m.summary_info().is_some_and(|info| {
-                info.status == SummaryStatus::Final && info.strategy.as_str() == NAME
-            })
+            m.summary_info()
+                .is_some_and(|info| info.status == SummaryStatus::Final && info.is_by(NAME))
         })
         .map(|(at, _)| *at)
         .collect();
