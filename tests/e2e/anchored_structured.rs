@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::chain_run::{compact, stage};
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, without_ledger, StageChain};
 use tamp_host::budget::BudgetConfig;
-use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus};
+use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageStatus};
 use tamp_host::config::Trigger;
 use tamp_host::loader::load_plugin;
 use tamp_host::providers::{
@@ -49,15 +50,6 @@ fn grown_by(compacted: Conversation, topic: &str) -> Conversation {
     messages.extend(session(topic).messages.into_iter().skip(1));
     messages.extend(tail);
     Conversation::new(messages)
-}
-
-fn compact(chain: &Chain, input: &Conversation) -> Compacted {
-    rt().block_on(chain.compact(input.clone(), &CompactOptions::default()))
-        .expect("compacts")
-}
-
-fn stage(out: &Compacted) -> &StageRun {
-    &out.report.stages[0]
 }
 
 /// A coding session: a request, tool exchanges touching files, a decision, a question, a

@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::chain_run::stage;
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, plugin, scratch_dir, write_chain};
 use tamp_host::budget::BudgetConfig;
 use tamp_host::chain::{
-    Chain, ChainBuilder, CompactOptions, Compacted, FileOverrides, StageRun, StageStatus,
+    Chain, ChainBuilder, CompactOptions, Compacted, FileOverrides, StageStatus,
 };
 use tamp_host::config::Trigger;
 use tamp_host::loader::load_plugin;
@@ -219,10 +220,6 @@ impl Harness {
         let events = self.progress.lock().unwrap();
         events.iter().map(|(_, e)| e.message.to_string()).collect()
     }
-}
-
-fn stage(out: &Compacted) -> &StageRun {
-    &out.report.stages[0]
 }
 
 /// Checks that `output` is `input` with exactly the message ranges `replaced` (in order) each

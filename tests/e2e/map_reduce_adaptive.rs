@@ -12,12 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::chain_run::{compact, stage};
 use tamp_e2e::rt;
 use tamp_e2e::{
     assert_wire_round_trip, corpus, corpus_mix, corpus_names, plugin, without_ledger, StageChain,
 };
 use tamp_host::budget::BudgetConfig;
-use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageRun, StageStatus};
+use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageStatus};
 use tamp_host::config::Trigger;
 use tamp_host::loader::load_plugin;
 use tamp_host::providers::{
@@ -46,15 +47,6 @@ fn stage_chain(
         .keep_recent(keep_recent)
         .without_cache()
         .build()
-}
-
-fn compact(chain: &Chain, input: &Conversation) -> Compacted {
-    rt().block_on(chain.compact(input.clone(), &CompactOptions::default()))
-        .expect("compacts")
-}
-
-fn stage(out: &Compacted) -> &StageRun {
-    &out.report.stages[0]
 }
 
 /// The material of a prompt: inside its last `<content>` pair.

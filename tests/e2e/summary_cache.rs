@@ -6,19 +6,11 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tamp_e2e::chain_run::{compact, stage};
 use tamp_e2e::{corpus_mix, plugin, rt, scratch_dir, tamp_bin, write_chain, StageChain};
-use tamp_host::chain::{Chain, CompactOptions, Compacted, StageRun};
+use tamp_host::chain::{Chain, Compacted};
 use tamp_host::providers::ScriptedProvider;
 use tamp_plugin_api::{Conversation, FfiOption, LlmRequest};
-
-fn compact(chain: &Chain, conversation: &Conversation) -> Compacted {
-    rt().block_on(chain.compact(conversation.clone(), &CompactOptions::default()))
-        .expect("compacts")
-}
-
-fn stage(out: &Compacted) -> &StageRun {
-    &out.report.stages[0]
-}
 
 fn map_reduce(reuse: &str, provider: Arc<ScriptedProvider>) -> Chain {
     StageChain::new(

@@ -15,6 +15,8 @@ pub mod agent_upstream;
 pub mod browser;
 /// That browser driven through the DevTools protocol (navigate, evaluate, click, screenshot).
 pub mod cdp;
+/// One compaction through a built chain and its first stage's report.
+pub mod chain_run;
 /// The docs' marked blocks (runnable commands, files a reader writes) and the scratch
 /// directory a reader's steps run in.
 pub mod docs;
