@@ -1,4 +1,4 @@
-//! `tamp-plugin-abi`: everything that crosses tamp's plugin boundary, and nothing else.
+//! `tamp-plugin-abi`: everything that crosses tamp's plugin boundary, and the rules both sides read.
 //!
 //! - [`conversation`], [`budget`], [`llm`], [`page`], [`deferred`], [`report`], [`error`],
 //!   [`logging`]: the `#[repr(C)]`, layout-checked types both sides exchange.
