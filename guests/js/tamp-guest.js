@@ -1,7 +1,7 @@
 // tamp's guest SDK for JavaScript: a compaction strategy as a WebAssembly component.
 //
-// A strategy is a class with static NAME, VERSION, DESCRIPTION, CONFIG_SCHEMA and
-// DEFAULT_CONFIG, a constructor that checks its config (throw `invalidConfig(...)`) and a
+// A strategy is a class with static NAME, VERSION, DESCRIPTION and CONFIG (its config declared
+// once: `new Config([...])`), a constructor that checks its config (throw `invalidConfig(...)`) and a
 // `compact(compaction)` that returns `unchanged(...)` or `withEdits(...)`. The app module
 // exports the interface componentize-js binds:
 //
