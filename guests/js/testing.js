@@ -6,7 +6,8 @@
 //     const outcome = host.compact(MyStrategy, [user("fix it"), ...], { keep: 1 });
 //     const after = host.apply(outcome); // the conversation the edits make
 //
-// It gives the services the WIT's `host` interface imports, as tamp's host gives them, but for:
+// It gives the services the WIT's `host` interface imports, as tamp's host gives them, but for
+// (each a method: a test overrides what it needs otherwise, `countTokens` for the counts):
 //
 // - token counts are an approximation: a text costs one token per 4 bytes of its UTF-8
 //   (rounded up), a message 4 tokens plus its blocks' (a tool call: its name and input; a tool
@@ -145,16 +146,16 @@ const encoder = new TextEncoder();
 /// The fake's token count of a text: one per 4 bytes of UTF-8, rounded up.
 export const approxTokens = (content) => Math.ceil(encoder.encode(content).length / 4);
 
-function blockTokens(block) {
+function blockTokens(block, count) {
   switch (block.tag) {
     case "text":
-      return approxTokens(block.val.text);
+      return count(block.val.text);
     case "tool-use":
-      return approxTokens(block.val.name) + approxTokens(block.val.inputJson);
+      return count(block.val.name) + count(block.val.inputJson);
     case "tool-result":
-      return block.val.content.reduce((sum, p) => sum + approxTokens(p.val), 0);
+      return block.val.content.reduce((sum, p) => sum + count(p.val), 0);
     default:
-      return approxTokens(block.val);
+      return count(block.val);
   }
 }
 
@@ -302,8 +303,10 @@ export class FakeHost {
     return BigInt(approxTokens(content));
   }
 
+  // From `countTokens`, so that a test's subclass that counts otherwise counts both.
   countMessageTokens(messages) {
-    return messages.reduce((sum, m) => sum + 4 + m.content.reduce((s, b) => s + blockTokens(b), 0), 0);
+    const count = (text) => Number(this.countTokens(text));
+    return messages.reduce((sum, m) => sum + 4 + m.content.reduce((s, b) => s + blockTokens(b, count), 0), 0);
   }
 
   inputMessageTokens(start, end) {

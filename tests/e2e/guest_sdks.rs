@@ -213,8 +213,14 @@ fn the_wit_each_sdk_ships_is_the_hosts() {
         std::fs::read_to_string(root.join("guests/js/bin/tamp-guest.js")).unwrap(),
     ];
     // The build commands pin the toolchains the tests build with.
-    let py = tamp_e2e::guests::COMPONENTIZE_PY.split("==").nth(1).unwrap();
-    let js = tamp_e2e::guests::COMPONENTIZE_JS.rsplit('@').next().unwrap();
+    let py = tamp_e2e::guests::COMPONENTIZE_PY
+        .split("==")
+        .nth(1)
+        .unwrap();
+    let js = tamp_e2e::guests::COMPONENTIZE_JS
+        .rsplit('@')
+        .next()
+        .unwrap();
     assert!(versions[0].contains(&format!("COMPONENTIZE_PY = \"{py}\"")));
     assert!(versions[1].contains(&format!("COMPONENTIZE_JS = \"{js}\"")));
 }
@@ -392,7 +398,10 @@ fn the_javascript_package_packs_installs_and_builds_a_conforming_strategy_anywhe
     );
     let installed = author.join("node_modules/tamp-guest");
     for file in ["wit/tamp-strategy.wit", "testing.js", "bin/tamp-guest.js"] {
-        assert!(installed.join(file).is_file(), "{file} is not in the package");
+        assert!(
+            installed.join(file).is_file(),
+            "{file} is not in the package"
+        );
     }
     assert!(!installed.join("test").exists() && !installed.join("template").exists());
     let (out, _) = run(

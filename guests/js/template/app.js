@@ -10,6 +10,7 @@ import {
   Clearing,
   Config,
   PluginError,
+  countMessageTokens,
   countTokens,
   Strategy,
   boolean,
@@ -89,6 +90,19 @@ export class ToolResultClearing extends Strategy {
     }
   }
 
+  /// Tokens of the clearing of target `t`, counted as `Tokens` counted its block: the whole
+  /// cleared message when the block is its only one, else the placeholder's text.
+  cost(message, t, page) {
+    const note = t.result ? this.note(t.tool, t.size, page) : undefined;
+    if (message.content.length === 1) {
+      const probe = new Clearing(message, t.index, page);
+      if (t.result) probe.clearResult(t.block, note);
+      else probe.clearInput(t.block);
+      return countMessageTokens([probe.message]);
+    }
+    return t.result ? resultPlaceholderTokens(page, note) : inputPlaceholderTokens(page);
+  }
+
   compact(c) {
     const messages = c.messages;
     const { start, end } = c.compactable;
@@ -134,17 +148,15 @@ export class ToolResultClearing extends Strategy {
     }
     targets.push(...inputs);
 
-    // What each placeholder will cost, sized with the page id it will name (the page of its
-    // message) and the note it will carry: a block no larger than its placeholder is left
-    // alone, so the conversation never grows (TAMP-INV-06).
+    // What each clearing will cost, sized with the page id its placeholder will name (the
+    // page of its message) and the note it will carry, and counted as its block was (a lone
+    // block as its whole message): a block no larger than its placeholder is left alone, so
+    // the conversation never grows (TAMP-INV-06).
     const pages = new Map();
     const worth = [];
     for (const t of targets) {
       if (!pages.has(t.index)) pages.set(t.index, c.pageId(t.index));
-      const page = pages.get(t.index);
-      const cost = t.result
-        ? resultPlaceholderTokens(page, this.note(t.tool, t.size, page))
-        : inputPlaceholderTokens(page);
+      const cost = this.cost(messages[t.index], t, pages.get(t.index));
       if (t.size > cost) worth.push([t, t.size - cost]);
     }
     const results = worth.filter(([t]) => t.result).length;

@@ -64,10 +64,21 @@ test("nothing is cleared below clear_at_least", () => {
 });
 
 test("no clearing grows its message", () => {
-  // Every result eligible, however small: a placeholder that would cost more than the output
-  // it replaces (sized with the real page id) is not written.
-  const host = new FakeHost();
-  const messages = [...session(12, 0), ...session(12, 300).slice(2)];
+  // Every result eligible, however small, and a tokenizer that, as real ones do, splits a page
+  // id's hex digits into more tokens than a run of zeros: a placeholder sized with a stand-in
+  // id would look cheaper than the one written, and some clearings would grow their message
+  // (TAMP-INV-06).
+  class HexCounts extends FakeHost {
+    countTokens(content) {
+      return super.countTokens(content) + BigInt([...content].filter((c) => "123456789abcdef".includes(c)).length);
+    }
+  }
+  const host = new HexCounts();
+  const messages = [system("You are terse."), user("Fix the failing test.")];
+  for (let i = 0; i < 60; i++) {
+    messages.push(toolUse(`call_${i}`, "bash", "{}"));
+    messages.push(toolResult(`call_${i}`, "x".repeat(i * 12)));
+  }
   const outcome = host.compact(
     ToolResultClearing,
     messages,
@@ -76,7 +87,11 @@ test("no clearing grows its message", () => {
   );
   assert.ok(outcome.report.acted, outcome.report.reason);
   for (const edit of outcome.edits) {
-    assert.ok(host.countMessageTokens([edit.val.message]) < host.countMessageTokens([messages[edit.val.index]]));
+    assert.ok(
+      host.countMessageTokens([edit.val.message]) < host.countMessageTokens([messages[edit.val.index]]),
+      `the clearing of message ${edit.val.index} grows it`,
+    );
   }
-  assert.deepEqual(outcome.edits.filter((e) => e.val.index < 26), [], "outputs smaller than a placeholder were cleared");
+  // The small outputs are left: their placeholders would cost more.
+  assert.ok(!outcome.edits.some((e) => e.val.index === 3));
 });

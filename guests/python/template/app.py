@@ -64,6 +64,22 @@ class ToolResultClearing(tamp.Strategy):
             message = e.message.removeprefix("prompt template: ")
             raise tamp.invalid_config(f"placeholder: {message}") from None
 
+    def cost(self, message, index, block, tool, result, size, page):
+        """Tokens of the clearing of `block` in `message`, counted as `_Tokens` counted the
+        block: the whole cleared message when the block is its only one, else the
+        placeholder's text."""
+        note = self.note(tool, size, page) if result else None
+        if len(message.content) == 1:
+            probe = Clearing(message, index, page)
+            if result:
+                probe.clear_result(block, note)
+            else:
+                probe.clear_input(block)
+            return tamp.count_message_tokens([probe.message])
+        if result:
+            return result_placeholder_tokens(page, note)
+        return input_placeholder_tokens(page)
+
     def compact(self, c):
         messages = c.messages
         compactable = c.compactable
@@ -106,20 +122,17 @@ class ToolResultClearing(tamp.Strategy):
             )
         targets.extend(inputs)
 
-        # What each placeholder will cost, sized with the page id it will name (the
-        # page of its message) and the note it will carry: a block no larger than its
-        # placeholder is left alone, so the conversation never grows (TAMP-INV-06).
+        # What each clearing will cost, sized with the page id its placeholder will name
+        # (the page of its message) and the note it will carry, and counted as its block
+        # was (a lone block as its whole message): a block no larger than its placeholder
+        # is left alone, so the conversation never grows (TAMP-INV-06).
         pages = {}
         worth = []
         for t in targets:
-            index, _, tool, result, size = t
+            index, block, tool, result, size = t
             if index not in pages:
                 pages[index] = c.page_id(index)
-            page = pages[index]
-            if result:
-                cost = result_placeholder_tokens(page, self.note(tool, size, page))
-            else:
-                cost = input_placeholder_tokens(page)
+            cost = self.cost(messages[index], index, block, tool, result, size, pages[index])
             if size > cost:
                 worth.append((t, size - cost))
         results = sum(1 for t, _ in worth if t[3])

@@ -68,19 +68,29 @@ class Clearing(unittest.TestCase):
         self.assertIn("less than clear_at_least (2000)", outcome.report.reason)
 
     def test_no_clearing_grows_its_message(self):
-        # Every result eligible, however small: a placeholder that would cost more than the
-        # output it replaces (sized with the real page id) is not written.
-        host = FakeHost()
-        messages = session(12, 0) + session(12, 300)[2:]
+        # Every result eligible, however small, and a tokenizer that, as real ones do, splits
+        # a page id's hex digits into more tokens than a run of zeros: a placeholder sized
+        # with a stand-in id would look cheaper than the one written, and some clearings
+        # would grow their message (TAMP-INV-06).
+        class HexCounts(FakeHost):
+            def count_tokens(self, content):
+                return super().count_tokens(content) + sum(c in "123456789abcdef" for c in content)
+
+        host = HexCounts()
+        messages = [system("You are terse."), user("Fix the failing test.")]
+        for i in range(60):
+            messages.append(tool_use(f"call_{i}", "bash", "{}"))
+            messages.append(tool_result(f"call_{i}", "x" * (i * 12)))
         outcome = host.compact(
             ToolResultClearing, messages,
             {"keep": 0, "clear_at_least": 0, "min_result_tokens": 0}, keep_recent=0)
         self.assertTrue(outcome.report.acted, outcome.report.reason)
         for edit in outcome.edits:
             before = host.count_message_tokens([messages[edit.value.index]])
-            self.assertLess(host.count_message_tokens([edit.value.message]), before)
-        small = {e.value.index for e in outcome.edits if e.value.index < 26}
-        self.assertEqual(small, set(), "outputs smaller than a placeholder were cleared")
+            self.assertLess(host.count_message_tokens([edit.value.message]), before,
+                            f"the clearing of message {edit.value.index} grows it")
+        # The small outputs are left: their placeholders would cost more.
+        self.assertNotIn(3, {e.value.index for e in outcome.edits})
 
 
 if __name__ == "__main__":
