@@ -3,8 +3,11 @@ native strategy) ported to the Python guest SDK. Copy this directory to start a 
 your own; docs/writing-a-plugin.md says how to build and load it.
 
 Old tool outputs are cleared in place, no LLM: each replaced by a placeholder naming the
-page that keeps the original message. It makes the same decisions, byte for byte, as the
-native strategy with the same config (the end-to-end tests compare the two).
+page that keeps the original message. It makes the native strategy's edits with the same
+config, byte for byte (the end-to-end tests compare the two), but counts what each clearing
+costs exactly: with the page id its placeholder names, a lone block against its whole cleared
+message, so that no clearing grows the conversation whatever the config. `test_app.py` holds
+its unit tests (`python -m unittest`, against the SDK's fake host).
 """
 
 import tamp_guest as tamp
