@@ -33,7 +33,9 @@ except ImportError:  # plain CPython
         try:
             os.rename(_partial, _dir)
         except OSError:  # another process generated them first
-            pass
+            import shutil
+
+            shutil.rmtree(_partial, ignore_errors=True)
     sys.path.append(_dir)
 
 from componentize_py_types import Err, Ok  # noqa: E402,F401
