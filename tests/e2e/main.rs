@@ -28,6 +28,7 @@ mod docs_blocks;
 mod eval;
 /// Property-based fuzzing of every reader of untrusted input.
 mod fuzz;
+mod guest_sdks;
 /// A plugin file cut short or overwritten under load never kills the host.
 mod half_written_plugin;
 /// Hostile input through the binary: FIFOs, /dev/zero, huge and broken files.

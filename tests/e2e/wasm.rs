@@ -3,7 +3,8 @@
 //! run by the real chain, the real `tamp conformance` and the real `tamp serve`.
 //!
 //! - the Python and JavaScript templates conform, and clear exactly what the native
-//!   tool-result-clearing clears, byte for byte;
+//!   tool-result-clearing clears, byte for byte (their reasons' token figures aside: they size
+//!   each placeholder with the page id it names, the native strategy with a stand-in id);
 //! - each broken guest (an endless loop, a memory bomb, a trap, a rule breaker) fails exactly
 //!   its rule, and the host stays up through all of them while it serves requests;
 //! - an endless loop is stopped at its stage's timeout with its memory returned; a memory bomb
@@ -116,6 +117,18 @@ fn edits_of(
     (edits, outcome.report.reason.into())
 }
 
+/// `reason` with the figure of "about N tokens" masked: the templates count what each
+/// placeholder costs with the page id it names, the native strategy with a stand-in id, so
+/// the tokens they say they free differ by a few.
+fn tokens_masked(reason: &str) -> String {
+    let Some(at) = reason.find("about ") else {
+        return reason.to_string();
+    };
+    let rest = &reason[at + "about ".len()..];
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    format!("{}about N{}", &reason[..at], &rest[digits..])
+}
+
 #[test]
 fn the_templates_clear_what_the_native_strategy_clears() {
     let rt = tamp_e2e::rt();
@@ -133,8 +146,8 @@ fn the_templates_clear_what_the_native_strategy_clears() {
             for guest in &guests {
                 let (edits, guest_reason) = edits_of(&rt, guest, &conversation);
                 assert_eq!(
-                    (edits.len(), &guest_reason),
-                    (expected.len(), &reason),
+                    (edits.len(), tokens_masked(&guest_reason)),
+                    (expected.len(), tokens_masked(&reason)),
                     "{} on {format}/{name}",
                     guest.meta().name
                 );

@@ -1,6 +1,8 @@
-//! WebAssembly guests built from source, as a strategy author builds them: the Python ones
-//! with componentize-py (PyPI), the JavaScript ones with componentize-js (npm), both pinned,
-//! installed once into `target/tools/` (under the same install lock as Prism and the SDKs).
+//! WebAssembly guests built from source, as a strategy author builds them: with the guest
+//! SDKs' own build commands (`tamp-guest build`, run from the source tree), which run
+//! componentize-py (PyPI) and componentize-js (npm), both pinned, installed once into
+//! `target/tools/` (under the same install lock as Prism and the SDKs). The Python venv also
+//! holds `build` and `setuptools`, which build the `tamp-guest` wheel (`guest_packages`).
 //! A built component is kept in `target/tools/wasm-guests/` under a key made of the pinned
 //! versions and the hash of every source it is built from (the WIT package, the guest SDK, the
 //! app), so a build is paid once per change, not once per test run.
@@ -16,9 +18,9 @@ use crate::workspace_root;
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// The JavaScript guest toolchain (npm): SpiderMonkey (StarlingMonkey) as a component.
 pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
-
-/// The WASI features componentize-js leaves out, so the component imports tamp's host alone.
-pub const JS_DISABLED_FEATURES: [&str; 5] = ["stdio", "random", "clocks", "http", "fetch-event"];
+/// What builds the Python SDK's wheel (`python -m build --no-isolation`), beside
+/// componentize-py.
+pub const PYTHON_PACKAGING: [&str; 2] = ["build==1.3.0", "setuptools==80.9.0"];
 
 /// A guest the tests build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +51,7 @@ impl Guest {
             Guest::JsTemplate => root.join("guests/js/template"),
             Guest::Misbehaving => root.join("tests/plugins/wasm/misbehaving"),
         };
+        // The whole SDK directory (the templates in it, hashed twice, are small).
         let sdk = match self {
             Guest::JsTemplate => root.join("guests/js"),
             _ => root.join("guests/python/tamp_guest"),
@@ -161,20 +164,25 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) {
     }
 }
 
-/// componentize-py in a virtual environment of its own in `target/tools/componentize-py`.
-fn componentize_py() -> PathBuf {
+/// The Python of a virtual environment of its own in `target/tools/componentize-py`, which
+/// holds componentize-py and what builds a wheel ([`PYTHON_PACKAGING`]).
+pub fn guest_python() -> PathBuf {
+    let mut pins = vec![COMPONENTIZE_PY];
+    pins.extend(PYTHON_PACKAGING);
     python_venv(
         "componentize-py",
-        &[COMPONENTIZE_PY],
+        &pins,
         "the WebAssembly guest tests need Python 3 with venv to install componentize-py",
     )
-    .join("bin/componentize-py")
+    .join("bin/python")
 }
 
-/// componentize-js installed with npm into `target/tools/componentize-js`.
-fn componentize_js() -> PathBuf {
+/// The CLI script (`src/cli.js`) of componentize-js, installed with npm into
+/// `target/tools/componentize-js`: what `tamp-guest build` runs from the source tree
+/// (`TAMP_GUEST_COMPONENTIZE_JS`), where the SDK has no `node_modules` of its own.
+pub fn componentize_js() -> PathBuf {
     let dir = tools_dir("componentize-js");
-    let bin = dir.join("node_modules/.bin/componentize-js");
+    let bin = dir.join("node_modules/@bytecodealliance/componentize-js/src/cli.js");
     let ready = dir.join("installed.txt");
     if std::fs::read_to_string(&ready).is_ok_and(|had| had != COMPONENTIZE_JS) {
         let _ = std::fs::remove_file(&ready);
@@ -192,46 +200,38 @@ fn componentize_js() -> PathBuf {
     bin
 }
 
+/// `python -m tamp_guest build` from the source tree (`guests/python` on `PYTHONPATH`), as an
+/// installed `tamp-guest build` runs.
 fn build_python(app: &Path, out: &Path) -> Result<(), String> {
-    let root = workspace_root();
     run(
-        Command::new(componentize_py())
-            .arg("--wit-path")
-            .arg(root.join("plugin-abi/wit"))
-            .args(["--world", "plugin", "componentize", "--stub-wasi"])
-            .arg("--python-path")
-            .arg(root.join("guests/python"))
-            .arg("--python-path")
-            .arg(app)
-            .arg("app")
+        Command::new(guest_python())
+            .args(["-m", "tamp_guest", "build"])
+            .arg(app.join("app.py"))
             .arg("--output")
             .arg(out)
+            .env("PYTHONPATH", workspace_root().join("guests/python"))
             // The SDK's and the app's bytecode caches stay out of the source tree.
             .env("PYTHONDONTWRITEBYTECODE", "1"),
-        "componentize-py",
+        "tamp-guest build (Python)",
     )
 }
 
+/// `guests/js/bin/tamp-guest.js build` from the source tree, with the tests' componentize-js.
 fn build_js(app: &Path, out: &Path) -> Result<(), String> {
-    let root = workspace_root();
     run(
-        // componentize-js maps its working directory to the guest's `/` while it runs the
-        // app's top level, so the app's relative imports (`../tamp-guest.js`) resolve only
-        // within it: from the root, as docs/writing-a-plugin.md builds it.
-        Command::new(componentize_js())
-            .current_dir(&root)
+        Command::new("node")
+            .arg(workspace_root().join("guests/js/bin/tamp-guest.js"))
+            .arg("build")
             .arg(app.join("app.js"))
-            .arg("--wit")
-            .arg(root.join("plugin-abi/wit"))
-            .args(["--world-name", "plugin", "--disable"])
-            .args(JS_DISABLED_FEATURES)
-            .arg("--out")
-            .arg(out),
-        "componentize-js",
+            .arg("-o")
+            .arg(out)
+            .env("TAMP_GUEST_COMPONENTIZE_JS", componentize_js()),
+        "tamp-guest build (JavaScript)",
     )
 }
 
-fn run(command: &mut Command, what: &str) -> Result<(), String> {
+/// Runs `command`, or says what failed with its output.
+pub fn run(command: &mut Command, what: &str) -> Result<(), String> {
     let output = command
         .output()
         .map_err(|e| format!("{what}: cannot run {:?}: {e}", command.get_program()))?;

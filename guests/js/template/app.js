@@ -3,115 +3,81 @@
 // strategy of your own; docs/writing-a-plugin.md says how to build and load it.
 //
 // Old tool outputs are cleared in place, no LLM: each replaced by a placeholder naming the
-// page that keeps the original message. It makes the same decisions, byte for byte, as the
-// native strategy with the same config (the end-to-end tests compare the two).
+// page that keeps the original message. It makes the native strategy's edits with the same
+// config, byte for byte (the end-to-end tests compare the two), but counts what each clearing
+// costs exactly: with the page id its placeholder names, a lone block against its whole
+// cleared message, so that no clearing grows the conversation whatever the config.
+// `app.test.js` holds its unit tests (`node --test`, against the SDK's fake host).
 
 import {
   Clearing,
-  Strategy,
+  Config,
+  PluginError,
+  countMessageTokens,
   countTokens,
+  Strategy,
+  boolean,
   exportStrategy,
-  inputPlaceholder,
+  inputPlaceholderTokens,
+  integer,
   invalidConfig,
   isCleared,
-  PluginError,
   renderTemplate,
-  resultPlaceholder,
+  resultPlaceholderTokens,
+  string,
+  stringList,
   unchanged,
   withEdits,
-} from "../tamp-guest.js";
+} from "tamp-guest";
 
 const DEFAULT_PLACEHOLDER = "Output of {tool} ({tokens} tokens) cleared; recall this page to read it.";
-// A page id's length ("pg_" and 32 hex digits), for sizing placeholders before pages exist.
-const SAMPLE_PAGE = "pg_" + "0".repeat(32);
-const U64_MAX = "18446744073709551615";
 
-const DEFAULT_CONFIG = {
-  keep: 3,
-  clear_at_least: 2000,
-  exclude_tools: [],
-  clear_tool_inputs: false,
-  min_result_tokens: 100,
-  placeholder: DEFAULT_PLACEHOLDER,
-};
+// The config, declared once: its schema, its defaults and its checks derive from this.
+export const CONFIG = new Config(
+  [
+    integer(
+      "keep",
+      3,
+      "The most recent tool uses whose results (and inputs) are left alone, counted over the whole conversation.",
+      { minimum: 0, maximum: 1000000 },
+    ),
+    integer(
+      "clear_at_least",
+      2000,
+      "Clear nothing unless at least this many tokens would go at once. 0: clear whatever is eligible.",
+      { minimum: 0, maximum: 100000000 },
+    ),
+    stringList("exclude_tools", [], "Tools whose results are never cleared."),
+    boolean("clear_tool_inputs", false, "Also replace the input of each cleared call by a placeholder."),
+    integer("min_result_tokens", 100, "Results smaller than this many tokens are left alone.", {
+      minimum: 0,
+      maximum: 100000000,
+    }),
+    string(
+      "placeholder",
+      DEFAULT_PLACEHOLDER,
+      "The note inside each placeholder: `{tool}`, `{tokens}`, `{page}`; `{{` and `}}` for literal braces.",
+    ),
+  ],
+  { description: "How the strategy chooses what to clear." },
+);
 
-const CONFIG_SCHEMA = {
-  $schema: "http://json-schema.org/draft-07/schema#",
-  title: "Config",
-  description: "How the strategy chooses what to clear.",
-  type: "object",
-  properties: {
-    keep: {
-      description: "The most recent tool uses whose results (and inputs) are left alone, counted over the whole conversation.",
-      type: "integer", minimum: 0, maximum: 1000000, default: 3,
-    },
-    clear_at_least: {
-      description: "Clear nothing unless at least this many tokens would go at once. 0: clear whatever is eligible.",
-      type: "integer", minimum: 0, maximum: 100000000, default: 2000,
-    },
-    exclude_tools: {
-      description: "Tools whose results are never cleared.",
-      type: "array", items: { type: "string" }, default: [],
-    },
-    clear_tool_inputs: {
-      description: "Also replace the input of each cleared call by a placeholder.",
-      type: "boolean", default: false,
-    },
-    min_result_tokens: {
-      description: "Results smaller than this many tokens are left alone.",
-      type: "integer", minimum: 0, maximum: 100000000, default: 100,
-    },
-    placeholder: {
-      description: "The note inside each placeholder: `{tool}`, `{tokens}`, `{page}`; `{{` and `}}` for literal braces.",
-      type: "string", default: DEFAULT_PLACEHOLDER,
-    },
-  },
-  additionalProperties: false,
-};
-
-function integer(config, key, maximum) {
-  const value = config[key];
-  if (!Number.isInteger(value)) {
-    throw invalidConfig(`${key}: expected an integer, got ${JSON.stringify(value)}`);
-  }
-  if (value < 0 || value > maximum) {
-    throw invalidConfig(`${key}: ${value} is out of range 0..=${maximum}`);
-  }
-  return value;
-}
-
-class ToolResultClearing extends Strategy {
+export class ToolResultClearing extends Strategy {
   static NAME = "js-tool-result-clearing";
   static VERSION = "0.1.0";
   static DESCRIPTION =
     "Clears old tool outputs in place, no LLM (a JavaScript port of tool-result-clearing): " +
     "each replaced by a placeholder naming the page that keeps it.";
-  static CONFIG_SCHEMA = CONFIG_SCHEMA;
-  static DEFAULT_CONFIG = DEFAULT_CONFIG;
+  static CONFIG = CONFIG;
 
-  constructor(given) {
-    super({});
-    const unknown = Object.keys(given).filter((k) => !(k in DEFAULT_CONFIG)).sort();
-    if (unknown.length > 0) {
-      throw invalidConfig(`unknown field \`${unknown[0]}\``);
-    }
-    const config = { ...DEFAULT_CONFIG, ...given };
-    this.keep = integer(config, "keep", 1000000);
-    this.clearAtLeast = integer(config, "clear_at_least", 100000000);
-    this.minResultTokens = integer(config, "min_result_tokens", 100000000);
-    const tools = config.exclude_tools;
-    if (!Array.isArray(tools) || !tools.every((t) => typeof t === "string")) {
-      throw invalidConfig("exclude_tools: expected a list of strings");
-    }
-    this.excludeTools = new Set(tools);
-    if (typeof config.clear_tool_inputs !== "boolean") {
-      throw invalidConfig("clear_tool_inputs: expected true or false");
-    }
-    this.clearToolInputs = config.clear_tool_inputs;
-    if (typeof config.placeholder !== "string") {
-      throw invalidConfig("placeholder: expected a string");
-    }
-    this.placeholder = config.placeholder;
+  constructor(config) {
+    super(config); // checked against CONFIG: this.config
+    this.keep = this.config.keep;
+    this.clearAtLeast = this.config.clear_at_least;
+    this.minResultTokens = this.config.min_result_tokens;
+    this.excludeTools = new Set(this.config.exclude_tools);
+    this.clearToolInputs = this.config.clear_tool_inputs;
+    this.placeholder = this.config.placeholder;
     // A bad template stops the chain from loading, not the first compaction.
     this.note("tool", 0, "pg_0");
   }
@@ -125,6 +91,19 @@ class ToolResultClearing extends Strategy {
       }
       throw e;
     }
+  }
+
+  /// Tokens of the clearing of target `t`, counted as `Tokens` counted its block: the whole
+  /// cleared message when the block is its only one, else the placeholder's text.
+  cost(message, t, page) {
+    const note = t.result ? this.note(t.tool, t.size, page) : undefined;
+    if (message.content.length === 1) {
+      const probe = new Clearing(message, t.index, page);
+      if (t.result) probe.clearResult(t.block, note);
+      else probe.clearInput(t.block);
+      return countMessageTokens([probe.message]);
+    }
+    return t.result ? resultPlaceholderTokens(page, note) : inputPlaceholderTokens(page);
   }
 
   compact(c) {
@@ -172,20 +151,16 @@ class ToolResultClearing extends Strategy {
     }
     targets.push(...inputs);
 
-    // A placeholder's size, counted once per tool (with the widest number and a page id's
-    // length); a block no larger than its placeholder is left alone.
-    const sizes = new Map();
+    // What each clearing will cost, sized with the page id its placeholder will name (the
+    // page of its message) and the note it will carry, and counted as its block was (a lone
+    // block as its whole message): a block no larger than its placeholder is left alone, so
+    // the conversation never grows (TAMP-INV-06).
+    const pages = new Map();
     const worth = [];
     for (const t of targets) {
-      const key = `${t.result}\u0000${t.tool}`;
-      if (!sizes.has(key)) {
-        const text = t.result
-          ? resultPlaceholder(SAMPLE_PAGE, this.note(t.tool, U64_MAX, SAMPLE_PAGE))
-          : inputPlaceholder(SAMPLE_PAGE);
-        sizes.set(key, countTokens(text));
-      }
-      const size = sizes.get(key);
-      if (t.size > size) worth.push([t, t.size - size]);
+      if (!pages.has(t.index)) pages.set(t.index, c.pageId(t.index));
+      const cost = this.cost(messages[t.index], t, pages.get(t.index));
+      if (t.size > cost) worth.push([t, t.size - cost]);
     }
     const results = worth.filter(([t]) => t.result).length;
     const inputCount = worth.length - results;
@@ -199,7 +174,7 @@ class ToolResultClearing extends Strategy {
     for (const [t, gain] of worth) {
       let clearing = byMessage.get(t.index);
       if (clearing === undefined) {
-        clearing = new Clearing(messages[t.index], t.index, c.pageId(t.index));
+        clearing = new Clearing(messages[t.index], t.index, pages.get(t.index));
         byMessage.set(t.index, clearing);
       }
       if (t.result) {

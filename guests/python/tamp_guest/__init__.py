@@ -15,10 +15,12 @@ looks for to `export(...)` of it::
 
     Strategy = tamp.export(Noop)
 
-It is built with componentize-py against tamp's WIT package (`plugin-abi/wit`), with
-`--stub-wasi`: the host gives a guest no filesystem, network, environment or clock, only the
-functions of `tamp:strategy/host`, which this module wraps (`count_tokens`, `complete`, ...).
-See docs/writing-a-plugin.md, "A WebAssembly strategy".
+It is built by `tamp-guest build app.py -o strategy.wasm` (componentize-py, pinned, against
+the WIT package shipped in `tamp_guest/wit`, with WASI stubbed out): the host gives a guest
+no filesystem, network, environment or clock, only the functions of `tamp:strategy/host`,
+which this module wraps (`count_tokens`, `complete`, ...). `tamp_guest.testing` runs a
+strategy in plain CPython against a fake host, for its unit tests. See
+docs/writing-a-plugin.md, "A WebAssembly strategy".
 
 The conversation arrives as the WIT types of `wit_world.imports.types`, re-exported here
 (`Message`, `ContentBlock_ToolResult`, ...). `compactable` is the range of messages a stage
@@ -29,10 +31,8 @@ import json
 import sys
 import traceback
 
-from componentize_py_types import Err
-from wit_world import exports
-from wit_world.imports import host as _host
-from wit_world.imports import types
+from ._bindings import Err, exports, types
+from ._bindings import host as _host_bindings
 from wit_world.imports.types import (  # noqa: F401  (re-exported for strategies)
     Budget,
     ClearEdit,
@@ -63,8 +63,15 @@ from wit_world.imports.types import (  # noqa: F401  (re-exported for strategies
     ToolUse,
 )
 
-from . import clearing  # noqa: F401  (tamp_guest.clearing)
-from .template import render_template  # noqa: F401
+# The host's services: the component's imports, or a fake host in plain CPython
+# (`tamp_guest.testing`).
+_host = _host_bindings
+
+from . import clearing  # noqa: E402,F401  (tamp_guest.clearing)
+from .config import Boolean, Config, Integer, String, StringList  # noqa: E402,F401
+from .failure import failed, failure_line, refusal_line  # noqa: E402,F401
+from .pinned import BOUNDARY, OPAQUE, is_boundary, is_instructions, is_pinned  # noqa: E402,F401
+from .template import render_template  # noqa: E402,F401
 
 
 class PluginError(Exception):
@@ -120,33 +127,47 @@ class Compaction:
         return _host.input_messages(start, end)
 
     def message_tokens(self, start: int, end: int) -> list:
-        """Tokens of each input message in `start..end`, as the host counts them."""
-        return _host.input_message_tokens(start, end)
+        """Tokens of each input message in `start..end`, as the host counts them against the
+        budget: the host's cached counts (it counted them already), fetched in one call.
+        Cheaper than `count_message_tokens` on messages read into the guest, and the same
+        numbers."""
+        return list(_host.input_message_tokens(start, end))
 
     def page_id(self, start: int, end: int = None) -> str:
         """The id of the page that holds exactly input messages `start..end` (`start`
-        alone when `end` is omitted)."""
+        alone when `end` is omitted): `pg_` and 32 hex digits, the content address the host
+        archives those messages under. A clearing of message `i` names `page_id(i)`; size
+        its placeholders with it too (`clearing.result_placeholder_tokens`)."""
         try:
             return _host.input_page_id(start, start + 1 if end is None else end)
         except Err as e:
             raise PluginError(e.value.kind, e.value.message) from None
 
+    def pinned(self) -> list:
+        """The indexes of the input messages no stage may summarize, replace, clear or move
+        (`is_pinned`: instructions and opaque units). `compactable` already leaves out the
+        pinned messages at its start; those inside it a strategy must step over."""
+        return [i for i, m in enumerate(self.messages) if is_pinned(m)]
+
 
 class Strategy:
     """What a strategy defines: `NAME` (lowercase letters, digits, `-`, `_`), `VERSION`
-    (semver), `DESCRIPTION`, `CONFIG_SCHEMA` (a JSON Schema, as a dict) and
-    `DEFAULT_CONFIG`; `__init__(config)` checks the config (raise `invalid_config`), and
-    `compact(compaction)` returns an outcome (`unchanged`, `with_edits`)."""
+    (semver), `DESCRIPTION`, and `CONFIG`, its config declared once (`Config(Integer(...),
+    ...)`), from which the schema the host shows (`CONFIG.schema()`), the default config and
+    the checks all derive. `__init__(config)` gets the stage's config; the base class's
+    checks it against `CONFIG` (raising `invalid_config`) and sets `self.config`, the
+    values with the defaults filled in. `compact(compaction)` returns an outcome
+    (`unchanged`, `with_edits`). A config `Config` cannot declare may instead be given as
+    `CONFIG_SCHEMA` (a JSON Schema, as a dict) and `DEFAULT_CONFIG`, with `__init__` checking
+    it."""
 
     NAME = ""
     VERSION = "0.1.0"
     DESCRIPTION = ""
-    CONFIG_SCHEMA = {"type": "object", "additionalProperties": False}
-    DEFAULT_CONFIG = {}
+    CONFIG = Config()
 
     def __init__(self, config: dict):
-        if config:
-            raise invalid_config(f"this strategy takes no config, got {sorted(config)}")
+        self.config = self.CONFIG.parse(config)
 
     def compact(self, compaction: Compaction) -> CompactOutcome:
         raise NotImplementedError
@@ -212,16 +233,16 @@ def progress(done: int, total: int, message: str) -> None:
 
 class _Log:
     def error(self, message: str) -> None:
-        _host.log(_host.LogLevel.ERROR, message)
+        _host.log(_host_bindings.LogLevel.ERROR, message)
 
     def warn(self, message: str) -> None:
-        _host.log(_host.LogLevel.WARN, message)
+        _host.log(_host_bindings.LogLevel.WARN, message)
 
     def info(self, message: str) -> None:
-        _host.log(_host.LogLevel.INFO, message)
+        _host.log(_host_bindings.LogLevel.INFO, message)
 
     def debug(self, message: str) -> None:
-        _host.log(_host.LogLevel.DEBUG, message)
+        _host.log(_host_bindings.LogLevel.DEBUG, message)
 
 
 log = _Log()
@@ -260,6 +281,16 @@ def _error(e: BaseException) -> Err:
     return Err(types.PluginError(ErrorKind.PANICKED, text))
 
 
+def _schema(strategy_class) -> dict:
+    schema = getattr(strategy_class, "CONFIG_SCHEMA", None)
+    return schema if schema is not None else strategy_class.CONFIG.schema()
+
+
+def _defaults(strategy_class) -> dict:
+    defaults = getattr(strategy_class, "DEFAULT_CONFIG", None)
+    return defaults if defaults is not None else strategy_class.CONFIG.defaults()
+
+
 def export(strategy_class):
     """The class componentize-py exports for `strategy_class`: bind it to `Strategy` in the
     app module (`Strategy = tamp_guest.export(MyStrategy)`)."""
@@ -274,13 +305,14 @@ def export(strategy_class):
                 strategy_class.NAME,
                 strategy_class.VERSION,
                 strategy_class.DESCRIPTION,
-                json.dumps(strategy_class.CONFIG_SCHEMA),
-                json.dumps(strategy_class.DEFAULT_CONFIG),
+                json.dumps(_schema(strategy_class)),
+                json.dumps(_defaults(strategy_class)),
             )
 
         def new_strategy(self, config_json: str) -> None:
-            sys.stdout = _ToLog(_host.LogLevel.INFO)
-            sys.stderr = _ToLog(_host.LogLevel.WARN)
+            if _host is _host_bindings:  # in a component (a fake host leaves stdout be)
+                sys.stdout = _ToLog(_host_bindings.LogLevel.INFO)
+                sys.stderr = _ToLog(_host_bindings.LogLevel.WARN)
             try:
                 config = json.loads(config_json)
             except ValueError as e:

@@ -6,7 +6,10 @@ holds the original message. The placeholders' canonical forms (docs/plugin-spec.
   `<tamp-cleared page="PAGE">` NEWLINE `NOTE` NEWLINE `</tamp-cleared>`;
 - a cleared tool input is exactly `{"tamp_cleared":{"page":"PAGE"}}`.
 
-The host checks every clearing against the original, block by block.
+The host checks every clearing against the original, block by block, and a compaction
+never grows the conversation (TAMP-INV-06): size a placeholder with the page id it will name
+(`result_placeholder_tokens(compaction.page_id(i), note)`) before deciding a block is worth
+clearing. A stand-in id (`"pg_" + "0" * 32`) counts fewer tokens than a real one.
 """
 
 from wit_world.imports.types import (
@@ -38,6 +41,21 @@ def result_placeholder(page: str, note: str) -> str:
 def input_placeholder(page: str) -> str:
     """The input of a cleared tool call naming `page`."""
     return f"{_INPUT_OPEN}{page}{_INPUT_CLOSE}"
+
+
+def result_placeholder_tokens(page: str, note: str) -> int:
+    """What a cleared tool result's placeholder naming `page` with `note` costs, in the
+    chain's tokens: the real cost, when `page` is the id the clearing will name."""
+    from . import count_tokens
+
+    return count_tokens(result_placeholder(page, note))
+
+
+def input_placeholder_tokens(page: str) -> int:
+    """What a cleared tool input's placeholder naming `page` costs, in the chain's tokens."""
+    from . import count_tokens
+
+    return count_tokens(input_placeholder(page))
 
 
 def _result_page(text: str):

@@ -3,72 +3,40 @@ native strategy) ported to the Python guest SDK. Copy this directory to start a 
 your own; docs/writing-a-plugin.md says how to build and load it.
 
 Old tool outputs are cleared in place, no LLM: each replaced by a placeholder naming the
-page that keeps the original message. It makes the same decisions, byte for byte, as the
-native strategy with the same config (the end-to-end tests compare the two).
+page that keeps the original message. It makes the native strategy's edits with the same
+config, byte for byte (the end-to-end tests compare the two), but counts what each clearing
+costs exactly: with the page id its placeholder names, a lone block against its whole cleared
+message, so that no clearing grows the conversation whatever the config. `test_app.py` holds
+its unit tests (`python -m unittest`, against the SDK's fake host).
 """
 
 import tamp_guest as tamp
-from tamp_guest.clearing import Clearing, input_placeholder, is_cleared, result_placeholder
+from tamp_guest.clearing import (
+    Clearing,
+    input_placeholder_tokens,
+    is_cleared,
+    result_placeholder_tokens,
+)
 
 DEFAULT_PLACEHOLDER = "Output of {tool} ({tokens} tokens) cleared; recall this page to read it."
-# A page id's length ("pg_" and 32 hex digits), for sizing placeholders before pages exist.
-SAMPLE_PAGE = "pg_" + "0" * 32
-U64_MAX = 2**64 - 1
 
-CONFIG_SCHEMA = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Config",
-    "description": "How the strategy chooses what to clear.",
-    "type": "object",
-    "properties": {
-        "keep": {
-            "description": "The most recent tool uses whose results (and inputs) are left "
-            "alone, counted over the whole conversation.",
-            "type": "integer", "minimum": 0, "maximum": 1000000, "default": 3,
-        },
-        "clear_at_least": {
-            "description": "Clear nothing unless at least this many tokens would go at once. "
-            "0: clear whatever is eligible.",
-            "type": "integer", "minimum": 0, "maximum": 100000000, "default": 2000,
-        },
-        "exclude_tools": {
-            "description": "Tools whose results are never cleared.",
-            "type": "array", "items": {"type": "string"}, "default": [],
-        },
-        "clear_tool_inputs": {
-            "description": "Also replace the input of each cleared call by a placeholder.",
-            "type": "boolean", "default": False,
-        },
-        "min_result_tokens": {
-            "description": "Results smaller than this many tokens are left alone.",
-            "type": "integer", "minimum": 0, "maximum": 100000000, "default": 100,
-        },
-        "placeholder": {
-            "description": "The note inside each placeholder: `{tool}`, `{tokens}`, `{page}`; "
-            "`{{` and `}}` for literal braces.",
-            "type": "string", "default": DEFAULT_PLACEHOLDER,
-        },
-    },
-    "additionalProperties": False,
-}
-
-DEFAULT_CONFIG = {
-    "keep": 3,
-    "clear_at_least": 2000,
-    "exclude_tools": [],
-    "clear_tool_inputs": False,
-    "min_result_tokens": 100,
-    "placeholder": DEFAULT_PLACEHOLDER,
-}
-
-
-def _integer(config, key, maximum):
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise tamp.invalid_config(f"{key}: expected an integer, got {value!r}")
-    if not 0 <= value <= maximum:
-        raise tamp.invalid_config(f"{key}: {value} is out of range 0..={maximum}")
-    return value
+# The config, declared once: its schema, its defaults and its checks derive from this.
+CONFIG = tamp.Config(
+    tamp.Integer("keep", 3, "The most recent tool uses whose results (and inputs) are left "
+                 "alone, counted over the whole conversation.", minimum=0, maximum=1000000),
+    tamp.Integer("clear_at_least", 2000, "Clear nothing unless at least this many tokens "
+                 "would go at once. 0: clear whatever is eligible.", minimum=0,
+                 maximum=100000000),
+    tamp.StringList("exclude_tools", [], "Tools whose results are never cleared."),
+    tamp.Boolean("clear_tool_inputs", False,
+                 "Also replace the input of each cleared call by a placeholder."),
+    tamp.Integer("min_result_tokens", 100,
+                 "Results smaller than this many tokens are left alone.", minimum=0,
+                 maximum=100000000),
+    tamp.String("placeholder", DEFAULT_PLACEHOLDER, "The note inside each placeholder: "
+                "`{tool}`, `{tokens}`, `{page}`; `{{` and `}}` for literal braces."),
+    description="How the strategy chooses what to clear.",
+)
 
 
 class ToolResultClearing(tamp.Strategy):
@@ -77,27 +45,16 @@ class ToolResultClearing(tamp.Strategy):
     DESCRIPTION = ("Clears old tool outputs in place, no LLM (a Python port of "
                    "tool-result-clearing): each replaced by a placeholder naming the page "
                    "that keeps it.")
-    CONFIG_SCHEMA = CONFIG_SCHEMA
-    DEFAULT_CONFIG = DEFAULT_CONFIG
+    CONFIG = CONFIG
 
     def __init__(self, config):
-        unknown = sorted(set(config) - set(DEFAULT_CONFIG))
-        if unknown:
-            raise tamp.invalid_config(f"unknown field `{unknown[0]}`")
-        config = {**DEFAULT_CONFIG, **config}
-        self.keep = _integer(config, "keep", 1000000)
-        self.clear_at_least = _integer(config, "clear_at_least", 100000000)
-        self.min_result_tokens = _integer(config, "min_result_tokens", 100000000)
-        tools = config["exclude_tools"]
-        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
-            raise tamp.invalid_config("exclude_tools: expected a list of strings")
-        self.exclude_tools = set(tools)
-        if not isinstance(config["clear_tool_inputs"], bool):
-            raise tamp.invalid_config("clear_tool_inputs: expected true or false")
-        self.clear_tool_inputs = config["clear_tool_inputs"]
-        if not isinstance(config["placeholder"], str):
-            raise tamp.invalid_config("placeholder: expected a string")
-        self.placeholder = config["placeholder"]
+        super().__init__(config)  # checked against CONFIG: self.config
+        self.keep = self.config["keep"]
+        self.clear_at_least = self.config["clear_at_least"]
+        self.min_result_tokens = self.config["min_result_tokens"]
+        self.exclude_tools = set(self.config["exclude_tools"])
+        self.clear_tool_inputs = self.config["clear_tool_inputs"]
+        self.placeholder = self.config["placeholder"]
         # A bad template stops the chain from loading, not the first compaction.
         self.note("tool", 0, "pg_0")
 
@@ -109,6 +66,22 @@ class ToolResultClearing(tamp.Strategy):
         except tamp.PluginError as e:
             message = e.message.removeprefix("prompt template: ")
             raise tamp.invalid_config(f"placeholder: {message}") from None
+
+    def cost(self, message, index, block, tool, result, size, page):
+        """Tokens of the clearing of `block` in `message`, counted as `_Tokens` counted the
+        block: the whole cleared message when the block is its only one, else the
+        placeholder's text."""
+        note = self.note(tool, size, page) if result else None
+        if len(message.content) == 1:
+            probe = Clearing(message, index, page)
+            if result:
+                probe.clear_result(block, note)
+            else:
+                probe.clear_input(block)
+            return tamp.count_message_tokens([probe.message])
+        if result:
+            return result_placeholder_tokens(page, note)
+        return input_placeholder_tokens(page)
 
     def compact(self, c):
         messages = c.messages
@@ -152,21 +125,19 @@ class ToolResultClearing(tamp.Strategy):
             )
         targets.extend(inputs)
 
-        # A placeholder's size, counted once per tool (with the widest number and a page
-        # id's length); a block no larger than its placeholder is left alone.
-        sizes = {}
+        # What each clearing will cost, sized with the page id its placeholder will name
+        # (the page of its message) and the note it will carry, and counted as its block
+        # was (a lone block as its whole message): a block no larger than its placeholder
+        # is left alone, so the conversation never grows (TAMP-INV-06).
+        pages = {}
         worth = []
         for t in targets:
-            _, _, tool, result, size = t
-            key = (tool, result)
-            if key not in sizes:
-                if result:
-                    text = result_placeholder(SAMPLE_PAGE, self.note(tool, U64_MAX, SAMPLE_PAGE))
-                else:
-                    text = input_placeholder(SAMPLE_PAGE)
-                sizes[key] = tamp.count_tokens(text)
-            if size > sizes[key]:
-                worth.append((t, size - sizes[key]))
+            index, block, tool, result, size = t
+            if index not in pages:
+                pages[index] = c.page_id(index)
+            cost = self.cost(messages[index], index, block, tool, result, size, pages[index])
+            if size > cost:
+                worth.append((t, size - cost))
         results = sum(1 for t, _ in worth if t[3])
         input_count = len(worth) - results
         if results == 0:
@@ -178,7 +149,7 @@ class ToolResultClearing(tamp.Strategy):
         for (index, block, tool, result, size), gain in worth:
             clearing = by_message.get(index)
             if clearing is None:
-                clearing = Clearing(messages[index], index, c.page_id(index))
+                clearing = Clearing(messages[index], index, pages[index])
                 by_message[index] = clearing
             if result:
                 clearing.clear_result(block, self.note(tool, size, clearing.page))

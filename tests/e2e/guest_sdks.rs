@@ -1,0 +1,427 @@
+//! The guest SDKs as an author uses them, outside this repository:
+//!
+//! - their own unit tests, and the templates', run in plain CPython and Node against the
+//!   SDKs' fake hosts, in well under a second each, where a build and a conformance run take
+//!   minutes;
+//! - the fake hosts' page ids are the host's, byte for byte, for messages of every kind;
+//! - the WIT package each SDK ships is the host's;
+//! - each package builds from source (`python -m build`, `npm pack`), installs from the built
+//!   artifact into a directory of its own, builds a copy of its template with its own
+//!   `tamp-guest build` from a directory outside the repository, and the component conforms.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use tamp_conformance::Status;
+use tamp_e2e::guests::{componentize_js, guest_python};
+use tamp_e2e::serve_support::ScratchDir;
+use tamp_e2e::workspace_root;
+use tamp_plugin_api::{ContentBlock, Message, Role};
+
+use crate::conformance::kit_json;
+
+/// Runs `command`, or panics with what it printed; its output and how long it took.
+fn run(command: &mut Command, what: &str) -> (Output, Duration) {
+    let started = Instant::now();
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {:?}: {e}", command.get_program()));
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, took)
+}
+
+fn both(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The number after `prefix` on the line of `text` that starts with it.
+fn count_after(text: &str, prefix: &str) -> usize {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(prefix))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{text}"))
+}
+
+#[test]
+fn the_sdks_and_templates_unit_tests_run_against_the_fake_hosts_in_milliseconds() {
+    let root = workspace_root();
+    let python = guest_python();
+    for (dir, tests) in [("guests/python", "tests"), ("guests/python/template", ".")] {
+        let (out, took) = run(
+            Command::new(&python)
+                .args(["-m", "unittest", "discover", "-v", "-s", tests])
+                .current_dir(root.join(dir))
+                .env("PYTHONPATH", root.join("guests/python"))
+                .env("PYTHONDONTWRITEBYTECODE", "1"),
+            &format!("python -m unittest in {dir}"),
+        );
+        let text = both(&out);
+        let ran = count_after(&text, "Ran ");
+        assert!(ran >= 4 && text.contains("\nOK"), "{dir}:\n{text}");
+        eprintln!("{dir}: {ran} unit tests in {took:?} (CPython, fake host)");
+        assert!(took < Duration::from_secs(20), "{dir}: {took:?}");
+    }
+    let (out, took) = run(
+        Command::new("node")
+            .arg("--test")
+            .current_dir(root.join("guests/js")),
+        "node --test in guests/js",
+    );
+    let text = both(&out);
+    let (passed, failed) = (count_after(&text, "# pass"), count_after(&text, "# fail"));
+    assert!(passed >= 11 && failed == 0, "{text}");
+    assert!(
+        text.contains("old results are cleared"),
+        "the template's tests did not run:\n{text}"
+    );
+    eprintln!("guests/js: {passed} unit tests in {took:?} (Node, fake host)");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// Messages of every kind, with what JSON escapes (quotes, backslashes, control characters,
+/// non-ASCII, an astral character) in every string field.
+fn tricky_messages() -> Vec<Message> {
+    let odd = "say \"hi\" \\ tab\t nl\n cr\r bell\u{7} nul\u{0} é 漢 🦀 </tamp>";
+    let mut with_extra = Message::text(Role::User, odd);
+    with_extra.extra_json = r#"{"cache_control":{"type":"ephemeral"}}"#.into();
+    let mut summary = Message::text(Role::User, "a summary");
+    summary.summary = Some(tamp_plugin_api::SummaryInfo {
+        page_ref: "pg_0123456789abcdef0123456789abcdef".into(),
+        strategy: "s".into(),
+        status: tamp_plugin_api::SummaryStatus::Pending,
+    })
+    .into();
+    vec![
+        Message::text(Role::System, "You are terse."),
+        with_extra,
+        Message::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::text(odd),
+                ContentBlock::tool_use("call_1", "bash", r#"{"cmd":"ls \"a b\""}"#),
+                ContentBlock::Opaque {
+                    json: r#"{"type":"thinking","thinking":"hm"}"#.into(),
+                },
+            ],
+        ),
+        Message::new(
+            Role::Tool,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: "call_1".into(),
+                content: vec![
+                    tamp_plugin_api::ToolResultPart::Text { text: odd.into() },
+                    tamp_plugin_api::ToolResultPart::Opaque {
+                        json: r#"{"type":"image"}"#.into(),
+                    },
+                ]
+                .into(),
+                is_error: true,
+                extra_json: r#"{"x":1}"#.into(),
+            }],
+        ),
+        summary,
+    ]
+}
+
+#[test]
+fn the_fake_hosts_page_ids_are_the_hosts() {
+    let messages = tricky_messages();
+    // Each message alone, and all of them: what a clearing and a summary name.
+    let mut expected: Vec<String> = messages
+        .iter()
+        .map(|m| tamp_plugin_api::page::page_id(std::slice::from_ref(m)))
+        .collect();
+    expected.push(tamp_plugin_api::page::page_id(&messages));
+    let json = serde_json::to_string(&messages).unwrap();
+    let dir = ScratchDir::new("guest-page-ids");
+    let input = dir.join("messages.json");
+    std::fs::write(&input, &json).unwrap();
+    let root = workspace_root();
+
+    let (out, _) = run(
+        Command::new(guest_python())
+            .arg("-c")
+            .arg(
+                "import json, sys\n\
+                 from tamp_guest.testing import message_from_json, page_id\n\
+                 ms = [message_from_json(m) for m in json.load(open(sys.argv[1]))]\n\
+                 print('\\n'.join([page_id([m]) for m in ms] + [page_id(ms)]))",
+            )
+            .arg(&input)
+            .env("PYTHONPATH", root.join("guests/python"))
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+        "the Python fake host's page ids",
+    );
+    let python: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(python, expected, "Python");
+
+    let script = dir.join("ids.mjs");
+    std::fs::write(
+        &script,
+        format!(
+            "import {{ readFileSync }} from 'node:fs';\n\
+             import {{ messageFromJson, pageId }} from {:?};\n\
+             const ms = JSON.parse(readFileSync(process.argv[2], 'utf8')).map(messageFromJson);\n\
+             console.log([...ms.map((m) => pageId([m])), pageId(ms)].join('\\n'));\n",
+            root.join("guests/js/testing.js").display().to_string()
+        ),
+    )
+    .unwrap();
+    let (out, _) = run(
+        Command::new("node").arg(&script).arg(&input),
+        "the JavaScript fake host's page ids",
+    );
+    let js: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(js, expected, "JavaScript");
+}
+
+#[test]
+fn the_wit_each_sdk_ships_is_the_hosts() {
+    let root = workspace_root();
+    let wit = std::fs::read_to_string(root.join("plugin-abi/wit/tamp-strategy.wit")).unwrap();
+    for shipped in [
+        "guests/python/tamp_guest/wit/tamp-strategy.wit",
+        "guests/js/wit/tamp-strategy.wit",
+    ] {
+        let copy = std::fs::read_to_string(root.join(shipped)).unwrap();
+        assert!(
+            copy == wit,
+            "{shipped} differs from plugin-abi/wit/tamp-strategy.wit: copy it over \
+             (cp plugin-abi/wit/tamp-strategy.wit {shipped})"
+        );
+    }
+    let versions = [
+        std::fs::read_to_string(root.join("guests/python/tamp_guest/cli.py")).unwrap(),
+        std::fs::read_to_string(root.join("guests/js/bin/tamp-guest.js")).unwrap(),
+    ];
+    // The build commands pin the toolchains the tests build with.
+    let py = tamp_e2e::guests::COMPONENTIZE_PY
+        .split("==")
+        .nth(1)
+        .unwrap();
+    let js = tamp_e2e::guests::COMPONENTIZE_JS
+        .rsplit('@')
+        .next()
+        .unwrap();
+    assert!(versions[0].contains(&format!("COMPONENTIZE_PY = \"{py}\"")));
+    assert!(versions[1].contains(&format!("COMPONENTIZE_JS = \"{js}\"")));
+}
+
+/// `files` of `from` copied into `to`.
+fn copy_files(from: &Path, to: &Path, files: &[&str]) {
+    std::fs::create_dir_all(to).unwrap();
+    for file in files {
+        let (src, dst) = (from.join(file), to.join(file));
+        if src.is_dir() {
+            copy_dir(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() == "__pycache__" {
+            continue;
+        }
+        let dst = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &dst);
+        } else {
+            std::fs::copy(entry.path(), dst).unwrap();
+        }
+    }
+}
+
+/// The one file in `dir` whose name ends with `suffix`.
+fn built(dir: &Path, suffix: &str) -> PathBuf {
+    let found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?} in {}", dir.display());
+    found[0].clone()
+}
+
+/// `tamp conformance` of `wasm`, built from the `name` template: every rule passes.
+fn conforms(wasm: &Path, name: &str) {
+    let (code, report) = kit_json(wasm, &["--timeout", "60", "--cases", "3"]);
+    assert!(
+        report.passed && code == 0,
+        "{name} does not conform (exit {code}):\n{}",
+        report.to_text()
+    );
+    assert!(
+        report.rules.iter().all(|r| r.status != Status::Skipped),
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(report.meta.as_ref().expect("metadata").name, name);
+}
+
+#[test]
+fn the_python_package_builds_installs_and_builds_a_conforming_strategy_anywhere() {
+    let root = workspace_root();
+    let dir = ScratchDir::new("guest-python-package");
+    // The package's sources, as a release would take them from a checkout.
+    let src = dir.join("src");
+    copy_files(
+        &root.join("guests/python"),
+        &src,
+        &["pyproject.toml", "README.md", "tamp_guest"],
+    );
+    let dist = dir.join("dist");
+    run(
+        Command::new(guest_python())
+            .args(["-m", "build", "--no-isolation", "--outdir"])
+            .arg(&dist)
+            .arg(&src),
+        "python -m build (sdist and wheel)",
+    );
+    let wheel = built(&dist, "-py3-none-any.whl");
+    built(&dist, ".tar.gz");
+    assert!(
+        wheel.ends_with("tamp_guest-0.1.0-py3-none-any.whl"),
+        "{wheel:?}"
+    );
+
+    // A fresh environment holding the wheel (and the componentizer it pins), and an author's
+    // directory outside the repository holding a copy of the template.
+    let venv = dir.join("venv");
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        "python3 -m venv",
+    );
+    run(
+        Command::new(venv.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(&wheel),
+        "pip install of the built wheel",
+    );
+    let author = dir.join("my-strategy");
+    copy_files(
+        &root.join("guests/python/template"),
+        &author,
+        &["app.py", "test_app.py"],
+    );
+    let (out, _) = run(
+        Command::new(venv.join("bin/python"))
+            .args(["-m", "unittest", "-v"])
+            .current_dir(&author),
+        "the template's unit tests with the installed package",
+    );
+    assert!(count_after(&both(&out), "Ran ") >= 4, "{}", both(&out));
+    let (_, took) = run(
+        Command::new(venv.join("bin/tamp-guest"))
+            .args(["build", "app.py", "-o", "clear.wasm"])
+            .current_dir(&author),
+        "tamp-guest build",
+    );
+    eprintln!("tamp-guest build (Python) took {took:?}");
+    let started = Instant::now();
+    conforms(&author.join("clear.wasm"), "py-tool-result-clearing");
+    eprintln!(
+        "tamp conformance (Python template) took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn the_javascript_package_packs_installs_and_builds_a_conforming_strategy_anywhere() {
+    let root = workspace_root();
+    let dir = ScratchDir::new("guest-js-package");
+    let dist = dir.join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    run(
+        Command::new("npm")
+            .args(["pack", "--silent", "--pack-destination"])
+            .arg(&dist)
+            .current_dir(root.join("guests/js")),
+        "npm pack",
+    );
+    let tarball = built(&dist, ".tgz");
+    assert!(tarball.ends_with("tamp-guest-0.1.0.tgz"), "{tarball:?}");
+
+    // An author's directory outside the repository: a copy of the template, the package
+    // installed into it from the tarball (with the componentizer it pins).
+    let author = dir.join("my-strategy");
+    copy_files(
+        &root.join("guests/js/template"),
+        &author,
+        &["app.js", "app.test.js"],
+    );
+    std::fs::write(
+        author.join("package.json"),
+        r#"{"name": "my-strategy", "private": true, "type": "module"}"#,
+    )
+    .unwrap();
+    run(
+        Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefer-offline",
+                "--silent",
+            ])
+            .arg(&tarball)
+            .current_dir(&author),
+        "npm install of the packed tarball",
+    );
+    let installed = author.join("node_modules/tamp-guest");
+    for file in ["wit/tamp-strategy.wit", "testing.js", "bin/tamp-guest.js"] {
+        assert!(
+            installed.join(file).is_file(),
+            "{file} is not in the package"
+        );
+    }
+    assert!(!installed.join("test").exists() && !installed.join("template").exists());
+    let (out, _) = run(
+        Command::new("node").arg("--test").current_dir(&author),
+        "the template's unit tests with the installed package",
+    );
+    assert!(count_after(&both(&out), "# pass") >= 4, "{}", both(&out));
+    let (_, took) = run(
+        Command::new(author.join("node_modules/.bin/tamp-guest"))
+            .args(["build", "app.js", "-o", "clear.wasm"])
+            .current_dir(&author),
+        "tamp-guest build",
+    );
+    eprintln!("tamp-guest build (JavaScript) took {took:?}");
+    let started = Instant::now();
+    conforms(&author.join("clear.wasm"), "js-tool-result-clearing");
+    eprintln!(
+        "tamp conformance (JavaScript template) took {:?}",
+        started.elapsed()
+    );
+    // The tests' own componentize-js is the one the package pins.
+    assert!(componentize_js().is_file());
+}
