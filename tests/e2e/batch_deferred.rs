@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tamp_e2e::assert_ok;
 use tamp_e2e::mock_batches::{MockBatches, Outcome};
 use tamp_e2e::{corpus_mix, plugin, scratch_dir, tamp_bin, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
@@ -100,11 +101,7 @@ fn tamp(dir: &Path, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("run tamp");
-    assert!(
-        out.status.success(),
-        "tamp {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, format!("tamp {args:?} failed:\n"));
     out
 }
 
@@ -826,11 +823,7 @@ fn batch_commands_explain_a_missing_model_and_help() {
         .arg(tamp_e2e::workspace_root().join("examples/conversations/ponyc-4588.anthropic.json"))
         .output()
         .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    assert_ok(&made, "");
     let status = Command::new(tamp_bin())
         .current_dir(&dir)
         .args(["batch", "status", "--store", "s.sqlite3"])

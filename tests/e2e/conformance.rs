@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use tamp_conformance::{KitReport, Status};
+use tamp_e2e::assert_ok;
 use tamp_e2e::{plugin, tamp_bin};
 
 /// Every check but the 5 MB message and the SHOULD rule, for the broken variants: the rules
@@ -358,11 +359,7 @@ fn package_dependencies(package: &str, edges: &str) -> std::collections::BTreeSe
         ])
         .output()
         .expect("run cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree -p {package}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, format!("cargo tree -p {package}: "));
     String::from_utf8(out.stdout)
         .expect("utf-8")
         .lines()

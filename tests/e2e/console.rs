@@ -315,12 +315,7 @@ fn a_claude_code_session_shows_live_and_its_compactions_and_pages_open_in_the_br
     );
     assert_eq!(overloads, "POST /v1/messages 5291", "one answer 529");
     let metrics = rt.block_on(async {
-        let answer = proxy
-            .client
-            .get(proxy.url("/tamp/metrics"))
-            .send()
-            .await
-            .unwrap();
+        let answer = proxy.get("/tamp/metrics").await;
         answer.text().await.unwrap()
     });
     assert!(

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
+use tamp_e2e::{assert_ok, assert_stderr_has};
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
@@ -38,7 +39,7 @@ fn sha256sum(file: &Path) -> String {
 /// `tamp plugins hash <file>`'s line.
 fn pin_line(file: &Path) -> String {
     let out = tamp(&["plugins", "hash", file.to_str().unwrap()], Path::new("."));
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     text(&out.stdout).trim().to_string()
 }
 
@@ -105,12 +106,8 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
         "-",
     ];
     let out = tamp(&args, &dir);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("\"stage\": \"pinned\""),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_ok(&out, "");
+    assert_stderr_has(&out, "\"stage\": \"pinned\"");
 
     // Another plugin's bytes under the same name: refused with both hashes, the file and
     // the stage's line, by `tamp compact` and `tamp check-config` alike.
@@ -155,11 +152,7 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
     std::fs::write(dir.join("notes.txt"), b"abc").unwrap();
     let out = tamp(&["plugins", "hash", "notes.txt"], &dir);
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("notes.txt"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "notes.txt");
     let out = tamp(&["plugins", "hash", "no-such.so"], &dir);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("no-such.so"));
@@ -280,7 +273,7 @@ fn require_pins_refuses_an_unpinned_stage_at_start() {
         &["check-config", "--config", config.to_str().unwrap()],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let out = tamp(
         &[
             "check-config",
@@ -321,7 +314,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
     };
     for ok in ["allowed/strategy.so", "outside/link.so"] {
         let out = check(ok);
-        assert!(out.status.success(), "{ok}: {}", text(&out.stderr));
+        assert_ok(&out, format!("{ok}: "));
     }
     let outside = dir.join("outside/strategy.so").canonicalize().unwrap();
     let allowed = dir.join("allowed").canonicalize().unwrap();
@@ -409,11 +402,7 @@ fn the_security_docs_example_chain_checks() {
         &dir,
     );
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("sha256: expected 64 hex digits"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "sha256: expected 64 hex digits");
     write_chain(&dir, &toml.replace(placeholder, &pin_line(&library)));
     let out = tamp(
         &[
@@ -424,5 +413,5 @@ fn the_security_docs_example_chain_checks() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
 }

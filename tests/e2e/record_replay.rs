@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use tamp_e2e::assert_ok;
 use tamp_e2e::{scratch_dir, tamp_bin, workspace_root, write_chain};
 use tamp_host::providers::record::RecordedAnswer;
 
@@ -71,11 +72,7 @@ fn compact(dir: &Path, chain: &Path) -> Run {
         .current_dir(dir)
         .output()
         .expect("run tamp");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "");
     let report = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
     let input = serde_json::from_str(&std::fs::read_to_string(&input_path).unwrap()).unwrap();
     let output = serde_json::from_slice(&out.stdout).expect("the output is JSON");

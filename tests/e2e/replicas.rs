@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_ok;
 use tamp_e2e::mock_batches::MockBatches;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
@@ -157,21 +158,13 @@ fn the_cli_reads_pages_and_the_queue_of_the_shared_store_and_names_a_missing_url
         Some(&url),
         &["check-config", "--config", "chain.toml"],
     );
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_ok(&ok, "");
     let compacted = tamp_cli(
         &dir,
         Some(&url),
         &["compact", "in.json", "-c", "chain.toml", "-o", "out.json"],
     );
-    assert!(
-        compacted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&compacted.stderr)
-    );
+    assert_ok(&compacted, "");
     let out: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
     let refs = page_refs(&out);

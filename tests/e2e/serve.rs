@@ -212,27 +212,14 @@ async fn compacts_every_format_and_serves_pages_chain_health_and_metrics() {
         .unwrap()
         .contains("max_tokenz"));
     let response = server
-        .client
-        .get(server.url("/v1/pages/pg_00000000000000000000000000000000"))
-        .send()
-        .await
-        .unwrap();
+        .get("/v1/pages/pg_00000000000000000000000000000000")
+        .await;
     assert_eq!(response.status().as_u16(), 404);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not_found");
-    let response = server
-        .client
-        .get(server.url("/v2/nothing"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/v2/nothing").await;
     assert_eq!(response.status().as_u16(), 404);
-    let response = server
-        .client
-        .get(server.url("/v1/compact"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/v1/compact").await;
     assert_eq!(response.status().as_u16(), 405);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "method_not_allowed");
@@ -283,12 +270,7 @@ async fn bearer_token_and_body_limit() {
         assert_eq!(response.status().as_u16(), 401, "{path}");
     }
     // Health checks carry no credentials.
-    let response = server
-        .client
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/healthz").await;
     assert_eq!(response.status().as_u16(), 200);
 
     let response = server

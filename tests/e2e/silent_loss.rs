@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::{chain_stage_names, ScratchDir, Server};
+use tamp_e2e::{assert_ok, assert_stderr_has, assert_stdout_has};
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, workspace_root, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
@@ -358,12 +359,7 @@ async fn a_write_ahead_log_removed_under_load_loses_nothing_acknowledged() {
     }
     let removed_at = answered.load(Ordering::Relaxed);
     wait_for(removed_at + 20).await;
-    let health = server
-        .client
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .unwrap();
+    let health = server.get("/healthz").await;
     assert_eq!(health.status(), 503);
     let body = health.text().await.unwrap();
     assert!(
@@ -393,7 +389,7 @@ async fn a_write_ahead_log_removed_under_load_loses_nothing_acknowledged() {
         ],
         &dir,
     );
-    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert_ok(&listed, "");
     let listed = text(&listed.stdout);
     let lost: Vec<&String> = acknowledged
         .iter()
@@ -435,7 +431,7 @@ fn compacted_store(dir: &Path) -> (PathBuf, Vec<String>) {
         ],
         dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let pages = report["stages"]
         .as_array()
@@ -461,7 +457,7 @@ fn a_store_file_overwritten_in_place_fails_pages_verify() {
     let store_arg = store.to_str().unwrap();
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         stdout.starts_with(&format!("ok: {} page(s), ", pages.len()))
             && stdout.contains("the database's integrity check found nothing wrong"),
@@ -511,7 +507,7 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
     let (store, pages) = compacted_store(&dir);
     let store_arg = store.to_str().unwrap();
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         text(&out.stdout).starts_with(&format!("ok: {} page(s)", pages.len())),
         "{}",
@@ -526,11 +522,7 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
     let stdout = text(&out.stdout);
     assert!(stdout.contains(&pages[0]), "{stdout}");
     assert!(stdout.contains("no longer match its id"), "{stdout}");
-    assert!(
-        text(&out.stderr).contains("are damaged"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "are damaged");
     let out = tamp(&["pages", "show", &pages[0], "--store", store_arg], &dir);
     assert_eq!(
         out.status.code(),
@@ -538,11 +530,7 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
         "served as is: {}",
         text(&out.stdout)
     );
-    assert!(
-        text(&out.stderr).contains("no longer match its id"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "no longer match its id");
 }
 
 /// The same check on the shared store: a page row altered in PostgreSQL is refused, and
@@ -596,11 +584,7 @@ async fn a_page_altered_in_postgres_is_refused_and_pages_verify_names_it() {
         stdout.contains(&ids[1]) && !stdout.contains(&ids[0]),
         "{stdout}"
     );
-    assert!(
-        text(&out.stderr).contains("1 of 2 item(s)"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "1 of 2 item(s)");
 }
 
 /// Issue 32, point 5: a page's id covers its messages only; its seal covers the rest. A
@@ -725,19 +709,11 @@ fn pages_commands_read_a_store_in_a_directory_they_cannot_write() {
     if !root {
         std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    assert!(list.status.success(), "list: {}", text(&list.stderr));
-    assert!(
-        text(&list.stdout).contains(&pages[0]),
-        "{}",
-        text(&list.stdout)
-    );
-    assert!(show.status.success(), "show: {}", text(&show.stderr));
-    assert!(
-        text(&show.stdout).contains("\"messages\""),
-        "{}",
-        text(&show.stdout)
-    );
-    assert!(verify.status.success(), "verify: {}", text(&verify.stderr));
+    assert_ok(&list, "list: ");
+    assert_stdout_has(&list, &pages[0]);
+    assert_ok(&show, "show: ");
+    assert_stdout_has(&show, "\"messages\"");
+    assert_ok(&verify, "verify: ");
     assert_eq!(
         std::fs::read(&store).unwrap(),
         before,
@@ -799,7 +775,7 @@ fn check_config_names_the_field_the_users_plugin_file_and_the_store_line() {
 
     // A chain without stages is valid, with a warning.
     let out = check("empty.toml", "");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         text(&out.stderr).contains("warning: ") && text(&out.stderr).contains("no [[stage]]"),
         "{}",

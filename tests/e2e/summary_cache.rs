@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_ok;
 use tamp_e2e::chain_run::{compact, stage};
 use tamp_e2e::{corpus_mix, plugin, rt, scratch_dir, tamp_bin, write_chain, StageChain};
 use tamp_host::chain::{Chain, Compacted};
@@ -195,11 +196,7 @@ fn tamp(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
         .current_dir(dir)
         .output()
         .expect("run tamp");
-    assert!(
-        out.status.success(),
-        "tamp {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, format!("tamp {args:?} failed: "));
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     (report, String::from_utf8_lossy(&out.stdout).into_owned())

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_ok;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
 use tamp_e2e::{corpus_mix, scratch_dir, tamp_bin};
@@ -167,11 +168,7 @@ fn tamp_compact_continues_a_thread_across_invocations() {
             .current_dir(&dir)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out, "");
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
     };
     let first = run(150, &[]);

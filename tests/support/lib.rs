@@ -126,6 +126,61 @@ pub fn run_tamp(args: &[&str], dir: &Path) -> std::process::Output {
         .expect("run tamp")
 }
 
+/// [`run_tamp`] with `envs` set in tamp's environment (after `TAMP_LOG` is unset, so a test
+/// can set it again): for a provider's key, a store's URL variable, a log level.
+pub fn run_tamp_env(args: &[&str], dir: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    Command::new(tamp_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .env_remove("TAMP_LOG")
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run tamp")
+}
+
+/// [`run_tamp`], failing the test unless tamp succeeds: the message is
+/// `tamp {args:?} failed:` and its stderr.
+#[track_caller]
+pub fn run_tamp_ok(args: &[&str], dir: &Path) -> std::process::Output {
+    run_tamp_env_ok(args, dir, &[])
+}
+
+/// [`run_tamp_env`], failing the test unless tamp succeeds, as [`run_tamp_ok`] does.
+#[track_caller]
+pub fn run_tamp_env_ok(args: &[&str], dir: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    let out = run_tamp_env(args, dir, envs);
+    assert_ok(&out, format!("tamp {args:?} failed:\n"));
+    out
+}
+
+/// Fails the test unless the command behind `out` exited successfully, with the message
+/// `context` followed by the command's stderr: the check after every command a test expects
+/// to work, in one place.
+#[track_caller]
+pub fn assert_ok(out: &std::process::Output, context: impl std::fmt::Display) {
+    assert!(
+        out.status.success(),
+        "{context}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Fails the test unless the stderr of the command behind `out` contains `needle`, with that
+/// stderr as the message.
+#[track_caller]
+pub fn assert_stderr_has(out: &std::process::Output, needle: &str) {
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(needle), "{stderr}");
+}
+
+/// [`assert_stderr_has`] for stdout.
+#[track_caller]
+pub fn assert_stdout_has(out: &std::process::Output, needle: &str) {
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(needle), "{stdout}");
+}
+
 /// [`run_tamp`] with `stdin`, failing the test when tamp has not exited within `limit`
 /// (then it is killed): for what must never wait for ever (a FIFO, `/dev/zero`).
 pub fn run_tamp_within(

@@ -202,6 +202,11 @@ impl Server {
         (status, response.json().await.expect("JSON answer"))
     }
 
+    /// `GET path`, whatever its status (a transport error fails the test).
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.unwrap()
+    }
+
     /// `GET path` as JSON, asserting 200.
     pub async fn get_json(&self, path: &str) -> Value {
         let response = self
