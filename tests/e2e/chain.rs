@@ -10,6 +10,21 @@ use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire;
 use tamp_plugin_api::{Conversation, Message};
 
+/// A chain file's store and the head of its "archive" stage (the custom strategy), up to its
+/// `[stage.config]` line: the part two chains here share.
+fn archive_stage() -> String {
+    format!(
+        r#"[store]
+path = "pages.sqlite3"
+
+[[stage]]
+name = "archive"
+plugin = "{}"
+[stage.config]"#,
+        plugin("tamp_custom_strategy").display()
+    )
+}
+
 fn two_plugin_chain(tag: &str) -> Chain {
     let dir = scratch_dir(tag);
     let toml = format!(
@@ -20,13 +35,7 @@ high_watermark = 0.75
 low_watermark = 0.5
 keep_recent = 6
 
-[store]
-path = "pages.sqlite3"
-
-[[stage]]
-name = "archive"
-plugin = "{custom}"
-[stage.config]
+{archive}
 keep_exchanges = 2
 summary_tokens = 80
 
@@ -37,7 +46,7 @@ trigger = "always"
 [stage.config]
 mode = "ok"
 "#,
-        custom = plugin("tamp_custom_strategy").display(),
+        archive = archive_stage(),
         misbehaving = plugin("tamp_test_misbehaving").display(),
     );
     Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).expect("chain builds")
@@ -270,12 +279,7 @@ fn a_scripted_provider_from_the_chain_file_answers_records_and_fails_on_cue() {
     .unwrap();
     let toml = format!(
         r#"
-[budget]
-max_tokens = 2000
-keep_recent = 4
-[provider]
-kind = "scripted"
-script = "script.json"
+{}
 [store]
 path = "pages.sqlite3"
 [[stage]]
@@ -286,6 +290,7 @@ keep_exchanges = 0
 max_concurrency = 1
 max_summary_chars = 100
 "#,
+        tamp_e2e::SCRIPTED_2000_KEEP_4,
         plugin("tamp_custom_strategy").display()
     );
     let chain = Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).unwrap();
@@ -315,13 +320,7 @@ max_summary_chars = 100
     );
 
     // The over-long answer was cut to the cap before entering the conversation.
-    let summaries: Vec<String> = out
-        .conversation
-        .messages
-        .iter()
-        .filter(|m| m.is_summary())
-        .map(|m| m.joined_text())
-        .collect();
+    let summaries = tamp_e2e::compacted::summary_texts(&out.conversation);
     let cut = summaries
         .iter()
         .find(|t| t.contains("xxx"))
@@ -377,12 +376,7 @@ fn a_five_megabyte_tool_result_is_compacted_and_kept_whole_in_its_page() {
             },
         ))
         .unwrap();
-    assert_eq!(
-        out.report.stages[0].status,
-        StageStatus::Acted,
-        "{:?}",
-        out.report.stages[0]
-    );
+    tamp_e2e::compacted::assert_first_stage_acted(&out.report);
     assert!(
         out.report.tokens_after * 10 < out.report.tokens_before,
         "{:?}",
@@ -406,17 +400,11 @@ max_tokens = 8000
 keep_recent = 16
 {extra}
 
-[store]
-path = "pages.sqlite3"
-
-[[stage]]
-name = "archive"
-plugin = "{custom}"
-[stage.config]
+{archive}
 keep_exchanges = 0
 summarize = false
 "#,
-            custom = plugin("tamp_custom_strategy").display(),
+            archive = archive_stage(),
         );
         Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).expect("chain")
     };

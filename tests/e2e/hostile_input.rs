@@ -456,14 +456,7 @@ async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
         );
     }
     for path in ["/tamp/healthz", "/tamp/metrics"] {
-        let text = client
-            .get(proxy.url(path))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = tamp_e2e::get_text(&client, &proxy.url(path)).await;
         assert!(!text.contains(SECRET), "{path}: {text}");
     }
     let log = proxy.log_containing(&["http://[redacted]@127.0.0.1:9"]);

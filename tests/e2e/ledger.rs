@@ -708,13 +708,7 @@ fn batch_deferred_pages_placed_at_once_share_the_ledger_cap() {
         .unwrap();
     let tokens =
         tamp_host::tokens::TokenCounter::new(tamp_host::tokens::Encoding::O200kBase).unwrap();
-    let pending: Vec<String> = out
-        .conversation
-        .messages
-        .iter()
-        .filter(|m| m.is_summary())
-        .map(|m| m.joined_text())
-        .collect();
+    let pending = tamp_e2e::compacted::summary_texts(&out.conversation);
     assert!(pending.len() >= 3, "{} pages", pending.len());
     let ledgers: Vec<ledger::Ledger> = pending
         .iter()

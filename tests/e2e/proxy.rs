@@ -654,14 +654,7 @@ async fn errors_other_paths_and_tamps_own_routes() {
     assert_eq!(health["status"], "ok");
     let missing = client.get(proxy.url("/tamp/nope")).send().await.unwrap();
     assert_eq!(missing.status(), 404);
-    let metrics = client
-        .get(proxy.url("/tamp/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = tamp_e2e::get_text(&client, &proxy.url("/tamp/metrics")).await;
     for line in [
         "tamp_http_requests_total{route=\"POST /v1/messages\",status=\"429\"} 1",
         "tamp_http_requests_total{route=\"openai (passed through)\",status=\"200\"} 2",
@@ -1067,14 +1060,8 @@ async fn tamp_answers_openais_server_side_compaction_for_an_upstream_that_lacks_
         .starts_with("tamp:v1:"));
     assert!(on(&upstream.received(), "/v1/responses/compact").is_empty());
     // The pages hold what was taken out.
-    let page = client
-        .get(proxy.url(&format!("/tamp/v1/pages/{}", pages[0])))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page =
+        tamp_e2e::get_text(&client, &proxy.url(&format!("/tamp/v1/pages/{}", pages[0]))).await;
     assert!(page.contains("echo step 1"), "{page}");
 
     // The next turn, as Codex sends it: instructions, user messages, the compaction item, a

@@ -25,7 +25,7 @@ use tamp_e2e::serve_support::Server;
 use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain};
 use tamp_host::store::{self, NewDeferred, QueueState, StoreSpec};
 use tamp_host::wire::{self, WireFormat};
-use tamp_plugin_api::{ContentBlock, Conversation, LlmRequest, Role};
+use tamp_plugin_api::{Conversation, LlmRequest};
 
 const URL_VAR: &str = "TAMP_DATABASE_URL";
 const KEY_VAR: &str = "TAMP_REPLICAS_TEST_KEY";
@@ -52,14 +52,7 @@ fn open_store(url: &str) -> store::Store {
 
 /// `base` with its first user text changed, so it archives new pages.
 fn variant(base: &Conversation, tag: &str) -> Conversation {
-    let mut conv = base.clone();
-    let first = conv
-        .messages
-        .iter_mut()
-        .find(|m| m.role == Role::User && m.content.iter().any(|b| b.as_text().is_some()))
-        .expect("a user text");
-    first.content.push(ContentBlock::text(format!("({tag})")));
-    conv
+    tamp_e2e::variant(base, format!("({tag})"))
 }
 
 fn page_refs(conversation: &Value) -> Vec<String> {

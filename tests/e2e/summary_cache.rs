@@ -144,14 +144,7 @@ fn appending_keeps_the_cached_summary_word_for_word() {
         .iter()
         .all(|r| !r.prompt.contains(summary1.as_str())));
     // The page holds every message the appended summary stands for.
-    let page_ref = out2
-        .conversation
-        .messages
-        .iter()
-        .find_map(|m| m.summary_info())
-        .unwrap()
-        .page_ref
-        .to_string();
+    let page_ref = tamp_e2e::compacted::first_page_ref(&out2.conversation.messages);
     let page = rt().block_on(chain.store().get_page(&page_ref)).unwrap();
     assert_eq!(page.page.messages.len(), out2_span(&second, &out2));
 }
@@ -212,13 +205,7 @@ fn cli_chain(dir: &std::path::Path, cache_enabled: bool) -> std::path::PathBuf {
         dir,
         &format!(
             r#"
-[budget]
-max_tokens = 2000
-keep_recent = 4
-
-[provider]
-kind = "scripted"
-script = "script.json"
+{}
 
 [provider.price]
 input_per_mtok = 3.0
@@ -234,6 +221,7 @@ path = "store.sqlite3"
 name = "summarize"
 plugin = "{}"
 "#,
+            tamp_e2e::SCRIPTED_2000_KEEP_4,
             plugin("tamp_map_reduce_adaptive").display()
         ),
     )

@@ -17,6 +17,8 @@ pub mod browser;
 pub mod cdp;
 /// One compaction through a built chain and its first stage's report.
 pub mod chain_run;
+/// What a compaction left: its summaries' texts, their pages, the first stage's status.
+pub mod compacted;
 /// The docs' marked blocks (runnable commands, files a reader writes) and the scratch
 /// directory a reader's steps run in.
 pub mod docs;
@@ -303,6 +305,38 @@ pub fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) -> usize {
     }
     std::fs::write(file, bytes).unwrap();
     count
+}
+
+/// A chain file's head: a 2000-token budget keeping the 4 most recent messages, and the
+/// scripted provider answering from `script.json` beside the chain file.
+pub const SCRIPTED_2000_KEEP_4: &str = r#"[budget]
+max_tokens = 2000
+keep_recent = 4
+
+[provider]
+kind = "scripted"
+script = "script.json""#;
+
+/// `base` with `mark` added to its first user text, so a compaction of it archives new pages:
+/// the same conversation again, as a chain sees a new one.
+pub fn variant(base: &Conversation, mark: String) -> Conversation {
+    let mut conv = base.clone();
+    let first = conv
+        .messages
+        .iter_mut()
+        .find(|m| {
+            m.role == tamp_plugin_api::Role::User && m.content.iter().any(|b| b.as_text().is_some())
+        })
+        .expect("a user text");
+    first
+        .content
+        .push(tamp_plugin_api::ContentBlock::text(mark));
+    conv
+}
+
+/// `GET url` with `client`, its body as text (a transport or decoding error fails the test).
+pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    client.get(url).send().await.unwrap().text().await.unwrap()
 }
 
 /// Writes a chain file into `dir` and returns its path.
