@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use tamp_e2e::agent_upstream::{AgentUpstream, Exchange, ServerCompaction, Task, PLANTED_FACT};
+use tamp_e2e::assert_contains;
 use tamp_e2e::assert_ok;
 use tamp_e2e::serve_support::{ScratchDir, Server};
 use tamp_e2e::{plugin, tools};
@@ -871,7 +872,7 @@ fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(said.contains("context compacted"), "{said}");
+    assert_contains(&said, "context compacted");
     assert_compacted("codex exec", &exchanges.iter().collect::<Vec<_>>());
     let last = exchanges.last().unwrap();
     let pages = pages_in(last);
@@ -885,7 +886,7 @@ fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
         }
         archived
     });
-    assert!(archived.contains("echo step 1"), "{archived}");
+    assert_contains(&archived, "echo step 1");
     proxy.assert_secret_kept_out(KEY, &store);
 }
 
@@ -1505,6 +1506,6 @@ fn the_set_ups_in_docs_proxy_md_run_as_written() {
         assert_recalled(&format!("{agent} (docs/proxy.md)"), &out, &upstream, &proxy);
         // The proxy's access lines, at its default level.
         let log = proxy.log();
-        assert!(log.contains("INFO tamp::access: POST /v1/"), "{log}");
+        assert_contains(&log, "INFO tamp::access: POST /v1/");
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use tamp_e2e::assert_contains;
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
@@ -252,8 +253,8 @@ fn an_invalid_stage_config_is_rejected_with_the_field_and_line() {
             .expect("refused")
             .to_string();
         assert!(err.contains(field), "{err}");
-        assert!(err.contains("chain.toml:6:"), "{err}");
-        assert!(err.contains("stage \"a\""), "{err}");
+        assert_contains(&err, "chain.toml:6:");
+        assert_contains(&err, "stage \"a\"");
     }
 }
 
@@ -420,8 +421,8 @@ summarize = false
         .low_watermark_missed
         .as_deref()
         .expect("16 long messages keep the compaction above the low watermark");
-    assert!(missed.contains("protected messages alone"), "{missed}");
-    assert!(missed.contains("recent tail"), "{missed}");
+    assert_contains(missed, "protected messages alone");
+    assert_contains(missed, "recent tail");
 
     let bounded = rt
         .block_on(chain_with("keep_recent_tokens = 1500").compact(session.clone(), &options))

@@ -2,6 +2,7 @@
 
 use std::process::{Command, Output};
 
+use tamp_e2e::assert_contains;
 use tamp_e2e::{assert_ok, assert_stderr_has};
 use tamp_e2e::{
     plugin, run_tamp as tamp, scratch_dir, tamp_bin, text, workspace_root, write_chain,
@@ -30,9 +31,9 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
     );
     assert_ok(&out, "stderr: ");
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("stage archive-old-tool-calls (custom-strategy 0.1.0): acted"),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        "stage archive-old-tool-calls (custom-strategy 0.1.0): acted",
     );
 
     let compacted: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
@@ -209,7 +210,7 @@ fn bad_input_gets_a_clear_error_and_exit_status() {
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.starts_with("error: broken.json: "), "{err}");
-    assert!(err.contains("line"), "{err}");
+    assert_contains(&err, "line");
 
     std::fs::write(
         dir.join("orphan.json"),
@@ -235,7 +236,7 @@ fn bad_input_gets_a_clear_error_and_exit_status() {
         &dir,
     );
     let err = text(&out.stderr);
-    assert!(err.contains("chain.toml:2: budget.max_tokens"), "{err}");
+    assert_contains(&err, "chain.toml:2: budget.max_tokens");
 }
 
 #[test]
@@ -245,9 +246,9 @@ fn plugins_describe_prints_metadata_and_schema() {
     let out = tamp(&["plugins", "describe", p.to_str().unwrap()], &dir);
     assert_ok(&out, "");
     let s = text(&out.stdout);
-    assert!(s.contains("name:        custom-strategy"), "{s}");
-    assert!(s.contains("version:     0.1.0"), "{s}");
-    assert!(s.contains("\"keep_exchanges\""), "{s}");
+    assert_contains(&s, "name:        custom-strategy");
+    assert_contains(&s, "version:     0.1.0");
+    assert_contains(&s, "\"keep_exchanges\"");
 
     let out = tamp(
         &["plugins", "describe", "tamp_custom_strategy", "--json"],
@@ -274,7 +275,7 @@ fn help_explains_each_command() {
         let out = tamp(&args, &dir);
         assert!(out.status.success());
         let s = text(&out.stdout);
-        assert!(s.contains("Usage:"), "{s}");
+        assert_contains(&s, "Usage:");
     }
     let s = text(&tamp(&["compact", "--help"], &dir).stdout);
     assert!(s.contains("--config") && s.contains("--report"), "{s}");
@@ -510,9 +511,9 @@ fn compact_reading_stdin_from_a_terminal_says_so_and_piping_still_works() {
     let status = child.wait().unwrap();
     let all = reader.join().unwrap();
     let waiting = waiting.unwrap_or_else(|_| panic!("silent while waiting for stdin; then: {all}"));
-    assert!(
-        waiting.contains("reading the conversation from stdin (end with Ctrl-D)"),
-        "{waiting}"
+    assert_contains(
+        &waiting,
+        "reading the conversation from stdin (end with Ctrl-D)",
     );
     assert!(!status.success(), "an empty input is refused: {all}");
     drop(master);
@@ -557,7 +558,7 @@ fn a_format_flag_that_disagrees_with_the_body_is_warned_about_and_still_obeyed()
         "{err}"
     );
     // Read as told: the Anthropic blocks are opaque to the OpenAI reader.
-    assert!(err.contains("opaque:"), "{err}");
+    assert_contains(&err, "opaque:");
     // The format the body is in: no warning.
     let out = compact_ponyc(&dir, &["--format", "anthropic"]);
     assert_ok(&out, "");
@@ -576,7 +577,7 @@ fn compact_with_a_chain_of_no_stage_warns_as_check_config_does() {
     let checked = tamp_e2e::run_tamp(&["check-config", "--config", chain.to_str().unwrap()], &dir);
     assert_ok(&checked, "");
     let warning = text(&checked.stderr);
-    assert!(warning.contains("compacts nothing"), "{warning}");
+    assert_contains(&warning, "compacts nothing");
     let out = tamp_e2e::run_tamp(
         &[
             "compact",
@@ -721,9 +722,9 @@ fn pages_commands_on_a_store_not_created_yet_say_so_and_hint_only_without_a_flag
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(names), "{err}");
-        assert!(
-            err.contains("has not been created yet: no compaction has written to it"),
-            "{err}"
+        assert_contains(
+            &err,
+            "has not been created yet: no compaction has written to it",
         );
     }
     assert!(!text(&with_config.stderr).contains("pass --store"));
@@ -747,16 +748,13 @@ fn a_page_whose_messages_do_not_parse_is_reported_as_such() {
     let verify = tamp_e2e::run_tamp(&["pages", "verify", "--store", "s.sqlite3"], &dir);
     assert_eq!(verify.status.code(), Some(1), "{}", text(&verify.stderr));
     let stdout = text(&verify.stdout);
-    assert!(
-        stdout.contains(&format!("{page}: its messages do not parse: ")),
-        "{stdout}"
-    );
+    assert_contains(&stdout, &format!("{page}: its messages do not parse: "));
     assert!(!stdout.contains("no longer match its id"), "{stdout}");
     for id in [page.as_str(), &page[..15]] {
         let show = tamp_e2e::run_tamp(&["pages", "show", id, "--store", "s.sqlite3"], &dir);
         assert_eq!(show.status.code(), Some(1), "{}", text(&show.stdout));
         let err = text(&show.stderr);
-        assert!(err.contains("its messages do not parse: "), "{err}");
+        assert_contains(&err, "its messages do not parse: ");
         assert!(!err.contains("no longer match its id"), "{err}");
     }
 }
@@ -830,9 +828,9 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
     let out = tamp_e2e::run_tamp(&["plugins", "list", "--dir", "libs"], &dir);
     let (stdout, fixtures) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(stdout.lines().count(), 2, "{stdout}");
-    assert!(
-        fixtures.contains("(2 test fixture(s) of tamp's own tests not listed; --all lists them)"),
-        "{fixtures}"
+    assert_contains(
+        &fixtures,
+        "(2 test fixture(s) of tamp's own tests not listed; --all lists them)",
     );
     // A chain file may name a shipped plugin by its own name, and one it cannot find is
     // answered with the names there are.
@@ -857,10 +855,7 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
             );
         }
     }
-    assert!(
-        stderr.contains("warning: --dir missing: no such directory"),
-        "{stderr}"
-    );
+    assert_contains(&stderr, "warning: --dir missing: no such directory");
 }
 
 #[test]
@@ -998,7 +993,7 @@ fn the_text_report_names_the_pages_and_pages_list_dates_them_as_people_read_them
         .to_string();
     let short = &page[..15];
     let said = text(&out.stderr);
-    assert!(said.contains(&format!("\n    pages: {short}\n")), "{said}");
+    assert_contains(&said, &format!("\n    pages: {short}\n"));
     // The short ref the report names is what `pages show` takes.
     let show = tamp_e2e::run_tamp(&["pages", "show", short, "--store", "s.sqlite3"], &dir);
     assert_ok(&show, "");
@@ -1172,7 +1167,7 @@ fn a_thread_another_chain_answered_starts_over_and_the_report_says_why() {
             .is_some_and(|why| why.contains("another chain")),
         "{second}"
     );
-    assert!(said.contains("thread started over"), "{said}");
+    assert_contains(&said, "thread started over");
     let acted = second["stages"]
         .as_array()
         .unwrap()

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::assert_ok;
 use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, text, workspace_root};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
@@ -301,10 +302,7 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
     // The table's rows come before a blank line and the lost facts.
     let rows = table.lines().skip(1).take_while(|l| !l.is_empty()).count();
     assert_eq!(rows, runs.len(), "{table}");
-    assert!(
-        table.contains("facts not found in the final context:"),
-        "{table}"
-    );
+    assert_contains(&table, "facts not found in the final context:");
     let csv = eval(&["--output-format", "csv", "--one-shot-only"], &dir);
     assert!(csv.status.success());
     let csv = text(&csv.stdout);
@@ -562,7 +560,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"messages\": [").unwrap();
     let err = run(&["--config", chain, broken.to_str().unwrap()]);
-    assert!(err.contains("broken.json"), "{err}");
+    assert_contains(&err, "broken.json");
 
     let help = Command::new(tamp_bin())
         .args(["eval", "--help"])
@@ -1079,9 +1077,9 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
     assert_eq!(rows, expected, "{table}");
     for conversation in &conversations[..2] {
         for chain in chains {
-            assert!(
-                table.contains(&format!("  {conversation} / {chain} / one-shot: lost ")),
-                "{table}"
+            assert_contains(
+                &table,
+                &format!("  {conversation} / {chain} / one-shot: lost "),
             );
         }
     }
@@ -1122,7 +1120,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
         );
     }
     for chain in chains {
-        assert!(page.contains(&format!("</i>{chain}</span>")), "{page}");
+        assert_contains(&page, &format!("</i>{chain}</span>"));
     }
 }
 

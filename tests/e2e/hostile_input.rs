@@ -10,6 +10,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use tamp_e2e::assert_contains;
 use tamp_e2e::serve_support::ScratchDir;
 use tamp_e2e::{assert_ok, assert_stderr_has};
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
@@ -461,10 +462,7 @@ async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
     }
     let log = proxy.log_containing(&["http://[redacted]@127.0.0.1:9"]);
     assert!(log.contains("TRACE"), "not a trace log: {log}");
-    assert!(
-        log.contains("upstreams anthropic -> http://[redacted]@127.0.0.1:9"),
-        "{log}"
-    );
+    assert_contains(&log, "upstreams anthropic -> http://[redacted]@127.0.0.1:9");
     assert!(!log.contains(SECRET), "{log}");
     drop(proxy);
 
@@ -526,7 +524,7 @@ fn logs_to_a_file_carry_no_colour_codes() {
         .unwrap();
     assert!(status.success());
     let written = std::fs::read_to_string(dir.join("tamp.log")).unwrap();
-    assert!(written.contains("DEBUG"), "{written}");
+    assert_contains(&written, "DEBUG");
     assert!(!written.contains('\u{1b}'), "escape codes in the log file");
 }
 

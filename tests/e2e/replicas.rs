@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::assert_ok;
 use tamp_e2e::mock_batches::MockBatches;
 use tamp_e2e::postgres::PgServer;
@@ -189,7 +190,7 @@ fn the_cli_reads_pages_and_the_queue_of_the_shared_store_and_names_a_missing_url
     .unwrap();
     let status = tamp_cli(&dir, Some(&url), &["batch", "status", "-c", "chain.toml"]);
     let status = String::from_utf8_lossy(&status.stdout);
-    assert!(status.contains("queue: 3 queued, 0 submitted"), "{status}");
+    assert_contains(&status, "queue: 3 queued, 0 submitted");
 }
 
 /// A chain whose only stage defers its summaries; the worker of each replica sends them to

@@ -18,6 +18,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::{chain_stage_names, ScratchDir, Server};
 use tamp_e2e::{assert_ok, assert_stderr_has, assert_stdout_has};
@@ -285,10 +286,7 @@ async fn a_deleted_store_fails_healthz() {
     delete_store(&dir);
     let (status, body) = health(&server).await;
     assert_eq!(status, 503, "{body}");
-    assert!(
-        body.contains("was deleted or replaced while open"),
-        "{body}"
-    );
+    assert_contains(&body, "was deleted or replaced while open");
 }
 
 /// Removing `store.sqlite3-wal` and `-shm` under `tamp serve` went unseen: compaction went on
@@ -491,14 +489,8 @@ fn a_store_file_overwritten_in_place_fails_pages_verify() {
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(
-        stdout.contains("the database's integrity check: "),
-        "{stdout}"
-    );
-    assert!(
-        stderr.contains("are damaged; the database's integrity check found"),
-        "{stderr}"
-    );
+    assert_contains(&stdout, "the database's integrity check: ");
+    assert_contains(&stderr, "are damaged; the database's integrity check found");
 }
 
 #[test]
@@ -520,8 +512,8 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains(&pages[0]), "{stdout}");
-    assert!(stdout.contains("no longer match its id"), "{stdout}");
+    assert_contains(&stdout, &pages[0]);
+    assert_contains(&stdout, "no longer match its id");
     assert_stderr_has(&out, "are damaged");
     let out = tamp(&["pages", "show", &pages[0], "--store", store_arg], &dir);
     assert_eq!(
@@ -756,9 +748,9 @@ fn check_config_names_the_field_the_users_plugin_file_and_the_store_line() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("tamp-plugins-"), "{stderr}");
     let fake = dir.join("fake.so").canonicalize().unwrap();
-    assert!(
-        stderr.contains(&format!("plugin {}: not a tamp plugin", fake.display())),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        &format!("plugin {}: not a tamp plugin", fake.display()),
     );
 
     // A store that cannot be opened: the line of its setting.
@@ -768,9 +760,9 @@ fn check_config_names_the_field_the_users_plugin_file_and_the_store_line() {
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("store.toml:5: store.path: page store /proc/no-such-dir/s.sqlite3"),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        "store.toml:5: store.path: page store /proc/no-such-dir/s.sqlite3",
     );
 
     // A chain without stages is valid, with a warning.
@@ -838,8 +830,8 @@ fn compact_prints_a_plugin_error_once_and_invalid_utf8_by_byte_offset() {
     let out = child.wait_with_output().unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(&format!("<stdin>: invalid UTF-8 at byte offset {offset}")),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        &format!("<stdin>: invalid UTF-8 at byte offset {offset}"),
     );
 }

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::assert_ok;
 use tamp_e2e::rt;
 use tamp_e2e::{
@@ -309,10 +310,7 @@ fn an_invalid_config_names_the_field() {
         .err()
         .expect("refused");
     let message = err.to_string();
-    assert!(
-        message.contains("placeholder: unknown placeholder {size}"),
-        "{message}"
-    );
+    assert_contains(&message, "placeholder: unknown placeholder {size}");
 }
 
 /// `tamp compact` with the hybrid example chain: clearing acts first with no LLM call, the

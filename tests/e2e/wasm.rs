@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tamp_conformance::Status;
+use tamp_e2e::assert_contains;
 use tamp_e2e::guests::{component, Guest};
 use tamp_e2e::serve_support::{chain_stage_names, write_atomically, ScratchDir, Server};
 use tamp_e2e::{corpus, corpus_conversation, corpus_names, plugin, tamp_bin, write_chain};
@@ -359,9 +360,9 @@ fn a_component_for_another_world_or_with_other_imports_is_refused_naming_why() {
     assert_eq!(host.len(), random.len());
     std::fs::write(&wasi, patched(&built, &host, &random)).unwrap();
     let err = LoadedPlugin::load(&wasi).unwrap_err().to_string();
-    assert!(
-        err.contains(&format!("imports {random}, which tamp gives no guest")),
-        "{err}"
+    assert_contains(
+        &err,
+        &format!("imports {random}, which tamp gives no guest"),
     );
     // Not a component at all, and through the CLI the same words.
     let garbage = dir.join("garbage.wasm");
@@ -399,8 +400,8 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
     assert!(ok && hash_line.starts_with("sha256 = \""), "{hash_line}");
     let (ok, described, err) = tamp(&["plugins", "describe", wasm_arg]);
     assert!(ok, "{err}");
-    assert!(described.contains("py-tool-result-clearing"), "{described}");
-    assert!(described.contains("WebAssembly component"), "{described}");
+    assert_contains(&described, "py-tool-result-clearing");
+    assert_contains(&described, "WebAssembly component");
     let (ok, listed, err) = tamp(&["plugins", "list", "--dir", plugins.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(
@@ -559,7 +560,7 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
         ("rolled_back", "panicked"),
         "{message}"
     );
-    assert!(message.contains("the guest trapped"), "{message}");
+    assert_contains(&message, "the guest trapped");
     // A rule broken: rolled back by the invariant check.
     reload_to("break").await;
     let answer = send(ascii_turns(12)).await;
@@ -599,7 +600,7 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
         ("rolled_back", "panicked"),
         "{message}"
     );
-    assert!(message.contains("cap of 128 MiB"), "{message}");
+    assert_contains(&message, "cap of 128 MiB");
 
     // The template rebuilt (here: replaced by the JavaScript one): hot-reloaded.
     write_atomically(

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::assert_ok;
 use tamp_e2e::{corpus, run_tamp as tamp, scratch_dir, text, workspace_root};
 
@@ -43,7 +44,7 @@ fn responses_in_responses_out_and_pages_shown_as_items() {
     let input = dir.join("conversation.json");
     std::fs::write(&input, corpus("responses", "openhands_llama4_ponyc-4588")).unwrap();
     let (out, stderr, report) = compact(&dir, &input, "responses");
-    assert!(stderr.contains("acted"), "{stderr}");
+    assert_contains(&stderr, "acted");
     let out: Value = serde_json::from_str(&out).unwrap();
     assert!(out.get("messages").is_none());
     assert!(out["instructions"]

@@ -168,6 +168,12 @@ pub fn assert_ok(out: &std::process::Output, context: impl std::fmt::Display) {
     );
 }
 
+/// Fails the test unless `haystack` contains `needle`, with `haystack` as the message.
+#[track_caller]
+pub fn assert_contains(haystack: &str, needle: &str) {
+    assert!(haystack.contains(needle), "{haystack}");
+}
+
 /// Fails the test unless the stderr of the command behind `out` contains `needle`, with that
 /// stderr as the message.
 #[track_caller]
