@@ -36,7 +36,7 @@ use axum::response::Response;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 
-use crate::local_server::LocalServer;
+use crate::local_server::MockServer;
 
 /// A request's path and query, as a recorded request names it.
 pub fn request_target(uri: &Uri) -> String {
@@ -75,10 +75,7 @@ pub struct Received {
 impl Received {
     /// The first value of a header.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        crate::local_server::header(&self.headers, name)
     }
 
     /// The body parsed (`Null` when it is not JSON).
@@ -88,7 +85,8 @@ impl Received {
 }
 
 #[derive(Default)]
-struct Shared {
+/// What the handler records and reads.
+pub struct Shared {
     received: Mutex<Vec<Received>>,
     /// Requests seen per `x-mock-fail` key.
     fail_counts: Mutex<HashMap<String, u32>>,
@@ -99,10 +97,7 @@ struct Shared {
 }
 
 /// The running upstream; stopped when dropped.
-pub struct MockUpstream {
-    server: LocalServer,
-    shared: Arc<Shared>,
-}
+pub type MockUpstream = MockServer<Shared>;
 
 impl MockUpstream {
     pub fn start() -> Self {
@@ -118,25 +113,14 @@ impl MockUpstream {
     }
 
     fn start_with(record: bool) -> Self {
-        let shared = Arc::new(Shared {
-            started: Some(Instant::now()),
-            record,
-            ..Shared::default()
-        });
-        let state = Arc::clone(&shared);
-        let server =
-            LocalServer::start(move |_| axum::Router::new().fallback(handle).with_state(state));
-        MockUpstream { server, shared }
-    }
-
-    /// `http://127.0.0.1:PORT`: Anthropic's base URL.
-    pub fn url(&self) -> String {
-        self.server.url()
-    }
-
-    /// `http://127.0.0.1:PORT/v1`: OpenAI's base URL.
-    pub fn openai_url(&self) -> String {
-        self.server.openai_url()
+        MockServer::serve(
+            Shared {
+                started: Some(Instant::now()),
+                record,
+                ..Shared::default()
+            },
+            handle,
+        )
     }
 
     /// The requests received, in order (none for an upstream started unrecorded).

@@ -347,10 +347,7 @@ pub struct RawAnswer {
 
 impl RawAnswer {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        crate::local_server::header(&self.headers, name)
     }
 
     /// The body as JSON, panicking with the answer when it is not.
