@@ -1007,15 +1007,7 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
     if request["stream"] != json!(true) {
         return json_answer(&response);
     }
-    let mut sequence = 0u64;
-    let mut event = |mut data: Value| {
-        data["sequence_number"] = json!(sequence);
-        sequence += 1;
-        format!(
-            "event: {}\ndata: {data}\n\n",
-            data["type"].as_str().unwrap_or("")
-        )
-    };
+    let mut event = crate::mock_upstream::sequenced_events("");
     let mut started = response.clone();
     started["status"] = json!("in_progress");
     started["output"] = json!([]);
@@ -1041,16 +1033,7 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
 /// `/v1/responses/compact`: the user messages kept, then one `compaction` item (OpenAI's
 /// `CompactResource`).
 fn compact_answer(shared: &Shared, request: &Value, _answer: &Answer, n: u64) -> Response {
-    let mut output: Vec<Value> = request["input"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter(|i| i["type"] == "message" && i["role"] == "user")
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut output = crate::mock_upstream::user_messages(request);
     output.push(compaction_item(shared, n));
     json_answer(
         &json!({"id": format!("resp_{n:08}"), "object": "response.compaction", "output": output,

@@ -528,15 +528,7 @@ fn openai_response(request: &Value, n: u64, deltas: usize, delay: Duration) -> R
     if request["stream"] != json!(true) {
         return json_answer(Api::OpenAi, 200, &done, n);
     }
-    let mut sequence = 0u64;
-    let mut event = |mut data: Value| {
-        data["sequence_number"] = json!(sequence);
-        sequence += 1;
-        format!(
-            "event: {}\ndata: {data}\n\n",
-            data["type"].as_str().unwrap_or("unknown")
-        )
-    };
+    let mut event = sequenced_events("unknown");
     let started = response("in_progress", json!([]), Value::Null);
     let mut events = vec![
         event(json!({"type": "response.created", "response": started})),
@@ -597,9 +589,24 @@ fn openai_response(request: &Value, n: u64, deltas: usize, delay: Duration) -> R
     sse(Api::OpenAi, events, delay, n)
 }
 
-/// OpenAI's `CompactResource`: the request's user messages, then a `compaction` item.
-fn openai_compact(request: &Value, n: u64) -> Response {
-    let mut output: Vec<Value> = request["input"]
+/// A Responses stream's events, numbered in order (`sequence_number`) as OpenAI numbers them;
+/// `untyped` names an event without a `type`.
+pub(crate) fn sequenced_events(untyped: &'static str) -> impl FnMut(Value) -> String {
+    let mut sequence = 0u64;
+    move |mut data: Value| {
+        data["sequence_number"] = json!(sequence);
+        sequence += 1;
+        format!(
+            "event: {}\ndata: {data}\n\n",
+            data["type"].as_str().unwrap_or(untyped)
+        )
+    }
+}
+
+/// The user messages among a Responses request's `input` items, in order: what a
+/// `/v1/responses/compact` answer keeps.
+pub(crate) fn user_messages(request: &Value) -> Vec<Value> {
+    request["input"]
         .as_array()
         .map(|items| {
             items
@@ -608,7 +615,12 @@ fn openai_compact(request: &Value, n: u64) -> Response {
                 .cloned()
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// OpenAI's `CompactResource`: the request's user messages, then a `compaction` item.
+fn openai_compact(request: &Value, n: u64) -> Response {
+    let mut output = user_messages(request);
     output.push(json!({"type": "compaction", "id": format!("cmp_{n:024}"),
         "encrypted_content": format!("gAAAAB-mock-compaction-{n}")}));
     let body = json!({"id": format!("resp_{n:024}"), "object": "response.compaction",
