@@ -11,9 +11,7 @@ use tamp_e2e::assert_contains;
 use tamp_e2e::chain_run::{compact, stage};
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, without_ledger, StageChain};
-use tamp_host::budget::BudgetConfig;
-use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageStatus};
-use tamp_host::config::Trigger;
+use tamp_host::chain::{Chain, CompactOptions, Compacted, StageStatus};
 use tamp_host::loader::load_plugin;
 use tamp_host::providers::{
     ExtractiveSummarizer, Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse,
@@ -930,16 +928,7 @@ fn invalid_configs_are_refused_naming_the_field() {
         (json!({"structured": "yes"}), "structured"),
         (json!({"extra": "x"}), "extra"),
     ] {
-        let err = ChainBuilder::new(BudgetConfig::default())
-            .stage(
-                "s",
-                plugin.clone(),
-                config.clone(),
-                Trigger::Always,
-                Duration::from_secs(1),
-            )
-            .err()
-            .unwrap_or_else(|| panic!("{config} accepted"));
-        assert!(err.message.contains(field), "{config}: {}", err.message);
+        let err = tamp_e2e::refusal(&plugin, &config);
+        assert!(err.contains(field), "{config}: {err}");
     }
 }

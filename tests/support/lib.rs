@@ -345,6 +345,25 @@ pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
     client.get(url).send().await.unwrap().text().await.unwrap()
 }
 
+/// Why a chain refuses a stage of `plugin` with `config` (always triggered, a one-second
+/// timeout); fails the test when it accepts it.
+pub fn refusal(
+    plugin: &std::sync::Arc<tamp_host::loader::LoadedPlugin>,
+    config: &serde_json::Value,
+) -> String {
+    tamp_host::chain::ChainBuilder::new(tamp_host::budget::BudgetConfig::default())
+        .stage(
+            "s",
+            plugin.clone(),
+            config.clone(),
+            tamp_host::config::Trigger::Always,
+            std::time::Duration::from_secs(1),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{config} accepted"))
+        .message
+}
+
 /// Writes a chain file into `dir` and returns its path.
 pub fn write_chain(dir: &Path, toml: &str) -> PathBuf {
     let path = dir.join("chain.toml");
@@ -453,6 +472,18 @@ pub struct StageChain {
     over_budget: bool,
 }
 
+/// Builder methods that set a field of the same name and type.
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        $(
+            pub fn $field(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )*
+    };
+}
+
 impl StageChain {
     pub fn new(
         plugin_lib: &'static str,
@@ -509,29 +540,12 @@ impl StageChain {
         self
     }
 
-    pub fn max_tokens(mut self, n: u64) -> Self {
-        self.max_tokens = n;
-        self
-    }
-
-    pub fn keep_recent(mut self, n: u32) -> Self {
-        self.keep_recent = n;
-        self
-    }
-
-    pub fn encoding(mut self, encoding: tamp_host::tokens::Encoding) -> Self {
-        self.encoding = encoding;
-        self
-    }
-
-    pub fn llm_concurrency(mut self, n: usize) -> Self {
-        self.llm_concurrency = n;
-        self
-    }
-
-    pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.timeout = timeout;
-        self
+    setters! {
+        max_tokens: u64,
+        keep_recent: u32,
+        encoding: tamp_host::tokens::Encoding,
+        llm_concurrency: usize,
+        timeout: std::time::Duration,
     }
 
     pub fn build(self) -> tamp_host::chain::Chain {

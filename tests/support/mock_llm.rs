@@ -231,23 +231,23 @@ async fn handle(
         .await;
     }
     if api == Api::Anthropic {
-        if recorded.header("x-api-key").is_none() {
-            return respond(error_reply(
-                api,
+        for (header, status, kind, message) in [
+            (
+                "x-api-key",
                 401,
                 "authentication_error",
                 "x-api-key header is required",
-            ))
-            .await;
-        }
-        if recorded.header("anthropic-version").is_none() {
-            return respond(error_reply(
-                api,
+            ),
+            (
+                "anthropic-version",
                 400,
                 "invalid_request_error",
                 "anthropic-version: header is required",
-            ))
-            .await;
+            ),
+        ] {
+            if recorded.header(header).is_none() {
+                return respond(error_reply(api, status, kind, message)).await;
+            }
         }
     }
     let queued = shared.replies.lock().unwrap().pop_front();

@@ -258,27 +258,32 @@ pub fn npm_install(dir: &Path, package: &str) -> Result<(), String> {
         .stdin(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("running npm failed: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
+    succeeded(status, || {
+        format!(
             "npm install --prefix {} {package} failed ({status})",
             dir.display()
-        ))
-    }
+        )
+    })
 }
 
 fn run(command: &mut Command, what: &str) -> Result<(), String> {
     let status = command
         .status()
         .map_err(|e| format!("{what}: cannot run {:?}: {e}", command.get_program()))?;
+    succeeded(status, || {
+        format!("{what}: {:?} failed ({status})", command.get_program())
+    })
+}
+
+/// `Ok` when `status` is a success, else the error `failed` words.
+fn succeeded(
+    status: std::process::ExitStatus,
+    failed: impl FnOnce() -> String,
+) -> Result<(), String> {
     if status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{what}: {:?} failed ({status})",
-            command.get_program()
-        ))
+        Err(failed())
     }
 }
 
