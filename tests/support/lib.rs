@@ -472,12 +472,22 @@ pub struct StageChain {
     over_budget: bool,
 }
 
-/// Builder methods that set a field of the same name and type.
+/// Builder methods that set a field of the same name and type (`name: Type`), or an optional
+/// field to `Some` (`method => Some(field): Type`).
 macro_rules! setters {
     ($($field:ident: $ty:ty),* $(,)?) => {
         $(
             pub fn $field(mut self, $field: $ty) -> Self {
                 self.$field = $field;
+                self
+            }
+        )*
+    };
+    ($($(#[$doc:meta])* $method:ident => Some($field:ident): $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $method(mut self, $field: $ty) -> Self {
+                self.$field = Some($field);
                 self
             }
         )*
@@ -513,12 +523,6 @@ impl StageChain {
         self
     }
 
-    /// Archive pages here instead of a fresh in-memory store.
-    pub fn store(mut self, store: std::sync::Arc<dyn tamp_host::store::PageStore>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
     /// Without the summary cache (by default a chain on its own in-memory store caches there;
     /// a chain given a store does not).
     pub fn without_cache(mut self) -> Self {
@@ -526,18 +530,15 @@ impl StageChain {
         self
     }
 
-    /// Queue deferred summaries here (e.g. the same file store as the pages). A chain given
-    /// a store and no queue offers no deferred summaries; one on its own in-memory store
-    /// queues there.
-    pub fn queue_in(mut self, queue: std::sync::Arc<dyn tamp_host::store::DeferredQueue>) -> Self {
-        self.queue = Some(queue);
-        self
-    }
-
-    /// Keep the summary cache here (e.g. the same file store as the pages).
-    pub fn cache_in(mut self, cache: std::sync::Arc<dyn tamp_host::store::SummaryCache>) -> Self {
-        self.cache_store = Some(cache);
-        self
+    setters! {
+        /// Archive pages here instead of a fresh in-memory store.
+        store => Some(store): std::sync::Arc<dyn tamp_host::store::PageStore>,
+        /// Queue deferred summaries here (e.g. the same file store as the pages). A chain given
+        /// a store and no queue offers no deferred summaries; one on its own in-memory store
+        /// queues there.
+        queue_in => Some(queue): std::sync::Arc<dyn tamp_host::store::DeferredQueue>,
+        /// Keep the summary cache here (e.g. the same file store as the pages).
+        cache_in => Some(cache_store): std::sync::Arc<dyn tamp_host::store::SummaryCache>,
     }
 
     setters! {

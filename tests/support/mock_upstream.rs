@@ -174,35 +174,24 @@ async fn handle(
     };
 
     // Credentials, as the real APIs check them before anything else.
-    match api {
+    let refused = match api {
         Api::Anthropic if header("x-api-key").is_none() && header("authorization").is_none() => {
-            return error(
-                api,
-                401,
-                "authentication_error",
-                "x-api-key header is required",
-                n,
-            )
+            Some((401, "authentication_error", "x-api-key header is required"))
         }
-        Api::Anthropic if header("anthropic-version").is_none() => {
-            return error(
-                api,
-                400,
-                "invalid_request_error",
-                "anthropic-version: header is required",
-                n,
-            )
-        }
-        Api::OpenAi if header("authorization").is_none() => {
-            return error(
-                api,
-                401,
-                "invalid_request_error",
-                "You didn't provide an API key.",
-                n,
-            )
-        }
-        _ => {}
+        Api::Anthropic if header("anthropic-version").is_none() => Some((
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+        )),
+        Api::OpenAi if header("authorization").is_none() => Some((
+            401,
+            "invalid_request_error",
+            "You didn't provide an API key.",
+        )),
+        _ => None,
+    };
+    if let Some((status, kind, message)) = refused {
+        return error(api, status, kind, message, n);
     }
     if let Some(spec) = header("x-mock-fail") {
         let mut parts = spec.splitn(3, ':');
