@@ -673,14 +673,7 @@ fn a_store_flag_naming_a_file_the_user_cannot_read_says_permission_denied() {
             Some("chain.toml:2: store.path: page store"),
         ),
     ] {
-        let mut cmd = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(tamp_bin());
-            c
-        } else {
-            Command::new(tamp_bin())
-        };
+        let mut cmd = tamp_e2e::tamp_command_as_nobody(root);
         let out = cmd
             .args(&args)
             .current_dir("/")

@@ -406,16 +406,21 @@ fn summary_text(out: &tamp_host::chain::Compacted) -> String {
         .joined_text()
 }
 
-/// The summary map-reduce-adaptive writes of `input`, its model answering a fixed text.
-fn map_reduce_summary(input: Conversation) -> String {
-    let chain = StageChain::new(
+/// Map-reduce-adaptive summarizing all but the last two messages (no summary cache), its
+/// model answering a fixed text.
+fn map_reduce_chain() -> StageChain {
+    StageChain::new(
         "tamp_map_reduce_adaptive",
         json!({"none_below": 1, "brief_below": 2}),
         Arc::new(ScriptedProvider::always("The agent worked on the report.")),
     )
     .keep_recent(2)
     .without_cache()
-    .build();
+}
+
+/// The summary map-reduce-adaptive writes of `input`, its model answering a fixed text.
+fn map_reduce_summary(input: Conversation) -> String {
+    let chain = map_reduce_chain().build();
     let out = rt()
         .block_on(chain.compact(input, &CompactOptions::default()))
         .unwrap();
@@ -791,15 +796,7 @@ fn a_tool_call_that_writes_a_file_is_listed_and_one_that_failed_is_an_open_error
 fn with_ledgers_outside_the_watermarks_a_context_over_them_by_its_ledger_alone_is_left_as_it_is() {
     use tamp_host::budget::BudgetConfig;
     use tamp_host::tokens::{Encoding, TokenCounter};
-    let chain = StageChain::new(
-        "tamp_map_reduce_adaptive",
-        json!({"none_below": 1, "brief_below": 2}),
-        Arc::new(ScriptedProvider::always("The agent worked on the report.")),
-    )
-    .keep_recent(2)
-    .without_cache()
-    .over_budget()
-    .build();
+    let chain = map_reduce_chain().over_budget().build();
     let decisions = six_decisions();
     let texts: Vec<(Role, &str)> = decisions
         .iter()

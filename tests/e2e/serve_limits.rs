@@ -445,13 +445,8 @@ async fn compact_requires_a_json_content_type() {
         assert_eq!(health.status().as_u16(), 200);
     }
     let response = server
-        .client
-        .post(server.url("/v1/compact"))
-        .header("content-type", "Application/JSON; charset=utf-8")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+        .post_compact("Application/JSON; charset=utf-8", body)
+        .await;
     assert_eq!(response.status().as_u16(), 200);
     let metrics = server.metrics().await;
     assert_contains(&metrics, "tamp_compactions_total{outcome=\"ok\"} 1\n");
@@ -509,14 +504,7 @@ async fn every_error_body_is_json() {
     let mut body = br#"{"conversation": {"messages": [{"role": "user", "content": "ab"#.to_vec();
     let offset = body.len();
     body.extend_from_slice(b"\xff\xfecd\"}]}}");
-    let response = server
-        .client
-        .post(server.url("/v1/compact"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = server.post_compact("application/json", body).await;
     assert_eq!(response.status().as_u16(), 400);
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["error"]["code"], "invalid_request");

@@ -673,14 +673,7 @@ fn pages_commands_read_a_store_in_a_directory_they_cannot_write() {
         .map(|m| m.uid() == 0)
         .unwrap_or(false);
     let run = |args: &[&str]| -> Output {
-        let mut cmd = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(tamp_bin());
-            c
-        } else {
-            Command::new(tamp_bin())
-        };
+        let mut cmd = tamp_e2e::tamp_command_as_nobody(root);
         cmd.args(args)
             .current_dir("/")
             .stdin(Stdio::null())

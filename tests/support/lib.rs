@@ -222,6 +222,19 @@ pub fn run_tamp_within(
     }
 }
 
+/// A `tamp` command that runs as the unprivileged user 65534 (through `setpriv`) when `root`
+/// (the tests run as root, whom file permissions do not stop), else as this process's user.
+pub fn tamp_command_as_nobody(root: bool) -> Command {
+    if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(tamp_bin());
+        c
+    } else {
+        Command::new(tamp_bin())
+    }
+}
+
 /// Output bytes as text (lossy), for assertions and their messages.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

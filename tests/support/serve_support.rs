@@ -207,6 +207,22 @@ impl Server {
         self.client.get(self.url(path)).send().await.unwrap()
     }
 
+    /// `POST /v1/compact` with `body` as it is, sent as `content_type`; the answer, whatever its
+    /// status (a transport error fails the test).
+    pub async fn post_compact(
+        &self,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/compact"))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// `GET path` as JSON, asserting 200.
     pub async fn get_json(&self, path: &str) -> Value {
         let response = self
