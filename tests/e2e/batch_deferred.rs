@@ -29,23 +29,15 @@ const KEY_VAR: &str = "TAMP_BATCH_TEST_KEY";
 fn provider_store_batch(url: &str, batch_extra: &str) -> String {
     format!(
         r#"
-[provider]
-kind = "anthropic"
-model = "claude-test"
-base_url = "{url}"
-api_key_env = "{KEY_VAR}"
-max_retries = 1
-retry_initial_ms = 1
-retry_max_ms = 5
+{provider}
 
 [store]
 path = "store.sqlite3"
 
-[batch]
-submit_interval_secs = 0.05
-poll_interval_secs = 0.05
-{batch_extra}
-"#
+{batch}
+"#,
+        provider = tamp_e2e::mock_batches::provider_table(url, KEY_VAR),
+        batch = tamp_e2e::mock_batches::batch_table(batch_extra),
     )
 }
 
@@ -59,17 +51,11 @@ fn chain_file(dir: &Path, mock: &MockBatches, batch_extra: &str, stage_extra: &s
 max_tokens = 10000000
 keep_recent = 4
 {tables}
-[[stage]]
-name = "defer"
-plugin = "{plugin}"
-trigger = "always"
-[stage.config]
-compact_when = "always"
-min_messages = 4
+{stage}
 {stage_extra}
 "#,
             tables = provider_store_batch(&mock.url(), batch_extra),
-            plugin = plugin("tamp_batch_deferred").display(),
+            stage = tamp_e2e::mock_batches::defer_stage(),
         ),
     )
 }

@@ -23,7 +23,7 @@ use tamp_e2e::assert_ok;
 use tamp_e2e::mock_batches::MockBatches;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
-use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain};
+use tamp_e2e::{corpus_mix, scratch_dir, write_chain};
 use tamp_host::store::{self, NewDeferred, QueueState, StoreSpec};
 use tamp_host::wire::{self, WireFormat};
 use tamp_plugin_api::{Conversation, LlmRequest};
@@ -206,30 +206,15 @@ store = {{ kind = "postgres", url_env = "{URL_VAR}", pool_size = 4 }}
 max_tokens = 10000000
 keep_recent = 4
 
-[provider]
-kind = "anthropic"
-model = "claude-test"
-base_url = "{url}"
-api_key_env = "{KEY_VAR}"
-max_retries = 1
-retry_initial_ms = 1
-retry_max_ms = 5
+{provider}
 
-[batch]
-submit_interval_secs = 0.05
-poll_interval_secs = 0.05
-{batch_extra}
+{batch}
 
-[[stage]]
-name = "defer"
-plugin = "{plugin}"
-trigger = "always"
-[stage.config]
-compact_when = "always"
-min_messages = 4
+{stage}
 "#,
-            url = mock.url(),
-            plugin = plugin("tamp_batch_deferred").display(),
+            provider = tamp_e2e::mock_batches::provider_table(&mock.url(), KEY_VAR),
+            batch = tamp_e2e::mock_batches::batch_table(batch_extra),
+            stage = tamp_e2e::mock_batches::defer_stage(),
         ),
     )
 }
