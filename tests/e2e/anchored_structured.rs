@@ -63,33 +63,16 @@ fn session(topic: &str) -> Conversation {
         .iter()
         .enumerate()
     {
-        let id = format!("call_{topic}_{i}");
-        messages.push(Message::new(
-            Role::Assistant,
-            vec![ContentBlock::ToolUse {
-                id: id.clone().into(),
-                name: "read_file".into(),
-                input_json: json!({ "path": path }).to_string().into(),
-                extra_json: Default::default(),
-            }],
-        ));
-        messages.push(Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text {
-                    // Long enough that the span after the task outweighs a no-LLM summary.
-                    text: format!(
-                        "// {path}\nfn load() {{ /* {} lines of code */ }}\n{}",
-                        40 + i,
-                        "// configuration loading, validation and defaults\n".repeat(4)
-                    )
-                    .into(),
-                }]
-                .into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
+        messages.extend(tamp_e2e::tool_round_trip(
+            &format!("call_{topic}_{i}"),
+            "read_file",
+            &json!({ "path": path }).to_string(),
+            // Long enough that the span after the task outweighs a no-LLM summary.
+            &format!(
+                "// {path}\nfn load() {{ /* {} lines of code */ }}\n{}",
+                40 + i,
+                "// configuration loading, validation and defaults\n".repeat(4)
+            ),
         ));
     }
     messages.push(Message::text(

@@ -26,9 +26,7 @@ use tamp_host::providers::{
 };
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire;
-use tamp_plugin_api::{
-    sdk, ContentBlock, Conversation, LlmRequest, Message, Role, SummaryStatus, ToolResultPart,
-};
+use tamp_plugin_api::{sdk, ContentBlock, Conversation, LlmRequest, Message, Role, SummaryStatus};
 
 const NAME: &str = "map-reduce-adaptive";
 
@@ -197,29 +195,7 @@ fn levels_at_99_100_499_500_tokens() {
 
 /// A tool exchange in the Anthropic shape.
 fn exchange(id: &str, tool: &str, input: &str, output: &str) -> [Message; 2] {
-    [
-        Message::new(
-            Role::Assistant,
-            vec![ContentBlock::ToolUse {
-                id: id.into(),
-                name: tool.into(),
-                input_json: input.into(),
-                extra_json: Default::default(),
-            }],
-        ),
-        Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text {
-                    text: output.into(),
-                }]
-                .into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
-        ),
-    ]
+    tamp_e2e::tool_round_trip(id, tool, input, output)
 }
 
 /// `let value_N = compute value_N with input_N`, indented or not: a line of the generated code

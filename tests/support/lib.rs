@@ -377,6 +377,40 @@ pub fn refusal(
         .message
 }
 
+/// One tool round trip in the Anthropic shape: the assistant calling tool `name` with the
+/// JSON text `input_json` (call id `id`), then the user's message answering it with `result`.
+pub fn tool_round_trip(
+    id: &str,
+    name: &str,
+    input_json: &str,
+    result: &str,
+) -> [tamp_plugin_api::Message; 2] {
+    use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
+    [
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: id.into(),
+                name: name.into(),
+                input_json: input_json.into(),
+                extra_json: Default::default(),
+            }],
+        ),
+        Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: id.into(),
+                content: vec![ToolResultPart::Text {
+                    text: result.into(),
+                }]
+                .into(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        ),
+    ]
+}
+
 /// Writes a chain file into `dir` and returns its path.
 pub fn write_chain(dir: &Path, toml: &str) -> PathBuf {
     let path = dir.join("chain.toml");
