@@ -24,7 +24,7 @@
 mod replay;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tamp_e2e::stats::median;
 
 use replay::*;
@@ -32,13 +32,11 @@ use tamp_e2e::{corpus_conversation, corpus_mix, corpus_names, plugin};
 use tamp_host::chain::{CompactOptions, StageStatus};
 use tamp_host::config::Trigger;
 use tamp_host::loader::LoadedPlugin;
-use tamp_host::providers::ScriptedProvider;
-use tamp_host::services::{HostContext, StageIdentity, StageServices};
+use tamp_host::services::{StageIdentity, StageServices};
 use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
 use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Shared};
-use tokio::sync::Semaphore;
 
 fn rows() -> Vec<Row> {
     vec![
@@ -141,16 +139,7 @@ fn plugin_time(
 ) -> (f64, Vec<Edit>) {
     let tokens = Arc::new(TokenCounter::new(Encoding::O200kBase).expect("tokenizer"));
     let current = tokens.count_messages(&conversation.messages);
-    let ctx = Arc::new(HostContext {
-        provider: Arc::new(ScriptedProvider::always("unused")),
-        store: Arc::new(SqliteStore::in_memory().expect("store")),
-        cache: None,
-        queue: None,
-        tokens,
-        llm_permits: Arc::new(Semaphore::new(16)),
-        llm_timeout: Duration::from_secs(10),
-        progress: None,
-    });
+    let ctx = tamp_e2e::offline_host_context(tokens);
     let loaded = LoadedPlugin::load(&plugin("tamp_tool_result_clearing")).expect("loads");
     let strategy = loaded
         .instantiate(&serde_json::json!({}))

@@ -28,10 +28,8 @@ use tamp_host::config::Trigger;
 use tamp_host::loader::{load_plugin, LoadedPlugin};
 use tamp_host::providers::ScriptedProvider;
 use tamp_host::services::{HostContext, StageIdentity, StageServices};
-use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Shared, StrategyBox};
-use tokio::sync::Semaphore;
 
 fn mark(met: bool) -> &'static str {
     if met {
@@ -181,16 +179,7 @@ fn main() {
     tokens.count_messages(&conversation.messages);
     let bench = Bench {
         rt,
-        ctx: Arc::new(HostContext {
-            provider: Arc::new(ScriptedProvider::always("unused")),
-            store: Arc::new(SqliteStore::in_memory().expect("store")),
-            cache: None,
-            queue: None,
-            tokens,
-            llm_permits: Arc::new(Semaphore::new(16)),
-            llm_timeout: Duration::from_secs(10),
-            progress: None,
-        }),
+        ctx: tamp_e2e::offline_host_context(tokens),
         conversation,
         runs: if quick { 7 } else { 31 },
     };

@@ -307,21 +307,9 @@ fn a_memory_bomb_stops_at_the_cap() {
 
 /// `bytes` with every `from` replaced by `to` (the same length).
 fn patched(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
-    assert_eq!(from.len(), to.len());
-    let (from, to) = (from.as_bytes(), to.as_bytes());
     let mut out = bytes.to_vec();
-    let mut found = 0;
-    let mut i = 0;
-    while i + from.len() <= out.len() {
-        if &out[i..i + from.len()] == from {
-            out[i..i + from.len()].copy_from_slice(to);
-            found += 1;
-            i += from.len();
-        } else {
-            i += 1;
-        }
-    }
-    assert!(found > 0, "{} not found", String::from_utf8_lossy(from));
+    let found = tamp_e2e::replace_all(&mut out, from.as_bytes(), to.as_bytes());
+    assert!(found > 0, "{from} not found");
     out
 }
 

@@ -309,8 +309,16 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 /// Rewrites every occurrence of `from` in `file` with `to` (same length), behind the back of
 /// whatever wrote it: what bit rot or a hand edit does to a stored page. How many it rewrote.
 pub fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) -> usize {
-    assert_eq!(from.len(), to.len());
     let mut bytes = std::fs::read(file).unwrap();
+    let count = replace_all(&mut bytes, from, to);
+    std::fs::write(file, bytes).unwrap();
+    count
+}
+
+/// Replaces every occurrence of `from` in `bytes` with `to` (same length), in place; how many
+/// it replaced.
+pub fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) -> usize {
+    assert_eq!(from.len(), to.len());
     let mut count = 0;
     let mut i = 0;
     while i + from.len() <= bytes.len() {
@@ -322,8 +330,26 @@ pub fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) -> usize {
             i += 1;
         }
     }
-    std::fs::write(file, bytes).unwrap();
     count
+}
+
+/// A host context for the benches that call a strategy directly: a provider that must not be
+/// called (it answers "unused"), an in-memory store, no cache or queue, 16 LLM permits and a
+/// ten-second LLM timeout.
+pub fn offline_host_context(
+    tokens: std::sync::Arc<tamp_host::tokens::TokenCounter>,
+) -> std::sync::Arc<tamp_host::services::HostContext> {
+    use std::sync::Arc;
+    Arc::new(tamp_host::services::HostContext {
+        provider: Arc::new(tamp_host::providers::ScriptedProvider::always("unused")),
+        store: Arc::new(tamp_host::store::SqliteStore::in_memory().expect("store")),
+        cache: None,
+        queue: None,
+        tokens,
+        llm_permits: Arc::new(tokio::sync::Semaphore::new(16)),
+        llm_timeout: std::time::Duration::from_secs(10),
+        progress: None,
+    })
 }
 
 /// A chain file's head: a 2000-token budget keeping the 4 most recent messages, and the
