@@ -50,11 +50,7 @@ fn variant(base: &Conversation, n: usize) -> Conversation {
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let (deferred_runs, sync_runs) = if quick { (40, 2) } else { (200, 5) };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::two_worker_rt();
     let base = corpus_mix(MESSAGES);
     let dir = scratch_dir("bench-batch-deferred");
     let store = Arc::new(SqliteStore::open(&dir.join("store.sqlite3")).unwrap());

@@ -426,22 +426,19 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
     let (ok, _, err) = check(&chain("", "[plugins]\nallow_dirs = [\"elsewhere\"]\n\n"));
     assert!(!ok && err.contains("outside [plugins] allow_dirs"), "{err}");
     // Limits out of range, or on a stage whose plugin is not a component: refused at the key.
-    let (ok, _, err) = check(&write_chain(
-        &dir,
-        "[plugins.wasm]\nmemory_mib = 0\n\n[[stage]]\nname = \"clear\"\nplugin = \"plugins/clear.wasm\"\n",
-    ));
-    assert!(
-        !ok && err.contains(":2: plugins.wasm.memory_mib: 0 is out of range"),
-        "{err}"
-    );
-    let (ok, _, err) = check(&write_chain(
-        &dir,
-        "[[stage]]\nname = \"native\"\nplugin = \"custom-strategy\"\nwasm = { max_instances = 2 }\n",
-    ));
-    assert!(
-        !ok && err.contains("limits for a WebAssembly component"),
-        "{err}"
-    );
+    for (toml, says) in [
+        (
+            "[plugins.wasm]\nmemory_mib = 0\n\n[[stage]]\nname = \"clear\"\nplugin = \"plugins/clear.wasm\"\n",
+            ":2: plugins.wasm.memory_mib: 0 is out of range",
+        ),
+        (
+            "[[stage]]\nname = \"native\"\nplugin = \"custom-strategy\"\nwasm = { max_instances = 2 }\n",
+            "limits for a WebAssembly component",
+        ),
+    ] {
+        let (ok, _, err) = check(&write_chain(&dir, toml));
+        assert!(!ok && err.contains(says), "{err}");
+    }
 }
 
 /// A conversation of `n` plain ASCII user and assistant turns after a system prompt.

@@ -105,6 +105,21 @@ pub fn ensure_built() -> &'static Path {
     })
 }
 
+/// A multi-thread runtime of two workers: the benches' steadier figures.
+pub fn two_worker_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A bench's quick run: `TAMP_BENCH_QUICK` set (not empty, not 0) or a `quick` argument.
+pub fn bench_quick() -> bool {
+    std::env::var("TAMP_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
+        || std::env::args().any(|a| a == "quick")
+}
+
 /// The path of a built plugin library, e.g. `plugin("tamp_custom_strategy")`.
 pub fn plugin(lib_name: &str) -> PathBuf {
     let dir = ensure_built();
@@ -435,6 +450,50 @@ pub fn tool_round_trip(
             }],
         ),
     ]
+}
+
+/// One call of `strategy` straight through the plugin boundary (no chain), as a stage "bench"
+/// of strategy `strategy_name` on `ctx`, with `conversation` and `budget`: the call's wall
+/// time in ms, and its edits.
+pub fn direct_call(
+    rt: &tokio::runtime::Runtime,
+    ctx: &std::sync::Arc<tamp_host::services::HostContext>,
+    strategy_name: &str,
+    strategy: &tamp_plugin_api::StrategyBox,
+    conversation: &tamp_plugin_api::Shared<Conversation>,
+    budget: tamp_plugin_api::Budget,
+) -> (f64, Vec<tamp_plugin_api::Edit>) {
+    let services = tamp_host::services::StageServices::new(
+        std::sync::Arc::clone(ctx),
+        tamp_host::services::StageIdentity {
+            stage: "bench".into(),
+            strategy: strategy_name.into(),
+            config_hash: String::new(),
+        },
+        None,
+        None,
+    );
+    let request = tamp_plugin_api::CompactRequest {
+        conversation: tamp_plugin_api::Shared::clone(conversation),
+        budget,
+        host: services.to_ffi(),
+        stage: "bench".into(),
+    };
+    rt.block_on(async {
+        let started = std::time::Instant::now();
+        let outcome = strategy
+            .compact(request)
+            .await
+            .into_result()
+            .expect("compacts");
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let edits = outcome
+            .edits
+            .into_iter()
+            .map(|e| e.into_enum().expect("a known edit"))
+            .collect();
+        (ms, edits)
+    })
 }
 
 /// Writes a chain file into `dir` and returns its path.
