@@ -82,14 +82,7 @@ fn conversation(turns: usize, tag: &str) -> Conversation {
 }
 
 fn tamp(dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new(tamp_bin())
-        .current_dir(dir)
-        .env(KEY_VAR, "sk-ant-test-key")
-        .args(args)
-        .output()
-        .expect("run tamp");
-    assert_ok(&out, format!("tamp {args:?} failed:\n"));
-    out
+    tamp_e2e::run_tamp_env_ok(args, dir, &[(KEY_VAR, "sk-ant-test-key")])
 }
 
 fn summaries(conv: &Conversation) -> Vec<(usize, String, SummaryStatus, String)> {

@@ -156,14 +156,8 @@ pub fn run_tamp_env(args: &[&str], dir: &Path, envs: &[(&str, &str)]) -> std::pr
         .expect("run tamp")
 }
 
-/// [`run_tamp`], failing the test unless tamp succeeds: the message is
+/// [`run_tamp_env`], failing the test unless tamp succeeds: the message is
 /// `tamp {args:?} failed:` and its stderr.
-#[track_caller]
-pub fn run_tamp_ok(args: &[&str], dir: &Path) -> std::process::Output {
-    run_tamp_env_ok(args, dir, &[])
-}
-
-/// [`run_tamp_env`], failing the test unless tamp succeeds, as [`run_tamp_ok`] does.
 #[track_caller]
 pub fn run_tamp_env_ok(args: &[&str], dir: &Path, envs: &[(&str, &str)]) -> std::process::Output {
     let out = run_tamp_env(args, dir, envs);
