@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use tamp_e2e::StageChain;
 use tamp_host::chain::{Chain, CompactOptions};
 use tamp_host::providers::{ExtractiveSummarizer, Provider, ScriptedProvider, ScriptedResponse};
-use tamp_plugin_api::{ContentBlock, Conversation, Message, Role, ToolResultPart};
+use tamp_plugin_api::{Conversation, Message, Role};
 
 const ROUNDS: usize = 5;
 const PATHS_PER_PART: usize = 4;
@@ -84,29 +84,11 @@ fn part(part: usize) -> Vec<Message> {
         ),
     )];
     for i in 0..PATHS_PER_PART {
-        let id = format!("write_{part}_{i}");
-        messages.push(Message::new(
-            Role::Assistant,
-            vec![ContentBlock::ToolUse {
-                id: id.clone().into(),
-                name: "write_file".into(),
-                input_json: json!({"path": path(part, i), "content": "fn handle() {}"})
-                    .to_string()
-                    .into(),
-                extra_json: Default::default(),
-            }],
-        ));
-        messages.push(Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text {
-                    text: "written".into(),
-                }]
-                .into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
+        messages.extend(tamp_e2e::tool_round_trip(
+            &format!("write_{part}_{i}"),
+            "write_file",
+            &json!({"path": path(part, i), "content": "fn handle() {}"}).to_string(),
+            "written",
         ));
     }
     let paths: Vec<String> = (0..PATHS_PER_PART).map(|i| path(part, i)).collect();
@@ -155,10 +137,7 @@ struct Retention {
 /// Runs the five rounds; prints each round's sizes; returns what the last summary holds,
 /// counted in its JSON (`in_json`) or in its Markdown text.
 fn rounds(label: &str, chain: &Chain, in_json: bool) -> Retention {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::rt();
     let mut messages = vec![Message::text(Role::System, "You are a coding agent.")];
     let mut haystack = String::new();
     println!("{label}");

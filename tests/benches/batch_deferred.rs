@@ -28,7 +28,7 @@ use tamp_host::providers::PriceConfig;
 use tamp_host::providers::{ApiKey, ClientSettings, RetryPolicy, ScriptedProvider, StructuredMode};
 use tamp_host::store::queue::DeferredQueue;
 use tamp_host::store::{PageStore, SqliteStore};
-use tamp_plugin_api::{ContentBlock, Conversation, Role};
+use tamp_plugin_api::Conversation;
 
 const MESSAGES: usize = 1_000;
 const KEEP_RECENT: u32 = 10;
@@ -44,26 +44,13 @@ fn price() -> PriceConfig {
 
 /// `base` with its first user text changed, so its pages are new.
 fn variant(base: &Conversation, n: usize) -> Conversation {
-    let mut conv = base.clone();
-    let first = conv
-        .messages
-        .iter_mut()
-        .find(|m| m.role == Role::User && m.content.iter().any(|b| b.as_text().is_some()))
-        .expect("a user text");
-    first
-        .content
-        .push(ContentBlock::text(format!("(iteration {n})")));
-    conv
+    tamp_e2e::variant(base, format!("(iteration {n})"))
 }
 
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let (deferred_runs, sync_runs) = if quick { (40, 2) } else { (200, 5) };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::two_worker_rt();
     let base = corpus_mix(MESSAGES);
     let dir = scratch_dir("bench-batch-deferred");
     let store = Arc::new(SqliteStore::open(&dir.join("store.sqlite3")).unwrap());

@@ -274,10 +274,7 @@ fn latency(rt: &tokio::runtime::Runtime, iterations: usize) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::rt();
     calls_on_a_growing_trace(&rt, 500);
     latency(&rt, if quick { 3 } else { 9 });
 }

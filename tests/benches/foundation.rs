@@ -469,10 +469,7 @@ fn main() {
         assert!(!refused, "prctl(PR_SET_THP_DISABLE) failed");
         println!("transparent huge pages off for this process (small-pages)");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::rt();
     if wanted("ffi") {
         ffi_tax(&rt, if quick { 20 } else { 200 });
     }

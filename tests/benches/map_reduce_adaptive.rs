@@ -276,10 +276,7 @@ fn extractive(rt: &tokio::runtime::Runtime, conversation: &Conversation) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::rt();
     let tokens = TokenCounter::new(Encoding::O200kBase).unwrap();
     let conversation = conversation(&tokens);
     println!(

@@ -403,14 +403,7 @@ record = false
         .map_or("", |v| v.to_str().unwrap())
         .to_string();
     // The compaction's own time, as the proxy's metrics saw it (mean wait per request).
-    let metrics = client
-        .get(through.url("/tamp/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = tamp_e2e::get_text(&client, &through.url("/tamp/metrics")).await;
     let metric = |name: &str| {
         metrics
             .lines()

@@ -321,10 +321,7 @@ fn run_side_by_side(
         ..EvalOptions::default()
     };
     let plan = Plan::read(&args).unwrap_or_else(|e| panic!("{e:#}"));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::rt();
     rt.block_on(plan.run(&|line: &str| eprintln!("{line}")))
         .unwrap_or_else(|e| panic!("{e:#}"))
 }

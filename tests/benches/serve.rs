@@ -195,10 +195,7 @@ fn main() {
     } else {
         Duration::from_secs(30)
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tamp_e2e::rt();
     tamp_e2e::ensure_built();
     let (_steady_dir, steady_config) = setup("bench-serve-steady");
     let steady = runtime.block_on(run(&steady_config, duration, false));

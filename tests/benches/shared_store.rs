@@ -209,11 +209,7 @@ fn claim_rate(
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let (rounds, items) = if quick { (2, 2_000) } else { (5, 10_000) };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::two_worker_rt();
     let pg = PgServer::start();
     compaction_overhead(&rt, &pg, rounds);
 

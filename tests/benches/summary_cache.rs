@@ -110,10 +110,7 @@ fn session_run(
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let turns = if quick { 300 } else { 1_000 };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::rt();
     let (cuts, messages) = session(turns);
     println!(
         "summary cache: {turns} turns ({} messages), compacted after every {TURNS_PER_COMPACTION} \

@@ -24,7 +24,7 @@
 mod replay;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tamp_e2e::stats::median;
 
 use replay::*;
@@ -32,13 +32,10 @@ use tamp_e2e::{corpus_conversation, corpus_mix, corpus_names, plugin};
 use tamp_host::chain::{CompactOptions, StageStatus};
 use tamp_host::config::Trigger;
 use tamp_host::loader::LoadedPlugin;
-use tamp_host::providers::ScriptedProvider;
-use tamp_host::services::{HostContext, StageIdentity, StageServices};
 use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire::{self, WireFormat};
-use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Shared};
-use tokio::sync::Semaphore;
+use tamp_plugin_api::{Budget, Conversation, Edit, Shared};
 
 fn rows() -> Vec<Row> {
     vec![
@@ -141,16 +138,7 @@ fn plugin_time(
 ) -> (f64, Vec<Edit>) {
     let tokens = Arc::new(TokenCounter::new(Encoding::O200kBase).expect("tokenizer"));
     let current = tokens.count_messages(&conversation.messages);
-    let ctx = Arc::new(HostContext {
-        provider: Arc::new(ScriptedProvider::always("unused")),
-        store: Arc::new(SqliteStore::in_memory().expect("store")),
-        cache: None,
-        queue: None,
-        tokens,
-        llm_permits: Arc::new(Semaphore::new(16)),
-        llm_timeout: Duration::from_secs(10),
-        progress: None,
-    });
+    let ctx = tamp_e2e::offline_host_context(tokens);
     let loaded = LoadedPlugin::load(&plugin("tamp_tool_result_clearing")).expect("loads");
     let strategy = loaded
         .instantiate(&serde_json::json!({}))
@@ -159,43 +147,17 @@ fn plugin_time(
     let mut times = Vec::new();
     let mut edits = Vec::new();
     for _ in 0..runs {
-        let services = StageServices::new(
-            Arc::clone(&ctx),
-            StageIdentity {
-                stage: "bench".into(),
-                strategy: "tool-result-clearing".into(),
-                config_hash: String::new(),
-            },
-            None,
-            None,
-        );
-        let request = CompactRequest {
-            conversation: Shared::clone(&shared),
-            budget: Budget {
-                max_tokens: MAX_TOKENS,
-                high_watermark: MAX_TOKENS * 3 / 4,
-                low_watermark: MAX_TOKENS / 2,
-                keep_recent: KEEP_RECENT,
-                current_tokens: current,
-            },
-            host: services.to_ffi(),
-            stage: "bench".into(),
+        let budget = Budget {
+            max_tokens: MAX_TOKENS,
+            high_watermark: MAX_TOKENS * 3 / 4,
+            low_watermark: MAX_TOKENS / 2,
+            keep_recent: KEEP_RECENT,
+            current_tokens: current,
         };
-        let (elapsed, out) = rt.block_on(async {
-            let t = Instant::now();
-            let out = strategy
-                .compact(request)
-                .await
-                .into_result()
-                .expect("compacts");
-            (t.elapsed(), out)
-        });
-        times.push(elapsed.as_secs_f64() * 1e3);
-        edits = out
-            .edits
-            .into_iter()
-            .map(|e| e.into_enum().expect("a known edit"))
-            .collect();
+        let (ms, out) =
+            tamp_e2e::direct_call(rt, &ctx, "tool-result-clearing", &strategy, &shared, budget);
+        times.push(ms);
+        edits = out;
     }
     (median(times), edits)
 }
@@ -255,15 +217,10 @@ fn own_time(rt: &tokio::runtime::Runtime, runs: usize) -> (f64, f64) {
 // ---------------------------------------------------------------------------------------------
 
 fn main() {
-    let quick = std::env::var("TAMP_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-        || std::env::args().any(|a| a == "quick");
+    let quick = tamp_e2e::bench_quick();
     let turns = if quick { QUICK_TURNS } else { TURNS };
     let runs = if quick { 5 } else { 21 };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tamp_e2e::two_worker_rt();
     tamp_e2e::ensure_built();
     let counter = TokenCounter::new(Encoding::O200kBase).expect("tokenizer");
     let session = session(turns, &counter);

@@ -27,11 +27,9 @@ use tamp_host::chain::{ChainBuilder, CompactOptions};
 use tamp_host::config::Trigger;
 use tamp_host::loader::{load_plugin, LoadedPlugin};
 use tamp_host::providers::ScriptedProvider;
-use tamp_host::services::{HostContext, StageIdentity, StageServices};
-use tamp_host::store::SqliteStore;
+use tamp_host::services::HostContext;
 use tamp_host::tokens::{Encoding, TokenCounter};
-use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Shared, StrategyBox};
-use tokio::sync::Semaphore;
+use tamp_plugin_api::{Budget, Conversation, Edit, Shared, StrategyBox};
 
 fn mark(met: bool) -> &'static str {
     if met {
@@ -68,37 +66,14 @@ impl Bench {
         strategy: &StrategyBox,
         conversation: &Shared<Conversation>,
     ) -> (f64, Vec<Edit>) {
-        let services = StageServices::new(
-            Arc::clone(&self.ctx),
-            StageIdentity {
-                stage: "bench".into(),
-                strategy: "bench".into(),
-                config_hash: String::new(),
-            },
-            None,
-            None,
-        );
-        let request = CompactRequest {
-            conversation: Shared::clone(conversation),
-            budget: self.budget(conversation),
-            host: services.to_ffi(),
-            stage: "bench".into(),
-        };
-        self.rt.block_on(async {
-            let started = Instant::now();
-            let outcome = strategy
-                .compact(request)
-                .await
-                .into_result()
-                .expect("compacts");
-            let ms = started.elapsed().as_secs_f64() * 1e3;
-            let edits = outcome
-                .edits
-                .into_iter()
-                .map(|e| e.into_enum().expect("a known edit"))
-                .collect();
-            (ms, edits)
-        })
+        tamp_e2e::direct_call(
+            &self.rt,
+            &self.ctx,
+            "bench",
+            strategy,
+            conversation,
+            self.budget(conversation),
+        )
     }
 
     /// The median stage time of each of `strategies` on `conversation`, run in turn so noise
@@ -168,29 +143,15 @@ fn chain_time(bench: &Bench, plugin: Arc<LoadedPlugin>, config: serde_json::Valu
 }
 
 fn main() {
-    let quick = std::env::var("TAMP_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
-        || std::env::args().any(|a| a == "quick");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let quick = tamp_e2e::bench_quick();
+    let rt = tamp_e2e::two_worker_rt();
     tamp_e2e::ensure_built();
     let conversation = corpus_mix(1_000);
     let tokens = Arc::new(TokenCounter::new(Encoding::O200kBase).expect("tokenizer"));
     tokens.count_messages(&conversation.messages);
     let bench = Bench {
         rt,
-        ctx: Arc::new(HostContext {
-            provider: Arc::new(ScriptedProvider::always("unused")),
-            store: Arc::new(SqliteStore::in_memory().expect("store")),
-            cache: None,
-            queue: None,
-            tokens,
-            llm_permits: Arc::new(Semaphore::new(16)),
-            llm_timeout: Duration::from_secs(10),
-            progress: None,
-        }),
+        ctx: tamp_e2e::offline_host_context(tokens),
         conversation,
         runs: if quick { 7 } else { 31 },
     };

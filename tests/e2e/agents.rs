@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use tamp_e2e::agent_upstream::{AgentUpstream, Exchange, ServerCompaction, Task, PLANTED_FACT};
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::serve_support::{ScratchDir, Server};
 use tamp_e2e::{plugin, tools};
 
@@ -625,22 +627,14 @@ fn record_the_agents_sessions_into_the_fixtures() {
     let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
     let (home, work) = agent_dirs(&dir, "claude");
     let out = run(claude(&upstream.url(), &home, &work), "claude");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "");
     let fixture = session_fixture(tools::CLAUDE_CODE, &upstream.exchanges());
     std::fs::write(fixtures.join("claude-code.session.json"), fixture).unwrap();
 
     let upstream = AgentUpstream::start(KEY, STEPS, ServerCompaction::Present);
     let (home, work) = agent_dirs(&dir, "codex");
     let out = run(codex(&upstream.openai_url(), &home, &work, "", ""), "codex");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "");
     let fixture = session_fixture(tools::CODEX, &upstream.exchanges());
     std::fs::write(fixtures.join("codex.session.json"), fixture).unwrap();
 }
@@ -878,7 +872,7 @@ fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(said.contains("context compacted"), "{said}");
+    assert_contains(&said, "context compacted");
     assert_compacted("codex exec", &exchanges.iter().collect::<Vec<_>>());
     let last = exchanges.last().unwrap();
     let pages = pages_in(last);
@@ -892,7 +886,7 @@ fn codex_compacts_its_history_through_tamp_when_the_upstream_cannot() {
         }
         archived
     });
-    assert!(archived.contains("echo step 1"), "{archived}");
+    assert_contains(&archived, "echo step 1");
     proxy.assert_secret_kept_out(KEY, &store);
 }
 
@@ -1009,11 +1003,7 @@ fn assert_prompt_cache_holds(agent: &str) {
     let direct = AgentUpstream::start_task(KEY, TURNS, ServerCompaction::Present, task());
     let (home, work) = agent_dirs(&dir, "direct");
     let out = run(command(&direct.url(), &home, &work), agent);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "");
     let straight_exchanges = direct.exchanges();
     let straight = model_calls(&straight_exchanges);
     let straight_share = extending(&straight) as f64 / (straight.len() - 1) as f64;
@@ -1516,6 +1506,6 @@ fn the_set_ups_in_docs_proxy_md_run_as_written() {
         assert_recalled(&format!("{agent} (docs/proxy.md)"), &out, &upstream, &proxy);
         // The proxy's access lines, at its default level.
         let log = proxy.log();
-        assert!(log.contains("INFO tamp::access: POST /v1/"), "{log}");
+        assert_contains(&log, "INFO tamp::access: POST /v1/");
     }
 }

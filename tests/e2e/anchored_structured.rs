@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::chain_run::{compact, stage};
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, without_ledger, StageChain};
-use tamp_host::budget::BudgetConfig;
-use tamp_host::chain::{Chain, ChainBuilder, CompactOptions, Compacted, StageStatus};
-use tamp_host::config::Trigger;
+use tamp_host::chain::{Chain, CompactOptions, Compacted, StageStatus};
 use tamp_host::loader::load_plugin;
 use tamp_host::providers::{
     ExtractiveSummarizer, Provider, ProviderErrorKind, ScriptedProvider, ScriptedResponse,
@@ -64,33 +63,16 @@ fn session(topic: &str) -> Conversation {
         .iter()
         .enumerate()
     {
-        let id = format!("call_{topic}_{i}");
-        messages.push(Message::new(
-            Role::Assistant,
-            vec![ContentBlock::ToolUse {
-                id: id.clone().into(),
-                name: "read_file".into(),
-                input_json: json!({ "path": path }).to_string().into(),
-                extra_json: Default::default(),
-            }],
-        ));
-        messages.push(Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text {
-                    // Long enough that the span after the task outweighs a no-LLM summary.
-                    text: format!(
-                        "// {path}\nfn load() {{ /* {} lines of code */ }}\n{}",
-                        40 + i,
-                        "// configuration loading, validation and defaults\n".repeat(4)
-                    )
-                    .into(),
-                }]
-                .into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
+        messages.extend(tamp_e2e::tool_round_trip(
+            &format!("call_{topic}_{i}"),
+            "read_file",
+            &json!({ "path": path }).to_string(),
+            // Long enough that the span after the task outweighs a no-LLM summary.
+            &format!(
+                "// {path}\nfn load() {{ /* {} lines of code */ }}\n{}",
+                40 + i,
+                "// configuration loading, validation and defaults\n".repeat(4)
+            ),
         ));
     }
     messages.push(Message::text(
@@ -209,22 +191,10 @@ fn structured_answer_is_rendered_and_kept_in_the_page() {
     assert!(requests[0].prompt.contains("Never invent"));
 
     let text = summary_of(&out).joined_text();
-    assert!(
-        text.contains("## Session intent\nFix the failing loader tests."),
-        "{text}"
-    );
-    assert!(
-        text.contains("## Files modified\n- src/config/loader.rs\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("## Decisions made\n- Decision: defaults"),
-        "{text}"
-    );
-    assert!(
-        text.contains("## Open questions\n- Should the ini"),
-        "{text}"
-    );
+    assert_contains(&text, "## Session intent\nFix the failing loader tests.");
+    assert_contains(&text, "## Files modified\n- src/config/loader.rs\n");
+    assert_contains(&text, "## Decisions made\n- Decision: defaults");
+    assert_contains(&text, "## Open questions\n- Should the ini");
     assert!(
         text.ends_with("## Next steps\n- Add a regression test."),
         "{text}"
@@ -285,10 +255,7 @@ fn long_tool_output_and_narration_are_shown_by_head_and_tail_and_kept_whole_in_t
         if !whole {
             for (text, shown) in [(&output, 200), (&narration, 1_000)] {
                 let cut = text.chars().count() - shown;
-                assert!(
-                    prompt.contains(&format!("[…{cut} characters…]")),
-                    "{prompt}"
-                );
+                assert_contains(&prompt, &format!("[…{cut} characters…]"));
             }
             assert!(
                 prompt.len() < output.len() + narration.len(),
@@ -324,7 +291,7 @@ fn empty_sections_are_omitted() {
         "{text}"
     );
     assert!(!text.contains("## Open questions"), "{text}");
-    assert!(text.contains("## Next steps\n- Run the suite."), "{text}");
+    assert_contains(&text, "## Next steps\n- Run the suite.");
 }
 
 #[test]
@@ -364,10 +331,7 @@ fn incomplete_answer_falls_back_to_prose() {
     );
     assert_eq!(prose.max_output_tokens, 225);
     let text = summary_of(&out).joined_text();
-    assert!(
-        text.contains("## Summary\nThe agent fixed the loader defaults."),
-        "{text}"
-    );
+    assert_contains(&text, "## Summary\nThe agent fixed the loader defaults.");
     // No structured answer was accepted and there is no prior: no JSON claimed in the page.
     assert!(page_metadata(&chain, &out)["anchored_summary"].is_null());
 }
@@ -419,11 +383,11 @@ fn llm_errors_fall_back_down_to_the_no_llm_summary() {
     assert!(run.warnings[1].contains("prose summary failed"));
     assert!(run.warnings[1].contains("built without the LLM"));
     let text = summary_of(&out).joined_text();
-    assert!(text.contains("## What the messages show"), "{text}");
-    assert!(text.contains("2 tool call(s): read_file ×2"), "{text}");
-    assert!(
-        text.contains("file paths mentioned: src/config/loader.rs, tests/loader_test.rs"),
-        "{text}"
+    assert_contains(&text, "## What the messages show");
+    assert_contains(&text, "2 tool call(s): read_file ×2");
+    assert_contains(
+        &text,
+        "file paths mentioned: src/config/loader.rs, tests/loader_test.rs",
     );
 }
 
@@ -625,7 +589,7 @@ fn a_prior_anchored_summary_is_merged() {
         .is_some_and(|s| s.strategy.as_str() == NAME));
 
     let text = summary_of(&out).joined_text();
-    assert!(text.contains("- src/config/ini.rs"), "{text}");
+    assert_contains(&text, "- src/config/ini.rs");
 
     // Asked again, the same request is answered from the summary cache: no call is made.
     let again = compact(&chain, &grown);
@@ -645,11 +609,8 @@ fn a_prior_anchored_summary_is_merged() {
     let down = compact(&uncached, &grown);
     assert_eq!(stage(&down).details["path"], "no_llm");
     let text = summary_of(&down).joined_text();
-    assert!(
-        text.contains("## Files modified\n- src/config/loader.rs"),
-        "{text}"
-    );
-    assert!(text.contains("## Next steps\n- Add a test."), "{text}");
+    assert_contains(&text, "## Files modified\n- src/config/loader.rs");
+    assert_contains(&text, "## Next steps\n- Add a test.");
 }
 
 /// With the ledger on, the model is shown the prior's intent and not its lists: a small
@@ -676,10 +637,7 @@ fn with_the_ledger_the_model_is_shown_the_prior_s_intent_and_the_plugin_merges_i
 
     let request = &provider.requests()[1];
     let after_material = request.prompt.rsplit("</content>").next().unwrap();
-    assert!(
-        after_material.contains("Fix the loader so the CI tests pass."),
-        "{after_material}"
-    );
+    assert_contains(after_material, "Fix the loader so the CI tests pass.");
     assert!(
         !request
             .prompt
@@ -703,7 +661,7 @@ fn with_the_ledger_the_model_is_shown_the_prior_s_intent_and_the_plugin_merges_i
         json!(["Bisect the loader change.", "Release 1.2."])
     );
     let text = summary_of(&out).joined_text();
-    assert!(text.contains("- Bisect the loader change."), "{text}");
+    assert_contains(&text, "- Bisect the loader change.");
 }
 
 /// An answer that names no next step is complete once merged over a prior that has some, as
@@ -861,7 +819,7 @@ fn a_resent_history_is_summarized_only_in_its_new_part() {
     let request = &provider.requests()[1];
     let material = request.prompt.rsplit("<content>").next().unwrap();
     assert_eq!(material.matches(FILLER).count(), 8, "{material}");
-    assert!(material.contains("The ini tests fail"), "{material}");
+    assert_contains(material, "The ini tests fail");
     assert!(request.prompt.contains("An earlier anchored summary"));
     let merged = &page_metadata(&chain, &out2)["anchored_summary"];
     assert_eq!(
@@ -953,16 +911,7 @@ fn invalid_configs_are_refused_naming_the_field() {
         (json!({"structured": "yes"}), "structured"),
         (json!({"extra": "x"}), "extra"),
     ] {
-        let err = ChainBuilder::new(BudgetConfig::default())
-            .stage(
-                "s",
-                plugin.clone(),
-                config.clone(),
-                Trigger::Always,
-                Duration::from_secs(1),
-            )
-            .err()
-            .unwrap_or_else(|| panic!("{config} accepted"));
-        assert!(err.message.contains(field), "{config}: {}", err.message);
+        let err = tamp_e2e::refusal(&plugin, &config);
+        assert!(err.contains(field), "{config}: {err}");
     }
 }

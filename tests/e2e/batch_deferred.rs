@@ -7,6 +7,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::mock_batches::{MockBatches, Outcome};
 use tamp_e2e::{corpus_mix, plugin, scratch_dir, tamp_bin, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
@@ -27,23 +29,15 @@ const KEY_VAR: &str = "TAMP_BATCH_TEST_KEY";
 fn provider_store_batch(url: &str, batch_extra: &str) -> String {
     format!(
         r#"
-[provider]
-kind = "anthropic"
-model = "claude-test"
-base_url = "{url}"
-api_key_env = "{KEY_VAR}"
-max_retries = 1
-retry_initial_ms = 1
-retry_max_ms = 5
+{provider}
 
 [store]
 path = "store.sqlite3"
 
-[batch]
-submit_interval_secs = 0.05
-poll_interval_secs = 0.05
-{batch_extra}
-"#
+{batch}
+"#,
+        provider = tamp_e2e::mock_batches::provider_table(url, KEY_VAR),
+        batch = tamp_e2e::mock_batches::batch_table(batch_extra),
     )
 }
 
@@ -57,17 +51,11 @@ fn chain_file(dir: &Path, mock: &MockBatches, batch_extra: &str, stage_extra: &s
 max_tokens = 10000000
 keep_recent = 4
 {tables}
-[[stage]]
-name = "defer"
-plugin = "{plugin}"
-trigger = "always"
-[stage.config]
-compact_when = "always"
-min_messages = 4
+{stage}
 {stage_extra}
 "#,
             tables = provider_store_batch(&mock.url(), batch_extra),
-            plugin = plugin("tamp_batch_deferred").display(),
+            stage = tamp_e2e::mock_batches::defer_stage(),
         ),
     )
 }
@@ -94,18 +82,7 @@ fn conversation(turns: usize, tag: &str) -> Conversation {
 }
 
 fn tamp(dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new(tamp_bin())
-        .current_dir(dir)
-        .env(KEY_VAR, "sk-ant-test-key")
-        .args(args)
-        .output()
-        .expect("run tamp");
-    assert!(
-        out.status.success(),
-        "tamp {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    tamp_e2e::run_tamp_env_ok(args, dir, &[(KEY_VAR, "sk-ant-test-key")])
 }
 
 fn summaries(conv: &Conversation) -> Vec<(usize, String, SummaryStatus, String)> {
@@ -157,13 +134,13 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
         first.starts_with("[Pending summary: 21 messages, 10 user and 11 other turns]"),
         "{text}"
     );
-    assert!(text.contains("First (assistant): loop: on it"), "{text}");
-    assert!(text.contains("Last (assistant): loop answer 9"), "{text}");
+    assert_contains(text, "First (assistant): loop: on it");
+    assert_contains(text, "Last (assistant): loop answer 9");
     assert_eq!(out1.messages.len(), 1 + 1 + 1 + 4);
     assert_eq!(mock.sync_calls() + mock.creates(), 0);
     let status =
         String::from_utf8(tamp(&dir, &["batch", "status", "-c", "chain.toml"]).stdout).unwrap();
-    assert!(status.contains("1 queued, 0 submitted"), "{status}");
+    assert_contains(&status, "1 queued, 0 submitted");
 
     // 2. run-once submits; the server holds the batch in progress.
     let run =
@@ -172,7 +149,7 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
         run.contains("submitted 1 request(s) in 1 new batch(es)"),
         "{run}"
     );
-    assert!(run.contains("1 still running"), "{run}");
+    assert_contains(&run, "1 still running");
     let batches = mock.batches();
     assert_eq!(batches.len(), 1);
     assert!(batches[0].prompts[0].contains("loop question 0"));
@@ -194,14 +171,11 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
     mock.end_all();
     let run =
         String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
-    assert!(run.contains("1 done"), "{run}");
+    assert_contains(&run, "1 done");
     let status =
         String::from_utf8(tamp(&dir, &["batch", "status", "-c", "chain.toml"]).stdout).unwrap();
-    assert!(
-        status.contains("0 queued, 0 submitted, 1 done, 0 failed"),
-        "{status}"
-    );
-    assert!(status.contains("open batches: none"), "{status}");
+    assert_contains(&status, "0 queued, 0 submitted, 1 done, 0 failed");
+    assert_contains(&status, "open batches: none");
 
     // 4. The next compaction shows the final summary at the same place; nothing else moves.
     tamp(
@@ -224,7 +198,7 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
         text2.starts_with("[Summary: 21 messages, 10 user and 11 other turns]\nBatch summary: "),
         "{text2}"
     );
-    assert!(text2.contains("loop question 0"), "{text2}");
+    assert_contains(text2, "loop question 0");
     assert_eq!(out2.messages.len(), out1.messages.len());
     for (i, (a, b)) in out1.messages.iter().zip(&out2.messages).enumerate() {
         if i != *at {
@@ -248,7 +222,7 @@ fn full_loop_compact_submit_poll_apply_finalize_through_the_binary() {
         .stdout,
     )
     .unwrap();
-    assert!(shown.contains("loop answer 9"), "{shown}");
+    assert_contains(&shown, "loop answer 9");
     assert_eq!(mock.creates(), 1);
     assert_eq!(mock.sync_calls(), 0);
 }
@@ -662,14 +636,14 @@ fn kill_9_between_submit_and_results_loses_nothing_and_doubles_nothing() {
          of {lease:?}: a machine this slow needs a longer lease",
         started.elapsed()
     );
-    assert!(early.contains("polled 0 batch(es)"), "{early}");
+    assert_contains(&early, "polled 0 batch(es)");
     // The lease ends at most `lease` after the kill (its last claim came before it).
     std::thread::sleep(lease.saturating_sub(killed_at.elapsed()));
 
     // After the lease: the results are applied once, nothing resubmitted.
     let run =
         String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
-    assert!(run.contains(&format!("{} done", pending.len())), "{run}");
+    assert_contains(&run, &format!("{} done", pending.len()));
     let run =
         String::from_utf8(tamp(&dir, &["batch", "run-once", "-c", "chain.toml"]).stdout).unwrap();
     assert!(
@@ -726,12 +700,7 @@ async fn a_hundred_pages_queued_at_once_go_out_in_one_batch() {
         .compact(input, &CompactOptions::default())
         .await
         .unwrap();
-    assert_eq!(
-        out.report.stages[0].status,
-        StageStatus::Acted,
-        "{:?}",
-        out.report.stages[0]
-    );
+    tamp_e2e::compacted::assert_first_stage_acted(&out.report);
     let pending = summaries(&out.conversation);
     assert_eq!(pending.len(), 100);
     let queue = queue_at(&dir);
@@ -797,11 +766,11 @@ fn batch_commands_explain_a_missing_model_and_help() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("batch.model: required unless provider.kind = \"anthropic\""),
-        "{err}"
+    assert_contains(
+        &err,
+        "batch.model: required unless provider.kind = \"anthropic\"",
     );
-    assert!(err.contains("chain.toml"), "{err}");
+    assert_contains(&err, "chain.toml");
     let help = Command::new(tamp_bin())
         .args(["batch", "--help"])
         .output()
@@ -826,11 +795,7 @@ fn batch_commands_explain_a_missing_model_and_help() {
         .arg(tamp_e2e::workspace_root().join("examples/conversations/ponyc-4588.anthropic.json"))
         .output()
         .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    assert_ok(&made, "");
     let status = Command::new(tamp_bin())
         .current_dir(&dir)
         .args(["batch", "status", "--store", "s.sqlite3"])
@@ -868,10 +833,7 @@ fn tamp_serve_runs_the_worker_and_reports_it_in_metrics() {
     loop {
         let metrics = rt.block_on(server.metrics());
         if metrics.contains("tamp_batch_requests_succeeded_total 1") {
-            assert!(
-                metrics.contains("tamp_batch_batches_created_total 1"),
-                "{metrics}"
-            );
+            assert_contains(&metrics, "tamp_batch_batches_created_total 1");
             break;
         }
         assert!(
@@ -1211,7 +1173,7 @@ fn run_once_exits_1_with_the_error_on_stderr_when_a_batch_cannot_be_sent() {
             .starts_with("creating a batch of 1:"),
         "{report}"
     );
-    assert!(stderr.contains("error: creating a batch of 1:"), "{stderr}");
+    assert_contains(&stderr, "error: creating a batch of 1:");
 
     // Nothing to send, nothing open: no API call failed, exit 0.
     let (code, stdout, stderr) = tamp_any(
@@ -1226,7 +1188,7 @@ fn run_once_exits_1_with_the_error_on_stderr_when_a_batch_cannot_be_sent() {
         ],
     );
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stdout.contains("submitted 0 request(s)"), "{stdout}");
+    assert_contains(&stdout, "submitted 0 request(s)");
     assert!(!stderr.contains("error"), "{stderr}");
 
     // The exit statuses are documented.
@@ -1275,14 +1237,11 @@ fn batch_work_warns_of_each_failed_pass_and_prints_a_json_report_per_pass() {
         stderr.contains("tamp batch: warning: submit pass: creating a batch of 1:"),
         "the API error as a warning: {stderr}"
     );
-    assert!(
-        stderr.contains("tamp batch: warning: submit pass: 1 request(s) failed for good"),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        "tamp batch: warning: submit pass: 1 request(s) failed for good",
     );
-    assert!(
-        stderr.contains("stopped; 0 submitted, 0 succeeded, 1 failed"),
-        "{stderr}"
-    );
+    assert_contains(&stderr, "stopped; 0 submitted, 0 succeeded, 1 failed");
 
     // One JSON object per line, a line per pass: both kinds of pass, the failed one among
     // them with the fields of `run-once --json`.
@@ -1370,10 +1329,7 @@ fn batch_commands_on_a_chain_with_nothing_to_batch_say_what_to_add_and_create_no
     );
     let (code, _, stderr) = tamp_any(&dir, &["batch", "run-once", "-c", "chain.toml"]);
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(
-        stderr.contains("chain.toml:7: stage \"defer\" defers its summaries (plugin batch-deferred), but the chain has no [batch] section"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("api_key_env = "), "{stderr}");
+    assert_contains(&stderr, "chain.toml:7: stage \"defer\" defers its summaries (plugin batch-deferred), but the chain has no [batch] section");
+    assert_contains(&stderr, "api_key_env = ");
     assert!(!dir.join("store.sqlite3").exists());
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::chain_run::stage;
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, plugin, scratch_dir, write_chain};
@@ -313,7 +314,7 @@ fn twelve_eligible_with_the_oldest_thirty_back_trigger_on_size() {
             )),
             "{text}"
         );
-        assert!(text.contains("nothing decisive"), "{text}");
+        assert_contains(text, "nothing decisive");
     }
 
     // Each request names the tool, its input and its result, inside the material.
@@ -322,14 +323,8 @@ fn twelve_eligible_with_the_oldest_thirty_back_trigger_on_size() {
     for request in &requests {
         let prompt = request.prompt.as_str();
         let n: usize = prompt.split("probe-").nth(1).unwrap()[..3].parse().unwrap();
-        assert!(
-            prompt.contains(&format!("called {}(", TOOLS[n % 3])),
-            "{prompt}"
-        );
-        assert!(
-            prompt.contains(&format!("\"path\":\"src/module_{n}\"")),
-            "{prompt}"
-        );
+        assert_contains(prompt, &format!("called {}(", TOOLS[n % 3]));
+        assert_contains(prompt, &format!("\"path\":\"src/module_{n}\""));
         assert!(prompt.contains(&format!("{} returned: probe-{n:03} line 0", TOOLS[n % 3])));
         assert!(prompt.contains("<content>"));
         assert!(request.label.starts_with("tool exchanges at messages "));
@@ -698,12 +693,9 @@ fn openai_input_with_parallel_calls_comes_back_valid_openai() {
     );
     // The parallel call's prompt holds both calls and both results, named by call id.
     let first = &h.provider.requests()[0].prompt;
-    assert!(
-        first.contains("called grep({\"pattern\":\"probe-100\"})"),
-        "{first}"
-    );
-    assert!(first.contains("read_file returned: [package]"), "{first}");
-    assert!(first.contains("grep returned: src/lib.rs:12"), "{first}");
+    assert_contains(first, "called grep({\"pattern\":\"probe-100\"})");
+    assert_contains(first, "read_file returned: [package]");
+    assert_contains(first, "grep returned: src/lib.rs:12");
 
     assert_wire_round_trip(&out.conversation, WireFormat::OpenAi, "openai output");
 }

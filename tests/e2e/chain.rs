@@ -3,12 +3,28 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use tamp_e2e::assert_contains;
 use tamp_e2e::rt;
 use tamp_e2e::{assert_wire_round_trip, corpus, corpus_names, plugin, scratch_dir, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire;
 use tamp_plugin_api::{Conversation, Message};
+
+/// A chain file's store and the head of its "archive" stage (the custom strategy), up to its
+/// `[stage.config]` line: the part two chains here share.
+fn archive_stage() -> String {
+    format!(
+        r#"[store]
+path = "pages.sqlite3"
+
+[[stage]]
+name = "archive"
+plugin = "{}"
+[stage.config]"#,
+        plugin("tamp_custom_strategy").display()
+    )
+}
 
 fn two_plugin_chain(tag: &str) -> Chain {
     let dir = scratch_dir(tag);
@@ -20,13 +36,7 @@ high_watermark = 0.75
 low_watermark = 0.5
 keep_recent = 6
 
-[store]
-path = "pages.sqlite3"
-
-[[stage]]
-name = "archive"
-plugin = "{custom}"
-[stage.config]
+{archive}
 keep_exchanges = 2
 summary_tokens = 80
 
@@ -37,7 +47,7 @@ trigger = "always"
 [stage.config]
 mode = "ok"
 "#,
-        custom = plugin("tamp_custom_strategy").display(),
+        archive = archive_stage(),
         misbehaving = plugin("tamp_test_misbehaving").display(),
     );
     Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).expect("chain builds")
@@ -243,8 +253,8 @@ fn an_invalid_stage_config_is_rejected_with_the_field_and_line() {
             .expect("refused")
             .to_string();
         assert!(err.contains(field), "{err}");
-        assert!(err.contains("chain.toml:6:"), "{err}");
-        assert!(err.contains("stage \"a\""), "{err}");
+        assert_contains(&err, "chain.toml:6:");
+        assert_contains(&err, "stage \"a\"");
     }
 }
 
@@ -270,12 +280,7 @@ fn a_scripted_provider_from_the_chain_file_answers_records_and_fails_on_cue() {
     .unwrap();
     let toml = format!(
         r#"
-[budget]
-max_tokens = 2000
-keep_recent = 4
-[provider]
-kind = "scripted"
-script = "script.json"
+{}
 [store]
 path = "pages.sqlite3"
 [[stage]]
@@ -286,6 +291,7 @@ keep_exchanges = 0
 max_concurrency = 1
 max_summary_chars = 100
 "#,
+        tamp_e2e::SCRIPTED_2000_KEEP_4,
         plugin("tamp_custom_strategy").display()
     );
     let chain = Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).unwrap();
@@ -315,13 +321,7 @@ max_summary_chars = 100
     );
 
     // The over-long answer was cut to the cap before entering the conversation.
-    let summaries: Vec<String> = out
-        .conversation
-        .messages
-        .iter()
-        .filter(|m| m.is_summary())
-        .map(|m| m.joined_text())
-        .collect();
+    let summaries = tamp_e2e::compacted::summary_texts(&out.conversation);
     let cut = summaries
         .iter()
         .find(|t| t.contains("xxx"))
@@ -377,12 +377,7 @@ fn a_five_megabyte_tool_result_is_compacted_and_kept_whole_in_its_page() {
             },
         ))
         .unwrap();
-    assert_eq!(
-        out.report.stages[0].status,
-        StageStatus::Acted,
-        "{:?}",
-        out.report.stages[0]
-    );
+    tamp_e2e::compacted::assert_first_stage_acted(&out.report);
     assert!(
         out.report.tokens_after * 10 < out.report.tokens_before,
         "{:?}",
@@ -406,17 +401,11 @@ max_tokens = 8000
 keep_recent = 16
 {extra}
 
-[store]
-path = "pages.sqlite3"
-
-[[stage]]
-name = "archive"
-plugin = "{custom}"
-[stage.config]
+{archive}
 keep_exchanges = 0
 summarize = false
 "#,
-            custom = plugin("tamp_custom_strategy").display(),
+            archive = archive_stage(),
         );
         Chain::from_file(&write_chain(&dir, &toml), FileOverrides::default()).expect("chain")
     };
@@ -432,8 +421,8 @@ summarize = false
         .low_watermark_missed
         .as_deref()
         .expect("16 long messages keep the compaction above the low watermark");
-    assert!(missed.contains("protected messages alone"), "{missed}");
-    assert!(missed.contains("recent tail"), "{missed}");
+    assert_contains(missed, "protected messages alone");
+    assert_contains(missed, "recent tail");
 
     let bounded = rt
         .block_on(chain_with("keep_recent_tokens = 1500").compact(session.clone(), &options))

@@ -2,6 +2,8 @@
 
 use std::process::{Command, Output};
 
+use tamp_e2e::assert_contains;
+use tamp_e2e::{assert_ok, assert_stderr_has};
 use tamp_e2e::{
     plugin, run_tamp as tamp, scratch_dir, tamp_bin, text, workspace_root, write_chain,
 };
@@ -27,11 +29,11 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert_ok(&out, "stderr: ");
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("stage archive-old-tool-calls (custom-strategy 0.1.0): acted"),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        "stage archive-old-tool-calls (custom-strategy 0.1.0): acted",
     );
 
     let compacted: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
@@ -69,7 +71,7 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
         &["pages", "show", &page, "--store", store.to_str().unwrap()],
         &dir,
     );
-    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert_ok(&shown, "");
     let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown["id"], page.as_str());
     assert_eq!(shown["format"], "anthropic");
@@ -93,7 +95,7 @@ fn compact_prints_the_conversation_and_pages_show_brings_back_the_originals() {
         ],
         &dir,
     );
-    assert!(short.status.success(), "{}", text(&short.stderr));
+    assert_ok(&short, "");
     let short: serde_json::Value = serde_json::from_slice(&short.stdout).unwrap();
     assert_eq!(short["id"], page.as_str());
     assert_eq!(short["messages"].as_array(), Some(archived));
@@ -138,7 +140,7 @@ fn values_tamp_passes_through_come_back_as_sent_in_the_output_and_in_pages() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let stdout = text(&out.stdout);
     for kept in [
         "\"n\": 123456789012345678901234",
@@ -161,7 +163,7 @@ fn values_tamp_passes_through_come_back_as_sent_in_the_output_and_in_pages() {
         &["pages", "show", page, "--store", store.to_str().unwrap()],
         &dir,
     );
-    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert_ok(&shown, "");
     assert!(
         text(&shown.stdout).contains(r#""huge":1e400,"s":"\ud83d\/""#),
         "the page lost the tool input: {}",
@@ -185,7 +187,7 @@ fn openai_in_openai_out() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v.get("system").is_none());
     assert_eq!(v["messages"][0]["role"], "system");
@@ -208,7 +210,7 @@ fn bad_input_gets_a_clear_error_and_exit_status() {
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.starts_with("error: broken.json: "), "{err}");
-    assert!(err.contains("line"), "{err}");
+    assert_contains(&err, "line");
 
     std::fs::write(
         dir.join("orphan.json"),
@@ -234,7 +236,7 @@ fn bad_input_gets_a_clear_error_and_exit_status() {
         &dir,
     );
     let err = text(&out.stderr);
-    assert!(err.contains("chain.toml:2: budget.max_tokens"), "{err}");
+    assert_contains(&err, "chain.toml:2: budget.max_tokens");
 }
 
 #[test]
@@ -242,27 +244,23 @@ fn plugins_describe_prints_metadata_and_schema() {
     let dir = scratch_dir("cli-describe");
     let p = plugin("tamp_custom_strategy");
     let out = tamp(&["plugins", "describe", p.to_str().unwrap()], &dir);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let s = text(&out.stdout);
-    assert!(s.contains("name:        custom-strategy"), "{s}");
-    assert!(s.contains("version:     0.1.0"), "{s}");
-    assert!(s.contains("\"keep_exchanges\""), "{s}");
+    assert_contains(&s, "name:        custom-strategy");
+    assert_contains(&s, "version:     0.1.0");
+    assert_contains(&s, "\"keep_exchanges\"");
 
     let out = tamp(
         &["plugins", "describe", "tamp_custom_strategy", "--json"],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["name"], "custom-strategy");
 
     let out = tamp(&["plugins", "describe", "no_such_plugin"], &dir);
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("libno_such_plugin.so"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "libno_such_plugin.so");
 }
 
 #[test]
@@ -277,7 +275,7 @@ fn help_explains_each_command() {
         let out = tamp(&args, &dir);
         assert!(out.status.success());
         let s = text(&out.stdout);
-        assert!(s.contains("Usage:"), "{s}");
+        assert_contains(&s, "Usage:");
     }
     let s = text(&tamp(&["compact", "--help"], &dir).stdout);
     assert!(s.contains("--config") && s.contains("--report"), "{s}");
@@ -304,7 +302,7 @@ fn the_shipped_strategies_sample_chain_runs_both_plugins() {
         ];
         args.extend_from_slice(extra);
         let out = tamp(&args, &dir);
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_ok(&out, "");
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
         let tokens = |key: &str| {
@@ -434,7 +432,7 @@ fn an_output_that_cannot_be_written_is_refused_before_anything_is_compacted() {
 
     // And a run that works writes both, over what was there.
     let out = compact_ponyc(&dir, &["-o", "new.json", "--report-json", "kept.json"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let compacted: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("new.json")).unwrap()).unwrap();
     assert!(compacted["messages"].is_array());
@@ -453,7 +451,7 @@ fn a_budget_flag_out_of_range_is_named_by_the_flag_before_anything_is_written() 
     assert!(!dir.join("s.sqlite3").exists(), "the store was created");
     // In range, the flags are taken.
     let out = compact_ponyc(&dir, &["--max-tokens", "10000000", "--keep-recent", "0"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
 }
 
 /// A pseudo-terminal: the controlling end, and the path of the end a child reads as its stdin.
@@ -513,9 +511,9 @@ fn compact_reading_stdin_from_a_terminal_says_so_and_piping_still_works() {
     let status = child.wait().unwrap();
     let all = reader.join().unwrap();
     let waiting = waiting.unwrap_or_else(|_| panic!("silent while waiting for stdin; then: {all}"));
-    assert!(
-        waiting.contains("reading the conversation from stdin (end with Ctrl-D)"),
-        "{waiting}"
+    assert_contains(
+        &waiting,
+        "reading the conversation from stdin (end with Ctrl-D)",
     );
     assert!(!status.success(), "an empty input is refused: {all}");
     drop(master);
@@ -540,7 +538,7 @@ fn compact_reading_stdin_from_a_terminal_says_so_and_piping_still_works() {
     let writer = std::thread::spawn(move || pipe.write_all(&body));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["messages"].is_array());
@@ -550,7 +548,7 @@ fn compact_reading_stdin_from_a_terminal_says_so_and_piping_still_works() {
 fn a_format_flag_that_disagrees_with_the_body_is_warned_about_and_still_obeyed() {
     let dir = scratch_dir("cli-format-mismatch");
     let out = compact_ponyc(&dir, &["--format", "openai", "--report"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let err = text(&out.stderr);
     assert!(
         err.contains(
@@ -560,10 +558,10 @@ fn a_format_flag_that_disagrees_with_the_body_is_warned_about_and_still_obeyed()
         "{err}"
     );
     // Read as told: the Anthropic blocks are opaque to the OpenAI reader.
-    assert!(err.contains("opaque:"), "{err}");
+    assert_contains(&err, "opaque:");
     // The format the body is in: no warning.
     let out = compact_ponyc(&dir, &["--format", "anthropic"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         !text(&out.stderr).contains("warning"),
         "{}",
@@ -577,9 +575,9 @@ fn compact_with_a_chain_of_no_stage_warns_as_check_config_does() {
     let chain = write_chain(&dir, "[budget]\nmax_tokens = 1000\n");
     let sample = ponyc();
     let checked = tamp_e2e::run_tamp(&["check-config", "--config", chain.to_str().unwrap()], &dir);
-    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    assert_ok(&checked, "");
     let warning = text(&checked.stderr);
-    assert!(warning.contains("compacts nothing"), "{warning}");
+    assert_contains(&warning, "compacts nothing");
     let out = tamp_e2e::run_tamp(
         &[
             "compact",
@@ -591,7 +589,7 @@ fn compact_with_a_chain_of_no_stage_warns_as_check_config_does() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         text(&out.stderr).contains(warning.trim()),
         "compact said: {}\ncheck-config said: {warning}",
@@ -648,7 +646,7 @@ fn a_store_flag_naming_a_file_the_user_cannot_read_says_permission_denied() {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let dir = scratch_dir("cli-store-denied");
     let out = compact_ponyc(&dir, &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let store = dir.join("s.sqlite3");
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o600)).unwrap();
     let root = std::fs::metadata("/proc/self")
@@ -675,14 +673,7 @@ fn a_store_flag_naming_a_file_the_user_cannot_read_says_permission_denied() {
             Some("chain.toml:2: store.path: page store"),
         ),
     ] {
-        let mut cmd = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(tamp_bin());
-            c
-        } else {
-            Command::new(tamp_bin())
-        };
+        let mut cmd = tamp_e2e::tamp_command_as_nobody(root);
         let out = cmd
             .args(&args)
             .current_dir("/")
@@ -724,25 +715,21 @@ fn pages_commands_on_a_store_not_created_yet_say_so_and_hint_only_without_a_flag
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains(names), "{err}");
-        assert!(
-            err.contains("has not been created yet: no compaction has written to it"),
-            "{err}"
+        assert_contains(
+            &err,
+            "has not been created yet: no compaction has written to it",
         );
     }
     assert!(!text(&with_config.stderr).contains("pass --store"));
     assert!(!text(&with_store.stderr).contains("pass --store"));
-    assert!(
-        text(&bare.stderr).contains("(pass --store or --config to read another store)"),
-        "{}",
-        text(&bare.stderr)
-    );
+    assert_stderr_has(&bare, "(pass --store or --config to read another store)");
 }
 
 #[test]
 fn a_page_whose_messages_do_not_parse_is_reported_as_such() {
     let dir = scratch_dir("cli-page-unparsable");
     let out = compact_ponyc(&dir, &["--report-json", "report.json"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let page = report["stages"][0]["pages"][0]
@@ -754,16 +741,13 @@ fn a_page_whose_messages_do_not_parse_is_reported_as_such() {
     let verify = tamp_e2e::run_tamp(&["pages", "verify", "--store", "s.sqlite3"], &dir);
     assert_eq!(verify.status.code(), Some(1), "{}", text(&verify.stderr));
     let stdout = text(&verify.stdout);
-    assert!(
-        stdout.contains(&format!("{page}: its messages do not parse: ")),
-        "{stdout}"
-    );
+    assert_contains(&stdout, &format!("{page}: its messages do not parse: "));
     assert!(!stdout.contains("no longer match its id"), "{stdout}");
     for id in [page.as_str(), &page[..15]] {
         let show = tamp_e2e::run_tamp(&["pages", "show", id, "--store", "s.sqlite3"], &dir);
         assert_eq!(show.status.code(), Some(1), "{}", text(&show.stdout));
         let err = text(&show.stderr);
-        assert!(err.contains("its messages do not parse: "), "{err}");
+        assert_contains(&err, "its messages do not parse: ");
         assert!(!err.contains("no longer match its id"), "{err}");
     }
 }
@@ -808,7 +792,7 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     // A header, then each plugin led by the name a chain file's `plugin =` takes.
@@ -837,9 +821,9 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
     let out = tamp_e2e::run_tamp(&["plugins", "list", "--dir", "libs"], &dir);
     let (stdout, fixtures) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(stdout.lines().count(), 2, "{stdout}");
-    assert!(
-        fixtures.contains("(2 test fixture(s) of tamp's own tests not listed; --all lists them)"),
-        "{fixtures}"
+    assert_contains(
+        &fixtures,
+        "(2 test fixture(s) of tamp's own tests not listed; --all lists them)",
     );
     // A chain file may name a shipped plugin by its own name, and one it cannot find is
     // answered with the names there are.
@@ -864,10 +848,7 @@ fn plugins_list_says_what_a_directory_held_and_why_a_library_was_skipped() {
             );
         }
     }
-    assert!(
-        stderr.contains("warning: --dir missing: no such directory"),
-        "{stderr}"
-    );
+    assert_contains(&stderr, "warning: --dir missing: no such directory");
 }
 
 #[test]
@@ -887,14 +868,10 @@ fn plugins_hash_refuses_a_file_that_is_no_plugin() {
     );
     let out = tamp_e2e::run_tamp(&["plugins", "hash", "./nothing.so"], &dir);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("the file is empty, not a plugin"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "the file is empty, not a plugin");
     for good in [dir.join("guest.wasm"), plugin("tamp_custom_strategy")] {
         let out = tamp_e2e::run_tamp(&["plugins", "hash", good.to_str().unwrap()], &dir);
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_ok(&out, "");
         assert!(
             text(&out.stdout).starts_with("sha256 = \""),
             "{}",
@@ -1000,7 +977,7 @@ fn help_describes_every_argument_and_its_examples_run_as_printed() {
 fn the_text_report_names_the_pages_and_pages_list_dates_them_as_people_read_them() {
     let dir = scratch_dir("cli-report-pages");
     let out = compact_ponyc(&dir, &["--report", "--report-json", "report.json"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     let page = report["stages"][0]["pages"][0]
@@ -1009,10 +986,10 @@ fn the_text_report_names_the_pages_and_pages_list_dates_them_as_people_read_them
         .to_string();
     let short = &page[..15];
     let said = text(&out.stderr);
-    assert!(said.contains(&format!("\n    pages: {short}\n")), "{said}");
+    assert_contains(&said, &format!("\n    pages: {short}\n"));
     // The short ref the report names is what `pages show` takes.
     let show = tamp_e2e::run_tamp(&["pages", "show", short, "--store", "s.sqlite3"], &dir);
-    assert!(show.status.success(), "{}", text(&show.stderr));
+    assert_ok(&show, "");
 
     let list = tamp_e2e::run_tamp(&["pages", "list", "--store", "s.sqlite3"], &dir);
     let table = text(&list.stdout);
@@ -1048,15 +1025,11 @@ fn one_grammar_old_spellings_warn_completions_and_quiet() {
     // The chain file is --config everywhere; the old spellings still work, with a warning
     // that names the new one.
     let new = tamp_e2e::run_tamp(&["check-config", "--config", chain], &dir);
-    assert!(new.status.success(), "{}", text(&new.stderr));
+    assert_ok(&new, "");
     assert!(text(&new.stderr).is_empty(), "{}", text(&new.stderr));
     let old = tamp_e2e::run_tamp(&["check-config", chain], &dir);
-    assert!(old.status.success(), "{}", text(&old.stderr));
-    assert!(
-        text(&old.stderr).contains("the chain file as an argument is now --config"),
-        "{}",
-        text(&old.stderr)
-    );
+    assert_ok(&old, "");
+    assert_stderr_has(&old, "the chain file as an argument is now --config");
     let eval_new = tamp_e2e::run_tamp(
         &[
             "eval",
@@ -1071,7 +1044,7 @@ fn one_grammar_old_spellings_warn_completions_and_quiet() {
         ],
         &dir,
     );
-    assert!(eval_new.status.success(), "{}", text(&eval_new.stderr));
+    assert_ok(&eval_new, "");
     assert!(
         !text(&eval_new.stderr).contains("warning"),
         "{}",
@@ -1091,7 +1064,7 @@ fn one_grammar_old_spellings_warn_completions_and_quiet() {
         ],
         &dir,
     );
-    assert!(eval_old.status.success(), "{}", text(&eval_old.stderr));
+    assert_ok(&eval_old, "");
     let said = text(&eval_old.stderr);
     for warning in [
         "--chain is now --config",
@@ -1167,7 +1140,7 @@ fn a_thread_another_chain_answered_starts_over_and_the_report_says_why() {
             ],
             &dir,
         );
-        assert!(out.status.success(), "{chain}: {}", text(&out.stderr));
+        assert_ok(&out, format!("{chain}: "));
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join(&report)).unwrap()).unwrap();
         (text(&out.stderr), json)
@@ -1187,7 +1160,7 @@ fn a_thread_another_chain_answered_starts_over_and_the_report_says_why() {
             .is_some_and(|why| why.contains("another chain")),
         "{second}"
     );
-    assert!(said.contains("thread started over"), "{said}");
+    assert_contains(&said, "thread started over");
     let acted = second["stages"]
         .as_array()
         .unwrap()

@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 use tamp_conformance::{KitReport, Status};
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::{plugin, tamp_bin};
 
 /// Every check but the 5 MB message and the SHOULD rule, for the broken variants: the rules
@@ -29,6 +31,18 @@ fn kit(plugin: &Path, args: &[&str]) -> (i32, String) {
     let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
     let code = out.status.code().expect("tamp exits, it is not killed");
     (code, stdout)
+}
+
+/// Fails the test unless `plugin` passes every check but the slow ones, 3 cases each.
+#[track_caller]
+pub(crate) fn assert_conforms_on_the_quick_checks(plugin: &Path) {
+    let (code, report) = kit_json(plugin, &["--only", ALL_BUT_SLOW, "--cases", "3"]);
+    assert_eq!(
+        (code, report.failed_rules()),
+        (0, vec![]),
+        "{}",
+        report.to_text()
+    );
 }
 
 /// `tamp conformance` with `args` and `--format json`: the exit code and the parsed report.
@@ -111,13 +125,7 @@ fn each_broken_variant_fails_exactly_the_rule_it_breaks() {
         "TAMP-CONC-01",
     ];
     // The unbroken configuration conforms on the same checks.
-    let (code, report) = kit_json(&breaker, &["--only", ALL_BUT_SLOW, "--cases", "3"]);
-    assert_eq!(
-        (code, report.failed_rules()),
-        (0, vec![]),
-        "{}",
-        report.to_text()
-    );
+    assert_conforms_on_the_quick_checks(&breaker);
     for breaks in invariant_breaks.iter().chain(&other_breaks) {
         let config = format!("{{\"break\": \"{breaks}\"}}");
         let rule = &breaks.split(':').next().unwrap();
@@ -150,7 +158,7 @@ fn each_broken_variant_fails_exactly_the_rule_it_breaks() {
                 .returned
                 .as_deref()
                 .expect("what the plugin returned");
-            assert!(returned.contains("[0]"), "{returned}");
+            assert_contains(returned, "[0]");
             let case = finding.case.as_deref().expect("how to rerun the case");
             assert!(case.contains("seed") && case.contains("--seed 1"), "{case}");
             let conversation = finding
@@ -182,7 +190,7 @@ fn each_broken_variant_fails_exactly_the_rule_it_breaks() {
         "{meta:?}"
     );
     let schema = &report.rule("TAMP-CFG-01").unwrap().findings[0].message;
-    assert!(schema.contains("/group_size"), "{schema}");
+    assert_contains(schema, "/group_size");
 }
 
 #[test]
@@ -205,7 +213,7 @@ fn a_plugin_that_aborts_or_hangs_fails_those_checks_not_the_kit() {
         report.to_text()
     );
     let message = &report.rule("TAMP-INV-01").unwrap().findings[0].message;
-    assert!(message.contains("SIGABRT"), "{message}");
+    assert_contains(message, "SIGABRT");
     // The checks after the abort ran in a fresh child.
     assert_eq!(report.rule("TAMP-META-01").unwrap().status, Status::Pass);
 
@@ -243,10 +251,7 @@ fn a_plugin_that_aborts_or_hangs_fails_those_checks_not_the_kit() {
     );
     assert_eq!(code, 1);
     let message = &report.rule("TAMP-EDGE-01").unwrap().findings[0].message;
-    assert!(
-        message.contains("returned nothing within 0.5s"),
-        "{message}"
-    );
+    assert_contains(message, "returned nothing within 0.5s");
 
     // A panic inside the future is caught and reported by rule.
     let (_, report) = kit_json(
@@ -262,7 +267,7 @@ fn a_plugin_that_aborts_or_hangs_fails_those_checks_not_the_kit() {
     );
     assert_eq!(report.failed_rules(), ["TAMP-ERR-01"]);
     let message = &report.rule("TAMP-ERR-01").unwrap().findings[0].message;
-    assert!(message.contains("panic inside the future"), "{message}");
+    assert_contains(message, "panic inside the future");
 }
 
 #[test]
@@ -276,7 +281,7 @@ fn a_plugin_that_does_not_load_fails_the_load_rule_and_skips_the_rest() {
         .filter(|r| r.id != "TAMP-LOAD-01")
         .all(|r| r.status == Status::Skipped));
     let message = &report.rule("TAMP-LOAD-01").unwrap().findings[0].message;
-    assert!(message.contains("tamp-plugin-api"), "{message}");
+    assert_contains(message, "tamp-plugin-api");
 }
 
 #[test]
@@ -298,13 +303,13 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
     };
     let (code, text) = kit(&breaker, &args("text"));
     assert_eq!(code, 1);
-    assert!(text.contains("PASS  TAMP-LOAD-01"), "{text}");
-    assert!(text.contains("FAIL  TAMP-INV-01"), "{text}");
-    assert!(text.contains("PASS  TAMP-INV-04"), "{text}");
-    assert!(text.contains("the plugin returned:"), "{text}");
-    assert!(text.contains("smallest failing conversation: {"), "{text}");
-    assert!(text.contains("--seed 9"), "{text}");
-    assert!(text.contains("result: DOES NOT CONFORM"), "{text}");
+    assert_contains(&text, "PASS  TAMP-LOAD-01");
+    assert_contains(&text, "FAIL  TAMP-INV-01");
+    assert_contains(&text, "PASS  TAMP-INV-04");
+    assert_contains(&text, "the plugin returned:");
+    assert_contains(&text, "smallest failing conversation: {");
+    assert_contains(&text, "--seed 9");
+    assert_contains(&text, "result: DOES NOT CONFORM");
 
     let (code, junit) = kit(&breaker, &args("junit"));
     assert_eq!(code, 1);
@@ -312,11 +317,8 @@ fn text_junit_and_json_reports_and_reproducible_seeds() {
     let testcases = junit.matches("<testcase ").count();
     assert_eq!(testcases, tamp_host::rules::RULES.len(), "{junit}");
     assert_eq!(junit.matches("<failure ").count(), 1, "{junit}");
-    assert!(junit.contains("failures=\"1\""), "{junit}");
-    assert!(
-        junit.contains("name=\"TAMP-INV-01 MUST nothing lost\""),
-        "{junit}"
-    );
+    assert_contains(&junit, "failures=\"1\"");
+    assert_contains(&junit, "name=\"TAMP-INV-01 MUST nothing lost\"");
 
     // The same seed gives the same failure; the report's JSON round-trips.
     let (_, a) = kit_json(&breaker, &args("json")[..8]);
@@ -358,11 +360,7 @@ fn package_dependencies(package: &str, edges: &str) -> std::collections::BTreeSe
         ])
         .output()
         .expect("run cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree -p {package}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, format!("cargo tree -p {package}: "));
     String::from_utf8(out.stdout)
         .expect("utf-8")
         .lines()
@@ -475,10 +473,7 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
             stderr.contains("error: --stage-config: ") && stderr.contains(field),
             "{config}: {stderr}"
         );
-        assert!(
-            stderr.contains("config schema of plugin tool-result-clearing"),
-            "{stderr}"
-        );
+        assert_contains(&stderr, "config schema of plugin tool-result-clearing");
         assert!(stdout.is_empty(), "no verdict on the plugin: {stdout}");
     }
     // The schema takes it, the plugin's constructor refuses it as an invalid config.
@@ -486,16 +481,16 @@ fn a_config_the_plugin_refuses_is_a_usage_error_naming_the_field() {
     let (code, stdout, stderr) =
         kit_all(&breaker, &["--stage-config", r#"{"break": "TAMP-NOPE"}"#]);
     assert_eq!(code, 2, "{stdout}{stderr}");
-    assert!(
-        stderr.contains("--stage-config: plugin rule-breaker refuses it: break: unknown rule"),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        "--stage-config: plugin rule-breaker refuses it: break: unknown rule",
     );
     assert!(stdout.is_empty(), "{stdout}");
     // A config the schema refuses, of a plugin whose own default it refuses too.
     let bad = plugin("tamp_test_bad_metadata");
     let (code, _, stderr) = kit_all(&bad, &["--stage-config", r#"{"group_size": 1}"#]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("field \"group_size\""), "{stderr}");
+    assert_contains(&stderr, "field \"group_size\"");
 
     // The plugin's faults stay findings: its default config given as --stage-config ...
     let (code, report) = kit_json(
@@ -566,13 +561,10 @@ fn a_partial_run_claims_no_verdict_on_the_rules_left_out() {
     junit_args.extend(["--output-format", "junit"]);
     let (code, junit) = kit(&breaker, &junit_args);
     assert_eq!(code, 0);
-    assert!(
-        junit.contains("<property name=\"partial\" value=\"true\"/>"),
-        "{junit}"
-    );
-    assert!(
-        junit.contains("<property name=\"result\" value=\"no failures in the 3 checks run"),
-        "{junit}"
+    assert_contains(&junit, "<property name=\"partial\" value=\"true\"/>");
+    assert_contains(
+        &junit,
+        "<property name=\"result\" value=\"no failures in the 3 checks run",
     );
 
     // A failure in a partial run is still a failure.

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::cdp::Browser;
 use tamp_e2e::mock_upstream::MockUpstream;
 use tamp_e2e::serve_support::{ScratchDir, Server};
@@ -315,17 +316,12 @@ fn a_claude_code_session_shows_live_and_its_compactions_and_pages_open_in_the_br
     );
     assert_eq!(overloads, "POST /v1/messages 5291", "one answer 529");
     let metrics = rt.block_on(async {
-        let answer = proxy
-            .client
-            .get(proxy.url("/tamp/metrics"))
-            .send()
-            .await
-            .unwrap();
+        let answer = proxy.get("/tamp/metrics").await;
         answer.text().await.unwrap()
     });
-    assert!(
-        metrics.contains("tamp_http_requests_total{route=\"POST /v1/messages\",status=\"529\"} 1"),
-        "{metrics}"
+    assert_contains(
+        &metrics,
+        "tamp_http_requests_total{route=\"POST /v1/messages\",status=\"529\"} 1",
     );
     browser.wait_for(
         "[...document.querySelectorAll('tr')].some(r => r.children[3] && r.children[3].textContent === '529')",

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use tamp_e2e::assert_contains;
 use tamp_e2e::rt;
 use tamp_e2e::{corpus_conversation, plugin, scratch_dir, write_chain, StageChain};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides, StageStatus};
@@ -48,12 +49,9 @@ fn rolled_back(mode: &str, extra: &str, expect_kind: &str) -> String {
 #[test]
 fn a_panic_inside_the_future_is_contained() {
     let msg = rolled_back("panic_in_compact", "", "panicked");
-    assert!(msg.contains("panic inside the future"), "{msg}");
+    assert_contains(&msg, "panic inside the future");
     // Where it happened, from the plugin's own panic hook.
-    assert!(
-        msg.contains("(at tests/plugins/misbehaving/src/lib.rs:"),
-        "{msg}"
-    );
+    assert_contains(&msg, "(at tests/plugins/misbehaving/src/lib.rs:");
 }
 
 /// A plugin's panic is told once, in the report, not also by the plugin's copy of std on the
@@ -85,10 +83,7 @@ fn a_plugin_s_panic_is_not_printed_by_its_std_on_the_host_s_stderr() {
         1,
         "told once: {stderr}"
     );
-    assert!(
-        stderr.contains("(at tests/plugins/misbehaving/src/lib.rs:"),
-        "{stderr}"
-    );
+    assert_contains(&stderr, "(at tests/plugins/misbehaving/src/lib.rs:");
     for printed_by_std in ["panicked at", "stack backtrace", "RUST_BACKTRACE"] {
         assert!(
             !stderr.contains(printed_by_std),
@@ -101,14 +96,14 @@ fn a_plugin_s_panic_is_not_printed_by_its_std_on_the_host_s_stderr() {
 fn a_stage_that_never_finishes_times_out() {
     let started = Instant::now();
     let msg = rolled_back("hang", "timeout_secs = 0.3", "timeout");
-    assert!(msg.contains("0.3s"), "{msg}");
+    assert_contains(&msg, "0.3s");
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
 #[test]
 fn an_error_is_reported() {
     let msg = rolled_back("error", "", "error");
-    assert!(msg.contains("asked to fail"), "{msg}");
+    assert_contains(&msg, "asked to fail");
 }
 
 #[test]
@@ -196,7 +191,7 @@ fn a_panicking_constructor_fails_the_chain_build_naming_the_stage() {
         err.contains("stage \"boom\"") && err.contains("panic in constructor"),
         "{err}"
     );
-    assert!(err.contains("chain.toml:"), "{err}");
+    assert_contains(&err, "chain.toml:");
 }
 
 #[test]

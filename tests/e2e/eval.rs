@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::{ensure_built, rt, scratch_dir, tamp_bin, text, workspace_root};
 use tamp_host::chain::{Chain, CompactOptions, FileOverrides};
 use tamp_host::eval::facts::{self, Fact, FactsFile};
@@ -198,7 +200,7 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("clear-then-summarize on django-14752: replay, 31/31 requests"),
@@ -300,10 +302,7 @@ fn every_chain_runs_on_every_conversation_in_both_modes_and_the_outputs_agree() 
     // The table's rows come before a blank line and the lost facts.
     let rows = table.lines().skip(1).take_while(|l| !l.is_empty()).count();
     assert_eq!(rows, runs.len(), "{table}");
-    assert!(
-        table.contains("facts not found in the final context:"),
-        "{table}"
-    );
+    assert_contains(&table, "facts not found in the final context:");
     let csv = eval(&["--output-format", "csv", "--one-shot-only"], &dir);
     assert!(csv.status.success());
     let csv = text(&csv.stdout);
@@ -336,7 +335,7 @@ fn airline_runs(conversation: &Path, dir: &Path) -> Vec<Value> {
         .arg(conversation)
         .output()
         .expect("run tamp eval");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     report["runs"].as_array().unwrap().clone()
@@ -411,7 +410,7 @@ fn a_chain_that_never_compacts_costs_the_main_model_what_the_history_does() {
             .current_dir(&dir)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_ok(&out, "");
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();
         let cost = |chain: &str| {
             let run = report["runs"]
@@ -457,7 +456,7 @@ fn eval_never_writes_the_chain_files_store() {
         .current_dir(&dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         !dir.join("own-store.sqlite3").exists(),
         "eval wrote the chain file's store"
@@ -561,7 +560,7 @@ fn mistakes_are_refused_before_any_chain_runs_naming_the_file() {
     let broken = dir.join("broken.json");
     std::fs::write(&broken, "{\"messages\": [").unwrap();
     let err = run(&["--config", chain, broken.to_str().unwrap()]);
-    assert!(err.contains("broken.json"), "{err}");
+    assert_contains(&err, "broken.json");
 
     let help = Command::new(tamp_bin())
         .args(["eval", "--help"])
@@ -619,7 +618,7 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let runs = report["runs"].as_array().unwrap();
@@ -670,7 +669,7 @@ fn the_recorded_run_replays_a_real_models_summaries_and_its_judge() {
     );
     // The text table has the probe's column.
     let table = recorded_eval(&[], &dir);
-    assert!(table.status.success(), "{}", text(&table.stderr));
+    assert_ok(&table, "");
     let table = text(&table.stdout);
     assert!(table.lines().next().unwrap().contains("probe"), "{table}");
 }
@@ -750,7 +749,7 @@ fn the_html_report_renders_its_charts_in_a_real_browser() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(
         page.starts_with("<!DOCTYPE html>") && !page.contains("<script"),
@@ -796,7 +795,7 @@ fn each_chains_line_uses_its_context_charts_height() {
         .current_dir(workspace_root().join("examples/eval"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let shot = Screenshot::of(&html, 1100, 2200);
 
     // A chart: rows with the charts' background (html.rs's CHART_BACKGROUND) in its margins,
@@ -865,7 +864,7 @@ fn the_progress_bar_is_drawn_on_a_terminal_only() {
         .current_dir(&dir)
         .output()
         .unwrap();
-    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    assert_ok(&piped, "");
     let err = text(&piped.stderr);
     assert!(
         err.contains("tamp eval: summarize on airline-task33: one-shot\n")
@@ -970,7 +969,7 @@ fn a_bad_out_path_is_refused_before_any_chain_runs() {
     // A good one is written, new or existing.
     for out in [&new, &file] {
         let run = eval_to(&chain, out);
-        assert!(run.status.success(), "{}", text(&run.stderr));
+        assert_ok(&run, "");
         let table = std::fs::read_to_string(out).unwrap();
         assert!(table.starts_with("conversation"), "{table}");
     }
@@ -1001,7 +1000,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
             cmd.arg("--config").arg(chain);
         }
         let out = cmd.args(extra).args(conversations).output().unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_ok(&out, "");
         text(&out.stdout)
     };
     let colliding = |extra: &[&str]| eval_of(&HYBRIDS, &[PONYC[0], PONYC[1], airline], extra);
@@ -1078,9 +1077,9 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
     assert_eq!(rows, expected, "{table}");
     for conversation in &conversations[..2] {
         for chain in chains {
-            assert!(
-                table.contains(&format!("  {conversation} / {chain} / one-shot: lost ")),
-                "{table}"
+            assert_contains(
+                &table,
+                &format!("  {conversation} / {chain} / one-shot: lost "),
             );
         }
     }
@@ -1121,7 +1120,7 @@ fn files_sharing_a_stem_are_told_apart_in_every_output() {
         );
     }
     for chain in chains {
-        assert!(page.contains(&format!("</i>{chain}</span>")), "{page}");
+        assert_contains(&page, &format!("</i>{chain}</span>"));
     }
 }
 
@@ -1159,7 +1158,7 @@ fn the_docs_sample_is_what_its_command_prints() {
             block.text
         );
         let out = tamp_e2e::docs::run(&block.text, &clone);
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_ok(&out, "");
         let printed = text(&out.stdout);
         let sample = tamp_e2e::docs::block_after(&doc, block.line, "text");
         assert_eq!(

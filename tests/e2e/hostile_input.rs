@@ -10,7 +10,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use tamp_e2e::assert_contains;
 use tamp_e2e::serve_support::ScratchDir;
+use tamp_e2e::{assert_ok, assert_stderr_has};
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
 /// The custom strategy (`strategy.so`) and a corpus conversation (`input.json`, returned) in
@@ -103,11 +105,7 @@ fn a_huge_duration_is_a_field_error_never_a_panic() {
         &dir,
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("at most 2592000"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "at most 2592000");
 }
 
 /// A number that scales a count is range-checked like a duration: `chars_per_token:1e-300`
@@ -459,22 +457,12 @@ async fn a_credential_in_a_url_is_in_no_answer_log_or_report() {
         );
     }
     for path in ["/tamp/healthz", "/tamp/metrics"] {
-        let text = client
-            .get(proxy.url(path))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = tamp_e2e::get_text(&client, &proxy.url(path)).await;
         assert!(!text.contains(SECRET), "{path}: {text}");
     }
     let log = proxy.log_containing(&["http://[redacted]@127.0.0.1:9"]);
     assert!(log.contains("TRACE"), "not a trace log: {log}");
-    assert!(
-        log.contains("upstreams anthropic -> http://[redacted]@127.0.0.1:9"),
-        "{log}"
-    );
+    assert_contains(&log, "upstreams anthropic -> http://[redacted]@127.0.0.1:9");
     assert!(!log.contains(SECRET), "{log}");
     drop(proxy);
 
@@ -536,7 +524,7 @@ fn logs_to_a_file_carry_no_colour_codes() {
         .unwrap();
     assert!(status.success());
     let written = std::fs::read_to_string(dir.join("tamp.log")).unwrap();
-    assert!(written.contains("DEBUG"), "{written}");
+    assert_contains(&written, "DEBUG");
     assert!(!written.contains('\u{1b}'), "escape codes in the log file");
 }
 
@@ -554,7 +542,7 @@ fn check_config_summarizes_a_long_chain_and_creates_nothing() {
         &["check-config", "--config", config.to_str().unwrap()],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let stdout = text(&out.stdout);
     assert!(stdout.len() < 600, "{} bytes: {stdout}", stdout.len());
     assert!(
@@ -565,7 +553,7 @@ fn check_config_summarizes_a_long_chain_and_creates_nothing() {
     assert!(!dir.join(".tamp").exists(), "check-config created ./.tamp");
     let named = write_chain(&dir, "[store]\npath = \"deep/er/s.sqlite3\"\n");
     let out = tamp(&["check-config", "--config", named.to_str().unwrap()], &dir);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         !dir.join("deep").exists(),
         "check-config created the store's directory"
@@ -578,11 +566,7 @@ fn check_config_summarizes_a_long_chain_and_creates_nothing() {
         &dir,
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("is not a directory"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "is not a directory");
 }
 
 /// Point 7: `tamp batch status` reads the store and never writes it: a store that is not
@@ -596,11 +580,7 @@ fn batch_status_opens_the_store_read_only() {
         &dir,
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
-    assert!(
-        text(&out.stderr).contains("no such file"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "no such file");
     assert!(!dir.join("none").exists(), "batch status created the store");
 }
 

@@ -406,16 +406,21 @@ fn summary_text(out: &tamp_host::chain::Compacted) -> String {
         .joined_text()
 }
 
-/// The summary map-reduce-adaptive writes of `input`, its model answering a fixed text.
-fn map_reduce_summary(input: Conversation) -> String {
-    let chain = StageChain::new(
+/// Map-reduce-adaptive summarizing all but the last two messages (no summary cache), its
+/// model answering a fixed text.
+fn map_reduce_chain() -> StageChain {
+    StageChain::new(
         "tamp_map_reduce_adaptive",
         json!({"none_below": 1, "brief_below": 2}),
         Arc::new(ScriptedProvider::always("The agent worked on the report.")),
     )
     .keep_recent(2)
     .without_cache()
-    .build();
+}
+
+/// The summary map-reduce-adaptive writes of `input`, its model answering a fixed text.
+fn map_reduce_summary(input: Conversation) -> String {
+    let chain = map_reduce_chain().build();
     let out = rt()
         .block_on(chain.compact(input, &CompactOptions::default()))
         .unwrap();
@@ -493,6 +498,13 @@ fn map_reduce_asks_a_narrative_shorter_by_what_its_ledger_says_word_for_word() {
     );
     // The narrative is asked for less, never under half of what it would be without the
     // ledger.
+    assert_less_but_at_least_half(with, without);
+}
+
+/// The output limit asked for with the ledger is below the one without, and never under half
+/// of it.
+#[track_caller]
+fn assert_less_but_at_least_half(with: u32, without: u32) {
     assert!(with < without, "with the ledger {with}, without {without}");
     assert!(
         with >= without / 2,
@@ -523,11 +535,7 @@ fn anchored_asks_a_structured_summary_shorter_by_what_its_ledger_says_word_for_w
     // fallback's).
     let (with, without) =
         output_limits_with_and_without_the_ledger("tamp_anchored_structured", json!({}), &texts);
-    assert!(with < without, "with the ledger {with}, without {without}");
-    assert!(
-        with >= without / 2,
-        "with the ledger {with}, without {without}"
-    );
+    assert_less_but_at_least_half(with, without);
 }
 
 #[test]
@@ -708,13 +716,7 @@ fn batch_deferred_pages_placed_at_once_share_the_ledger_cap() {
         .unwrap();
     let tokens =
         tamp_host::tokens::TokenCounter::new(tamp_host::tokens::Encoding::O200kBase).unwrap();
-    let pending: Vec<String> = out
-        .conversation
-        .messages
-        .iter()
-        .filter(|m| m.is_summary())
-        .map(|m| m.joined_text())
-        .collect();
+    let pending = tamp_e2e::compacted::summary_texts(&out.conversation);
     assert!(pending.len() >= 3, "{} pages", pending.len());
     let ledgers: Vec<ledger::Ledger> = pending
         .iter()
@@ -794,15 +796,7 @@ fn a_tool_call_that_writes_a_file_is_listed_and_one_that_failed_is_an_open_error
 fn with_ledgers_outside_the_watermarks_a_context_over_them_by_its_ledger_alone_is_left_as_it_is() {
     use tamp_host::budget::BudgetConfig;
     use tamp_host::tokens::{Encoding, TokenCounter};
-    let chain = StageChain::new(
-        "tamp_map_reduce_adaptive",
-        json!({"none_below": 1, "brief_below": 2}),
-        Arc::new(ScriptedProvider::always("The agent worked on the report.")),
-    )
-    .keep_recent(2)
-    .without_cache()
-    .over_budget()
-    .build();
+    let chain = map_reduce_chain().over_budget().build();
     let decisions = six_decisions();
     let texts: Vec<(Role, &str)> = decisions
         .iter()

@@ -1,6 +1,7 @@
 //! The real loader against real libraries: a plugin, a file that is not one, a library that
 //! is not a tamp plugin, a plugin built against another plugin-api, a missing file.
 
+use tamp_e2e::assert_contains;
 use tamp_e2e::{plugin, scratch_dir, workspace_root};
 use tamp_host::loader::{LoadError, LoadedPlugin};
 
@@ -70,7 +71,7 @@ fn an_incompatible_plugin_api_is_refused_naming_both_versions() {
         matches!(err, LoadError::IncompatibleVersion { .. }),
         "{text}"
     );
-    assert!(text.contains("plugin ABI 0.9.0"), "{text}");
+    assert_contains(&text, "plugin ABI 0.9.0");
     assert!(
         text.contains(&format!(
             "this host uses plugin ABI {}",
@@ -91,7 +92,7 @@ fn a_plugin_built_against_plugin_api_0_1_is_refused_naming_both_versions() {
         matches!(err, LoadError::IncompatibleVersion { .. }),
         "{text}"
     );
-    assert!(text.contains("built against plugin ABI 0.1.0"), "{text}");
+    assert_contains(&text, "built against plugin ABI 0.1.0");
     assert!(
         text.contains(&format!(
             "this host uses plugin ABI {}",
@@ -99,7 +100,7 @@ fn a_plugin_built_against_plugin_api_0_1_is_refused_naming_both_versions() {
         )),
         "{text}"
     );
-    assert!(text.contains("libtamp_custom_strategy.so"), "{text}");
+    assert_contains(&text, "libtamp_custom_strategy.so");
 }
 
 #[test]
@@ -144,8 +145,8 @@ fn a_layout_mismatch_is_refused_with_a_short_summary() {
     let err = LoadedPlugin::load(&plugin("tamp_test_layout_mismatch")).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, LoadError::LayoutMismatch { .. }), "{text}");
-    assert!(text.contains("ABI layout does not match"), "{text}");
-    assert!(text.contains("more lines; TAMP_LOG=debug"), "{text}");
+    assert_contains(&text, "ABI layout does not match");
+    assert_contains(&text, "more lines; TAMP_LOG=debug");
     assert!(
         text.lines().count() == 1 && text.len() < 1_000,
         "summarized: {text}"

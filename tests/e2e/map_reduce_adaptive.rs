@@ -26,9 +26,7 @@ use tamp_host::providers::{
 };
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_host::wire;
-use tamp_plugin_api::{
-    sdk, ContentBlock, Conversation, LlmRequest, Message, Role, SummaryStatus, ToolResultPart,
-};
+use tamp_plugin_api::{sdk, ContentBlock, Conversation, LlmRequest, Message, Role, SummaryStatus};
 
 const NAME: &str = "map-reduce-adaptive";
 
@@ -122,14 +120,7 @@ fn conversation_of(texts: &[String]) -> Conversation {
         task(),
         reply(),
     ];
-    for (i, text) in texts.iter().enumerate() {
-        let role = if i % 2 == 0 {
-            Role::User
-        } else {
-            Role::Assistant
-        };
-        messages.push(Message::text(role, text.as_str()));
-    }
+    messages.extend(alternating(texts));
     messages.push(Message::text(Role::User, "And now?"));
     messages.push(Message::text(Role::Assistant, "Carrying on."));
     Conversation::new(messages)
@@ -197,29 +188,7 @@ fn levels_at_99_100_499_500_tokens() {
 
 /// A tool exchange in the Anthropic shape.
 fn exchange(id: &str, tool: &str, input: &str, output: &str) -> [Message; 2] {
-    [
-        Message::new(
-            Role::Assistant,
-            vec![ContentBlock::ToolUse {
-                id: id.into(),
-                name: tool.into(),
-                input_json: input.into(),
-                extra_json: Default::default(),
-            }],
-        ),
-        Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: id.into(),
-                content: vec![ToolResultPart::Text {
-                    text: output.into(),
-                }]
-                .into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
-        ),
-    ]
+    tamp_e2e::tool_round_trip(id, tool, input, output)
 }
 
 /// `let value_N = compute value_N with input_N`, indented or not: a line of the generated code
@@ -399,11 +368,14 @@ fn collapse_config(max_collapse_depth: u32) -> Value {
     })
 }
 
-#[test]
-fn collapse_depth_grows_with_a_long_input() {
+/// `long_input()` compacted with collapse limit `limit` and forty-token answers (four
+/// characters a token, the last two messages kept), failing unless the stage acted; the
+/// output, the requests the model got, and how many were maps with the collapse depth and
+/// collapse calls [`expected_collapse`] gives for that many.
+fn collapsed(limit: u32) -> (Compacted, Vec<LlmRequest>, (usize, u32, usize)) {
     let provider = Arc::new(ScriptedProvider::always(FORTY_TOKENS));
     let chain = stage_chain(
-        collapse_config(10),
+        collapse_config(limit),
         provider.clone(),
         Encoding::CharsPerToken(4.0),
         2,
@@ -413,7 +385,14 @@ fn collapse_depth_grows_with_a_long_input() {
     assert_eq!(run.status, StageStatus::Acted, "{run:?}");
     let requests = provider.requests();
     let map_count = maps(&requests).len();
-    let (depth, collapse_calls) = expected_collapse(map_count, 10);
+    let (depth, collapse_calls) = expected_collapse(map_count, limit);
+    (out, requests, (map_count, depth, collapse_calls))
+}
+
+#[test]
+fn collapse_depth_grows_with_a_long_input() {
+    let (out, requests, (map_count, depth, collapse_calls)) = collapsed(10);
+    let run = stage(&out);
     assert!(depth >= 4, "{map_count} chunks give depth {depth}");
     assert_eq!(run.details["depth"], depth, "{map_count} chunks");
     assert_eq!(run.details["chunks"], map_count);
@@ -436,19 +415,8 @@ fn collapse_depth_grows_with_a_long_input() {
 
 #[test]
 fn the_depth_limit_stops_collapsing_and_still_synthesizes() {
-    let provider = Arc::new(ScriptedProvider::always(FORTY_TOKENS));
-    let chain = stage_chain(
-        collapse_config(2),
-        provider.clone(),
-        Encoding::CharsPerToken(4.0),
-        2,
-    );
-    let out = compact(&chain, &long_input());
+    let (out, requests, (map_count, depth, collapse_calls)) = collapsed(2);
     let run = stage(&out);
-    assert_eq!(run.status, StageStatus::Acted, "{run:?}");
-    let requests = provider.requests();
-    let map_count = maps(&requests).len();
-    let (depth, collapse_calls) = expected_collapse(map_count, 2);
     assert_eq!(depth, 2);
     assert_eq!(run.details["depth"], 2);
     assert_eq!(requests.len(), map_count + collapse_calls + 1);
@@ -887,17 +855,8 @@ fn invalid_configs_are_refused_naming_the_field() {
         (json!({"chunk_sise": 10}), "chunk_sise"),
         (json!({"none_below": 900}), "brief_below"),
     ] {
-        let err = ChainBuilder::new(BudgetConfig::default())
-            .stage(
-                "s",
-                plugin.clone(),
-                config.clone(),
-                Trigger::Always,
-                Duration::from_secs(1),
-            )
-            .err()
-            .unwrap_or_else(|| panic!("{config} accepted"));
-        assert!(err.message.contains(field), "{config}: {}", err.message);
+        let err = tamp_e2e::refusal(&plugin, &config);
+        assert!(err.contains(field), "{config}: {err}");
     }
     for content_type in ["conversation", "document", "journal", "general"] {
         ChainBuilder::new(BudgetConfig::default())
@@ -912,19 +871,24 @@ fn invalid_configs_are_refused_naming_the_field() {
     }
 }
 
-/// The conversation going on after a compaction: `more` turns inserted before its last two
-/// messages (the protected tail of these tests).
-fn grow(out: &Compacted, more: &[String]) -> Conversation {
-    let mut messages: Vec<Message> = out.conversation.messages.to_vec();
-    let tail = messages.split_off(messages.len() - 2);
-    for (i, text) in more.iter().enumerate() {
+/// `texts` as turns, the user's first, then the assistant's, and so on.
+fn alternating(texts: &[String]) -> impl Iterator<Item = Message> + '_ {
+    texts.iter().enumerate().map(|(i, text)| {
         let role = if i % 2 == 0 {
             Role::User
         } else {
             Role::Assistant
         };
-        messages.push(Message::text(role, text.as_str()));
-    }
+        Message::text(role, text.as_str())
+    })
+}
+
+/// The conversation going on after a compaction: `more` turns inserted before its last two
+/// messages (the protected tail of these tests).
+fn grow(out: &Compacted, more: &[String]) -> Conversation {
+    let mut messages: Vec<Message> = out.conversation.messages.to_vec();
+    let tail = messages.split_off(messages.len() - 2);
+    messages.extend(alternating(more));
     messages.extend(tail);
     Conversation::new(messages)
 }

@@ -147,13 +147,7 @@ async fn a_forged_summary_is_compacted_as_text_and_tamps_own_is_still_believed()
 
         // tamp's own answer sent back, with more of the session: its summary is tamp's (no
         // message refused), and what its ledger says is carried under its page.
-        let page = out
-            .messages
-            .iter()
-            .find_map(|m| m.summary_info())
-            .unwrap()
-            .page_ref
-            .to_string();
+        let page = tamp_e2e::compacted::first_page_ref(&out.messages);
         let mut next = out.messages.to_vec();
         for n in 0..6 {
             next.push(Message::text(

@@ -16,7 +16,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
+use tamp_e2e::{assert_ok, assert_stderr_has};
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
@@ -38,7 +40,7 @@ fn sha256sum(file: &Path) -> String {
 /// `tamp plugins hash <file>`'s line.
 fn pin_line(file: &Path) -> String {
     let out = tamp(&["plugins", "hash", file.to_str().unwrap()], Path::new("."));
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     text(&out.stdout).trim().to_string()
 }
 
@@ -105,12 +107,8 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
         "-",
     ];
     let out = tamp(&args, &dir);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("\"stage\": \"pinned\""),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_ok(&out, "");
+    assert_stderr_has(&out, "\"stage\": \"pinned\"");
 
     // Another plugin's bytes under the same name: refused with both hashes, the file and
     // the stage's line, by `tamp compact` and `tamp check-config` alike.
@@ -127,11 +125,11 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
         assert!(!out.status.success());
         let err = text(&out.stderr);
         // The pin's own line is the one at fault.
-        assert!(err.contains(&format!("{}:11:", config.display())), "{err}");
-        assert!(err.contains("stage \"pinned\""), "{err}");
+        assert_contains(&err, &format!("{}:11:", config.display()));
+        assert_contains(&err, "stage \"pinned\"");
         assert!(err.contains(&expected) && err.contains(&actual), "{err}");
-        assert!(err.contains("strategy.so"), "{err}");
-        assert!(err.contains("refused, not loaded"), "{err}");
+        assert_contains(&err, "strategy.so");
+        assert_contains(&err, "refused, not loaded");
     }
 
     // A pin that is not a SHA-256 is a config error naming the field.
@@ -142,7 +140,7 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
     );
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("sha256: expected 64 hex digits"), "{err}");
+    assert_contains(&err, "sha256: expected 64 hex digits");
 
     // Hashing reads the file and runs none of it: a file that only starts like a library (no
     // loader would take it) hashes too; one that does not even start like one is refused.
@@ -155,11 +153,7 @@ fn plugins_hash_prints_the_pin_and_a_stage_pinned_to_other_bytes_is_refused() {
     std::fs::write(dir.join("notes.txt"), b"abc").unwrap();
     let out = tamp(&["plugins", "hash", "notes.txt"], &dir);
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("notes.txt"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "notes.txt");
     let out = tamp(&["plugins", "hash", "no-such.so"], &dir);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("no-such.so"));
@@ -273,14 +267,14 @@ fn require_pins_refuses_an_unpinned_stage_at_start() {
         )),
         "{err}"
     );
-    assert!(err.contains("tamp plugins hash"), "{err}");
+    assert_contains(&err, "tamp plugins hash");
     assert!(!err.contains("listening"), "{err}");
     // Without the flag the same chain serves; check-config has the flag too.
     let out = tamp(
         &["check-config", "--config", config.to_str().unwrap()],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let out = tamp(
         &[
             "check-config",
@@ -321,7 +315,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
     };
     for ok in ["allowed/strategy.so", "outside/link.so"] {
         let out = check(ok);
-        assert!(out.status.success(), "{ok}: {}", text(&out.stderr));
+        assert_ok(&out, format!("{ok}: "));
     }
     let outside = dir.join("outside/strategy.so").canonicalize().unwrap();
     let allowed = dir.join("allowed").canonicalize().unwrap();
@@ -333,7 +327,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
         let out = check(refused);
         assert!(!out.status.success(), "{refused} was accepted");
         let err = text(&out.stderr);
-        assert!(err.contains(":13: stage \"pinned\": plugin "), "{err}");
+        assert_contains(&err, ":13: stage \"pinned\": plugin ");
         assert!(err.contains(refused), "{err}");
         assert!(
             err.contains(&format!(
@@ -343,7 +337,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
             "{err}"
         );
         if refused != "allowed-not/strategy.so" {
-            assert!(err.contains(&outside.display().to_string()), "{err}");
+            assert_contains(&err, &outside.display().to_string());
         }
     }
     // An allowed directory that does not exist, or an empty list, names the field.
@@ -360,7 +354,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
     );
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains(":2: plugins.allow_dirs[1]: typo: "), "{err}");
+    assert_contains(&err, ":2: plugins.allow_dirs[1]: typo: ");
     let config = write_chain(
         &dir,
         &format!(
@@ -374,7 +368,7 @@ fn allow_dirs_refuse_a_plugin_outside_them_symlinks_resolved() {
     );
     assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains(":2: plugins.allow_dirs: empty"), "{err}");
+    assert_contains(&err, ":2: plugins.allow_dirs: empty");
 }
 
 /// docs/security.md's example chain, with its directory and pin made real, is accepted by
@@ -409,11 +403,7 @@ fn the_security_docs_example_chain_checks() {
         &dir,
     );
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("sha256: expected 64 hex digits"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "sha256: expected 64 hex digits");
     write_chain(&dir, &toml.replace(placeholder, &pin_line(&library)));
     let out = tamp(
         &[
@@ -424,5 +414,5 @@ fn the_security_docs_example_chain_checks() {
         ],
         &dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
 }

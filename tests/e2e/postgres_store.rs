@@ -11,6 +11,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use tamp_e2e::assert_contains;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::scratch_dir;
 use tamp_host::store::activity::{
@@ -1098,7 +1099,7 @@ fn the_password_never_appears_in_descriptions_or_errors() {
         )),
         "{err}"
     );
-    assert!(err.contains("connect"), "{err}");
+    assert_contains(&err, "connect");
     assert!(!err.contains("s3cret"), "{err}");
     let bad = PostgresStore::open_unshared("postgres://tamp:s3cret-pw@127.0.0.1:notaport/x", 1)
         .unwrap_err()

@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 use serde_json::json;
+use tamp_e2e::assert_contains;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
 use tamp_e2e::{corpus_mix, scratch_dir, tamp_bin};
@@ -220,7 +221,7 @@ fn verify_full_checks_the_host_name_and_verify_ca_does_not() {
         tls.other_ca_file.display()
     ))
     .unwrap_err();
-    assert!(err.contains("not signed by a trusted CA"), "{err}");
+    assert_contains(&err, "not signed by a trusted CA");
     drop(url);
 }
 
@@ -268,7 +269,7 @@ fn require_against_a_server_without_tls_fails_and_says_so() {
         ),
     ))
     .unwrap_err();
-    assert!(err.contains("server does not support TLS"), "{err}");
+    assert_contains(&err, "server does not support TLS");
     // prefer falls back to plain; disable is plain.
     round_trip(
         &open(&with(&url, "sslmode=prefer")).unwrap(),

@@ -11,6 +11,7 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::mock_llm::{MockLlm, Reply};
 use tamp_e2e::rt;
 use tamp_e2e::{corpus, fifty_message_conversation, plugin, scratch_dir, tamp_bin, write_chain};
@@ -235,10 +236,7 @@ fn anthropic_tool_use_structured_answer_through_the_chain() {
         stage.error
     );
     let text = text_of(&out);
-    assert!(
-        text.contains("Make the loader resolve paths from the config file"),
-        "{text}"
-    );
+    assert_contains(&text, "Make the loader resolve paths from the config file");
     assert!(text.contains("Why does CI use another working directory?"));
     let requests = mock.requests();
     assert_eq!(requests.len(), 1);
@@ -399,10 +397,7 @@ fn a_401_reaches_the_report_verbatim_and_is_not_retried() {
     assert_eq!(stage.failed_llm_calls, 2, "{stage:?}");
     assert_eq!(stage.llm_calls, 2);
     let report = serde_json::to_string(&out.report).unwrap();
-    assert!(
-        report.contains("HTTP 401 authentication_error: invalid x-api-key"),
-        "{report}"
-    );
+    assert_contains(&report, "HTTP 401 authentication_error: invalid x-api-key");
     assert_eq!(mock.requests().len(), 2, "a 401 is not retried");
 }
 
@@ -899,15 +894,12 @@ fn retries_are_logged_at_warn_with_attempt_and_wait() {
         .lines()
         .find(|l| l.contains("retrying in"))
         .unwrap_or_else(|| panic!("no retry logged: {stderr}"));
-    assert!(line.contains("WARN"), "{line}");
+    assert_contains(line, "WARN");
     assert!(
         line.contains("attempt=1") && line.contains("wait_ms=50"),
         "{line}"
     );
-    assert!(
-        line.contains("HTTP 529 overloaded_error: Overloaded"),
-        "{line}"
-    );
+    assert_contains(line, "HTTP 529 overloaded_error: Overloaded");
     assert!(String::from_utf8_lossy(&out.stdout).contains("confirmed the flight details"));
 }
 

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::mock_upstream::{MockUpstream, Received};
 use tamp_e2e::serve_support::{write_atomically, ScratchDir, Server};
 use tamp_e2e::{agent_session, corpus, plugin, tools, workspace_root};
@@ -654,14 +655,7 @@ async fn errors_other_paths_and_tamps_own_routes() {
     assert_eq!(health["status"], "ok");
     let missing = client.get(proxy.url("/tamp/nope")).send().await.unwrap();
     assert_eq!(missing.status(), 404);
-    let metrics = client
-        .get(proxy.url("/tamp/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = tamp_e2e::get_text(&client, &proxy.url("/tamp/metrics")).await;
     for line in [
         "tamp_http_requests_total{route=\"POST /v1/messages\",status=\"429\"} 1",
         "tamp_http_requests_total{route=\"openai (passed through)\",status=\"200\"} 2",
@@ -983,7 +977,7 @@ async fn a_request_under_the_watermark_goes_unread_unless_its_thread_has_a_compa
     let chain = shipped_chain(&dir, &upstream, "");
     let proxy = start_proxy(&chain);
     let (compaction, thread) = post_in_thread(&proxy, "t1", &body(33)).await;
-    assert!(compaction.contains("->"), "{compaction}");
+    assert_contains(&compaction, "->");
     assert_eq!(thread, "t1");
     // A short request is under the high watermark by its declared length alone, in a thread
     // its header names with no stored answer: streamed upstream as it arrives, never read.
@@ -1013,7 +1007,7 @@ async fn a_request_under_the_watermark_goes_unread_unless_its_thread_has_a_compa
     assert_eq!(thread, "t2");
     assert_eq!(last_body(), next.as_bytes());
     let (compaction, thread) = post_in_thread(&proxy, "t1", &next).await;
-    assert!(compaction.contains("->"), "{compaction}");
+    assert_contains(&compaction, "->");
     assert_eq!(thread, "t1; continued");
     assert!(last_body().len() < next.len());
 }
@@ -1067,15 +1061,9 @@ async fn tamp_answers_openais_server_side_compaction_for_an_upstream_that_lacks_
         .starts_with("tamp:v1:"));
     assert!(on(&upstream.received(), "/v1/responses/compact").is_empty());
     // The pages hold what was taken out.
-    let page = client
-        .get(proxy.url(&format!("/tamp/v1/pages/{}", pages[0])))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(page.contains("echo step 1"), "{page}");
+    let page =
+        tamp_e2e::get_text(&client, &proxy.url(&format!("/tamp/v1/pages/{}", pages[0]))).await;
+    assert_contains(&page, "echo step 1");
 
     // The next turn, as Codex sends it: instructions, user messages, the compaction item, a
     // new call. The upstream gets tamp's summaries in the item's place.
@@ -1104,10 +1092,7 @@ async fn tamp_answers_openais_server_side_compaction_for_an_upstream_that_lacks_
         "{forwarded}"
     );
     let text = forwarded.to_string();
-    assert!(
-        text.contains(&format!("<tamp-summary page=\\\"{}", pages[0])),
-        "{text}"
-    );
+    assert_contains(&text, &format!("<tamp-summary page=\\\"{}", pages[0]));
     assert!(text.contains("echo step 13"));
 
     // Codex 0.169's way: a compaction_trigger, answered with a stream holding the item.
@@ -1265,10 +1250,7 @@ async fn each_request_is_one_access_line_and_a_request_of_no_api_reaches_no_upst
     let hello = client.get(proxy.url("/api/hello")).send().await.unwrap();
     assert_eq!(hello.status(), 404);
     let text = hello.text().await.unwrap();
-    assert!(
-        text.contains("belongs to no API this proxy serves"),
-        "{text}"
-    );
+    assert_contains(&text, "belongs to no API this proxy serves");
     assert_eq!(
         upstream.received().len(),
         before,
@@ -1295,6 +1277,6 @@ async fn each_request_is_one_access_line_and_a_request_of_no_api_reaches_no_upst
     let warning = "POST /v1/chat/completions: the upstream failed after";
     let log = proxy.log_containing(&[warning]);
     assert!(log.contains(warning) && log.contains("WARN"), "{log}");
-    assert!(log.contains("upstream=502"), "{log}");
+    assert_contains(&log, "upstream=502");
     assert!(!log.contains(KEY) && !log.contains("URL-PASSWORD"), "{log}");
 }

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::{scratch_dir, tamp_bin, workspace_root, write_chain};
 use tamp_host::providers::record::RecordedAnswer;
 
@@ -71,11 +73,7 @@ fn compact(dir: &Path, chain: &Path) -> Run {
         .current_dir(dir)
         .output()
         .expect("run tamp");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, "");
     let report = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
     let input = serde_json::from_str(&std::fs::read_to_string(&input_path).unwrap()).unwrap();
     let output = serde_json::from_slice(&out.stdout).expect("the output is JSON");
@@ -179,7 +177,7 @@ fn a_changed_prompt_is_a_missing_answer_and_the_stage_rolls_back() {
             error.starts_with("replay: invalid_request: no recorded answer for this request (key "),
             "{error}"
         );
-        assert!(error.contains("label \"map "), "{error}");
+        assert_contains(error, "label \"map ");
         assert!(error.contains(RECORDING), "{error}");
     }
     // `tamp compact` says so on stderr.

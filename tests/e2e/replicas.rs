@@ -18,13 +18,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::mock_batches::MockBatches;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
-use tamp_e2e::{corpus_mix, plugin, scratch_dir, write_chain};
+use tamp_e2e::{corpus_mix, scratch_dir, write_chain};
 use tamp_host::store::{self, NewDeferred, QueueState, StoreSpec};
 use tamp_host::wire::{self, WireFormat};
-use tamp_plugin_api::{ContentBlock, Conversation, LlmRequest, Role};
+use tamp_plugin_api::{Conversation, LlmRequest};
 
 const URL_VAR: &str = "TAMP_DATABASE_URL";
 const KEY_VAR: &str = "TAMP_REPLICAS_TEST_KEY";
@@ -51,14 +53,7 @@ fn open_store(url: &str) -> store::Store {
 
 /// `base` with its first user text changed, so it archives new pages.
 fn variant(base: &Conversation, tag: &str) -> Conversation {
-    let mut conv = base.clone();
-    let first = conv
-        .messages
-        .iter_mut()
-        .find(|m| m.role == Role::User && m.content.iter().any(|b| b.as_text().is_some()))
-        .expect("a user text");
-    first.content.push(ContentBlock::text(format!("({tag})")));
-    conv
+    tamp_e2e::variant(base, format!("({tag})"))
 }
 
 fn page_refs(conversation: &Value) -> Vec<String> {
@@ -157,21 +152,13 @@ fn the_cli_reads_pages_and_the_queue_of_the_shared_store_and_names_a_missing_url
         Some(&url),
         &["check-config", "--config", "chain.toml"],
     );
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_ok(&ok, "");
     let compacted = tamp_cli(
         &dir,
         Some(&url),
         &["compact", "in.json", "-c", "chain.toml", "-o", "out.json"],
     );
-    assert!(
-        compacted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&compacted.stderr)
-    );
+    assert_ok(&compacted, "");
     let out: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
     let refs = page_refs(&out);
@@ -203,7 +190,7 @@ fn the_cli_reads_pages_and_the_queue_of_the_shared_store_and_names_a_missing_url
     .unwrap();
     let status = tamp_cli(&dir, Some(&url), &["batch", "status", "-c", "chain.toml"]);
     let status = String::from_utf8_lossy(&status.stdout);
-    assert!(status.contains("queue: 3 queued, 0 submitted"), "{status}");
+    assert_contains(&status, "queue: 3 queued, 0 submitted");
 }
 
 /// A chain whose only stage defers its summaries; the worker of each replica sends them to
@@ -219,30 +206,15 @@ store = {{ kind = "postgres", url_env = "{URL_VAR}", pool_size = 4 }}
 max_tokens = 10000000
 keep_recent = 4
 
-[provider]
-kind = "anthropic"
-model = "claude-test"
-base_url = "{url}"
-api_key_env = "{KEY_VAR}"
-max_retries = 1
-retry_initial_ms = 1
-retry_max_ms = 5
+{provider}
 
-[batch]
-submit_interval_secs = 0.05
-poll_interval_secs = 0.05
-{batch_extra}
+{batch}
 
-[[stage]]
-name = "defer"
-plugin = "{plugin}"
-trigger = "always"
-[stage.config]
-compact_when = "always"
-min_messages = 4
+{stage}
 "#,
-            url = mock.url(),
-            plugin = plugin("tamp_batch_deferred").display(),
+            provider = tamp_e2e::mock_batches::provider_table(&mock.url(), KEY_VAR),
+            batch = tamp_e2e::mock_batches::batch_table(batch_extra),
+            stage = tamp_e2e::mock_batches::defer_stage(),
         ),
     )
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::serve_support::{
     chain_stage_names, report_stage_names, write_atomically, ScratchDir, Server,
 };
@@ -179,13 +180,10 @@ async fn compacts_every_format_and_serves_pages_chain_health_and_metrics() {
     assert!(chain["last_reload_error"].is_null());
     assert_eq!(server.get_json("/healthz").await["status"], "ok");
     let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("tamp_compactions_total{outcome=\"ok\"} 3\n"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("tamp_stage_duration_seconds_count{stage=\"archive\"} 3\n"),
-        "{metrics}"
+    assert_contains(&metrics, "tamp_compactions_total{outcome=\"ok\"} 3\n");
+    assert_contains(
+        &metrics,
+        "tamp_stage_duration_seconds_count{stage=\"archive\"} 3\n",
     );
     assert!(metrics.contains("tamp_stage_runs_total{stage=\"archive\",status=\"acted\"} 3\n"));
     assert!(metrics.contains("tamp_conversation_tokens_total{direction=\"in\"} "));
@@ -212,35 +210,19 @@ async fn compacts_every_format_and_serves_pages_chain_health_and_metrics() {
         .unwrap()
         .contains("max_tokenz"));
     let response = server
-        .client
-        .get(server.url("/v1/pages/pg_00000000000000000000000000000000"))
-        .send()
-        .await
-        .unwrap();
+        .get("/v1/pages/pg_00000000000000000000000000000000")
+        .await;
     assert_eq!(response.status().as_u16(), 404);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not_found");
-    let response = server
-        .client
-        .get(server.url("/v2/nothing"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/v2/nothing").await;
     assert_eq!(response.status().as_u16(), 404);
-    let response = server
-        .client
-        .get(server.url("/v1/compact"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/v1/compact").await;
     assert_eq!(response.status().as_u16(), 405);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "method_not_allowed");
     let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("tamp_compactions_total{outcome=\"invalid\"} 2\n"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "tamp_compactions_total{outcome=\"invalid\"} 2\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -283,12 +265,7 @@ async fn bearer_token_and_body_limit() {
         assert_eq!(response.status().as_u16(), 401, "{path}");
     }
     // Health checks carry no credentials.
-    let response = server
-        .client
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .unwrap();
+    let response = server.get("/healthz").await;
     assert_eq!(response.status().as_u16(), 200);
 
     let response = server
@@ -452,14 +429,8 @@ async fn reloads_follow_the_config_and_refuse_bad_ones() {
         .await;
     assert!(chain["last_reload_error"].is_null(), "{chain:#}");
     let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("tamp_reloads_total{result=\"applied\"} 3\n"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("tamp_reloads_total{result=\"rejected\"} 3\n"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "tamp_reloads_total{result=\"applied\"} 3\n");
+    assert_contains(&metrics, "tamp_reloads_total{result=\"rejected\"} 3\n");
 }
 
 /// Compacts in `clients` loops until `stop`; returns (ok, failed, stage names seen).
@@ -529,10 +500,7 @@ async fn reloads_during_a_stream_of_requests_fail_none() {
     assert!(total >= 6, "only {total} requests ran");
     assert!(seen.contains(&"one".to_string()) && seen.contains(&"two".to_string()));
     let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("tamp_reloads_total{result=\"applied\"} 6\n"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "tamp_reloads_total{result=\"applied\"} 6\n");
     assert!(metrics.contains("tamp_compactions_total{outcome=\"error\"} 0\n"));
 }
 
@@ -582,7 +550,7 @@ async fn a_plugin_file_replaced_on_disk_is_loaded_from_a_new_private_copy() {
     assert_eq!(status, 200, "{answer:#}");
     assert_eq!(answer["report"]["stages"][0]["plugin"], "custom-strategy");
     let log = server.log_containing(&["reloaded"]);
-    assert!(log.contains("reloaded"), "{log}");
+    assert_contains(&log, "reloaded");
 
     stop.store(true, Ordering::Relaxed);
     let mut total = 0;
@@ -715,10 +683,7 @@ fn check_config_reports_ok_or_the_same_errors_as_a_reload() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
     assert!(stdout.starts_with("ok: "), "{stdout}");
-    assert!(
-        stdout.contains("1 stage (checked: custom-strategy "),
-        "{stdout}"
-    );
+    assert_contains(&stdout, "1 stage (checked: custom-strategy ");
     assert_eq!(stdout.lines().count(), 1);
 
     let bad = chain_toml(
@@ -739,11 +704,8 @@ fn check_config_reports_ok_or_the_same_errors_as_a_reload() {
         .position(|l| l.starts_with("min_exchanges"))
         .unwrap()
         + 1;
-    assert!(
-        stderr.contains(&format!("chain.toml:{line}: stage \"checked\"")),
-        "{stderr}"
-    );
-    assert!(stderr.contains("min_exchanges"), "{stderr}");
+    assert_contains(&stderr, &format!("chain.toml:{line}: stage \"checked\""));
+    assert_contains(&stderr, "min_exchanges");
 }
 
 #[cfg(unix)]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::serve_support::{closed_within, read_answer, ScratchDir, Server};
 use tamp_e2e::{corpus, plugin, tamp_bin, write_chain};
 use tokio::io::AsyncWriteExt as _;
@@ -444,19 +445,11 @@ async fn compact_requires_a_json_content_type() {
         assert_eq!(health.status().as_u16(), 200);
     }
     let response = server
-        .client
-        .post(server.url("/v1/compact"))
-        .header("content-type", "Application/JSON; charset=utf-8")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+        .post_compact("Application/JSON; charset=utf-8", body)
+        .await;
     assert_eq!(response.status().as_u16(), 200);
     let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("tamp_compactions_total{outcome=\"ok\"} 1\n"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "tamp_compactions_total{outcome=\"ok\"} 1\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -511,22 +504,12 @@ async fn every_error_body_is_json() {
     let mut body = br#"{"conversation": {"messages": [{"role": "user", "content": "ab"#.to_vec();
     let offset = body.len();
     body.extend_from_slice(b"\xff\xfecd\"}]}}");
-    let response = server
-        .client
-        .post(server.url("/v1/compact"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = server.post_compact("application/json", body).await;
     assert_eq!(response.status().as_u16(), 400);
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["error"]["code"], "invalid_request");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains(&format!("byte offset {offset}")),
-        "{message}"
-    );
+    assert_contains(message, &format!("byte offset {offset}"));
 }
 
 #[test]

@@ -18,8 +18,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::{chain_stage_names, ScratchDir, Server};
+use tamp_e2e::{assert_ok, assert_stderr_has, assert_stdout_has};
 use tamp_e2e::{corpus, plugin, run_tamp as tamp, tamp_bin, text, workspace_root, write_chain};
 
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
@@ -284,10 +286,7 @@ async fn a_deleted_store_fails_healthz() {
     delete_store(&dir);
     let (status, body) = health(&server).await;
     assert_eq!(status, 503, "{body}");
-    assert!(
-        body.contains("was deleted or replaced while open"),
-        "{body}"
-    );
+    assert_contains(&body, "was deleted or replaced while open");
 }
 
 /// Removing `store.sqlite3-wal` and `-shm` under `tamp serve` went unseen: compaction went on
@@ -358,12 +357,7 @@ async fn a_write_ahead_log_removed_under_load_loses_nothing_acknowledged() {
     }
     let removed_at = answered.load(Ordering::Relaxed);
     wait_for(removed_at + 20).await;
-    let health = server
-        .client
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .unwrap();
+    let health = server.get("/healthz").await;
     assert_eq!(health.status(), 503);
     let body = health.text().await.unwrap();
     assert!(
@@ -393,7 +387,7 @@ async fn a_write_ahead_log_removed_under_load_loses_nothing_acknowledged() {
         ],
         &dir,
     );
-    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert_ok(&listed, "");
     let listed = text(&listed.stdout);
     let lost: Vec<&String> = acknowledged
         .iter()
@@ -435,7 +429,7 @@ fn compacted_store(dir: &Path) -> (PathBuf, Vec<String>) {
         ],
         dir,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let pages = report["stages"]
         .as_array()
@@ -461,7 +455,7 @@ fn a_store_file_overwritten_in_place_fails_pages_verify() {
     let store_arg = store.to_str().unwrap();
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         stdout.starts_with(&format!("ok: {} page(s), ", pages.len()))
             && stdout.contains("the database's integrity check found nothing wrong"),
@@ -495,14 +489,8 @@ fn a_store_file_overwritten_in_place_fails_pages_verify() {
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(
-        stdout.contains("the database's integrity check: "),
-        "{stdout}"
-    );
-    assert!(
-        stderr.contains("are damaged; the database's integrity check found"),
-        "{stderr}"
-    );
+    assert_contains(&stdout, "the database's integrity check: ");
+    assert_contains(&stderr, "are damaged; the database's integrity check found");
 }
 
 #[test]
@@ -511,7 +499,7 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
     let (store, pages) = compacted_store(&dir);
     let store_arg = store.to_str().unwrap();
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         text(&out.stdout).starts_with(&format!("ok: {} page(s)", pages.len())),
         "{}",
@@ -524,13 +512,9 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
     let out = tamp(&["pages", "verify", "--store", store_arg], &dir);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains(&pages[0]), "{stdout}");
-    assert!(stdout.contains("no longer match its id"), "{stdout}");
-    assert!(
-        text(&out.stderr).contains("are damaged"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_contains(&stdout, &pages[0]);
+    assert_contains(&stdout, "no longer match its id");
+    assert_stderr_has(&out, "are damaged");
     let out = tamp(&["pages", "show", &pages[0], "--store", store_arg], &dir);
     assert_eq!(
         out.status.code(),
@@ -538,11 +522,7 @@ fn a_page_altered_on_disk_is_refused_and_pages_verify_names_it() {
         "served as is: {}",
         text(&out.stdout)
     );
-    assert!(
-        text(&out.stderr).contains("no longer match its id"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "no longer match its id");
 }
 
 /// The same check on the shared store: a page row altered in PostgreSQL is refused, and
@@ -596,11 +576,7 @@ async fn a_page_altered_in_postgres_is_refused_and_pages_verify_names_it() {
         stdout.contains(&ids[1]) && !stdout.contains(&ids[0]),
         "{stdout}"
     );
-    assert!(
-        text(&out.stderr).contains("1 of 2 item(s)"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_stderr_has(&out, "1 of 2 item(s)");
 }
 
 /// Issue 32, point 5: a page's id covers its messages only; its seal covers the rest. A
@@ -697,14 +673,7 @@ fn pages_commands_read_a_store_in_a_directory_they_cannot_write() {
         .map(|m| m.uid() == 0)
         .unwrap_or(false);
     let run = |args: &[&str]| -> Output {
-        let mut cmd = if root {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(tamp_bin());
-            c
-        } else {
-            Command::new(tamp_bin())
-        };
+        let mut cmd = tamp_e2e::tamp_command_as_nobody(root);
         cmd.args(args)
             .current_dir("/")
             .stdin(Stdio::null())
@@ -725,19 +694,11 @@ fn pages_commands_read_a_store_in_a_directory_they_cannot_write() {
     if !root {
         std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    assert!(list.status.success(), "list: {}", text(&list.stderr));
-    assert!(
-        text(&list.stdout).contains(&pages[0]),
-        "{}",
-        text(&list.stdout)
-    );
-    assert!(show.status.success(), "show: {}", text(&show.stderr));
-    assert!(
-        text(&show.stdout).contains("\"messages\""),
-        "{}",
-        text(&show.stdout)
-    );
-    assert!(verify.status.success(), "verify: {}", text(&verify.stderr));
+    assert_ok(&list, "list: ");
+    assert_stdout_has(&list, &pages[0]);
+    assert_ok(&show, "show: ");
+    assert_stdout_has(&show, "\"messages\"");
+    assert_ok(&verify, "verify: ");
     assert_eq!(
         std::fs::read(&store).unwrap(),
         before,
@@ -780,9 +741,9 @@ fn check_config_names_the_field_the_users_plugin_file_and_the_store_line() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stderr.contains("tamp-plugins-"), "{stderr}");
     let fake = dir.join("fake.so").canonicalize().unwrap();
-    assert!(
-        stderr.contains(&format!("plugin {}: not a tamp plugin", fake.display())),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        &format!("plugin {}: not a tamp plugin", fake.display()),
     );
 
     // A store that cannot be opened: the line of its setting.
@@ -792,14 +753,14 @@ fn check_config_names_the_field_the_users_plugin_file_and_the_store_line() {
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("store.toml:5: store.path: page store /proc/no-such-dir/s.sqlite3"),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        "store.toml:5: store.path: page store /proc/no-such-dir/s.sqlite3",
     );
 
     // A chain without stages is valid, with a warning.
     let out = check("empty.toml", "");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ok(&out, "");
     assert!(
         text(&out.stderr).contains("warning: ") && text(&out.stderr).contains("no [[stage]]"),
         "{}",
@@ -862,8 +823,8 @@ fn compact_prints_a_plugin_error_once_and_invalid_utf8_by_byte_offset() {
     let out = child.wait_with_output().unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(&format!("<stdin>: invalid UTF-8 at byte offset {offset}")),
-        "{stderr}"
+    assert_contains(
+        &stderr,
+        &format!("<stdin>: invalid UTF-8 at byte offset {offset}"),
     );
 }

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_ok;
 use tamp_e2e::chain_run::{compact, stage};
 use tamp_e2e::{corpus_mix, plugin, rt, scratch_dir, tamp_bin, write_chain, StageChain};
 use tamp_host::chain::{Chain, Compacted};
@@ -143,14 +144,7 @@ fn appending_keeps_the_cached_summary_word_for_word() {
         .iter()
         .all(|r| !r.prompt.contains(summary1.as_str())));
     // The page holds every message the appended summary stands for.
-    let page_ref = out2
-        .conversation
-        .messages
-        .iter()
-        .find_map(|m| m.summary_info())
-        .unwrap()
-        .page_ref
-        .to_string();
+    let page_ref = tamp_e2e::compacted::first_page_ref(&out2.conversation.messages);
     let page = rt().block_on(chain.store().get_page(&page_ref)).unwrap();
     assert_eq!(page.page.messages.len(), out2_span(&second, &out2));
 }
@@ -195,11 +189,7 @@ fn tamp(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
         .current_dir(dir)
         .output()
         .expect("run tamp");
-    assert!(
-        out.status.success(),
-        "tamp {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, format!("tamp {args:?} failed: "));
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     (report, String::from_utf8_lossy(&out.stdout).into_owned())
@@ -215,13 +205,7 @@ fn cli_chain(dir: &std::path::Path, cache_enabled: bool) -> std::path::PathBuf {
         dir,
         &format!(
             r#"
-[budget]
-max_tokens = 2000
-keep_recent = 4
-
-[provider]
-kind = "scripted"
-script = "script.json"
+{}
 
 [provider.price]
 input_per_mtok = 3.0
@@ -237,6 +221,7 @@ path = "store.sqlite3"
 name = "summarize"
 plugin = "{}"
 "#,
+            tamp_e2e::SCRIPTED_2000_KEEP_4,
             plugin("tamp_map_reduce_adaptive").display()
         ),
     )

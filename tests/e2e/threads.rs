@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::postgres::PgServer;
 use tamp_e2e::serve_support::Server;
 use tamp_e2e::{corpus_mix, scratch_dir, tamp_bin};
@@ -138,10 +140,7 @@ async fn a_growing_thread_pays_for_what_is_new_and_keeps_its_prefix() {
     assert!(acted(&answer));
 
     let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("tamp_threads_continued_total"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "tamp_threads_continued_total");
     assert!(
         !metrics.contains("tamp_prefix_kept_tokens_total 0\n"),
         "{metrics}"
@@ -167,11 +166,7 @@ fn tamp_compact_continues_a_thread_across_invocations() {
             .current_dir(&dir)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out, "");
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
     };
     let first = run(150, &[]);
@@ -263,9 +258,9 @@ async fn a_thread_state_altered_in_the_store_is_refused_and_verify_names_it() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&verify.stdout);
     assert_eq!(verify.status.code(), Some(1), "{stdout}");
-    assert!(
-        stdout.contains("the thread state of id:t1: it no longer matches its seal"),
-        "{stdout}"
+    assert_contains(
+        &stdout,
+        "the thread state of id:t1: it no longer matches its seal",
     );
 
     let server = Server::start(&config, &[]);
@@ -280,7 +275,7 @@ async fn a_thread_state_altered_in_the_store_is_refused_and_verify_names_it() {
     );
     assert!(!answer.to_string().contains(INJECTED), "{answer:#}");
     let log = server.log_containing(&["thread state refused"]);
-    assert!(log.contains("thread state refused"), "{log}");
+    assert_contains(&log, "thread state refused");
     assert!(
         server
             .metrics()

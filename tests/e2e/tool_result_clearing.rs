@@ -9,6 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::rt;
 use tamp_e2e::{
     assert_wire_round_trip, corpus_conversation, corpus_names, scratch_dir, tamp_bin,
@@ -308,10 +310,7 @@ fn an_invalid_config_names_the_field() {
         .err()
         .expect("refused");
     let message = err.to_string();
-    assert!(
-        message.contains("placeholder: unknown placeholder {size}"),
-        "{message}"
-    );
+    assert_contains(&message, "placeholder: unknown placeholder {size}");
 }
 
 /// `tamp compact` with the hybrid example chain: clearing acts first with no LLM call, the
@@ -329,11 +328,7 @@ fn the_hybrid_example_chain_runs_and_pages_show_a_cleared_original() {
             .current_dir(&dir)
             .output()
             .expect("run tamp");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out, "");
         out
     };
     run(&[

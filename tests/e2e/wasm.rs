@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tamp_conformance::Status;
+use tamp_e2e::assert_contains;
 use tamp_e2e::guests::{component, Guest};
 use tamp_e2e::serve_support::{chain_stage_names, write_atomically, ScratchDir, Server};
 use tamp_e2e::{corpus, corpus_conversation, corpus_names, plugin, tamp_bin, write_chain};
@@ -31,7 +32,7 @@ use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
 use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Message, Role, Shared};
 
-use crate::conformance::{kit_json, ALL_BUT_SLOW};
+use crate::conformance::{assert_conforms_on_the_quick_checks, kit_json, ALL_BUT_SLOW};
 
 #[test]
 fn the_python_and_javascript_templates_conform() {
@@ -167,13 +168,7 @@ fn the_templates_clear_what_the_native_strategy_clears() {
 fn each_broken_guest_fails_exactly_its_rule() {
     let wasm = component(Guest::Misbehaving);
     // Unbroken, it conforms on the same checks.
-    let (code, report) = kit_json(&wasm, &["--only", ALL_BUT_SLOW, "--cases", "3"]);
-    assert_eq!(
-        (code, report.failed_rules()),
-        (0, vec![]),
-        "{}",
-        report.to_text()
-    );
+    assert_conforms_on_the_quick_checks(&wasm);
     for (misbehave, rule, checks, says) in [
         (
             "loop",
@@ -247,9 +242,7 @@ fn two_messages() -> Conversation {
 fn an_endless_loop_is_stopped_at_the_stage_timeout_and_its_memory_returned() {
     let rt = tamp_e2e::rt();
     let dir = ScratchDir::new("wasm-loop");
-    let (wasm, plugin) = own_copy(&dir, Guest::Misbehaving);
-    let path = broken_chain(&dir, &wasm, "loop", 1.0, 256);
-    let chain = Chain::from_file(&path, Default::default()).unwrap();
+    let (plugin, chain) = own_broken_chain(&dir, "loop", 1.0, 256);
     let options = CompactOptions::default();
     // The stage's first instance, built with its config, waits idle.
     let idle = plugin.sandbox_memory_in_use().unwrap();
@@ -274,6 +267,19 @@ fn an_endless_loop_is_stopped_at_the_stage_timeout_and_its_memory_returned() {
     assert_eq!(plugin.sandbox_memory_in_use(), Some(0));
 }
 
+/// [`broken_chain`] of this test's [`own_copy`] of the misbehaving guest, built: the loaded
+/// plugin (for its memory gauge) and the chain.
+fn own_broken_chain(
+    dir: &Path,
+    misbehave: &str,
+    timeout_secs: f64,
+    memory_mib: u64,
+) -> (Arc<LoadedPlugin>, Chain) {
+    let (wasm, plugin) = own_copy(dir, Guest::Misbehaving);
+    let path = broken_chain(dir, &wasm, misbehave, timeout_secs, memory_mib);
+    (plugin, Chain::from_file(&path, Default::default()).unwrap())
+}
+
 /// A copy of `guest` in `dir`, and the component loaded from it: a plugin of its own (the
 /// loader keeps one per file), so that its memory gauge counts this test's instances alone.
 fn own_copy(dir: &Path, guest: Guest) -> (PathBuf, Arc<LoadedPlugin>) {
@@ -287,9 +293,7 @@ fn own_copy(dir: &Path, guest: Guest) -> (PathBuf, Arc<LoadedPlugin>) {
 fn a_memory_bomb_stops_at_the_cap() {
     let rt = tamp_e2e::rt();
     let dir = ScratchDir::new("wasm-bomb");
-    let (wasm, plugin) = own_copy(&dir, Guest::Misbehaving);
-    let path = broken_chain(&dir, &wasm, "bomb", 60.0, 96);
-    let chain = Chain::from_file(&path, Default::default()).unwrap();
+    let (plugin, chain) = own_broken_chain(&dir, "bomb", 60.0, 96);
     assert!(plugin.sandbox_memory_in_use().unwrap() > 0);
     let mut conversation = two_messages();
     conversation
@@ -319,21 +323,9 @@ fn a_memory_bomb_stops_at_the_cap() {
 
 /// `bytes` with every `from` replaced by `to` (the same length).
 fn patched(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
-    assert_eq!(from.len(), to.len());
-    let (from, to) = (from.as_bytes(), to.as_bytes());
     let mut out = bytes.to_vec();
-    let mut found = 0;
-    let mut i = 0;
-    while i + from.len() <= out.len() {
-        if &out[i..i + from.len()] == from {
-            out[i..i + from.len()].copy_from_slice(to);
-            found += 1;
-            i += from.len();
-        } else {
-            i += 1;
-        }
-    }
-    assert!(found > 0, "{} not found", String::from_utf8_lossy(from));
+    let found = tamp_e2e::replace_all(&mut out, from.as_bytes(), to.as_bytes());
+    assert!(found > 0, "{from} not found");
     out
 }
 
@@ -372,9 +364,9 @@ fn a_component_for_another_world_or_with_other_imports_is_refused_naming_why() {
     assert_eq!(host.len(), random.len());
     std::fs::write(&wasi, patched(&built, &host, &random)).unwrap();
     let err = LoadedPlugin::load(&wasi).unwrap_err().to_string();
-    assert!(
-        err.contains(&format!("imports {random}, which tamp gives no guest")),
-        "{err}"
+    assert_contains(
+        &err,
+        &format!("imports {random}, which tamp gives no guest"),
     );
     // Not a component at all, and through the CLI the same words.
     let garbage = dir.join("garbage.wasm");
@@ -412,8 +404,8 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
     assert!(ok && hash_line.starts_with("sha256 = \""), "{hash_line}");
     let (ok, described, err) = tamp(&["plugins", "describe", wasm_arg]);
     assert!(ok, "{err}");
-    assert!(described.contains("py-tool-result-clearing"), "{described}");
-    assert!(described.contains("WebAssembly component"), "{described}");
+    assert_contains(&described, "py-tool-result-clearing");
+    assert_contains(&described, "WebAssembly component");
     let (ok, listed, err) = tamp(&["plugins", "list", "--dir", plugins.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(
@@ -447,22 +439,19 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
     let (ok, _, err) = check(&chain("", "[plugins]\nallow_dirs = [\"elsewhere\"]\n\n"));
     assert!(!ok && err.contains("outside [plugins] allow_dirs"), "{err}");
     // Limits out of range, or on a stage whose plugin is not a component: refused at the key.
-    let (ok, _, err) = check(&write_chain(
-        &dir,
-        "[plugins.wasm]\nmemory_mib = 0\n\n[[stage]]\nname = \"clear\"\nplugin = \"plugins/clear.wasm\"\n",
-    ));
-    assert!(
-        !ok && err.contains(":2: plugins.wasm.memory_mib: 0 is out of range"),
-        "{err}"
-    );
-    let (ok, _, err) = check(&write_chain(
-        &dir,
-        "[[stage]]\nname = \"native\"\nplugin = \"custom-strategy\"\nwasm = { max_instances = 2 }\n",
-    ));
-    assert!(
-        !ok && err.contains("limits for a WebAssembly component"),
-        "{err}"
-    );
+    for (toml, says) in [
+        (
+            "[plugins.wasm]\nmemory_mib = 0\n\n[[stage]]\nname = \"clear\"\nplugin = \"plugins/clear.wasm\"\n",
+            ":2: plugins.wasm.memory_mib: 0 is out of range",
+        ),
+        (
+            "[[stage]]\nname = \"native\"\nplugin = \"custom-strategy\"\nwasm = { max_instances = 2 }\n",
+            "limits for a WebAssembly component",
+        ),
+    ] {
+        let (ok, _, err) = check(&write_chain(&dir, toml));
+        assert!(!ok && err.contains(says), "{err}");
+    }
 }
 
 /// A conversation of `n` plain ASCII user and assistant turns after a system prompt.
@@ -572,7 +561,7 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
         ("rolled_back", "panicked"),
         "{message}"
     );
-    assert!(message.contains("the guest trapped"), "{message}");
+    assert_contains(&message, "the guest trapped");
     // A rule broken: rolled back by the invariant check.
     reload_to("break").await;
     let answer = send(ascii_turns(12)).await;
@@ -612,7 +601,7 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
         ("rolled_back", "panicked"),
         "{message}"
     );
-    assert!(message.contains("cap of 128 MiB"), "{message}");
+    assert_contains(&message, "cap of 128 MiB");
 
     // The template rebuilt (here: replaced by the JavaScript one): hot-reloaded.
     write_atomically(

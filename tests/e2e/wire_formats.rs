@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use serde_json::{json, Value};
+use tamp_e2e::assert_contains;
+use tamp_e2e::assert_ok;
 use tamp_e2e::{corpus, run_tamp as tamp, scratch_dir, text, workspace_root};
 
 /// `tamp compact` of `input` (a file in `dir`) in `format` through the sample chain, with
@@ -27,7 +29,7 @@ fn compact(dir: &Path, input: &Path, format: &str) -> (String, String, Value) {
         ],
         dir,
     );
-    assert!(out.status.success(), "{format}: {}", text(&out.stderr));
+    assert_ok(&out, format!("{format}: "));
     let report = std::fs::read_to_string(dir.join("report.json")).unwrap();
     (
         text(&out.stdout),
@@ -42,7 +44,7 @@ fn responses_in_responses_out_and_pages_shown_as_items() {
     let input = dir.join("conversation.json");
     std::fs::write(&input, corpus("responses", "openhands_llama4_ponyc-4588")).unwrap();
     let (out, stderr, report) = compact(&dir, &input, "responses");
-    assert!(stderr.contains("acted"), "{stderr}");
+    assert_contains(&stderr, "acted");
     let out: Value = serde_json::from_str(&out).unwrap();
     assert!(out.get("messages").is_none());
     assert!(out["instructions"]
@@ -82,7 +84,7 @@ fn responses_in_responses_out_and_pages_shown_as_items() {
         ],
         &dir,
     );
-    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert_ok(&shown, "");
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown["format"], "responses");
     // The archived items are the originals, verbatim.

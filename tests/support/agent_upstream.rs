@@ -51,7 +51,7 @@ use axum::response::Response;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::local_server::LocalServer;
+use crate::local_server::MockServer;
 
 /// The marker every tamp summary's text starts with (see `host/src/wire/summary_marker.rs`).
 const SUMMARY_MARKER: &str = "<tamp-summary page=\"";
@@ -85,10 +85,7 @@ pub struct Exchange {
 
 impl Exchange {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        crate::local_server::header(&self.headers, name)
     }
 
     /// The request carries a tamp summary: it reached the upstream compacted.
@@ -128,7 +125,8 @@ pub enum Task {
 /// The fact the first step of [`Task::Logs`] prints on its first line.
 pub const PLANTED_FACT: &str = "deploy code: K7-4481-QX";
 
-struct Shared {
+/// What the handler records and reads.
+pub struct Shared {
     key: String,
     steps: u32,
     task: Task,
@@ -143,10 +141,7 @@ struct Shared {
 }
 
 /// The running upstream; stopped when dropped.
-pub struct AgentUpstream {
-    server: LocalServer,
-    shared: Arc<Shared>,
-}
+pub type AgentUpstream = MockServer<Shared>;
 
 impl AgentUpstream {
     /// An upstream that takes only `key` and scripts a task of `steps` commands.
@@ -161,30 +156,19 @@ impl AgentUpstream {
         compaction: ServerCompaction,
         task: Task,
     ) -> AgentUpstream {
-        let shared = Arc::new(Shared {
-            key: key.to_string(),
-            steps,
-            task,
-            compaction,
-            exchanges: Mutex::new(Vec::new()),
-            issued: Mutex::new(HashSet::new()),
-            first_call: Mutex::new(None),
-            next_id: AtomicU64::new(1),
-        });
-        let state = Arc::clone(&shared);
-        let server =
-            LocalServer::start(move |_| axum::Router::new().fallback(handle).with_state(state));
-        AgentUpstream { server, shared }
-    }
-
-    /// `http://127.0.0.1:PORT`: Anthropic's base URL.
-    pub fn url(&self) -> String {
-        self.server.url()
-    }
-
-    /// `http://127.0.0.1:PORT/v1`: OpenAI's base URL.
-    pub fn openai_url(&self) -> String {
-        self.server.openai_url()
+        MockServer::serve(
+            Shared {
+                key: key.to_string(),
+                steps,
+                task,
+                compaction,
+                exchanges: Mutex::new(Vec::new()),
+                issued: Mutex::new(HashSet::new()),
+                first_call: Mutex::new(None),
+                next_id: AtomicU64::new(1),
+            },
+            handle,
+        )
     }
 
     /// The text the task ends with.
@@ -1023,15 +1007,7 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
     if request["stream"] != json!(true) {
         return json_answer(&response);
     }
-    let mut sequence = 0u64;
-    let mut event = |mut data: Value| {
-        data["sequence_number"] = json!(sequence);
-        sequence += 1;
-        format!(
-            "event: {}\ndata: {data}\n\n",
-            data["type"].as_str().unwrap_or("")
-        )
-    };
+    let mut event = crate::mock_upstream::sequenced_events("");
     let mut started = response.clone();
     started["status"] = json!("in_progress");
     started["output"] = json!([]);
@@ -1057,16 +1033,7 @@ fn responses_answer(shared: &Shared, request: &Value, answer: &Answer, n: u64) -
 /// `/v1/responses/compact`: the user messages kept, then one `compaction` item (OpenAI's
 /// `CompactResource`).
 fn compact_answer(shared: &Shared, request: &Value, _answer: &Answer, n: u64) -> Response {
-    let mut output: Vec<Value> = request["input"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter(|i| i["type"] == "message" && i["role"] == "user")
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut output = crate::mock_upstream::user_messages(request);
     output.push(compaction_item(shared, n));
     json_answer(
         &json!({"id": format!("resp_{n:08}"), "object": "response.compaction", "output": output,

@@ -232,18 +232,11 @@ fn build_js(app: &Path, out: &Path) -> Result<(), String> {
 
 /// Runs `command`, or says what failed with its output.
 pub fn run(command: &mut Command, what: &str) -> Result<(), String> {
-    let output = command
-        .output()
-        .map_err(|e| format!("{what}: cannot run {:?}: {e}", command.get_program()))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: {:?} failed ({}):\n{}{}",
-            command.get_program(),
-            output.status,
+    crate::tools::run_output(command, what, |output| {
+        format!(
+            ":\n{}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
-        ))
-    }
+        )
+    })
 }

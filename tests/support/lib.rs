@@ -17,6 +17,8 @@ pub mod browser;
 pub mod cdp;
 /// One compaction through a built chain and its first stage's report.
 pub mod chain_run;
+/// What a compaction left: its summaries' texts, their pages, the first stage's status.
+pub mod compacted;
 /// The docs' marked blocks (runnable commands, files a reader writes) and the scratch
 /// directory a reader's steps run in.
 pub mod docs;
@@ -103,6 +105,21 @@ pub fn ensure_built() -> &'static Path {
     })
 }
 
+/// A multi-thread runtime of two workers: the benches' steadier figures.
+pub fn two_worker_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A bench's quick run: `TAMP_BENCH_QUICK` set (not empty, not 0) or a `quick` argument.
+pub fn bench_quick() -> bool {
+    std::env::var("TAMP_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
+        || std::env::args().any(|a| a == "quick")
+}
+
 /// The path of a built plugin library, e.g. `plugin("tamp_custom_strategy")`.
 pub fn plugin(lib_name: &str) -> PathBuf {
     let dir = ensure_built();
@@ -124,6 +141,61 @@ pub fn run_tamp(args: &[&str], dir: &Path) -> std::process::Output {
         .env_remove("TAMP_LOG")
         .output()
         .expect("run tamp")
+}
+
+/// [`run_tamp`] with `envs` set in tamp's environment (after `TAMP_LOG` is unset, so a test
+/// can set it again): for a provider's key, a store's URL variable, a log level.
+pub fn run_tamp_env(args: &[&str], dir: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    Command::new(tamp_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .env_remove("TAMP_LOG")
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run tamp")
+}
+
+/// [`run_tamp_env`], failing the test unless tamp succeeds: the message is
+/// `tamp {args:?} failed:` and its stderr.
+#[track_caller]
+pub fn run_tamp_env_ok(args: &[&str], dir: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    let out = run_tamp_env(args, dir, envs);
+    assert_ok(&out, format!("tamp {args:?} failed:\n"));
+    out
+}
+
+/// Fails the test unless the command behind `out` exited successfully, with the message
+/// `context` followed by the command's stderr: the check after every command a test expects
+/// to work, in one place.
+#[track_caller]
+pub fn assert_ok(out: &std::process::Output, context: impl std::fmt::Display) {
+    assert!(
+        out.status.success(),
+        "{context}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Fails the test unless `haystack` contains `needle`, with `haystack` as the message.
+#[track_caller]
+pub fn assert_contains(haystack: &str, needle: &str) {
+    assert!(haystack.contains(needle), "{haystack}");
+}
+
+/// Fails the test unless the stderr of the command behind `out` contains `needle`, with that
+/// stderr as the message.
+#[track_caller]
+pub fn assert_stderr_has(out: &std::process::Output, needle: &str) {
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(needle), "{stderr}");
+}
+
+/// [`assert_stderr_has`] for stdout.
+#[track_caller]
+pub fn assert_stdout_has(out: &std::process::Output, needle: &str) {
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(needle), "{stdout}");
 }
 
 /// [`run_tamp`] with `stdin`, failing the test when tamp has not exited within `limit`
@@ -156,6 +228,19 @@ pub fn run_tamp_within(
                 .status();
             panic!("tamp {args:?} did not exit within {limit:?}");
         }
+    }
+}
+
+/// A `tamp` command that runs as the unprivileged user 65534 (through `setpriv`) when `root`
+/// (the tests run as root, whom file permissions do not stop), else as this process's user.
+pub fn tamp_command_as_nobody(root: bool) -> Command {
+    if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(tamp_bin());
+        c
+    } else {
+        Command::new(tamp_bin())
     }
 }
 
@@ -233,8 +318,16 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 /// Rewrites every occurrence of `from` in `file` with `to` (same length), behind the back of
 /// whatever wrote it: what bit rot or a hand edit does to a stored page. How many it rewrote.
 pub fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) -> usize {
-    assert_eq!(from.len(), to.len());
     let mut bytes = std::fs::read(file).unwrap();
+    let count = replace_all(&mut bytes, from, to);
+    std::fs::write(file, bytes).unwrap();
+    count
+}
+
+/// Replaces every occurrence of `from` in `bytes` with `to` (same length), in place; how many
+/// it replaced.
+pub fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) -> usize {
+    assert_eq!(from.len(), to.len());
     let mut count = 0;
     let mut i = 0;
     while i + from.len() <= bytes.len() {
@@ -246,8 +339,155 @@ pub fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) -> usize {
             i += 1;
         }
     }
-    std::fs::write(file, bytes).unwrap();
     count
+}
+
+/// A host context for the benches that call a strategy directly: a provider that must not be
+/// called (it answers "unused"), an in-memory store, no cache or queue, 16 LLM permits and a
+/// ten-second LLM timeout.
+pub fn offline_host_context(
+    tokens: std::sync::Arc<tamp_host::tokens::TokenCounter>,
+) -> std::sync::Arc<tamp_host::services::HostContext> {
+    use std::sync::Arc;
+    Arc::new(tamp_host::services::HostContext {
+        provider: Arc::new(tamp_host::providers::ScriptedProvider::always("unused")),
+        store: Arc::new(tamp_host::store::SqliteStore::in_memory().expect("store")),
+        cache: None,
+        queue: None,
+        tokens,
+        llm_permits: Arc::new(tokio::sync::Semaphore::new(16)),
+        llm_timeout: std::time::Duration::from_secs(10),
+        progress: None,
+    })
+}
+
+/// A chain file's head: a 2000-token budget keeping the 4 most recent messages, and the
+/// scripted provider answering from `script.json` beside the chain file.
+pub const SCRIPTED_2000_KEEP_4: &str = r#"[budget]
+max_tokens = 2000
+keep_recent = 4
+
+[provider]
+kind = "scripted"
+script = "script.json""#;
+
+/// `base` with `mark` added to its first user text, so a compaction of it archives new pages:
+/// the same conversation again, as a chain sees a new one.
+pub fn variant(base: &Conversation, mark: String) -> Conversation {
+    let mut conv = base.clone();
+    let first = conv
+        .messages
+        .iter_mut()
+        .find(|m| {
+            m.role == tamp_plugin_api::Role::User && m.content.iter().any(|b| b.as_text().is_some())
+        })
+        .expect("a user text");
+    first
+        .content
+        .push(tamp_plugin_api::ContentBlock::text(mark));
+    conv
+}
+
+/// `GET url` with `client`, its body as text (a transport or decoding error fails the test).
+pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    client.get(url).send().await.unwrap().text().await.unwrap()
+}
+
+/// Why a chain refuses a stage of `plugin` with `config` (always triggered, a one-second
+/// timeout); fails the test when it accepts it.
+pub fn refusal(
+    plugin: &std::sync::Arc<tamp_host::loader::LoadedPlugin>,
+    config: &serde_json::Value,
+) -> String {
+    tamp_host::chain::ChainBuilder::new(tamp_host::budget::BudgetConfig::default())
+        .stage(
+            "s",
+            plugin.clone(),
+            config.clone(),
+            tamp_host::config::Trigger::Always,
+            std::time::Duration::from_secs(1),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{config} accepted"))
+        .message
+}
+
+/// One tool round trip in the Anthropic shape: the assistant calling tool `name` with the
+/// JSON text `input_json` (call id `id`), then the user's message answering it with `result`.
+pub fn tool_round_trip(
+    id: &str,
+    name: &str,
+    input_json: &str,
+    result: &str,
+) -> [tamp_plugin_api::Message; 2] {
+    use tamp_plugin_api::{ContentBlock, Message, Role, ToolResultPart};
+    [
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: id.into(),
+                name: name.into(),
+                input_json: input_json.into(),
+                extra_json: Default::default(),
+            }],
+        ),
+        Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: id.into(),
+                content: vec![ToolResultPart::Text {
+                    text: result.into(),
+                }]
+                .into(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        ),
+    ]
+}
+
+/// One call of `strategy` straight through the plugin boundary (no chain), as a stage "bench"
+/// of strategy `strategy_name` on `ctx`, with `conversation` and `budget`: the call's wall
+/// time in ms, and its edits.
+pub fn direct_call(
+    rt: &tokio::runtime::Runtime,
+    ctx: &std::sync::Arc<tamp_host::services::HostContext>,
+    strategy_name: &str,
+    strategy: &tamp_plugin_api::StrategyBox,
+    conversation: &tamp_plugin_api::Shared<Conversation>,
+    budget: tamp_plugin_api::Budget,
+) -> (f64, Vec<tamp_plugin_api::Edit>) {
+    let services = tamp_host::services::StageServices::new(
+        std::sync::Arc::clone(ctx),
+        tamp_host::services::StageIdentity {
+            stage: "bench".into(),
+            strategy: strategy_name.into(),
+            config_hash: String::new(),
+        },
+        None,
+        None,
+    );
+    let request = tamp_plugin_api::CompactRequest {
+        conversation: tamp_plugin_api::Shared::clone(conversation),
+        budget,
+        host: services.to_ffi(),
+        stage: "bench".into(),
+    };
+    rt.block_on(async {
+        let started = std::time::Instant::now();
+        let outcome = strategy
+            .compact(request)
+            .await
+            .into_result()
+            .expect("compacts");
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let edits = outcome
+            .edits
+            .into_iter()
+            .map(|e| e.into_enum().expect("a known edit"))
+            .collect();
+        (ms, edits)
+    })
 }
 
 /// Writes a chain file into `dir` and returns its path.
@@ -358,6 +598,28 @@ pub struct StageChain {
     over_budget: bool,
 }
 
+/// Builder methods that set a field of the same name and type (`name: Type`), or an optional
+/// field to `Some` (`method => Some(field): Type`).
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        $(
+            pub fn $field(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )*
+    };
+    ($($(#[$doc:meta])* $method:ident => Some($field:ident): $ty:ty),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $method(mut self, $field: $ty) -> Self {
+                self.$field = Some($field);
+                self
+            }
+        )*
+    };
+}
+
 impl StageChain {
     pub fn new(
         plugin_lib: &'static str,
@@ -387,12 +649,6 @@ impl StageChain {
         self
     }
 
-    /// Archive pages here instead of a fresh in-memory store.
-    pub fn store(mut self, store: std::sync::Arc<dyn tamp_host::store::PageStore>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
     /// Without the summary cache (by default a chain on its own in-memory store caches there;
     /// a chain given a store does not).
     pub fn without_cache(mut self) -> Self {
@@ -400,43 +656,23 @@ impl StageChain {
         self
     }
 
-    /// Queue deferred summaries here (e.g. the same file store as the pages). A chain given
-    /// a store and no queue offers no deferred summaries; one on its own in-memory store
-    /// queues there.
-    pub fn queue_in(mut self, queue: std::sync::Arc<dyn tamp_host::store::DeferredQueue>) -> Self {
-        self.queue = Some(queue);
-        self
+    setters! {
+        /// Archive pages here instead of a fresh in-memory store.
+        store => Some(store): std::sync::Arc<dyn tamp_host::store::PageStore>,
+        /// Queue deferred summaries here (e.g. the same file store as the pages). A chain given
+        /// a store and no queue offers no deferred summaries; one on its own in-memory store
+        /// queues there.
+        queue_in => Some(queue): std::sync::Arc<dyn tamp_host::store::DeferredQueue>,
+        /// Keep the summary cache here (e.g. the same file store as the pages).
+        cache_in => Some(cache_store): std::sync::Arc<dyn tamp_host::store::SummaryCache>,
     }
 
-    /// Keep the summary cache here (e.g. the same file store as the pages).
-    pub fn cache_in(mut self, cache: std::sync::Arc<dyn tamp_host::store::SummaryCache>) -> Self {
-        self.cache_store = Some(cache);
-        self
-    }
-
-    pub fn max_tokens(mut self, n: u64) -> Self {
-        self.max_tokens = n;
-        self
-    }
-
-    pub fn keep_recent(mut self, n: u32) -> Self {
-        self.keep_recent = n;
-        self
-    }
-
-    pub fn encoding(mut self, encoding: tamp_host::tokens::Encoding) -> Self {
-        self.encoding = encoding;
-        self
-    }
-
-    pub fn llm_concurrency(mut self, n: usize) -> Self {
-        self.llm_concurrency = n;
-        self
-    }
-
-    pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.timeout = timeout;
-        self
+    setters! {
+        max_tokens: u64,
+        keep_recent: u32,
+        encoding: tamp_host::tokens::Encoding,
+        llm_concurrency: usize,
+        timeout: std::time::Duration,
     }
 
     pub fn build(self) -> tamp_host::chain::Chain {

@@ -60,6 +60,44 @@ impl LocalServer {
     }
 }
 
+/// A mock server: a [`LocalServer`] answering every request with one handler, over the state
+/// `S` the handler records into and the test reads back. Its `url()` and `openai_url()` are
+/// the server's.
+pub struct MockServer<S> {
+    pub(crate) server: LocalServer,
+    pub(crate) shared: std::sync::Arc<S>,
+}
+
+impl<S: Send + Sync + 'static> MockServer<S> {
+    /// Serves every request with `handler`, its state `shared`.
+    pub(crate) fn serve<H, T>(shared: S, handler: H) -> Self
+    where
+        H: axum::handler::Handler<T, std::sync::Arc<S>>,
+        T: 'static,
+    {
+        let shared = std::sync::Arc::new(shared);
+        let state = std::sync::Arc::clone(&shared);
+        let server =
+            LocalServer::start(move |_| axum::Router::new().fallback(handler).with_state(state));
+        MockServer { server, shared }
+    }
+}
+
+impl<S> std::ops::Deref for MockServer<S> {
+    type Target = LocalServer;
+    fn deref(&self) -> &LocalServer {
+        &self.server
+    }
+}
+
+/// The first value of header `name` among a recorded request's `headers` (names in lowercase).
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 impl Drop for LocalServer {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {

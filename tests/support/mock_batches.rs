@@ -565,6 +565,47 @@ async fn handle(
     }
 }
 
+/// A chain file's `[provider]` table for these tests: Anthropic at `url` (this server), the
+/// key in the variable `key_var`, one quick retry.
+pub fn provider_table(url: &str, key_var: &str) -> String {
+    format!(
+        r#"[provider]
+kind = "anthropic"
+model = "claude-test"
+base_url = "{url}"
+api_key_env = "{key_var}"
+max_retries = 1
+retry_initial_ms = 1
+retry_max_ms = 5"#
+    )
+}
+
+/// A chain file's batch-deferred stage `defer`, always triggered, compacting from 4 messages
+/// on (its `[stage.config]` open for more lines).
+pub fn defer_stage() -> String {
+    format!(
+        r#"[[stage]]
+name = "defer"
+plugin = "{}"
+trigger = "always"
+[stage.config]
+compact_when = "always"
+min_messages = 4"#,
+        crate::plugin("tamp_batch_deferred").display()
+    )
+}
+
+/// A chain file's `[batch]` table for these tests: submit and poll every 50 ms, then the
+/// lines `extra`.
+pub fn batch_table(extra: &str) -> String {
+    format!(
+        r#"[batch]
+submit_interval_secs = 0.05
+poll_interval_secs = 0.05
+{extra}"#
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::local_server::LocalServer;
+use crate::local_server::MockServer;
 
 /// One canned answer.
 #[derive(Debug, Clone)]
@@ -99,7 +99,8 @@ impl Recorded {
     }
 }
 
-struct Shared {
+/// What the handler records and reads.
+pub struct Shared {
     replies: Mutex<VecDeque<Reply>>,
     default: Mutex<Option<Reply>>,
     requests: Mutex<Vec<Recorded>>,
@@ -107,29 +108,20 @@ struct Shared {
 }
 
 /// The running server.
-pub struct MockLlm {
-    server: LocalServer,
-    shared: Arc<Shared>,
-}
+pub type MockLlm = MockServer<Shared>;
 
 impl MockLlm {
     /// Starts a server on 127.0.0.1 at a free port.
     pub fn start() -> Self {
-        let shared = Arc::new(Shared {
-            replies: Mutex::new(VecDeque::new()),
-            default: Mutex::new(None),
-            requests: Mutex::new(Vec::new()),
-            started: Instant::now(),
-        });
-        let state = shared.clone();
-        let server =
-            LocalServer::start(move |_| axum::Router::new().fallback(handle).with_state(state));
-        MockLlm { server, shared }
-    }
-
-    /// `http://127.0.0.1:<port>`: the Anthropic `base_url`.
-    pub fn url(&self) -> String {
-        self.server.url()
+        MockServer::serve(
+            Shared {
+                replies: Mutex::new(VecDeque::new()),
+                default: Mutex::new(None),
+                requests: Mutex::new(Vec::new()),
+                started: Instant::now(),
+            },
+            handle,
+        )
     }
 
     /// `http://127.0.0.1:<port>/v1`: the OpenAI-compatible `base_url`.
@@ -239,23 +231,23 @@ async fn handle(
         .await;
     }
     if api == Api::Anthropic {
-        if recorded.header("x-api-key").is_none() {
-            return respond(error_reply(
-                api,
+        for (header, status, kind, message) in [
+            (
+                "x-api-key",
                 401,
                 "authentication_error",
                 "x-api-key header is required",
-            ))
-            .await;
-        }
-        if recorded.header("anthropic-version").is_none() {
-            return respond(error_reply(
-                api,
+            ),
+            (
+                "anthropic-version",
                 400,
                 "invalid_request_error",
                 "anthropic-version: header is required",
-            ))
-            .await;
+            ),
+        ] {
+            if recorded.header(header).is_none() {
+                return respond(error_reply(api, status, kind, message)).await;
+            }
         }
     }
     let queued = shared.replies.lock().unwrap().pop_front();

@@ -36,7 +36,7 @@ use axum::response::Response;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 
-use crate::local_server::LocalServer;
+use crate::local_server::MockServer;
 
 /// A request's path and query, as a recorded request names it.
 pub fn request_target(uri: &Uri) -> String {
@@ -75,10 +75,7 @@ pub struct Received {
 impl Received {
     /// The first value of a header.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        crate::local_server::header(&self.headers, name)
     }
 
     /// The body parsed (`Null` when it is not JSON).
@@ -88,7 +85,8 @@ impl Received {
 }
 
 #[derive(Default)]
-struct Shared {
+/// What the handler records and reads.
+pub struct Shared {
     received: Mutex<Vec<Received>>,
     /// Requests seen per `x-mock-fail` key.
     fail_counts: Mutex<HashMap<String, u32>>,
@@ -99,10 +97,7 @@ struct Shared {
 }
 
 /// The running upstream; stopped when dropped.
-pub struct MockUpstream {
-    server: LocalServer,
-    shared: Arc<Shared>,
-}
+pub type MockUpstream = MockServer<Shared>;
 
 impl MockUpstream {
     pub fn start() -> Self {
@@ -118,25 +113,14 @@ impl MockUpstream {
     }
 
     fn start_with(record: bool) -> Self {
-        let shared = Arc::new(Shared {
-            started: Some(Instant::now()),
-            record,
-            ..Shared::default()
-        });
-        let state = Arc::clone(&shared);
-        let server =
-            LocalServer::start(move |_| axum::Router::new().fallback(handle).with_state(state));
-        MockUpstream { server, shared }
-    }
-
-    /// `http://127.0.0.1:PORT`: Anthropic's base URL.
-    pub fn url(&self) -> String {
-        self.server.url()
-    }
-
-    /// `http://127.0.0.1:PORT/v1`: OpenAI's base URL.
-    pub fn openai_url(&self) -> String {
-        self.server.openai_url()
+        MockServer::serve(
+            Shared {
+                started: Some(Instant::now()),
+                record,
+                ..Shared::default()
+            },
+            handle,
+        )
     }
 
     /// The requests received, in order (none for an upstream started unrecorded).
@@ -190,35 +174,24 @@ async fn handle(
     };
 
     // Credentials, as the real APIs check them before anything else.
-    match api {
+    let refused = match api {
         Api::Anthropic if header("x-api-key").is_none() && header("authorization").is_none() => {
-            return error(
-                api,
-                401,
-                "authentication_error",
-                "x-api-key header is required",
-                n,
-            )
+            Some((401, "authentication_error", "x-api-key header is required"))
         }
-        Api::Anthropic if header("anthropic-version").is_none() => {
-            return error(
-                api,
-                400,
-                "invalid_request_error",
-                "anthropic-version: header is required",
-                n,
-            )
-        }
-        Api::OpenAi if header("authorization").is_none() => {
-            return error(
-                api,
-                401,
-                "invalid_request_error",
-                "You didn't provide an API key.",
-                n,
-            )
-        }
-        _ => {}
+        Api::Anthropic if header("anthropic-version").is_none() => Some((
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required",
+        )),
+        Api::OpenAi if header("authorization").is_none() => Some((
+            401,
+            "invalid_request_error",
+            "You didn't provide an API key.",
+        )),
+        _ => None,
+    };
+    if let Some((status, kind, message)) = refused {
+        return error(api, status, kind, message, n);
     }
     if let Some(spec) = header("x-mock-fail") {
         let mut parts = spec.splitn(3, ':');
@@ -544,15 +517,7 @@ fn openai_response(request: &Value, n: u64, deltas: usize, delay: Duration) -> R
     if request["stream"] != json!(true) {
         return json_answer(Api::OpenAi, 200, &done, n);
     }
-    let mut sequence = 0u64;
-    let mut event = |mut data: Value| {
-        data["sequence_number"] = json!(sequence);
-        sequence += 1;
-        format!(
-            "event: {}\ndata: {data}\n\n",
-            data["type"].as_str().unwrap_or("unknown")
-        )
-    };
+    let mut event = sequenced_events("unknown");
     let started = response("in_progress", json!([]), Value::Null);
     let mut events = vec![
         event(json!({"type": "response.created", "response": started})),
@@ -613,9 +578,24 @@ fn openai_response(request: &Value, n: u64, deltas: usize, delay: Duration) -> R
     sse(Api::OpenAi, events, delay, n)
 }
 
-/// OpenAI's `CompactResource`: the request's user messages, then a `compaction` item.
-fn openai_compact(request: &Value, n: u64) -> Response {
-    let mut output: Vec<Value> = request["input"]
+/// A Responses stream's events, numbered in order (`sequence_number`) as OpenAI numbers them;
+/// `untyped` names an event without a `type`.
+pub(crate) fn sequenced_events(untyped: &'static str) -> impl FnMut(Value) -> String {
+    let mut sequence = 0u64;
+    move |mut data: Value| {
+        data["sequence_number"] = json!(sequence);
+        sequence += 1;
+        format!(
+            "event: {}\ndata: {data}\n\n",
+            data["type"].as_str().unwrap_or(untyped)
+        )
+    }
+}
+
+/// The user messages among a Responses request's `input` items, in order: what a
+/// `/v1/responses/compact` answer keeps.
+pub(crate) fn user_messages(request: &Value) -> Vec<Value> {
+    request["input"]
         .as_array()
         .map(|items| {
             items
@@ -624,7 +604,12 @@ fn openai_compact(request: &Value, n: u64) -> Response {
                 .cloned()
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// OpenAI's `CompactResource`: the request's user messages, then a `compaction` item.
+fn openai_compact(request: &Value, n: u64) -> Response {
+    let mut output = user_messages(request);
     output.push(json!({"type": "compaction", "id": format!("cmp_{n:024}"),
         "encrypted_content": format!("gAAAAB-mock-compaction-{n}")}));
     let body = json!({"id": format!("resp_{n:024}"), "object": "response.compaction",

@@ -695,20 +695,9 @@ fn reachable_by(user: &str, dir: PathBuf) -> PathBuf {
 }
 
 fn run_checked(command: &mut Command, what: &str) -> Result<(), String> {
-    let out = command
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{what}: cannot run {:?}: {e}", command.get_program()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: {:?} failed ({}): {}",
-            command.get_program(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    crate::tools::run_output(command.stdin(Stdio::null()), what, |out| {
+        format!(": {}", String::from_utf8_lossy(&out.stderr).trim())
+    })
 }
 
 /// The user the server runs as when the tests run as root (initdb and postgres refuse to

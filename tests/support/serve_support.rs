@@ -202,6 +202,27 @@ impl Server {
         (status, response.json().await.expect("JSON answer"))
     }
 
+    /// `GET path`, whatever its status (a transport error fails the test).
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.unwrap()
+    }
+
+    /// `POST /v1/compact` with `body` as it is, sent as `content_type`; the answer, whatever its
+    /// status (a transport error fails the test).
+    pub async fn post_compact(
+        &self,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/compact"))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// `GET path` as JSON, asserting 200.
     pub async fn get_json(&self, path: &str) -> Value {
         let response = self
@@ -342,10 +363,7 @@ pub struct RawAnswer {
 
 impl RawAnswer {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        crate::local_server::header(&self.headers, name)
     }
 
     /// The body as JSON, panicking with the answer when it is not.

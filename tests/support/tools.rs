@@ -258,27 +258,53 @@ pub fn npm_install(dir: &Path, package: &str) -> Result<(), String> {
         .stdin(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("running npm failed: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
+    succeeded(status, || {
+        format!(
             "npm install --prefix {} {package} failed ({status})",
             dir.display()
-        ))
-    }
+        )
+    })
 }
 
 fn run(command: &mut Command, what: &str) -> Result<(), String> {
     let status = command
         .status()
         .map_err(|e| format!("{what}: cannot run {:?}: {e}", command.get_program()))?;
+    succeeded(status, || {
+        format!("{what}: {:?} failed ({status})", command.get_program())
+    })
+}
+
+/// Runs `command` for its output: `Ok` when it succeeds, else the error
+/// `{what}: {program:?} failed ({status})` and what `detail` makes of the output.
+pub(crate) fn run_output(
+    command: &mut Command,
+    what: &str,
+    detail: impl FnOnce(&std::process::Output) -> String,
+) -> Result<(), String> {
+    let output = command
+        .output()
+        .map_err(|e| format!("{what}: cannot run {:?}: {e}", command.get_program()))?;
+    succeeded(output.status, || {
+        format!(
+            "{what}: {:?} failed ({}){}",
+            command.get_program(),
+            output.status,
+            detail(&output)
+        )
+    })
+}
+
+/// `Ok` when `status` is a success, else the error `failed` words: how the installers here
+/// report a command.
+pub(crate) fn succeeded(
+    status: std::process::ExitStatus,
+    failed: impl FnOnce() -> String,
+) -> Result<(), String> {
     if status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{what}: {:?} failed ({status})",
-            command.get_program()
-        ))
+        Err(failed())
     }
 }
 
