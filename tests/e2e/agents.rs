@@ -208,6 +208,17 @@ fn run(mut command: Command, what: &str) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {what}: {e}"))
 }
 
+/// Claude Code's run through `proxy` in `dir`: its model calls (`/v1/messages`), once it
+/// finished with every request checked ([`assert_finished`]).
+fn claude_model_calls(dir: &Path, upstream: &AgentUpstream, proxy: &Server) -> Vec<Exchange> {
+    let (home, work) = agent_dirs(dir, "claude");
+    let out = run(claude(&proxy.base, &home, &work), "claude");
+    assert_finished("claude -p", &out, upstream, proxy)
+        .into_iter()
+        .filter(|e| e.target.starts_with("/v1/messages"))
+        .collect()
+}
+
 /// Asserts the agent finished its task and no request was refused; returns what the upstream
 /// answered.
 fn assert_finished(
@@ -269,14 +280,8 @@ fn claude_code_finishes_a_tool_task_through_the_proxy_with_its_history_compacted
         store,
         dir,
     } = Setup::start("agents-claude", ServerCompaction::Present, 4_100, "");
-    let (home, work) = agent_dirs(&dir, "claude");
-
-    let out = run(claude(&proxy.base, &home, &work), "claude");
-    let exchanges = assert_finished("claude -p", &out, &upstream, &proxy);
-    let turns: Vec<&Exchange> = exchanges
-        .iter()
-        .filter(|e| e.target.starts_with("/v1/messages"))
-        .collect();
+    let exchanges = claude_model_calls(&dir, &upstream, &proxy);
+    let turns: Vec<&Exchange> = exchanges.iter().collect();
     assert!(
         turns.len() > STEPS as usize,
         "{} model calls for {STEPS} steps",
@@ -337,13 +342,8 @@ fn claude_code_s_system_messages_are_kept_and_do_not_stop_a_summary() {
         LONG,
         |_| Task::Echo,
     );
-    let (home, work) = agent_dirs(&dir, "claude");
-    let out = run(claude(&proxy.base, &home, &work), "claude");
-    let exchanges = assert_finished("claude -p", &out, &upstream, &proxy);
-    let turns: Vec<&Exchange> = exchanges
-        .iter()
-        .filter(|e| e.target.starts_with("/v1/messages"))
-        .collect();
+    let exchanges = claude_model_calls(&dir, &upstream, &proxy);
+    let turns: Vec<&Exchange> = exchanges.iter().collect();
     assert!(turns.len() > LONG as usize, "{} model calls", turns.len());
     assert_compacted("claude -p", &turns);
     // Every system message Claude Code sent reaches the upstream in the last call; one it
@@ -1108,20 +1108,26 @@ fn toml_string(text: &str) -> String {
     serde_json::Value::from(text).to_string()
 }
 
-/// An agent's run of the recall task through the proxy with the agents chain, `tamp mcp`
-/// reached as `how`: the model calls `recall` on the page of the cleared first output, and the
-/// fact planted there is in the next request (it was in none since the clearing).
-fn assert_recalls_a_cleared_fact(agent: &str, how: Mcp) -> (Setup, PathBuf) {
-    let name = format!("agents-recall-{agent}-{how:?}").to_lowercase();
-    let dir = ScratchDir::new(&name);
-    let upstream = AgentUpstream::start_task(
+/// The upstream of the recall tasks: a log task whose model recalls a cleared fact after
+/// [`RECALL_AFTER`] steps.
+fn recall_upstream() -> AgentUpstream {
+    AgentUpstream::start_task(
         KEY,
         RECALL_STEPS,
         ServerCompaction::Present,
         Task::Logs {
             recall_after: Some(RECALL_AFTER),
         },
-    );
+    )
+}
+
+/// An agent's run of the recall task through the proxy with the agents chain, `tamp mcp`
+/// reached as `how`: the model calls `recall` on the page of the cleared first output, and the
+/// fact planted there is in the next request (it was in none since the clearing).
+fn assert_recalls_a_cleared_fact(agent: &str, how: Mcp) -> (Setup, PathBuf) {
+    let name = format!("agents-recall-{agent}-{how:?}").to_lowercase();
+    let dir = ScratchDir::new(&name);
+    let upstream = recall_upstream();
     let store = dir.join("proxy");
     std::fs::create_dir_all(&store).unwrap();
     // A budget the first request fits in, and the fourth step's output overflows.
@@ -1423,14 +1429,7 @@ fn the_set_ups_in_docs_proxy_md_run_as_written() {
         .replace('~', &home.display().to_string());
     let config = PathBuf::from(config);
     for agent in ["claude", "codex"] {
-        let upstream = AgentUpstream::start_task(
-            KEY,
-            RECALL_STEPS,
-            ServerCompaction::Present,
-            Task::Logs {
-                recall_after: Some(RECALL_AFTER),
-            },
-        );
+        let upstream = recall_upstream();
         // The copied chain with this test's upstream and budget.
         let text = std::fs::read_to_string(&config).unwrap();
         let (head, rest) = text.split_once("[proxy.models]\n").unwrap();

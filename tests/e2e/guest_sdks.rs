@@ -315,15 +315,7 @@ fn the_python_package_builds_installs_and_builds_a_conforming_strategy_anywhere(
         "python3 -m venv",
     );
     run(
-        Command::new(venv.join("bin/python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(&wheel),
+        tamp_e2e::tools::pip_install(&venv).arg(&wheel),
         "pip install of the built wheel",
     );
     let author = dir.join("my-strategy");

@@ -57,6 +57,17 @@ async fn send(stream: &mut TcpStream, bytes: &[u8]) {
     stream.write_all(bytes).await.expect("write");
 }
 
+/// Sends a `POST /v1/compact` head declaring `length` bytes of JSON, then `body_start` (all,
+/// part or none of the body).
+async fn send_compact(stream: &mut TcpStream, length: u64, body_start: &[u8]) {
+    let head = format!(
+        "POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+         content-length: {length}\r\n\r\n"
+    );
+    send(stream, head.as_bytes()).await;
+    send(stream, body_start).await;
+}
+
 /// A raw `GET /healthz` whose answer keeps the connection open.
 async fn healthz_kept_alive(server: &Server) -> TcpStream {
     let mut stream = connect(server).await;
@@ -146,12 +157,7 @@ async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out
 
     // 1 TB declared, nothing sent: 413 without waiting for the body.
     let mut stream = connect(&server).await;
-    send(
-        &mut stream,
-        b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
-          content-length: 1099511627776\r\n\r\n",
-    )
-    .await;
+    send_compact(&mut stream, 1_099_511_627_776, b"").await;
     let answer = read_answer(&mut stream, Duration::from_secs(5))
         .await
         .expect("a 413 before any body byte");
@@ -168,12 +174,7 @@ async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out
     // next request failing), and it does close.
     let mut stream = connect(&server).await;
     let body = format!("{{\"conversation\": \"{}\"}}", "x".repeat(200_000));
-    let head = format!(
-        "POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\n\r\n",
-        body.len()
-    );
-    send(&mut stream, head.as_bytes()).await;
+    send_compact(&mut stream, body.len() as u64, b"").await;
     let _ = stream.write_all(body.as_bytes()).await; // the server may stop reading
     let answer = read_answer(&mut stream, Duration::from_secs(5))
         .await
@@ -201,12 +202,7 @@ async fn an_oversized_declared_body_is_refused_at_once_and_a_slow_body_times_out
     // 100 bytes declared, 10 sent: 408 after the body timeout.
     let started = Instant::now();
     let mut stream = connect(&server).await;
-    send(
-        &mut stream,
-        b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
-          content-length: 100\r\n\r\n{\"convers",
-    )
-    .await;
+    send_compact(&mut stream, 100, b"{\"convers").await;
     let answer = read_answer(&mut stream, Duration::from_secs(10))
         .await
         .expect("an answer to the stalled body");
@@ -290,12 +286,7 @@ async fn sigterm_closes_idle_and_half_sent_connections_and_waits_only_for_compac
     )
     .await;
     let mut half_body = connect(&server).await;
-    send(
-        &mut half_body,
-        b"POST /v1/compact HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
-          content-length: 1000\r\n\r\n{\"conversation\": ",
-    )
-    .await;
+    send_compact(&mut half_body, 1000, b"{\"conversation\": ").await;
     // Let the server read what was sent before the signal.
     let _ = server.metrics().await;
 

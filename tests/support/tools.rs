@@ -120,15 +120,7 @@ pub fn python_venv(name: &str, pins: &[&str], why: &str) -> PathBuf {
             make_venv()?;
         }
         run(
-            Command::new(venv.join("bin/python"))
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .args(pins),
+            pip_install(&venv).args(pins),
             &format!("pip install of {pins_text} from PyPI"),
         )?;
         std::fs::write(&ready, &pins_text).map_err(|e| e.to_string())
@@ -350,4 +342,17 @@ pub fn apt_install(package: &str) -> Result<(), String> {
     };
     apt(&["update", "-qq"])?;
     apt(&["install", "-y", "-qq", "--no-install-recommends", package])
+}
+
+/// `pip install`, quiet, in the venv at `venv`: what to install is the caller's to add.
+pub fn pip_install(venv: &Path) -> Command {
+    let mut command = Command::new(venv.join("bin/python"));
+    command.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]);
+    command
 }
