@@ -310,10 +310,8 @@ fn the_python_package_builds_installs_and_builds_a_conforming_strategy_anywhere(
     // A fresh environment holding the wheel (and the componentizer it pins), and an author's
     // directory outside the repository holding a copy of the template.
     let venv = dir.join("venv");
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        "python3 -m venv",
-    );
+    tamp_e2e::tools::make_venv(&venv, "the Python package test needs Python 3 with venv")
+        .unwrap_or_else(|e| panic!("{e}"));
     run(
         tamp_e2e::tools::pip_install(&venv).arg(&wheel),
         "pip install of the built wheel",

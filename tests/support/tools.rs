@@ -102,23 +102,7 @@ pub fn python_venv(name: &str, pins: &[&str], why: &str) -> PathBuf {
         let _ = std::fs::remove_file(&ready);
     }
     install_once(&dir, &ready, &pins_text, || {
-        let _ = std::fs::remove_dir_all(&venv);
-        let make_venv = || run(Command::new("python3").args(["-m", "venv"]).arg(&venv), why);
-        if let Err(no_venv) = make_venv() {
-            // Debian's python3 lacks venv's ensurepip until python3-venv is installed: the
-            // tests install it themselves, as root, as they do the browser.
-            if !running_as_root() {
-                return Err(no_venv);
-            }
-            let _ = std::fs::remove_dir_all(&venv);
-            let _ = writeln!(
-                std::io::stderr(),
-                "tamp tests: python3 -m venv failed; installing Debian's python3-venv with \
-                 apt-get (running as root)"
-            );
-            apt_install("python3-venv").map_err(|e| format!("{no_venv}; then {e}"))?;
-            make_venv()?;
-        }
+        make_venv(&venv, why)?;
         run(
             pip_install(&venv).args(pins),
             &format!("pip install of {pins_text} from PyPI"),
@@ -126,6 +110,28 @@ pub fn python_venv(name: &str, pins: &[&str], why: &str) -> PathBuf {
         std::fs::write(&ready, &pins_text).map_err(|e| e.to_string())
     });
     venv
+}
+
+/// A fresh venv at `venv` (`python3 -m venv`). Debian's python3 lacks venv's ensurepip until
+/// python3-venv is installed: where it is missing, the tests install it themselves, as root,
+/// as they do the browser and PostgreSQL. `why` says what needs it.
+pub fn make_venv(venv: &Path, why: &str) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(venv);
+    let create = || run(Command::new("python3").args(["-m", "venv"]).arg(venv), why);
+    let Err(no_venv) = create() else {
+        return Ok(());
+    };
+    if !running_as_root() {
+        return Err(no_venv);
+    }
+    let _ = std::fs::remove_dir_all(venv);
+    let _ = writeln!(
+        std::io::stderr(),
+        "tamp tests: python3 -m venv failed; installing Debian's python3-venv with apt-get \
+         (running as root)"
+    );
+    apt_install("python3-venv").map_err(|e| format!("{no_venv}; then {e}"))?;
+    create()
 }
 
 /// The coding agents the agent tests run through `tamp proxy`, pinned like the SDKs. Both npm
