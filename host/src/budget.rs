@@ -70,21 +70,7 @@ impl BudgetConfig {
         if !self.ledgers_outside {
             return 0;
         }
-        let ledgers = messages
-            .iter()
-            .filter(|m| m.is_summary())
-            .map(|m| {
-                let text = m.joined_text();
-                let narrative = ledger::narrative(&text);
-                if narrative.len() == text.len() {
-                    0
-                } else {
-                    tokens
-                        .count_text(&text)
-                        .saturating_sub(tokens.count_text(narrative))
-                }
-            })
-            .sum();
+        let ledgers = ledger::tokens_in_by(messages, &|text| tokens.count_text(text));
         self.ledger_room_for(ledgers)
     }
 

@@ -258,13 +258,23 @@ pub fn tokens_found(messages: &[Message], count: &dyn Fn(&str) -> u64) -> u64 {
 
 /// The tokens of the ledgers in the summaries among `messages`.
 pub fn tokens_in(messages: &[Message], host: &Host) -> u64 {
+    tokens_in_by(messages, &|text| host.count_tokens(text))
+}
+
+/// [`tokens_in`], counted by `count` (the host's own counter, where there is no [`Host`]).
+pub fn tokens_in_by(messages: &[Message], count: &dyn Fn(&str) -> u64) -> u64 {
     messages
         .iter()
         .filter(|m| m.is_summary())
         .map(|m| {
             let text = m.joined_text();
-            host.count_tokens(&text)
-                .saturating_sub(host.count_tokens(narrative(&text)))
+            let narrative = narrative(&text);
+            // A summary without a ledger costs no count.
+            if narrative.len() == text.len() {
+                0
+            } else {
+                count(&text).saturating_sub(count(narrative))
+            }
         })
         .sum()
 }
