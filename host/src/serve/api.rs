@@ -582,6 +582,21 @@ mod tests {
     }
 
     #[test]
+    fn a_request_s_budget_may_leave_the_ledgers_outside_the_watermarks() {
+        let chain_budget = crate::budget::BudgetConfig::default();
+        let parts = |budget: &str| {
+            let body = format!(r#"{{"conversation": {{"messages": []}}, "budget": {budget}}}"#);
+            let (_, _, options) = parse_compact_body(body.as_bytes())
+                .unwrap()
+                .into_parts(&chain_budget)
+                .unwrap();
+            options.budget.unwrap().ledgers_outside
+        };
+        assert!(parts(r#"{"ledgers_outside": true}"#));
+        assert!(!parts(r#"{"max_tokens": 9000}"#), "the chain's own: off");
+    }
+
+    #[test]
     fn invalid_utf8_in_a_body_is_located_by_byte_offset() {
         let e = parse_compact_body(b"{\"conversation\": {\"messages\": \"ab\xff\"}}").unwrap_err();
         assert_eq!(e.code, ApiErrorCode::InvalidRequest);
