@@ -1453,7 +1453,7 @@ fn the_chain_files_numbers_never_panic() {
                     }
                 }
                 Ok(active) => {
-                    let _ = active.proxy.compaction_timeout();
+                    let _ = active.proxy().compaction_timeout();
                     let options = tamp_host::chain::CompactOptions {
                         force: true,
                         ..Default::default()

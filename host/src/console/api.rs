@@ -147,7 +147,7 @@ async fn thread(
         .thread_requests(&id, THREAD_REQUESTS)
         .await
         .map_err(store_failure)?;
-    let savings = Savings::of(&totals, &console.slot.current().console);
+    let savings = Savings::of(&totals, console.slot.current().console());
     Ok(Json(json!({
         "thread": totals,
         "requests": requests,
@@ -328,7 +328,7 @@ async fn savings(State(console): State<Arc<Console>>) -> Result<Json<Value>, Api
         })
         .await
         .map_err(store_failure)?;
-    let config = console.slot.current().console.clone();
+    let config = console.slot.current().console().clone();
     let each: Vec<Savings> = threads.iter().map(|t| Savings::of(t, &config)).collect();
     let total = Savings::total(&each);
     let rows: Vec<Value> = threads
@@ -350,7 +350,7 @@ async fn chain(State(console): State<Arc<Console>>) -> Json<Value> {
         }
     }
     view["reloads"] = health::health_view(&(console.exposition)())["reloads"].clone();
-    view["console"] = json!(active.console);
+    view["console"] = json!(active.console());
     Json(view)
 }
 

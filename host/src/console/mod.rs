@@ -30,6 +30,7 @@ pub mod conversation;
 pub mod health;
 pub mod record;
 pub mod savings;
+mod settings;
 
 pub use record::{ChainRun, Recorder};
 

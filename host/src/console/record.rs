@@ -274,7 +274,7 @@ impl Recorder {
         let (Some(sender), Some(slot)) = (&self.sender, &self.slot) else {
             return;
         };
-        if !slot.current().console.record {
+        if !slot.current().console().record {
             return;
         }
         if sender
@@ -422,7 +422,7 @@ async fn write_all(
         if last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
             last_prune = Some(Instant::now());
             if let Some(activity) = active.chain.activity() {
-                let keep = &active.console;
+                let keep = active.console();
                 let before = millis(SystemTime::now()).saturating_sub(keep.retention_ms());
                 if let Err(e) = activity.prune(before, keep.max_requests).await {
                     tracing::warn!("console: old request records not deleted: {e}");

@@ -91,7 +91,7 @@ impl Access {
             return Ok(());
         }
         let active = self.slot.current();
-        if active.http.allows(&host) {
+        if active.http().allows(&host) {
             return Ok(());
         }
         refused(format!(

@@ -2,13 +2,14 @@
 //! that says whether a reload would change anything.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
 use crate::chain::{Chain, ChainError, FileOverrides};
-use crate::config::{LoadedChainFile, Trigger};
+use crate::config::{ChainFile, HttpConfig, LoadedChainFile, Trigger};
 use crate::config_error::ConfigError;
 use crate::store::StoreSpec;
 
@@ -29,12 +30,11 @@ pub struct ActiveChain {
     /// Which store the chain's pages are in ([`StoreSpec::location`]): a reload may not
     /// move them.
     pub store_location: String,
-    /// The file's `[proxy]` table (`tamp proxy` reads it per request, so it reloads too).
-    pub proxy: crate::config::proxy::ProxyConfig,
-    /// The file's `[http]` table: the hosts answered beyond loopback (read per request).
-    pub http: crate::config::HttpConfig,
-    /// The file's `[console]` table: what is recorded and kept, the prices of the savings.
-    pub console: crate::config::console::ConsoleConfig,
+    /// The file the chain was built from, as parsed. Each server reads its own tables from it
+    /// per request, so they reload with the chain: this layer reads `[http]`
+    /// ([`ActiveChain::http`]); `tamp proxy` and the console read theirs in their own
+    /// modules.
+    file: Arc<ChainFile>,
     /// Each stage's `sha256` pin, in stage order (`None`: not pinned).
     pub pins: Vec<Option<String>>,
 }
@@ -167,16 +167,24 @@ impl ActiveChain {
             loaded_at: SystemTime::now(),
             build_time: started.elapsed(),
             store_location: store.location(),
-            proxy: file.file.proxy.clone(),
-            http: file.file.http.clone(),
-            console: file.file.console.clone(),
             pins: file
                 .file
                 .stages
                 .iter()
                 .map(|s| s.get_ref().sha256.clone())
                 .collect(),
+            file: Arc::new(file.file),
         })
+    }
+
+    /// The chain file as parsed, for a server to read its own tables from.
+    pub(crate) fn file(&self) -> &ChainFile {
+        &self.file
+    }
+
+    /// The file's `[http]` table: the hosts answered beyond loopback.
+    pub fn http(&self) -> &HttpConfig {
+        &self.file.http
     }
 
     /// Seconds since the Unix epoch when this chain was built.

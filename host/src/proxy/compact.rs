@@ -55,8 +55,8 @@ pub async fn compact(
     last: Arc<LastReads>,
 ) -> Outcome {
     let Origin { thread, owner } = origin;
-    let timeout = active.proxy.compaction_timeout();
-    if !active.proxy.strict {
+    let timeout = active.proxy().compaction_timeout();
+    if !active.proxy().strict {
         // The same wait as the compaction's: a thread store that hangs is not waited on longer.
         let decided = tokio::time::timeout(
             timeout,
@@ -67,7 +67,7 @@ pub async fn compact(
                 &thread,
                 &last,
                 &active.config_hash,
-                &active.proxy.models,
+                &active.proxy().models,
             ),
         );
         if let Ok(Some(outcome)) = decided.await {
@@ -153,7 +153,7 @@ async fn run(
     let named = fields.thread(&thread);
     let model = fields.model.as_deref().map(str::to_string);
     let budget = active
-        .proxy
+        .proxy()
         .models
         .for_model(fields.model.as_deref(), active.chain.budget());
     drop(fields);

@@ -35,6 +35,7 @@ pub mod route;
 mod routes;
 pub mod server_compaction;
 pub mod session;
+mod settings;
 
 pub use compact::COMPACTION_HEADER;
 pub use routes::*;

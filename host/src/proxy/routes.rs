@@ -75,7 +75,8 @@ pub async fn run(args: ProxyOptions) -> anyhow::Result<()> {
         .start()
         .await?;
     let upstreams = {
-        let proxy = &started.slot.current().proxy;
+        let active = started.slot.current();
+        let proxy = active.proxy();
         format!(
             "upstreams anthropic -> {}, openai -> {}{}",
             crate::redact::url(&proxy.anthropic),
@@ -308,7 +309,7 @@ async fn forward_noted(
     // this request.
     let active = state.slot.current();
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let url = match route::upstream_url(&active.proxy, route.provider, target) {
+    let url = match route::upstream_url(&active.proxy(), route.provider, target) {
         Ok(url) => url,
         Err(message) => {
             let mut e = ProxyError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
@@ -317,7 +318,7 @@ async fn forward_noted(
         }
     };
     let mut extra = Vec::new();
-    let tamp_compacts = active.proxy.openai_compaction == CompactionBy::Tamp;
+    let tamp_compacts = active.proxy().openai_compaction == CompactionBy::Tamp;
     if route.server_compaction && tamp_compacts {
         let answer = async {
             let bytes = read_body(state, &parts.headers, body).await?;
@@ -415,7 +416,7 @@ fn answer_headers(
     }
     let mut note = access_log::Note::of(outcome);
     let budget = active
-        .proxy
+        .proxy()
         .models
         .for_model(outcome.model(), active.chain.budget())
         .unwrap_or(*active.chain.budget());
@@ -452,23 +453,23 @@ async fn compacted_body(
         e.final_answer = true;
         e
     })?;
-    let tamp_compacts = active.proxy.openai_compaction == CompactionBy::Tamp;
+    let tamp_compacts = active.proxy().openai_compaction == CompactionBy::Tamp;
     // A body of a declared length within `--max-body` that the headers already say the chain
     // leaves as it is goes upstream as it arrives, never collected (not in strict mode, where
     // every body is read so that one tamp cannot read is refused).
     let declared = limits::declared_length(headers)
-        .filter(|_| !active.proxy.strict)
+        .filter(|_| !active.proxy().strict)
         .filter(|&n| state.gate.check_declared(Some(n)).is_ok());
     if let Some(declared) = declared {
         let started = Instant::now();
         let decided = tokio::time::timeout(
-            active.proxy.compaction_timeout(),
+            active.proxy().compaction_timeout(),
             precount::decide_from_headers(
                 &active.chain,
                 format,
                 declared,
                 &hint,
-                &active.proxy.models,
+                &active.proxy().models,
                 tamp_compacts,
             ),
         );
@@ -526,7 +527,7 @@ async fn compacted_body(
             Ok(Prepared::Forward(bytes, answer_headers, note))
         }
         outcome::Outcome::Skipped { reason, invalid } => {
-            if active.proxy.strict {
+            if active.proxy().strict {
                 let mut e = ProxyError::new(
                     StatusCode::BAD_GATEWAY,
                     "compaction_failed",
