@@ -107,6 +107,19 @@ pub struct Compaction {
     pub stage: String,
 }
 
+impl Compaction {
+    /// The messages this stage may change: after the leading system messages and the task,
+    /// before the protected tail of `budget.keep_recent` messages, never splitting a tool
+    /// exchange ([`compactable_range`](crate::rules::protect::compactable_range)). A
+    /// WebAssembly guest is given the same range as its request's `compactable`.
+    pub fn compactable(&self) -> std::ops::Range<usize> {
+        crate::rules::protect::compactable_range(
+            &self.conversation.messages,
+            self.budget.keep_recent as usize,
+        )
+    }
+}
+
 /// Adapts a [`Strategy`] to [`StrategyFfi`].
 pub struct StrategyAdapter<S: Strategy>(Arc<S>);
 

@@ -34,18 +34,15 @@ impl Strategy for ArchiveOldToolCalls {
     }
 
     async fn compact(&self, input: Compaction) -> Result<CompactOutcome, PluginError> {
-        let Compaction {
-            conversation,
-            budget,
-            host,
-            ..
-        } = input;
-        let messages = &conversation.messages;
         let runs = plan::runs_to_archive(
-            messages,
-            budget.keep_recent as usize,
+            &input.conversation.messages,
+            input.compactable(),
             self.config.keep_exchanges,
         );
+        let Compaction {
+            conversation, host, ..
+        } = input;
+        let messages = &conversation.messages;
         let exchanges: usize = runs.iter().map(|r| r.units.len()).sum();
         if exchanges < self.config.min_exchanges {
             let reason = format!(

@@ -1,19 +1,20 @@
 //! What to archive: a pure function of the conversation, tested without a host.
 
+use std::ops::Range;
+
 use tamp_plugin_api::prelude::*;
 use tamp_plugin_api::sdk::groups::Group;
 use tamp_plugin_api::sdk::prompt::{render_messages, wrap_content, RenderOptions};
 
-/// The oldest tool exchanges in the compactable range, beyond the newest `keep_exchanges`,
-/// grouped into runs of adjacent exchanges (the SDK's grouping).
+/// The oldest tool exchanges in `compactable` (the range the stage may change), beyond the
+/// newest `keep_exchanges`, grouped into runs of adjacent exchanges (the SDK's grouping).
 pub fn runs_to_archive(
     messages: &[Message],
-    keep_recent: usize,
+    compactable: Range<usize>,
     keep_exchanges: usize,
 ) -> Vec<Group> {
-    let range = sdk::compactable_range(messages, keep_recent);
     let units = sdk::units(messages);
-    let exchanges: Vec<Unit> = sdk::groups::units_within(&units, &range)
+    let exchanges: Vec<Unit> = sdk::groups::units_within(&units, &compactable)
         .filter(|u| u.kind == UnitKind::ToolExchange)
         .cloned()
         .collect();
@@ -63,7 +64,7 @@ mod tests {
         msgs.extend(exchange("c", "edit"));
         msgs.extend(exchange("d", "edit"));
         msgs.push(Message::text(Role::Assistant, "done"));
-        let runs = runs_to_archive(&msgs, 1, 1);
+        let runs = runs_to_archive(&msgs, sdk::compactable_range(&msgs, 1), 1);
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[0].range, 2..6);
         assert_eq!(runs[0].units.len(), 2);

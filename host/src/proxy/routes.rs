@@ -309,7 +309,7 @@ async fn forward_noted(
     // this request.
     let active = state.slot.current();
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let url = match route::upstream_url(&active.proxy(), route.provider, target) {
+    let url = match route::upstream_url(active.proxy(), route.provider, target) {
         Ok(url) => url,
         Err(message) => {
             let mut e = ProxyError::new(StatusCode::BAD_REQUEST, "invalid_request", message);

@@ -94,7 +94,7 @@ fn block(b: &abi::ContentBlock) -> wit::ContentBlock {
     }
 }
 
-fn block_back(b: wit::ContentBlock) -> abi::ContentBlock {
+pub fn block_back(b: wit::ContentBlock) -> abi::ContentBlock {
     match b {
         wit::ContentBlock::Text(t) => abi::ContentBlock::Text {
             text: text(t.text),
@@ -157,6 +157,23 @@ pub fn budget(b: &abi::Budget) -> wit::Budget {
         low_watermark: b.low_watermark,
         keep_recent: b.keep_recent,
         current_tokens: b.current_tokens,
+    }
+}
+
+/// A unit of the input, for `input-units`.
+pub fn unit(u: tamp_plugin_api::rules::exchanges::Unit) -> wit::Unit {
+    use tamp_plugin_api::rules::exchanges::UnitKind;
+    wit::Unit {
+        span: wit::Span {
+            start: u.range.start as u32,
+            end: u.range.end as u32,
+        },
+        kind: match u.kind {
+            UnitKind::System => wit::UnitKind::Pinned,
+            UnitKind::Summary => wit::UnitKind::Summary,
+            UnitKind::ToolExchange => wit::UnitKind::ToolExchange,
+            UnitKind::Message => wit::UnitKind::Message,
+        },
     }
 }
 

@@ -2,7 +2,9 @@
 //! the `compact` call in progress (the same `HostServices` a native plugin gets).
 
 use tamp_plugin_api::page::page_id;
-use tamp_plugin_api::{FfiString, FfiVec, PageDraft, ProgressEvent};
+use tamp_plugin_api::rules::{clearing, exchanges};
+use tamp_plugin_api::sdk::prompt::{render_messages, render_template, wrap_content, RenderOptions};
+use tamp_plugin_api::{FfiString, FfiVec, Host, PageDraft, ProgressEvent};
 
 use super::bindings::tamp::strategy::host::{self, LogLevel};
 use super::bindings::tamp::strategy::types as wit;
@@ -98,6 +100,63 @@ impl host::Host for GuestState {
         let call = self.services("input-page-id")?;
         let range = input_range(call, "input-page-id", start, end)?;
         Ok(Ok(page_id(&call.input.messages[range])))
+    }
+
+    async fn input_units(&mut self) -> wasmtime::Result<Vec<wit::Unit>> {
+        let call = self.services("input-units")?;
+        Ok(exchanges::units(&call.input.messages)
+            .into_iter()
+            .map(convert::unit)
+            .collect())
+    }
+
+    async fn summary_is_smaller(
+        &mut self,
+        text: String,
+        start: u32,
+        end: u32,
+    ) -> wasmtime::Result<Result<bool, wit::PluginError>> {
+        let plugin = self.plugin.clone();
+        let call = self.services("summary-is-smaller")?;
+        let range = input_range(call, "summary-is-smaller", start, end)?;
+        let host = Host::new(call.host.clone(), &plugin);
+        Ok(Ok(
+            host.summary_is_smaller(&text, &call.input.messages[range])
+        ))
+    }
+
+    async fn render_messages(&mut self, messages: Vec<wit::Message>) -> wasmtime::Result<String> {
+        let messages = convert::messages_back(messages);
+        Ok(render_messages(&messages, &RenderOptions::default()))
+    }
+
+    async fn wrap_content(&mut self, material: String) -> wasmtime::Result<String> {
+        Ok(wrap_content(&material))
+    }
+
+    async fn render_template(
+        &mut self,
+        template: String,
+        values: Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<String, wit::PluginError>> {
+        let vars: Vec<(&str, &str)> = values
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        Ok(render_template(&template, &vars).map_err(convert::error))
+    }
+
+    async fn result_placeholder(&mut self, page: String, note: String) -> wasmtime::Result<String> {
+        Ok(clearing::result_placeholder(&page, &note))
+    }
+
+    async fn input_placeholder(&mut self, page: String) -> wasmtime::Result<String> {
+        Ok(clearing::input_placeholder(&page))
+    }
+
+    async fn cleared_page(&mut self, block: wit::ContentBlock) -> wasmtime::Result<Option<String>> {
+        let block = convert::block_back(block);
+        Ok(clearing::cleared_page(&block).map(str::to_string))
     }
 
     async fn complete(
