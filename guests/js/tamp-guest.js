@@ -22,7 +22,13 @@
 // The conversation arrives as jco's mapping of the WIT types: records are objects with
 // camelCase fields, variants `{ tag, val }` (`{ tag: "tool-result", val: { toolUseId, ... } }`),
 // enums strings, and u64 values BigInts. `compactable` is `{ start, end }`, the messages a
-// stage may change (the native SDK's `sdk::compactable_range`, computed by the host).
+// stage may change (the native SDK's `sdk::compactable_range`, computed by the host), and
+// `units()` the conversation's units (`{ span: { start, end }, kind }`), as the host's rules
+// group tool calls with their results.
+//
+// What the host's rules say (how messages group into units, what a clearing looks like, how
+// a summarizer is shown messages) is not written again here: those helpers call the host,
+// so a guest keeps the rules the host checks its edits by.
 
 // The host's services: the component's `tamp:strategy/host` import (bound by the entry module
 // `tamp-guest build` writes), or a fake host in Node (`tamp-guest/testing`).
@@ -35,11 +41,18 @@ export function bindHost(services) {
   return previous;
 }
 
-/// An error the strategy returns: the stage is rolled back and the report says why.
+/// An error the strategy returns: the stage is rolled back and the report says why. `kind`
+/// is the WIT's `error-kind` (`"invalid-config"`, `"llm"`, ...).
 export class PluginError extends Error {
   constructor(kind, message) {
     super(message);
     this.kind = kind;
+  }
+
+  /// `kind: message` with the kind as the native SDK writes it (`invalid_config`), so that
+  /// a report quoting an error reads the same from every strategy.
+  toString() {
+    return `${this.kind.replaceAll("-", "_")}: ${this.message}`;
   }
 }
 
@@ -191,6 +204,25 @@ export class Compaction {
     this.stage = request.stage;
     this.threadId = request.threadId;
     this.compactable = request.compactable;
+    this._units = undefined;
+  }
+
+  /// The input's units, in order, covering it (`{ span: { start, end }, kind }`, `kind` one
+  /// of `"pinned"`, `"summary"`, `"tool-exchange"`, `"message"`): a tool call's message
+  /// through its last result is one unit, which a stage keeps or replaces whole. The host's
+  /// rule (the one it checks edits by), asked once.
+  units() {
+    if (this._units === undefined) {
+      this._units = host.inputUnits();
+    }
+    return this._units;
+  }
+
+  /// Whether a summary of `text` in place of input messages `start..end` costs fewer tokens
+  /// than they do, the summary message counted as the host will build it. A summary that
+  /// saves nothing is refused by the host (TAMP-INV-06): ask before making the edit.
+  summaryIsSmaller(text, start, end) {
+    return hostCall(() => host.summaryIsSmaller(text, start, end));
   }
 
   /// Every input message, read from the host once.
@@ -233,9 +265,9 @@ export class Compaction {
   }
 }
 
-/// The stage did nothing, for `reason`.
-export function unchanged(reason) {
-  return { edits: [], report: { acted: false, reason, warnings: [], detailsJson: "" } };
+/// The stage did nothing, for `reason` (with `warnings`: what went wrong on the way).
+export function unchanged(reason, { warnings = [] } = {}) {
+  return { edits: [], report: { acted: false, reason, warnings, detailsJson: "" } };
 }
 
 /// The stage asks for `edits` (`{ tag, val }` edit variants): it acted, for `reason`.
@@ -300,19 +332,32 @@ export function countMessageTokens(messages) {
   return Number(host.countMessageTokens(messages));
 }
 
+function llmRequest({ system = "", prompt, maxOutputTokens, label = "", temperature, responseSchema }) {
+  return {
+    system,
+    prompt,
+    maxOutputTokens,
+    temperature,
+    responseSchemaJson: responseSchema === undefined ? undefined : JSON.stringify(responseSchema),
+    label,
+  };
+}
+
 /// One LLM call through the host (its provider, retries, timeout and cache); throws a
-/// `PluginError` when it fails.
-export function complete({ system = "", prompt, maxOutputTokens, label = "", temperature, responseSchema }) {
-  return hostCall(() =>
-    host.complete({
-      system,
-      prompt,
-      maxOutputTokens,
-      temperature,
-      responseSchemaJson: responseSchema === undefined ? undefined : JSON.stringify(responseSchema),
-      label,
-    }),
-  );
+/// `PluginError` when it fails. The request: `{ system, prompt, maxOutputTokens, label,
+/// temperature, responseSchema }` (`prompt` and `maxOutputTokens` required).
+export function complete(request) {
+  return hostCall(() => host.complete(llmRequest(request)));
+}
+
+/// Many LLM calls (requests as `complete` takes them) through the host, at most
+/// `maxConcurrency` at once (0: the host's limit). The answers, in request order, are each
+/// a response or, for a call that failed, a `PluginError`, returned rather than thrown: one
+/// failure loses none of the other answers.
+export function completeAll(requests, maxConcurrency = 0) {
+  return host
+    .completeAll(requests.map(llmRequest), maxConcurrency)
+    .map((answer) => (answer.tag === "ok" ? answer.val : new PluginError(answer.val.kind, answer.val.message)));
 }
 
 /// Archives `messages` under this strategy's name; returns the page id.
@@ -333,65 +378,37 @@ export const log = {
 };
 
 // -----------------------------------------------------------------------------------------
-// Template rendering, as the native SDK's `sdk::render_template`: `{name}` is replaced by its
-// value, `{{` and `}}` are literal braces, anything else is an error.
+// The host's renderings. Unlike the services above, they read nothing of the compaction in
+// progress and work at any time (from a strategy's constructor, to check a config's template).
 
+/// `messages` as a prompt shows them to a summarizer: each message's role and text, tool
+/// calls with their names and inputs, their results, each long part cut in its middle (the
+/// native SDK's `render_messages` with its default options).
+export const renderMessages = (messages) => host.renderMessages(messages);
+
+/// `material` as a prompt's `<content>` section, on lines of its own, any `<content>` or
+/// `</content>` inside it escaped: the host's offline summarizer reads that section, so
+/// put a prompt's material there, last.
+export const wrapContent = (material) => host.wrapContent(material);
+
+/// `template` with each `{name}` replaced by `values[name]` (`{{` and `}}` write braces);
+/// throws an `invalid-config` `PluginError` for an unknown or unclosed placeholder, naming
+/// it (the native SDK's `render_template`).
 export function renderTemplate(template, values) {
-  let out = "";
-  let i = 0;
-  while (i < template.length) {
-    const open = template.indexOf("{", i);
-    const close = template.indexOf("}", i);
-    const next = open < 0 ? close : close < 0 ? open : Math.min(open, close);
-    if (next < 0) {
-      out += template.slice(i);
-      break;
-    }
-    out += template.slice(i, next);
-    if (template.startsWith("{{", next)) {
-      out += "{";
-      i = next + 2;
-    } else if (template.startsWith("}}", next)) {
-      out += "}";
-      i = next + 2;
-    } else if (template[next] === "}") {
-      throw invalidConfig("prompt template: unmatched `}` (write `}}` for a literal brace)");
-    } else {
-      const end = template.indexOf("}", next);
-      if (end < 0) {
-        throw invalidConfig("prompt template: unclosed `{` (write `{{` for a literal brace)");
-      }
-      const name = template.slice(next + 1, end);
-      if (!Object.prototype.hasOwnProperty.call(values, name)) {
-        const known = Object.keys(values).map((k) => `{${k}}`).join(", ");
-        throw invalidConfig(`prompt template: unknown placeholder {${name}}; known: ${known}`);
-      }
-      out += String(values[name]);
-      i = end + 1;
-    }
-  }
-  return out;
+  const pairs = Object.entries(values).map(([name, value]) => [name, String(value)]);
+  return hostCall(() => host.renderTemplate(template, pairs));
 }
 
 // -----------------------------------------------------------------------------------------
-// Clearings (TAMP-INV-10), as the native SDK's `sdk::clearing` makes them: a tool result's
-// content, or a tool call's input, replaced in place by a placeholder naming the page of the
-// original message. The canonical forms (docs/plugin-spec.md): a cleared result's one text
-// part `<tamp-cleared page="PAGE">\nNOTE\n</tamp-cleared>`; a cleared input exactly
-// `{"tamp_cleared":{"page":"PAGE"}}`.
-
-const RESULT_OPEN = '<tamp-cleared page="';
-const RESULT_CLOSE = "\n</tamp-cleared>";
-const INPUT_OPEN = '{"tamp_cleared":{"page":"';
-const INPUT_CLOSE = '"}}';
-
-const isPageId = (page) => /^[A-Za-z0-9_-]+$/.test(page);
+// Clearings (TAMP-INV-10): a tool result's content, or a tool call's input, replaced in place
+// by a placeholder naming the page of the original message. The placeholders' one canonical
+// form (docs/plugin-spec.md) is the host's: these write and read it through the host.
 
 /// The text of a cleared tool result naming `page`, with `note` for the model.
-export const resultPlaceholder = (page, note) => `${RESULT_OPEN}${page}">\n${note}${RESULT_CLOSE}`;
+export const resultPlaceholder = (page, note) => host.resultPlaceholder(page, note);
 
 /// The input of a cleared tool call naming `page`.
-export const inputPlaceholder = (page) => `${INPUT_OPEN}${page}${INPUT_CLOSE}`;
+export const inputPlaceholder = (page) => host.inputPlaceholder(page);
 
 /// What a cleared tool result's placeholder naming `page` with `note` costs, in the chain's
 /// tokens: the real cost, when `page` is the id the clearing will name
@@ -403,37 +420,8 @@ export const resultPlaceholderTokens = (page, note) => countTokens(resultPlaceho
 /// What a cleared tool input's placeholder naming `page` costs, in the chain's tokens.
 export const inputPlaceholderTokens = (page) => countTokens(inputPlaceholder(page));
 
-function resultPage(text) {
-  if (!text.startsWith(RESULT_OPEN)) return undefined;
-  const rest = text.slice(RESULT_OPEN.length);
-  const quote = rest.indexOf('"');
-  if (quote < 0) return undefined;
-  const page = rest.slice(0, quote);
-  const after = rest.slice(quote + 1);
-  if (!after.startsWith('>\n') || after.length < 2 + RESULT_CLOSE.length || !after.endsWith(RESULT_CLOSE)) {
-    return undefined;
-  }
-  return isPageId(page) ? page : undefined;
-}
-
-function inputPage(input) {
-  if (input.length < INPUT_OPEN.length + INPUT_CLOSE.length) return undefined;
-  if (!input.startsWith(INPUT_OPEN) || !input.endsWith(INPUT_CLOSE)) return undefined;
-  const page = input.slice(INPUT_OPEN.length, input.length - INPUT_CLOSE.length);
-  return isPageId(page) ? page : undefined;
-}
-
 /// The page a cleared block names, or undefined for any block that is not one.
-export function clearedPage(block) {
-  if (block.tag === "tool-result") {
-    const content = block.val.content;
-    return content.length === 1 && content[0].tag === "text" ? resultPage(content[0].val) : undefined;
-  }
-  if (block.tag === "tool-use") {
-    return inputPage(block.val.inputJson);
-  }
-  return undefined;
-}
+export const clearedPage = (block) => host.clearedPage(block);
 
 export const isCleared = (block) => clearedPage(block) !== undefined;
 
@@ -576,6 +564,123 @@ export function refusalLine(output) {
 
 /// Whether a tool result with `output` failed (see `failureLine`).
 export const failed = (output, isError) => failureLine(output, isError) !== undefined;
+
+// -----------------------------------------------------------------------------------------
+// Grouping units for summarization, as the native SDK's `sdk::groups`: which units to pick is
+// a strategy's policy; these only cut and count.
+
+/// The units lying wholly inside `range` (`{ start, end }`, e.g. `compaction.compactable`),
+/// in order: a unit straddling either edge is left out.
+export const unitsWithin = (units, range) =>
+  units.filter((u) => range.start <= u.span.start && u.span.end <= range.end);
+
+/// `units` (in conversation order, a strategy's picks) as maximal runs of adjacent units,
+/// each `{ span: { start, end }, units }`: a unit joins the run before it when it starts
+/// where that run ends, so any message not picked (a user's turn, a summary) ends a run.
+export function adjacentRuns(units) {
+  const runs = [];
+  for (const unit of units) {
+    const last = runs[runs.length - 1];
+    if (last !== undefined && last.span.end === unit.span.start) {
+      last.span.end = unit.span.end;
+      last.units.push(unit);
+    } else {
+      runs.push({ span: { ...unit.span }, units: [unit] });
+    }
+  }
+  return runs;
+}
+
+/// The tool calls some messages made, by tool, and the calls whose result failed
+/// (`toolActivity`).
+export class ToolActivity {
+  constructor() {
+    /// `[tool, count]` for each tool called, in the order of its first call.
+    this.tools = [];
+    /// `[tool, count]` for each tool with a failed result, in the order of its first failure;
+    /// a result answering a call outside the messages counts under the name `tool`.
+    this.failed = [];
+  }
+
+  /// How many tool calls were made.
+  get calls() {
+    return this.tools.reduce((sum, [, n]) => sum + n, 0);
+  }
+
+  /// How many tool results failed.
+  get errors() {
+    return this.failed.reduce((sum, [, n]) => sum + n, 0);
+  }
+
+  /// The tools called, e.g. `bash ×2, read_file`.
+  get toolList() {
+    return listCounts(this.tools);
+  }
+
+  /// The tools whose results failed, in the same form (empty when none failed).
+  get failedList() {
+    return listCounts(this.failed);
+  }
+}
+
+function bump(counts, name) {
+  const entry = counts.find(([n]) => n === name);
+  if (entry) entry[1] += 1;
+  else counts.push([name, 1]);
+}
+
+const listCounts = (counts) => counts.map(([name, n]) => (n === 1 ? name : `${name} ×${n}`)).join(", ");
+
+/// The text parts of a tool result's content, joined by newlines, any other part noted as
+/// `[non-text content]` (the native SDK's `result_text`).
+export const resultText = (content) => content.map((p) => (p.tag === "text" ? p.val : "[non-text content]")).join("\n");
+
+/// The tools `messages` call and which of their results failed (`failed`: the error flag,
+/// or the exit code the output reports where the wire has none), matched by tool-call id so
+/// that parallel calls answered in any order are named right.
+export function toolActivity(messages) {
+  const activity = new ToolActivity();
+  const names = new Map();
+  for (const message of messages) {
+    for (const block of message.content) {
+      if (block.tag === "tool-use") {
+        names.set(block.val.id, block.val.name);
+        bump(activity.tools, block.val.name);
+      } else if (block.tag === "tool-result" && (block.val.isError || failed(resultText(block.val.content), false))) {
+        bump(activity.failed, names.get(block.val.toolUseId) ?? "tool");
+      }
+    }
+  }
+  return activity;
+}
+
+// Unicode's White_Space, which Rust's `char::is_whitespace` reads; JavaScript's `trim` also
+// strips U+FEFF and keeps U+0085.
+const WHITE_SPACE = /[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/;
+
+/// `text` without the white space at either end, as Rust's `str::trim` cuts it: an LLM's
+/// answer trimmed so makes the same summary as a native strategy's.
+export function trimWhitespace(text) {
+  let start = 0;
+  let end = text.length;
+  while (start < end && WHITE_SPACE.test(text[start])) start++;
+  while (end > start && WHITE_SPACE.test(text[end - 1])) end--;
+  return text.slice(start, end);
+}
+
+/// `text` cut to at most `maxChars` characters, the last one kept replaced by `…` to mark
+/// the cut (the native SDK's `cap_chars`). Characters are Unicode code points, as Rust
+/// counts them, not JavaScript's UTF-16 units: an emoji is one.
+export function capChars(text, maxChars) {
+  let count = 0;
+  let lastKept = 0; // where the `maxChars`th character starts, which `…` replaces
+  for (let i = 0; i < text.length; i += text.codePointAt(i) > 0xffff ? 2 : 1) {
+    if (count === maxChars) return maxChars === 0 ? "" : text.slice(0, lastKept) + "…";
+    count += 1;
+    lastKept = i;
+  }
+  return text;
+}
 
 // -----------------------------------------------------------------------------------------
 // The export componentize-js binds.

@@ -13,19 +13,26 @@
 //   (rounded up), a message 4 tokens plus its blocks' (a tool call: its name and input; a tool
 //   result or an opaque block: its text). The real host counts with the chain's tokenizer
 //   (o200k_base by default), so write tests whose outcome does not hang on exact counts;
+//   `summaryIsSmaller` compares such counts too;
 // - LLM calls answer with `answers` (an array, consumed in order, or a function of the
 //   request), and fail with an `llm` error when there is none;
-// - `compactable` is computed as the host does for a plain conversation (after the leading
-//   system messages and the opening user turn, before the last `keepRecent` messages, widened
-//   to keep a tool call with its results); pass `compactable: { start, end }` to set it.
+// - `compactable` is computed by the host's rules (`compactableRange`); pass
+//   `compactable: { start, end }` to set it.
 //
-// Page ids are the real ones (`pageId`): a placeholder sized in a test names the id it will
-// name in tamp. Archived pages, cached summaries, progress and log lines are kept on the fake
-// (`pages`, `summaries`, `progressReports`, `logs`) for the test to read.
+// The rest is exact, the host's rules written again for Node: the units (`units`), the page
+// ids (`pageId`: a placeholder sized in a test names the id it will name in tamp), the
+// clearings' placeholders, `renderMessages` (with the host's default options),
+// `wrapContent`, and `renderTemplate` with its errors. Archived pages, cached summaries,
+// progress and log lines are kept on the fake (`pages`, `summaries`, `progressReports`,
+// `logs`) for the test to read.
+//
+// Importing this module binds a fake host (when no host is bound), so that the SDK's
+// renderings (`renderTemplate`, `resultPlaceholder`, ...) also work outside `compact`, as
+// they do in a component at any time.
 
 import { createHash } from "node:crypto";
 
-import { PluginError, bindHost, exportStrategy, isPinned } from "./tamp-guest.js";
+import { PluginError, bindHost, capChars, exportStrategy, isBoundary, isPinned, resultText } from "./tamp-guest.js";
 
 // -----------------------------------------------------------------------------------------
 // Page ids: the content address the host computes (plugin-abi's `page::page_id`).
@@ -139,7 +146,7 @@ export function toolResult(id, output, isError = false) {
 }
 
 // -----------------------------------------------------------------------------------------
-// The fake host.
+// Token counts, approximate.
 
 const encoder = new TextEncoder();
 
@@ -162,28 +169,116 @@ function blockTokens(block, count) {
 const hasResult = (m) => m.content.some((b) => b.tag === "tool-result");
 const hasCall = (m) => m.content.some((b) => b.tag === "tool-use");
 
-/// `compactable` as the host computes it for a plain conversation (no opaque units, no
-/// provider compaction): after the leading system messages and the opening user turn, before
-/// the last `keepRecent` messages, the tail widened to keep a tool call with its results.
-export function compactableRange(messages, keepRecent) {
-  let systemEnd = 0;
-  while (systemEnd < messages.length && messages[systemEnd].role === "system") systemEnd++;
-  let turn = systemEnd;
+// -----------------------------------------------------------------------------------------
+// The host's rules: units (plugin-abi's `rules::exchanges::units`) and the compactable range
+// (`rules::protect::compactable_range`).
+
+/// `messages` split into units (`{ span: { start, end }, kind }`), in order, covering each
+/// message once: a tool exchange spans from the message making a call to the last message
+/// answering any of its calls (widened over whatever lies between, and over exchanges that
+/// interleave with it); a unit holding a pinned message is `pinned` whole.
+export function units(messages) {
+  const callSite = new Map();
+  // reach[i]: the last message a unit starting at or containing message i extends to.
+  const reach = messages.map((_, i) => i);
+  messages.forEach((m, i) => {
+    for (const b of m.content) {
+      const j = b.tag === "tool-result" ? callSite.get(b.val.toolUseId) : undefined;
+      if (j !== undefined) reach[j] = Math.max(reach[j], i);
+    }
+    for (const b of m.content) {
+      if (b.tag === "tool-use") callSite.set(b.val.id, i);
+    }
+  });
+  const out = [];
+  let start = 0;
+  while (start < messages.length) {
+    let end = reach[start];
+    for (let i = start; i <= end; i++) end = Math.max(end, reach[i]);
+    out.push({ span: { start, end: end + 1 }, kind: unitKind(messages.slice(start, end + 1)) });
+    start = end + 1;
+  }
+  return out;
+}
+
+function unitKind(run) {
+  if (run.some(isPinned)) return "pinned";
+  if (run.length === 1 && run[0].summary) return "summary";
+  return run.some(hasCall) ? "tool-exchange" : "message";
+}
+
+const holding = (of, index) => of.find((u) => u.span.start <= index && index < u.span.end);
+
+/// How many leading messages no stage may touch: the leading system messages and the task
+/// (the user's opening turn once a reply or a summary closed it, else its first message).
+function protectedHead(messages) {
+  let system = 0;
+  while (system < messages.length && messages[system].role === "system") system++;
+  let turn = system;
   while (turn < messages.length && messages[turn].role === "user" && !messages[turn].summary && !hasResult(messages[turn])) turn++;
-  let start = systemEnd;
-  if (turn !== systemEnd) {
-    const after = messages.slice(turn).find((m) => m.role !== "system");
-    const closed = after !== undefined && (after.role === "assistant" || Boolean(after.summary));
-    start = closed ? turn : systemEnd + 1;
+  if (turn === system) return system;
+  const after = messages.slice(turn).find((m) => m.role !== "system");
+  const closed = after !== undefined && (after.role === "assistant" || Boolean(after.summary));
+  return closed ? turn : system + 1;
+}
+
+/// The end of the unit holding the last provider compaction boundary (0 when there is none):
+/// what comes before it the provider ignores.
+function boundaryEnd(messages, of) {
+  const last = messages.findLastIndex(isBoundary);
+  if (last < 0) return 0;
+  return holding(of, last)?.span.end ?? last + 1;
+}
+
+/// `compactable` as the host computes it: after the protected head, the last compaction
+/// boundary and the pinned units right after those, before the last `keepRecent` messages,
+/// the tail widened back to the start of the unit it cuts.
+export function compactableRange(messages, keepRecent) {
+  const of = units(messages);
+  let start = Math.max(protectedHead(messages), boundaryEnd(messages, of));
+  let at = of.findIndex((u) => u.span.start === start);
+  if (at >= 0) {
+    for (; at < of.length && of[at].kind === "pinned"; at++) start = of[at].span.end;
   }
-  while (start < messages.length && isPinned(messages[start])) start++;
   let tail = Math.max(0, messages.length - keepRecent);
-  while (tail > 0 && tail < messages.length && (hasResult(messages[tail]) || messages[tail].role === "tool")) {
-    tail--;
-    if (hasCall(messages[tail])) break;
-  }
+  tail = holding(of, tail)?.span.start ?? tail;
   return { start, end: Math.max(tail, start) };
 }
+
+// -----------------------------------------------------------------------------------------
+// The clearings' placeholders (plugin-abi's `rules::clearing`): a cleared result's one text
+// part `<tamp-cleared page="PAGE">\nNOTE\n</tamp-cleared>`; a cleared input exactly
+// `{"tamp_cleared":{"page":"PAGE"}}`.
+
+const RESULT_OPEN = '<tamp-cleared page="';
+const RESULT_CLOSE = "\n</tamp-cleared>";
+const INPUT_OPEN = '{"tamp_cleared":{"page":"';
+const INPUT_CLOSE = '"}}';
+
+const isPageId = (page) => /^[A-Za-z0-9_-]+$/.test(page);
+
+function resultPage(text) {
+  if (!text.startsWith(RESULT_OPEN)) return undefined;
+  const rest = text.slice(RESULT_OPEN.length);
+  const quote = rest.indexOf('"');
+  if (quote < 0) return undefined;
+  const page = rest.slice(0, quote);
+  const after = rest.slice(quote + 1);
+  if (!after.startsWith(">\n") || after.length < 2 + RESULT_CLOSE.length || !after.endsWith(RESULT_CLOSE)) {
+    return undefined;
+  }
+  return isPageId(page) ? page : undefined;
+}
+
+function inputPage(input) {
+  if (input.length < INPUT_OPEN.length + INPUT_CLOSE.length) return undefined;
+  if (!input.startsWith(INPUT_OPEN) || !input.endsWith(INPUT_CLOSE)) return undefined;
+  const page = input.slice(INPUT_OPEN.length, input.length - INPUT_CLOSE.length);
+  return isPageId(page) ? page : undefined;
+}
+
+// -----------------------------------------------------------------------------------------
+// The fake host.
 
 function hostError(kind, message) {
   const e = new Error(message);
@@ -202,6 +297,7 @@ export class FakeHost {
     this.progressReports = [];
     this.logs = [];
     this.llmRequests = [];
+    this.strategyName = "test";
   }
 
   /// Builds `StrategyClass` with `config` (as a stage does) and runs one compaction of
@@ -218,6 +314,7 @@ export class FakeHost {
       threadId,
     } = options;
     this.messages = [...messages];
+    this.strategyName = StrategyClass.NAME;
     const request = {
       threadId,
       messageCount: this.messages.length,
@@ -324,6 +421,113 @@ export class FakeHost {
     return pageId(this.messages.slice(start, end));
   }
 
+  inputUnits() {
+    return units(this.messages);
+  }
+
+  summaryIsSmaller(text, start, end) {
+    const summary = {
+      role: "user",
+      content: [textBlock(text)],
+      summary: { pageRef: "", strategy: this.strategyName, status: "final" },
+      extraJson: "",
+    };
+    return this.countMessageTokens([summary]) < this.countMessageTokens(this.span(start, end));
+  }
+
+  // The renderings: unlike the services above, they read nothing of the compaction.
+
+  renderMessages(messages) {
+    // The host's default options: each part cut to 4,000 characters.
+    const cut = (part) => capChars(part, 4000);
+    const names = new Map();
+    let out = "";
+    for (const m of messages) {
+      if (m.summary) {
+        const said = m.content.filter((b) => b.tag === "text").map((b) => b.val.text).join("\n\n");
+        out += `summary of earlier messages (page ${m.summary.pageRef}): ${cut(said)}\n`;
+        continue;
+      }
+      for (const b of m.content) {
+        if (b.tag === "text") {
+          out += `${m.role}: ${cut(b.val.text)}\n`;
+        } else if (b.tag === "tool-use") {
+          names.set(b.val.id, b.val.name);
+          const input = this.clearedPage(b) === undefined ? cut(b.val.inputJson) : "[input cleared]";
+          out += `${m.role} called ${b.val.name}(${input})\n`;
+        } else if (b.tag === "tool-result") {
+          const name = names.get(b.val.toolUseId) ?? "tool";
+          const verb = b.val.isError ? "failed" : "returned";
+          const output = this.clearedPage(b) === undefined ? cut(resultText(b.val.content)) : "[output cleared]";
+          out += `${name} ${verb}: ${output}\n`;
+        } else {
+          out += `${m.role}: [non-text content]\n`;
+        }
+      }
+    }
+    return out;
+  }
+
+  wrapContent(material) {
+    const escaped = material.replaceAll("<content>", "&lt;content&gt;").replaceAll("</content>", "&lt;/content&gt;");
+    return `<content>\n${escaped}\n</content>`;
+  }
+
+  renderTemplate(template, values) {
+    const names = values.map(([name]) => name);
+    let out = "";
+    let i = 0;
+    while (i < template.length) {
+      const open = template.indexOf("{", i);
+      const close = template.indexOf("}", i);
+      const next = open < 0 ? close : close < 0 ? open : Math.min(open, close);
+      if (next < 0) {
+        out += template.slice(i);
+        break;
+      }
+      out += template.slice(i, next);
+      if (template.startsWith("{{", next)) {
+        out += "{";
+        i = next + 2;
+      } else if (template.startsWith("}}", next)) {
+        out += "}";
+        i = next + 2;
+      } else if (template[next] === "}") {
+        throw hostError("invalid-config", "prompt template: unmatched `}` (write `}}` for a literal brace)");
+      } else {
+        const end = template.indexOf("}", next);
+        if (end < 0) {
+          throw hostError("invalid-config", "prompt template: unclosed `{` (write `{{` for a literal brace)");
+        }
+        const name = template.slice(next + 1, end);
+        const at = names.indexOf(name);
+        if (at < 0) {
+          const known = names.map((k) => `{${k}}`).join(", ");
+          throw hostError("invalid-config", `prompt template: unknown placeholder {${name}}; known: ${known}`);
+        }
+        out += values[at][1];
+        i = end + 1;
+      }
+    }
+    return out;
+  }
+
+  resultPlaceholder(page, note) {
+    return `${RESULT_OPEN}${page}">\n${note}${RESULT_CLOSE}`;
+  }
+
+  inputPlaceholder(page) {
+    return `${INPUT_OPEN}${page}${INPUT_CLOSE}`;
+  }
+
+  clearedPage(block) {
+    if (block.tag === "tool-result") {
+      const content = block.val.content;
+      return content.length === 1 && content[0].tag === "text" ? resultPage(content[0].val) : undefined;
+    }
+    return block.tag === "tool-use" ? inputPage(block.val.inputJson) : undefined;
+  }
+
   complete(request) {
     this.llmRequests.push(request);
     let answer;
@@ -393,3 +597,8 @@ export class FakeHost {
     this.logs.push([level, message]);
   }
 }
+
+// The renderings work at any time in a component; in Node, they need a host bound outside
+// `compact` too (a test that renders a template or sizes a placeholder itself).
+const bound = bindHost(undefined);
+bindHost(bound ?? new FakeHost());

@@ -1,4 +1,4 @@
-//! WebAssembly strategies (issue 34), side by side in one run with their native counterparts,
+//! WebAssembly strategies, side by side in one run with their native counterparts,
 //! on the same 1,000-message conversation of real corpus text:
 //!
 //! 1. **The boundary**: a stage that returns no edits, native (the `misbehaving` test plugin's
@@ -6,9 +6,10 @@
 //!    (the Python `misbehaving` fixture, unconfigured): the stage's call alone, and a whole
 //!    compaction through a one-stage chain (what a caller waits for). Target: the boundary
 //!    at most 2x native.
-//! 2. **The templates**: native tool-result-clearing against its Python and JavaScript ports,
-//!    the stage's own time: the first compaction (every old output cleared) and the steady
-//!    state (the cleared conversation again, nothing new to clear).
+//! 2. **The templates**: the Rust example strategy (`examples/custom-strategy`) against its
+//!    Python and JavaScript ports, the stage's own time: the first compaction (every old tool
+//!    run archived, each with a summary from the offline summarizer) and the steady state (the
+//!    compacted conversation again, nothing new to archive).
 //!
 //! The guests are built from source the way the tests build them (`tamp_e2e::guests`: pinned
 //! componentize-py and componentize-js, cached in `target/tools/`), and compiled once (cached
@@ -29,7 +30,8 @@ use tamp_host::loader::{load_plugin, LoadedPlugin};
 use tamp_host::providers::ScriptedProvider;
 use tamp_host::services::HostContext;
 use tamp_host::tokens::{Encoding, TokenCounter};
-use tamp_plugin_api::{Budget, Conversation, Edit, Shared, StrategyBox};
+use tamp_plugin_api::sdk::summary_message;
+use tamp_plugin_api::{Budget, Conversation, Edit, Message, Shared, StrategyBox};
 
 fn mark(met: bool) -> &'static str {
     if met {
@@ -193,7 +195,7 @@ fn main() {
     );
 
     // 2. The templates.
-    let native = load(plugin("tamp_tool_result_clearing"));
+    let native = load(plugin("tamp_custom_strategy"));
     let python = load(component(Guest::PythonTemplate));
     let js = load(component(Guest::JsTemplate));
     let defaults = serde_json::json!({});
@@ -204,19 +206,17 @@ fn main() {
     ];
     let first = bench.side_by_side(&strategies, &bench.conversation);
     for (name, (_, edits)) in strategies.iter().map(|(n, _)| n).zip(&first) {
-        assert_eq!(edits, &first[0].1, "{name} clears what native clears");
+        assert_eq!(edits, &first[0].1, "{name} archives what native archives");
     }
-    let mut cleared = bench.conversation.messages.to_vec();
-    for edit in &first[0].1 {
-        if let Edit::Clear { index, message } = edit {
-            cleared[*index as usize] = message.clone();
-        }
-    }
-    let steady_input = bench.conversation.with_messages(cleared);
+    let steady_input = bench
+        .conversation
+        .with_messages(summarized(&bench.conversation, &first[0].1));
     let steady = bench.side_by_side(&strategies, &steady_input);
+    assert!(steady[0].1.is_empty(), "nothing is left to archive");
     println!(
-        "\ntemplates: tool-result clearing's own time, {n} corpus messages, median of {} runs \
-         ({} clearing edits, the same from all three)",
+        "\ntemplates: the example strategy's own time (tool runs archived, each with an LLM \
+         summary from the offline summarizer), {n} corpus messages, median of {} runs ({} \
+         summarize edits, the same from all three)",
         bench.runs,
         first[0].1.len()
     );
@@ -230,4 +230,21 @@ fn main() {
             steady[k].0 / steady[0].0
         );
     }
+}
+
+/// `conversation` with each span of `edits` (summarize edits, oldest first) replaced by its
+/// summary message, as the host applies them: the steady state's input.
+fn summarized(conversation: &Conversation, edits: &[Edit]) -> Vec<Message> {
+    let mut messages = conversation.messages.to_vec();
+    for edit in edits.iter().rev() {
+        let Edit::Summarize {
+            span, text, status, ..
+        } = edit
+        else {
+            panic!("the example only summarizes: {edit:?}");
+        };
+        let summary = summary_message(text, "pg_bench", "custom-strategy", *status);
+        messages.splice(span.start as usize..span.end as usize, [summary]);
+    }
+    messages
 }

@@ -3,7 +3,8 @@
 //! - their own unit tests, and the templates', run in plain CPython and Node against the
 //!   SDKs' fake hosts, in well under a second each, where a build and a conformance run take
 //!   minutes;
-//! - the fake hosts' page ids are the host's, byte for byte, for messages of every kind;
+//! - the fake hosts' rules are the host's, byte for byte, for messages of every kind: page
+//!   ids, units, the compactable range, the clearing marker, template and prompt rendering;
 //! - the WIT package each SDK ships is the host's;
 //! - each package builds from source (`python -m build`, `npm pack`), installs from the built
 //!   artifact into a directory of its own, builds a copy of its template with its own
@@ -83,7 +84,7 @@ fn the_sdks_and_templates_unit_tests_run_against_the_fake_hosts_in_milliseconds(
     let (passed, failed) = (count_after(&text, "# pass"), count_after(&text, "# fail"));
     assert!(passed >= 11 && failed == 0, "{text}");
     assert!(
-        text.contains("old results are cleared"),
+        text.contains("the newest exchanges are kept"),
         "the template's tests did not run:\n{text}"
     );
     eprintln!("guests/js: {passed} unit tests in {took:?} (Node, fake host)");
@@ -135,62 +136,177 @@ fn tricky_messages() -> Vec<Message> {
     ]
 }
 
-#[test]
-fn the_fake_hosts_page_ids_are_the_hosts() {
-    let messages = tricky_messages();
-    // Each message alone, and all of them: what a clearing and a summary name.
-    let mut expected: Vec<String> = messages
+/// What the host's rules make of `messages`, as the fake hosts print it: each message's page
+/// id and then the page id of all of them, the units, the compactable range (keeping the last
+/// two), each message's placeholders, the page each block names as a clearing, and a rendered
+/// template, a template's error and a wrapped content section.
+fn the_hosts_rules(messages: &[Message]) -> serde_json::Value {
+    use tamp_plugin_api::rules::{clearing, exchanges, protect};
+    use tamp_plugin_api::sdk::prompt::{render_template, wrap_content};
+    let mut ids: Vec<String> = messages
         .iter()
         .map(|m| tamp_plugin_api::page::page_id(std::slice::from_ref(m)))
         .collect();
-    expected.push(tamp_plugin_api::page::page_id(&messages));
-    let json = serde_json::to_string(&messages).unwrap();
-    let dir = ScratchDir::new("guest-page-ids");
-    let input = dir.join("messages.json");
-    std::fs::write(&input, &json).unwrap();
-    let root = workspace_root();
-
-    let (out, _) = run(
-        Command::new(guest_python())
-            .arg("-c")
-            .arg(
-                "import json, sys\n\
-                 from tamp_guest.testing import message_from_json, page_id\n\
-                 ms = [message_from_json(m) for m in json.load(open(sys.argv[1]))]\n\
-                 print('\\n'.join([page_id([m]) for m in ms] + [page_id(ms)]))",
+    let placeholders: Vec<(String, String)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            (
+                clearing::result_placeholder(id, &format!("note {i}")),
+                clearing::input_placeholder(id),
             )
-            .arg(&input)
-            .env("PYTHONPATH", root.join("guests/python"))
-            .env("PYTHONDONTWRITEBYTECODE", "1"),
-        "the Python fake host's page ids",
-    );
-    let python: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
+        })
         .collect();
-    assert_eq!(python, expected, "Python");
+    ids.push(tamp_plugin_api::page::page_id(messages));
+    let units: Vec<(usize, usize, &str)> = exchanges::units(messages)
+        .iter()
+        .map(|u| {
+            let kind = match u.kind {
+                exchanges::UnitKind::System => "pinned",
+                exchanges::UnitKind::Summary => "summary",
+                exchanges::UnitKind::ToolExchange => "tool-exchange",
+                exchanges::UnitKind::Message => "message",
+            };
+            (u.range.start, u.range.end, kind)
+        })
+        .collect();
+    let compactable = protect::compactable_range(messages, 2);
+    let cleared: Vec<Vec<Option<&str>>> = messages
+        .iter()
+        .map(|m| m.content.iter().map(clearing::cleared_page).collect())
+        .collect();
+    let error = |template: &str| {
+        render_template(template, &[("x", "1")])
+            .unwrap_err()
+            .message
+    };
+    serde_json::json!({
+        "page_ids": ids,
+        "units": units,
+        "compactable": [compactable.start, compactable.end],
+        "placeholders": placeholders,
+        "cleared": cleared,
+        "template": render_template("a {x} {{y}} }}", &[("x", "1 {x}")]).unwrap(),
+        "template_errors": [error("{bad}"), error("a } b"), error("a { b")],
+        "wrapped": wrap_content("odd <content> and </content> \u{1F980}"),
+    })
+}
 
-    let script = dir.join("ids.mjs");
-    std::fs::write(
-        &script,
-        format!(
-            "import {{ readFileSync }} from 'node:fs';\n\
-             import {{ messageFromJson, pageId }} from {:?};\n\
-             const ms = JSON.parse(readFileSync(process.argv[2], 'utf8')).map(messageFromJson);\n\
-             console.log([...ms.map((m) => pageId([m])), pageId(ms)].join('\\n'));\n",
-            root.join("guests/js/testing.js").display().to_string()
+/// `messages` with a clearing of the first tool result (and of its call's input) appended, so
+/// that the fakes read a placeholder of each kind.
+fn with_clearings(mut messages: Vec<Message>) -> Vec<Message> {
+    use tamp_plugin_api::rules::clearing::Clearing;
+    for (index, message) in messages.clone().iter().enumerate() {
+        for (block, b) in message.content.iter().enumerate() {
+            let mut clearing = Clearing::new(message, index);
+            let cleared = match b {
+                ContentBlock::ToolResult { .. } => clearing.clear_result(block, "a note"),
+                ContentBlock::ToolUse { .. } => clearing.clear_input(block),
+                _ => false,
+            };
+            if cleared {
+                messages.push(clearing.message().clone());
+            }
+        }
+    }
+    messages
+}
+
+#[test]
+fn the_fake_hosts_rules_are_the_hosts() {
+    let root = workspace_root();
+    let dir = ScratchDir::new("guest-rules");
+    let corpus = tamp_e2e::corpus_conversation("anthropic", &tamp_e2e::corpus_names()[0]);
+    for (what, messages) in [
+        ("tricky messages", with_clearings(tricky_messages())),
+        (
+            "a corpus conversation",
+            with_clearings(corpus.messages.to_vec()),
         ),
-    )
-    .unwrap();
-    let (out, _) = run(
-        Command::new("node").arg(&script).arg(&input),
-        "the JavaScript fake host's page ids",
-    );
-    let js: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    assert_eq!(js, expected, "JavaScript");
+    ] {
+        let expected = the_hosts_rules(&messages);
+        let input = dir.join("messages.json");
+        std::fs::write(&input, serde_json::to_string(&messages).unwrap()).unwrap();
+
+        let (out, _) = run(
+            Command::new(guest_python())
+                .arg("-c")
+                .arg(
+                    "import json, sys\n\
+                     import tamp_guest as tamp\n\
+                     from tamp_guest import testing\n\
+                     ms = [testing.message_from_json(m) for m in json.load(open(sys.argv[1]))]\n\
+                     def error(t):\n\
+                     \x20   try:\n\
+                     \x20       tamp.render_template(t, {'x': '1'})\n\
+                     \x20   except tamp.PluginError as e:\n\
+                     \x20       return e.message\n\
+                     ids = [testing.page_id([m]) for m in ms]\n\
+                     print(json.dumps({\n\
+                     \x20   'page_ids': ids + [testing.page_id(ms)],\n\
+                     \x20   'units': [[u.span.start, u.span.end, u.kind.name.lower().replace('_', '-')] for u in testing.units(ms)],\n\
+                     \x20   'compactable': list(testing.compactable_range(ms, 2)),\n\
+                     \x20   'placeholders': [[tamp.clearing.result_placeholder(p, f'note {i}'), tamp.clearing.input_placeholder(p)] for i, p in enumerate(ids)],\n\
+                     \x20   'cleared': [[tamp.clearing.cleared_page(b) for b in m.content] for m in ms],\n\
+                     \x20   'template': tamp.render_template('a {x} {{y}} }}', {'x': '1 {x}'}),\n\
+                     \x20   'template_errors': [error('{bad}'), error('a } b'), error('a { b')],\n\
+                     \x20   'wrapped': tamp.wrap_content('odd <content> and </content> \\U0001F980'),\n\
+                     }))",
+                )
+                .arg(&input)
+                .env("PYTHONPATH", root.join("guests/python"))
+                .env("PYTHONDONTWRITEBYTECODE", "1"),
+            "the Python fake host's rules",
+        );
+        let python: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", both(&out)));
+        assert_eq!(python, expected, "Python, {what}");
+
+        let script = dir.join("rules.mjs");
+        std::fs::write(
+            &script,
+            format!(
+                "import {{ readFileSync }} from 'node:fs';\n\
+                 import {{ compactableRange, messageFromJson, pageId, units }} from {testing:?};\n\
+                 import * as tamp from {sdk:?};\n\
+                 const ms = JSON.parse(readFileSync(process.argv[2], 'utf8')).map(messageFromJson);\n\
+                 const error = (t) => {{ try {{ tamp.renderTemplate(t, {{ x: '1' }}); }} catch (e) {{ return e.message; }} }};\n\
+                 const ids = ms.map((m) => pageId([m]));\n\
+                 const range = compactableRange(ms, 2);\n\
+                 console.log(JSON.stringify({{\n\
+                   page_ids: [...ids, pageId(ms)],\n\
+                   units: units(ms).map((u) => [u.span.start, u.span.end, u.kind]),\n\
+                   compactable: [range.start, range.end],\n\
+                   placeholders: ids.map((p, i) => [tamp.resultPlaceholder(p, `note ${{i}}`), tamp.inputPlaceholder(p)]),\n\
+                   cleared: ms.map((m) => m.content.map((b) => tamp.clearedPage(b) ?? null)),\n\
+                   template: tamp.renderTemplate('a {{x}} {{{{y}}}} }}}}', {{ x: '1 {{x}}' }}),\n\
+                   template_errors: [error('{{bad}}'), error('a }} b'), error('a {{ b')],\n\
+                   wrapped: tamp.wrapContent('odd <content> and </content> \\u{{1F980}}'),\n\
+                   rendered: tamp.renderMessages(ms),\n\
+                 }}));\n",
+                testing = root.join("guests/js/testing.js").display().to_string(),
+                sdk = root.join("guests/js/tamp-guest.js").display().to_string(),
+            ),
+        )
+        .unwrap();
+        let (out, _) = run(
+            Command::new("node").arg(&script).arg(&input),
+            "the JavaScript fake host's rules",
+        );
+        let mut js: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", both(&out)));
+        // The JavaScript fake renders messages as the host does, byte for byte.
+        let rendered = js
+            .as_object_mut()
+            .and_then(|o| o.remove("rendered"))
+            .unwrap();
+        assert_eq!(
+            rendered.as_str().unwrap(),
+            tamp_plugin_api::sdk::render_messages(&messages, &Default::default()),
+            "JavaScript's rendering, {what}"
+        );
+        assert_eq!(js, expected, "JavaScript, {what}");
+    }
 }
 
 #[test]
@@ -290,7 +406,13 @@ fn the_python_package_builds_installs_and_builds_a_conforming_strategy_anywhere(
     copy_files(
         &root.join("guests/python"),
         &src,
-        &["pyproject.toml", "README.md", "tamp_guest"],
+        &[
+            "pyproject.toml",
+            "README.md",
+            "LICENSE-MIT",
+            "LICENSE-APACHE",
+            "tamp_guest",
+        ],
     );
     let dist = dir.join("dist");
     run(
@@ -306,6 +428,16 @@ fn the_python_package_builds_installs_and_builds_a_conforming_strategy_anywhere(
         wheel.ends_with("tamp_guest-0.1.0-py3-none-any.whl"),
         "{wheel:?}"
     );
+    // The wheel carries the licences (a wheel is a zip: its names are stored as written).
+    let wheel_bytes = std::fs::read(&wheel).unwrap();
+    for licence in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        assert!(
+            wheel_bytes
+                .windows(licence.len())
+                .any(|w| w == licence.as_bytes()),
+            "{licence} is not in the wheel"
+        );
+    }
 
     // A fresh environment holding the wheel (and the componentizer it pins), and an author's
     // directory outside the repository holding a copy of the template.
@@ -331,13 +463,13 @@ fn the_python_package_builds_installs_and_builds_a_conforming_strategy_anywhere(
     assert!(count_after(&both(&out), "Ran ") >= 4, "{}", both(&out));
     let (_, took) = run(
         Command::new(venv.join("bin/tamp-guest"))
-            .args(["build", "app.py", "-o", "clear.wasm"])
+            .args(["build", "app.py", "-o", "archive.wasm"])
             .current_dir(&author),
         "tamp-guest build",
     );
     eprintln!("tamp-guest build (Python) took {took:?}");
     let started = Instant::now();
-    conforms(&author.join("clear.wasm"), "py-tool-result-clearing");
+    conforms(&author.join("archive.wasm"), "py-custom-strategy");
     eprintln!(
         "tamp conformance (Python template) took {:?}",
         started.elapsed()
@@ -387,7 +519,13 @@ fn the_javascript_package_packs_installs_and_builds_a_conforming_strategy_anywhe
         "npm install of the packed tarball",
     );
     let installed = author.join("node_modules/tamp-guest");
-    for file in ["wit/tamp-strategy.wit", "testing.js", "bin/tamp-guest.js"] {
+    for file in [
+        "wit/tamp-strategy.wit",
+        "testing.js",
+        "bin/tamp-guest.js",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+    ] {
         assert!(
             installed.join(file).is_file(),
             "{file} is not in the package"
@@ -401,13 +539,13 @@ fn the_javascript_package_packs_installs_and_builds_a_conforming_strategy_anywhe
     assert!(count_after(&both(&out), "# pass") >= 4, "{}", both(&out));
     let (_, took) = run(
         Command::new(author.join("node_modules/.bin/tamp-guest"))
-            .args(["build", "app.js", "-o", "clear.wasm"])
+            .args(["build", "app.js", "-o", "archive.wasm"])
             .current_dir(&author),
         "tamp-guest build",
     );
     eprintln!("tamp-guest build (JavaScript) took {took:?}");
     let started = Instant::now();
-    conforms(&author.join("clear.wasm"), "js-tool-result-clearing");
+    conforms(&author.join("archive.wasm"), "js-custom-strategy");
     eprintln!(
         "tamp conformance (JavaScript template) took {:?}",
         started.elapsed()

@@ -2,9 +2,9 @@
 //! componentize-py and componentize-js (`tamp_e2e::guests`), loaded through the real loader,
 //! run by the real chain, the real `tamp conformance` and the real `tamp serve`.
 //!
-//! - the Python and JavaScript templates conform, and clear exactly what the native
-//!   tool-result-clearing clears, byte for byte (their reasons' token figures aside: they size
-//!   each placeholder with the page id it names, the native strategy with a stand-in id);
+//! - the Python and JavaScript templates conform, and archive exactly what the Rust example
+//!   (`examples/custom-strategy`, the same strategy) archives, byte for byte, prompts included;
+//! - a guest's clearing, made through the host's placeholders, is the native one;
 //! - each broken guest (an endless loop, a memory bomb, a trap, a rule breaker) fails exactly
 //!   its rule, and the host stays up through all of them while it serves requests;
 //! - an endless loop is stopped at its stage's timeout with its memory returned; a memory bomb
@@ -26,10 +26,11 @@ use tamp_e2e::serve_support::{chain_stage_names, write_atomically, ScratchDir, S
 use tamp_e2e::{corpus, corpus_conversation, corpus_names, plugin, tamp_bin, write_chain};
 use tamp_host::chain::{Chain, CompactOptions, StageStatus};
 use tamp_host::loader::{load_plugin, LoadedPlugin};
-use tamp_host::providers::ScriptedProvider;
+use tamp_host::providers::ExtractiveSummarizer;
 use tamp_host::services::{HostContext, StageIdentity, StageServices};
 use tamp_host::store::SqliteStore;
 use tamp_host::tokens::{Encoding, TokenCounter};
+use tamp_plugin_api::rules::clearing::Clearing;
 use tamp_plugin_api::{Budget, CompactRequest, Conversation, Edit, Message, Role, Shared};
 
 use crate::conformance::{assert_conforms_on_the_quick_checks, kit_json, ALL_BUT_SLOW};
@@ -52,7 +53,7 @@ fn the_python_and_javascript_templates_conform() {
             report.to_text()
         );
         let meta = report.meta.as_ref().expect("metadata");
-        assert!(meta.name.ends_with("tool-result-clearing"), "{meta:?}");
+        assert!(meta.name.ends_with("custom-strategy"), "{meta:?}");
         assert_eq!(meta.plugin_api_version, tamp_plugin_api::ABI_VERSION);
         let changed = &report.rule("TAMP-INV-01").unwrap().notes;
         assert!(
@@ -64,17 +65,20 @@ fn the_python_and_javascript_templates_conform() {
     }
 }
 
-/// One compaction by `plugin` (default config) of `conversation` over a small budget,
-/// through the host's real services: its edits and its report's reason.
+/// One compaction by `plugin` (`config`) of `conversation` over a small budget, through the
+/// host's real services, the offline summarizer answering (its answers are drawn from each
+/// prompt's material, so two strategies answer alike only when they asked alike): its edits
+/// and its report's reason and warnings.
 fn edits_of(
     rt: &tokio::runtime::Runtime,
     plugin: &LoadedPlugin,
+    config: &Value,
     conversation: &Conversation,
-) -> (Vec<Edit>, String) {
+) -> (Vec<Edit>, String, Vec<String>) {
     let tokens = Arc::new(TokenCounter::new(Encoding::O200kBase).unwrap());
     let current = tokens.count_messages(&conversation.messages);
     let ctx = Arc::new(HostContext {
-        provider: Arc::new(ScriptedProvider::always("unused")),
+        provider: Arc::new(ExtractiveSummarizer::default()),
         store: Arc::new(SqliteStore::in_memory().unwrap()),
         cache: None,
         queue: None,
@@ -83,7 +87,7 @@ fn edits_of(
         llm_timeout: Duration::from_secs(10),
         progress: None,
     });
-    let strategy = plugin.instantiate(&json!({})).expect("the default config");
+    let strategy = plugin.instantiate(config).expect("a valid config");
     let services = StageServices::new(
         ctx,
         StageIdentity {
@@ -115,53 +119,104 @@ fn edits_of(
         .into_iter()
         .map(|e| e.into_enum().expect("a known edit"))
         .collect();
-    (edits, outcome.report.reason.into())
-}
-
-/// `reason` with the figure of "about N tokens" masked: the templates count what each
-/// placeholder costs with the page id it names, the native strategy with a stand-in id, so
-/// the tokens they say they free differ by a few.
-fn tokens_masked(reason: &str) -> String {
-    let Some(at) = reason.find("about ") else {
-        return reason.to_string();
-    };
-    let rest = &reason[at + "about ".len()..];
-    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-    format!("{}about N{}", &reason[..at], &rest[digits..])
+    let warnings = outcome
+        .report
+        .warnings
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+    (edits, outcome.report.reason.into(), warnings)
 }
 
 #[test]
-fn the_templates_clear_what_the_native_strategy_clears() {
+fn the_templates_archive_what_the_rust_example_archives() {
     let rt = tamp_e2e::rt();
-    let native = load_plugin(&plugin("tamp_tool_result_clearing")).unwrap();
+    let native = load_plugin(&plugin("tamp_custom_strategy")).unwrap();
     let guests: Vec<_> = [Guest::PythonTemplate, Guest::JsTemplate]
         .into_iter()
         .map(|g| load_plugin(&component(g)).unwrap())
         .collect();
-    let mut acted = 0;
+    // The defaults (LLM summaries), plain notes, and summaries cut short (then longer than
+    // some runs they replace: those keep their plain note, with a warning).
+    let configs = [
+        json!({}),
+        json!({"summarize": false, "keep_exchanges": 1}),
+        json!({"max_summary_chars": 40, "keep_exchanges": 0, "min_exchanges": 2}),
+    ];
+    let (mut acted, mut summarized) = (0, 0);
     for name in corpus_names() {
         for format in ["anthropic", "openai"] {
             let conversation = corpus_conversation(format, &name);
-            let (expected, reason) = edits_of(&rt, &native, &conversation);
-            acted += usize::from(!expected.is_empty());
-            for guest in &guests {
-                let (edits, guest_reason) = edits_of(&rt, guest, &conversation);
-                assert_eq!(
-                    (edits.len(), tokens_masked(&guest_reason)),
-                    (expected.len(), tokens_masked(&reason)),
-                    "{} on {format}/{name}",
-                    guest.meta().name
-                );
-                for (a, b) in edits.iter().zip(&expected) {
-                    assert_eq!(a, b, "{} on {format}/{name}", guest.meta().name);
+            for config in &configs {
+                let expected = edits_of(&rt, &native, config, &conversation);
+                acted += usize::from(!expected.0.is_empty());
+                summarized += expected
+                    .0
+                    .iter()
+                    .filter(|e| matches!(e, Edit::Summarize { text, .. } if text.contains('\n')))
+                    .count();
+                for guest in &guests {
+                    let got = edits_of(&rt, guest, config, &conversation);
+                    assert_eq!(
+                        got,
+                        expected,
+                        "{} on {format}/{name} with {config}",
+                        guest.meta().name
+                    );
                 }
             }
         }
     }
+    assert!(acted >= 10, "the Rust example acted {acted} times only");
     assert!(
-        acted >= 4,
-        "the native strategy acted on {acted} corpus conversations only"
+        summarized >= 10,
+        "{summarized} notes carried an LLM summary"
     );
+}
+
+/// The first tool result of `conversation`'s compactable range (its message and block), as
+/// the native rules clear it with `note`: the `Clear` edit they make.
+fn native_clearing(conversation: &Conversation, keep_recent: usize, note: &str) -> Option<Edit> {
+    let messages = &conversation.messages;
+    let range = tamp_plugin_api::rules::protect::compactable_range(messages, keep_recent);
+    range.into_iter().find_map(|index| {
+        let block = messages[index]
+            .content
+            .iter()
+            .position(|b| matches!(b, tamp_plugin_api::ContentBlock::ToolResult { .. }))?;
+        let mut clearing = Clearing::new(&messages[index], index);
+        assert!(clearing.clear_result(block, note));
+        clearing.into_edit()
+    })
+}
+
+#[test]
+fn a_guests_clearing_through_the_hosts_placeholders_is_the_native_one() {
+    let rt = tamp_e2e::rt();
+    let guest = load_plugin(&component(Guest::Misbehaving)).unwrap();
+    let config = json!({"misbehave": "clear"});
+    let mut compared = 0;
+    for name in corpus_names() {
+        let conversation = corpus_conversation("anthropic", &name);
+        // The guest's note is rendered by the host from "cleared by {who} {{once}}".
+        let Some(expected) = native_clearing(&conversation, 4, "cleared by the fixture {once}")
+        else {
+            continue;
+        };
+        let (edits, _, _) = edits_of(&rt, &guest, &config, &conversation);
+        assert_eq!(edits, [expected], "on {name}");
+        compared += 1;
+        // Applied, the result reads as cleared to the guest (the host's `cleared-page`): the
+        // next clearing takes another.
+        let mut cleared = conversation.clone();
+        let Edit::Clear { index, message } = &edits[0] else {
+            unreachable!()
+        };
+        cleared.messages[*index as usize] = message.clone();
+        let (again, _, _) = edits_of(&rt, &guest, &config, &cleared);
+        assert_ne!(again, edits, "{name}: the cleared result was cleared again");
+    }
+    assert!(compared >= 5, "{compared} corpus conversations compared");
 }
 
 #[test]
@@ -357,6 +412,29 @@ fn a_component_for_another_world_or_with_other_imports_is_refused_naming_why() {
             && err.contains(&format!("tamp:strategy@{version}")),
         "{err}"
     );
+    // Built against an earlier patch release of the same world (one that imports fewer host
+    // functions): loaded and run, its imports matched to this host's.
+    let patch: u64 = version.rsplit('.').next().unwrap().parse().unwrap();
+    if patch > 0 {
+        let earlier = format!("{major}.{minor}.0");
+        let mut bytes = built.clone();
+        for interface in ["types", "host", "strategy"] {
+            bytes = patched(
+                &bytes,
+                &format!("tamp:strategy/{interface}@{version}"),
+                &format!("tamp:strategy/{interface}@{earlier}"),
+            );
+        }
+        let earlier_world = dir.join("earlier-patch.wasm");
+        std::fs::write(&earlier_world, &bytes).unwrap();
+        let loaded = LoadedPlugin::load(&earlier_world).unwrap();
+        assert_eq!(loaded.meta().plugin_api_version, earlier);
+        let conversation = corpus_conversation("anthropic", &corpus_names()[0]);
+        let rt = tamp_e2e::rt();
+        let (edits, reason, _) = edits_of(&rt, &loaded, &json!({}), &conversation);
+        assert!(edits.is_empty(), "{reason}");
+        assert_eq!(reason, "a guest that returns no edits");
+    }
     // Its host interface renamed to a WASI one: refused before anything is compiled.
     let wasi = dir.join("wasi.wasm");
     let host = format!("tamp:strategy/host@{version}");
@@ -389,7 +467,7 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
     let dir = ScratchDir::new("wasm-trust");
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
-    let wasm = plugins.join("clear.wasm");
+    let wasm = plugins.join("archive.wasm");
     std::fs::copy(component(Guest::PythonTemplate), &wasm).unwrap();
     let tamp = |args: &[&str]| {
         let out = Command::new(tamp_bin()).args(args).output().unwrap();
@@ -404,12 +482,12 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
     assert!(ok && hash_line.starts_with("sha256 = \""), "{hash_line}");
     let (ok, described, err) = tamp(&["plugins", "describe", wasm_arg]);
     assert!(ok, "{err}");
-    assert_contains(&described, "py-tool-result-clearing");
+    assert_contains(&described, "py-custom-strategy");
     assert_contains(&described, "WebAssembly component");
     let (ok, listed, err) = tamp(&["plugins", "list", "--dir", plugins.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(
-        listed.contains("py-tool-result-clearing") && listed.contains("clear.wasm"),
+        listed.contains("py-custom-strategy") && listed.contains("archive.wasm"),
         "{listed}"
     );
 
@@ -417,7 +495,7 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
         write_chain(
             &dir,
             &format!(
-                "{allow}[[stage]]\nname = \"clear\"\nplugin = \"plugins/clear.wasm\"\n{pin}\
+                "{allow}[[stage]]\nname = \"archive\"\nplugin = \"plugins/archive.wasm\"\n{pin}\
                  wasm = {{ memory_mib = 128 }}\n"
             ),
         )
@@ -441,7 +519,7 @@ fn pins_allow_dirs_and_the_plugins_commands_hold_for_components() {
     // Limits out of range, or on a stage whose plugin is not a component: refused at the key.
     for (toml, says) in [
         (
-            "[plugins.wasm]\nmemory_mib = 0\n\n[[stage]]\nname = \"clear\"\nplugin = \"plugins/clear.wasm\"\n",
+            "[plugins.wasm]\nmemory_mib = 0\n\n[[stage]]\nname = \"archive\"\nplugin = \"plugins/archive.wasm\"\n",
             ":2: plugins.wasm.memory_mib: 0 is out of range",
         ),
         (
@@ -490,7 +568,7 @@ fn broken_stage(answer: &Value) -> (String, String, String) {
 async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
     let dir = ScratchDir::new("wasm-serve");
     std::fs::copy(component(Guest::Misbehaving), dir.join("broken.wasm")).unwrap();
-    std::fs::copy(component(Guest::PythonTemplate), dir.join("clear.wasm")).unwrap();
+    std::fs::copy(component(Guest::PythonTemplate), dir.join("archive.wasm")).unwrap();
     let js_template = component(Guest::JsTemplate);
     let chain = |misbehave: &str| {
         // The loop is stopped at 1 s; the other failures must come from the guest, not from
@@ -501,14 +579,14 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
              [plugins.wasm]\nmemory_mib = 128\n\n\
              [[stage]]\nname = \"broken\"\nplugin = \"broken.wasm\"\ntrigger = \"always\"\n\
              timeout_secs = {timeout}\n[stage.config]\nmisbehave = \"{misbehave}\"\n\n\
-             [[stage]]\nname = \"clear\"\nplugin = \"clear.wasm\"\n[stage.config]\nclear_at_least = 0\n"
+             [[stage]]\nname = \"archive\"\nplugin = \"archive.wasm\"\n[stage.config]\nkeep_exchanges = 1\n"
         )
     };
     let config = write_chain(&dir, &chain("trap"));
     let server = Arc::new(Server::start(&config, &[]));
 
     // The client: the corpus conversation over and over, each answered with the template's
-    // clearing, whatever the broken stage does meanwhile.
+    // archived tool runs, whatever the broken stage does meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicUsize::new(0));
     let client = {
@@ -525,8 +603,8 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
                 let body = json!({"conversation": conversation, "thread_continuity": false});
                 let (status, answer) = server.compact(&body).await;
                 assert_eq!(status, 200, "{answer:#}");
-                let clear = &answer["report"]["stages"][1];
-                assert_eq!(clear["status"], "acted", "{answer:#}");
+                let archive = &answer["report"]["stages"][1];
+                assert_eq!(archive["status"], "acted", "{answer:#}");
                 answered.fetch_add(1, Ordering::Relaxed);
             }
         })
@@ -605,12 +683,12 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
 
     // The template rebuilt (here: replaced by the JavaScript one): hot-reloaded.
     write_atomically(
-        &dir.join("clear.wasm"),
+        &dir.join("archive.wasm"),
         &std::fs::read(&js_template).unwrap(),
     );
     server
         .wait_for_chain("the rebuilt template", Duration::from_secs(120), |c| {
-            c["stages"][1]["plugin"] == "js-tool-result-clearing"
+            c["stages"][1]["plugin"] == "js-custom-strategy"
         })
         .await;
     let before = answered.load(Ordering::Relaxed);
@@ -629,6 +707,6 @@ async fn serve_runs_guests_reloads_them_and_stays_up_through_their_failures() {
     assert_eq!(health["status"], "ok", "{health:#}");
     assert_eq!(
         chain_stage_names(&server.get_json("/v1/chain").await),
-        ["broken", "clear"]
+        ["broken", "archive"]
     );
 }

@@ -25,9 +25,9 @@ pub const PYTHON_PACKAGING: [&str; 2] = ["build==1.3.0", "setuptools==80.9.0"];
 /// A guest the tests build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guest {
-    /// `guests/python/template`: tool-result clearing, in Python.
+    /// `guests/python/template`: the example strategy (`examples/custom-strategy`), in Python.
     PythonTemplate,
-    /// `guests/js/template`: tool-result clearing, in JavaScript.
+    /// `guests/js/template`: the example strategy, in JavaScript.
     JsTemplate,
     /// `tests/plugins/wasm/misbehaving`: the broken fixtures (and a guest that returns no
     /// edits), in Python.

@@ -1,242 +1,137 @@
-// The template JavaScript strategy: tool-result clearing (plugins/tool-result-clearing, the
-// native strategy) ported to the JavaScript guest SDK. Copy this directory to start a
-// strategy of your own; docs/writing-a-plugin.md says how to build and load it.
+// The template JavaScript strategy: examples/custom-strategy, tamp's example strategy, ported
+// to the JavaScript guest SDK. The same strategy exists in all three languages (Rust,
+// guests/python/template, this one): with the same config and conversation they make the same
+// edits, byte for byte, and the same report (the end-to-end tests compare them). Copy this
+// directory to start a strategy of your own; docs/writing-a-plugin.md says how to build and
+// load it. `app.test.js` holds its unit tests (`node --test`, against the SDK's fake host).
 //
-// Old tool outputs are cleared in place, no LLM: each replaced by a placeholder naming the
-// page that keeps the original message. It makes the native strategy's edits with the same
-// config, byte for byte (the end-to-end tests compare the two), but counts what each clearing
-// costs exactly: with the page id its placeholder names, a lone block against its whole
-// cleared message, so that no clearing grows the conversation whatever the config.
-// `app.test.js` holds its unit tests (`node --test`, against the SDK's fake host).
+// It archives the oldest tool exchanges into pages: each run of adjacent exchanges becomes one
+// summary naming the tools called (`Archived 3 tool call(s): bash ×2, edit.`), optionally
+// followed by what the host's LLM says the calls found out. The host decides what a unit is
+// and what a summary costs; the strategy only picks the runs and words the notes.
 
 import {
-  Clearing,
   Config,
   PluginError,
-  countMessageTokens,
-  countTokens,
   Strategy,
+  adjacentRuns,
   boolean,
+  capChars,
+  completeAll,
   exportStrategy,
-  inputPlaceholderTokens,
   integer,
-  invalidConfig,
-  isCleared,
-  renderTemplate,
-  resultPlaceholderTokens,
-  string,
-  stringList,
+  renderMessages,
+  summarize,
+  toolActivity,
+  trimWhitespace,
   unchanged,
+  unitsWithin,
   withEdits,
+  wrapContent,
 } from "tamp-guest";
-
-const DEFAULT_PLACEHOLDER = "Output of {tool} ({tokens} tokens) cleared; recall this page to read it.";
 
 // The config, declared once: its schema, its defaults and its checks derive from this.
 export const CONFIG = new Config(
   [
     integer(
-      "keep",
+      "keep_exchanges",
       3,
-      "The most recent tool uses whose results (and inputs) are left alone, counted over the whole conversation.",
-      { minimum: 0, maximum: 1000000 },
+      "The newest tool exchanges (outside the protected recent messages) left as they are.",
+      { minimum: 0, maximum: 100000 },
     ),
-    integer(
-      "clear_at_least",
-      2000,
-      "Clear nothing unless at least this many tokens would go at once. 0: clear whatever is eligible.",
-      { minimum: 0, maximum: 100000000 },
+    integer("min_exchanges", 1, "Archive only when at least this many exchanges would go.", { minimum: 1 }),
+    boolean(
+      "summarize",
+      true,
+      "Ask the host's LLM for a short summary of each archived run, not just the tool names.",
     ),
-    stringList("exclude_tools", [], "Tools whose results are never cleared."),
-    boolean("clear_tool_inputs", false, "Also replace the input of each cleared call by a placeholder."),
-    integer("min_result_tokens", 100, "Results smaller than this many tokens are left alone.", {
-      minimum: 0,
-      maximum: 100000000,
+    integer("summary_tokens", 200, "Upper bound on each summary, in tokens (asked of the LLM).", {
+      minimum: 16,
+      maximum: 4096,
     }),
-    string(
-      "placeholder",
-      DEFAULT_PLACEHOLDER,
-      "The note inside each placeholder: `{tool}`, `{tokens}`, `{page}`; `{{` and `}}` for literal braces.",
+    integer(
+      "max_summary_chars",
+      2000,
+      "Hard cap on each summary's length, in characters: an LLM answer is cut here before it " +
+        "enters the conversation, whatever it says its length is.",
+      { minimum: 1 },
     ),
+    integer("max_concurrency", 8, "At most this many summary requests run at once.", { minimum: 1, maximum: 256 }),
   ],
-  { description: "How the strategy chooses what to clear." },
+  { description: "The stage config (`[stage.config]` in a chain file)." },
 );
 
-export class ToolResultClearing extends Strategy {
-  static NAME = "js-tool-result-clearing";
+/// The prompt asking for a run's summary. The material goes last, inside the `<content>`
+/// section `wrapContent` writes: the host's offline summarizer reads that section.
+export const summaryPrompt = (run) =>
+  "Summarize what these tool calls found out, in a few sentences. Keep file paths, " +
+  "identifiers, numbers and errors.\n" +
+  wrapContent(renderMessages(run));
+
+export class ArchiveOldToolCalls extends Strategy {
+  static NAME = "js-custom-strategy";
   static VERSION = "0.1.0";
   static DESCRIPTION =
-    "Clears old tool outputs in place, no LLM (a JavaScript port of tool-result-clearing): " +
-    "each replaced by a placeholder naming the page that keeps it.";
+    "Archives the oldest tool exchanges into pages and leaves a note naming the tools called.";
   static CONFIG = CONFIG;
 
-  constructor(config) {
-    super(config); // checked against CONFIG: this.config
-    this.keep = this.config.keep;
-    this.clearAtLeast = this.config.clear_at_least;
-    this.minResultTokens = this.config.min_result_tokens;
-    this.excludeTools = new Set(this.config.exclude_tools);
-    this.clearToolInputs = this.config.clear_tool_inputs;
-    this.placeholder = this.config.placeholder;
-    // A bad template stops the chain from loading, not the first compaction.
-    this.note("tool", 0, "pg_0");
-  }
-
-  note(tool, tokens, page) {
-    try {
-      return renderTemplate(this.placeholder, { tool, tokens: String(tokens), page });
-    } catch (e) {
-      if (e instanceof PluginError) {
-        throw invalidConfig(`placeholder: ${e.message.replace(/^prompt template: /, "")}`);
-      }
-      throw e;
-    }
-  }
-
-  /// Tokens of the clearing of target `t`, counted as `Tokens` counted its block: the whole
-  /// cleared message when the block is its only one, else the placeholder's text.
-  cost(message, t, page) {
-    const note = t.result ? this.note(t.tool, t.size, page) : undefined;
-    if (message.content.length === 1) {
-      const probe = new Clearing(message, t.index, page);
-      if (t.result) probe.clearResult(t.block, note);
-      else probe.clearInput(t.block);
-      return countMessageTokens([probe.message]);
-    }
-    return t.result ? resultPlaceholderTokens(page, note) : inputPlaceholderTokens(page);
-  }
-
   compact(c) {
-    const messages = c.messages;
-    const { start, end } = c.compactable;
-    const inRange = (i) => i >= start && i < end;
-    // The calls by id (position and tool), and the ids of the `keep` most recent.
-    const calls = new Map();
-    const order = [];
-    messages.forEach((m, index) => {
-      m.content.forEach((b, block) => {
-        if (b.tag === "tool-use") {
-          calls.set(b.val.id, { index, block, tool: b.val.name });
-          order.push(b.val.id);
+    const config = this.config;
+    // The oldest tool exchanges in the compactable range, beyond the newest `keep_exchanges`,
+    // in runs of adjacent exchanges: one summary each.
+    const exchanges = unitsWithin(c.units(), c.compactable).filter((u) => u.kind === "tool-exchange");
+    const runs = adjacentRuns(exchanges.slice(0, Math.max(0, exchanges.length - config.keep_exchanges)));
+    const count = runs.reduce((sum, run) => sum + run.units.length, 0);
+    if (count < config.min_exchanges) {
+      return unchanged(`${count} tool exchange(s) old enough to archive, ${config.min_exchanges} needed`);
+    }
+
+    const messages = runs.map((run) => c.read(run.span.start, run.span.end));
+    const answers = config.summarize ? this.summarizeRuns(messages) : runs.map(() => undefined);
+
+    // Each run becomes one edit: the host archives its messages as a page and puts the note,
+    // with the page's ref, in their place.
+    const warnings = [];
+    const edits = [];
+    let archived = 0;
+    runs.forEach((run, i) => {
+      const { start, end } = run.span;
+      const activity = toolActivity(messages[i]);
+      let note = `Archived ${activity.calls} tool call(s): ${activity.toolList}.`;
+      const at = `messages ${start}..${end}`;
+      const answer = answers[i];
+      if (answer instanceof PluginError) {
+        warnings.push(`summary of ${at} failed: ${answer}`);
+      } else if (answer !== undefined) {
+        const summarized = `${note}\n${capChars(trimWhitespace(answer.text), config.max_summary_chars)}`;
+        // A summary must not outweigh what it replaces (an LLM may answer far more than it
+        // was asked for): then the plain note stands alone.
+        if (c.summaryIsSmaller(summarized, start, end)) {
+          note = summarized;
+        } else {
+          warnings.push(`summary of ${at} is longer than the exchanges it replaces; kept the plain note`);
         }
-      });
+      }
+      // Even the plain note may outweigh a short run: then it is left as it is.
+      if (!c.summaryIsSmaller(note, start, end)) return;
+      edits.push(summarize(start, end, note));
+      archived += run.units.length;
     });
-    const kept = new Set(this.keep > 0 ? order.slice(Math.max(0, order.length - this.keep)) : []);
+    if (edits.length === 0) {
+      return unchanged("no run of tool exchanges outweighs its summary", { warnings });
+    }
+    return withEdits(edits, `archived ${archived} tool exchange(s) in ${edits.length} run(s)`, { warnings });
+  }
 
-    const tokens = new Tokens(c);
-    const targets = [];
-    const inputs = [];
-    for (let i = start; i < end; i++) {
-      messages[i].content.forEach((block, b) => {
-        if (block.tag !== "tool-result") return;
-        const id = block.val.toolUseId;
-        const call = calls.get(id);
-        const tool = call ? call.tool : "";
-        if (kept.has(id) || this.excludeTools.has(tool) || isCleared(block)) return;
-        const size = tokens.block(i, b);
-        if (size < this.minResultTokens) return;
-        targets.push({ index: i, block: b, tool, result: true, size });
-        if (call && this.clearToolInputs) {
-          if (inRange(call.index) && !isCleared(messages[call.index].content[call.block])) {
-            inputs.push({ index: call.index, block: call.block, tool, result: false, size: tokens.block(call.index, call.block) });
-          }
-        }
-      });
-    }
-    if (targets.length === 0) {
-      return unchanged(
-        `no tool result to clear (the ${this.keep} most recent tool uses are kept; results under ` +
-          `${this.minResultTokens} tokens, excluded tools and cleared ones are left)`,
-      );
-    }
-    targets.push(...inputs);
-
-    // What each clearing will cost, sized with the page id its placeholder will name (the
-    // page of its message) and the note it will carry, and counted as its block was (a lone
-    // block as its whole message): a block no larger than its placeholder is left alone, so
-    // the conversation never grows (TAMP-INV-06).
-    const pages = new Map();
-    const worth = [];
-    for (const t of targets) {
-      if (!pages.has(t.index)) pages.set(t.index, c.pageId(t.index));
-      const cost = this.cost(messages[t.index], t, pages.get(t.index));
-      if (t.size > cost) worth.push([t, t.size - cost]);
-    }
-    const results = worth.filter(([t]) => t.result).length;
-    const inputCount = worth.length - results;
-    if (results === 0) {
-      return unchanged("no tool result is larger than its placeholder would be");
-    }
-
-    // One clearing per message, oldest first.
-    const byMessage = new Map();
-    let freed = 0;
-    for (const [t, gain] of worth) {
-      let clearing = byMessage.get(t.index);
-      if (clearing === undefined) {
-        clearing = new Clearing(messages[t.index], t.index, pages.get(t.index));
-        byMessage.set(t.index, clearing);
-      }
-      if (t.result) {
-        clearing.clearResult(t.block, this.note(t.tool, t.size, clearing.page));
-      } else {
-        clearing.clearInput(t.block);
-      }
-      freed += gain;
-    }
-    if (freed < this.clearAtLeast) {
-      return unchanged(
-        `clearing ${results} tool result(s) would free about ${freed} tokens, less than ` +
-          `clear_at_least (${this.clearAtLeast})`,
-      );
-    }
-    const edits = [...byMessage.keys()]
-      .sort((a, b) => a - b)
-      .map((i) => byMessage.get(i).edit())
-      .filter((e) => e !== undefined);
-    const inputsNote = inputCount > 0 ? ` and ${inputCount} tool input(s)` : "";
-    return withEdits(
-      edits,
-      `cleared ${results} tool result(s)${inputsNote} in ${byMessage.size} message(s), about ` +
-        `${freed} tokens; the ${this.keep} most recent tool uses kept`,
-      {
-        details: {
-          results_cleared: results,
-          inputs_cleared: inputCount,
-          messages_cleared: byMessage.size,
-          tokens_freed: freed,
-        },
-      },
-    );
+  /// One LLM request per run, sent at once: each answer a response or a `PluginError`.
+  summarizeRuns(runs) {
+    const requests = runs.map((run, i) => ({
+      prompt: summaryPrompt(run),
+      maxOutputTokens: this.config.summary_tokens,
+      label: `run ${i + 1}/${runs.length}`,
+    }));
+    return completeAll(requests, this.config.max_concurrency);
   }
 }
 
-/// Block sizes as the native strategy counts them: a message's tokens (memoized by the
-/// host, fetched for the whole input in one call) when the block is its only one, else the
-/// block's own text.
-class Tokens {
-  constructor(c) {
-    this.c = c;
-    this.messages = undefined;
-  }
-
-  block(index, block) {
-    const m = this.c.messages[index];
-    if (m.content.length === 1) {
-      if (this.messages === undefined) {
-        this.messages = this.c.messageTokens(0, this.c.messages.length);
-      }
-      return this.messages[index];
-    }
-    const b = m.content[block];
-    if (b.tag === "tool-result") {
-      return b.val.content.reduce((sum, p) => sum + countTokens(p.val), 0);
-    }
-    if (b.tag === "tool-use") {
-      return countTokens(b.val.inputJson);
-    }
-    return 0;
-  }
-}
-
-export const strategy = exportStrategy(ToolResultClearing);
+export const strategy = exportStrategy(ArchiveOldToolCalls);

@@ -18,20 +18,25 @@ looks for to `export(...)` of it::
 It is built by `tamp-guest build app.py -o strategy.wasm` (componentize-py, pinned, against
 the WIT package shipped in `tamp_guest/wit`, with WASI stubbed out): the host gives a guest
 no filesystem, network, environment or clock, only the functions of `tamp:strategy/host`,
-which this module wraps (`count_tokens`, `complete`, ...). `tamp_guest.testing` runs a
-strategy in plain CPython against a fake host, for its unit tests. See
-docs/writing-a-plugin.md, "A WebAssembly strategy".
+which this module wraps (`count_tokens`, `complete`, ...). The host also renders what must
+read the same for every guest and every native strategy (prompts: `render_messages`,
+`wrap_content`, `render_template`; clearings' placeholders: `tamp_guest.clearing`), so the
+SDK keeps no copy of those rules. `tamp_guest.testing` runs a strategy in plain CPython
+against a fake host, for its unit tests. See docs/writing-a-plugin.md, "A WebAssembly
+strategy".
 
 The conversation arrives as the WIT types of `wit_world.imports.types`, re-exported here
-(`Message`, `ContentBlock_ToolResult`, ...). `compactable` is the range of messages a stage
-may change (the native SDK's `sdk::compactable_range`, computed by the host).
+(`Message`, `ContentBlock_ToolResult`, `Unit`, ...). `compactable` is the range of messages a
+stage may change (the native SDK's `sdk::compactable_range`, computed by the host), and
+`units()` how its messages group (a tool call with its results), as the host checks edits.
 """
 
 import json
 import sys
 import traceback
 
-from ._bindings import Err, exports, types
+from ._bindings import IN_COMPONENT as _IN_COMPONENT
+from ._bindings import Err, Ok, exports, types
 from ._bindings import host as _host_bindings
 from wit_world.imports.types import (  # noqa: F401  (re-exported for strategies)
     Budget,
@@ -55,32 +60,67 @@ from wit_world.imports.types import (  # noqa: F401  (re-exported for strategies
     Span,
     StageReport,
     SummarizeEdit,
+    SummaryInfo,
     SummaryStatus,
     TextBlock,
     ToolResult,
     ToolResultPart_Opaque,
     ToolResultPart_Text,
     ToolUse,
+    Unit,
+    UnitKind,
 )
 
 # The host's services: the component's imports, or a fake host in plain CPython
 # (`tamp_guest.testing`).
 _host = _host_bindings
 
+
+def _renderings():
+    """The host that renders prompts and placeholders. The WIT lets a guest ask for those at
+    any time, not only during `compact`; in plain CPython outside a fake host's `compact`
+    (a unit test building a strategy, or checking a placeholder) there is no host to ask, so
+    a fake one answers: its renderings are the host's, exactly, but for a simpler
+    `render_messages` (see `tamp_guest.testing`)."""
+    if _host is _host_bindings and not _IN_COMPONENT:
+        from .testing import FakeHost
+
+        return FakeHost()
+    return _host
+
+
 from . import clearing  # noqa: E402,F401  (tamp_guest.clearing)
 from .config import Boolean, Config, Integer, String, StringList  # noqa: E402,F401
 from .failure import failed, failure_line, refusal_line  # noqa: E402,F401
+from .groups import (  # noqa: E402,F401
+    Group,
+    ToolActivity,
+    adjacent_runs,
+    tool_activity,
+    units_within,
+)
 from .pinned import BOUNDARY, OPAQUE, is_boundary, is_instructions, is_pinned  # noqa: E402,F401
-from .template import render_template  # noqa: E402,F401
+from .prompt import (  # noqa: E402,F401
+    cap_chars,
+    render_messages,
+    render_template,
+    trim,
+    wrap_content,
+)
 
 
 class PluginError(Exception):
-    """An error the strategy returns: the stage is rolled back and the report says why."""
+    """An error the strategy returns: the stage is rolled back and the report says why.
+    Also what a host service raises (`complete`, ...), or `complete_all` answers, when it
+    fails. `str()` reads `kind: message` (`llm: timed out`), as the native error displays."""
 
     def __init__(self, kind: ErrorKind, message: str):
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+    def __str__(self):
+        return f"{self.kind.name.lower()}: {self.message}"
 
 
 def invalid_config(message: str) -> PluginError:
@@ -103,7 +143,8 @@ class Compaction:
     `read(start, end)` a slice): a stage that decides from the budget alone pays nothing for
     a long conversation."""
 
-    __slots__ = ("message_count", "budget", "stage", "thread_id", "compactable", "_messages")
+    __slots__ = ("message_count", "budget", "stage", "thread_id", "compactable", "_messages",
+                 "_units")
 
     def __init__(self, request):
         self.message_count = request.message_count
@@ -112,6 +153,7 @@ class Compaction:
         self.thread_id = request.thread_id
         self.compactable = range(request.compactable.start, request.compactable.end)
         self._messages = None
+        self._units = None
 
     @property
     def messages(self) -> list:
@@ -140,6 +182,27 @@ class Compaction:
         its placeholders with it too (`clearing.result_placeholder_tokens`)."""
         try:
             return _host.input_page_id(start, start + 1 if end is None else end)
+        except Err as e:
+            raise PluginError(e.value.kind, e.value.message) from None
+
+    def units(self) -> list:
+        """The input's units, in order, covering it (`Unit`: a `span` with `start` and `end`,
+        and a `kind`): a tool call's message through the last message answering its calls is
+        one `UnitKind.TOOL_EXCHANGE`, whatever stands between; a summary, `SUMMARY`; a
+        system message, an opaque unit or a run holding one, `PINNED`; any other message,
+        `MESSAGE`. The host's rule, the one it checks edits by: a span that cuts a unit is
+        refused. Read from the host once."""
+        if self._units is None:
+            self._units = list(_host.input_units())
+        return self._units
+
+    def summary_is_smaller(self, text: str, start: int, end: int) -> bool:
+        """Whether a summary of `text` in place of input messages `start..end` costs fewer
+        tokens than they do, the summary message counted as the host will build it: a
+        summary as long as what it replaces saves nothing (and the host refuses a stage whose
+        edits grow the conversation)."""
+        try:
+            return _host.summary_is_smaller(text, start, end)
         except Err as e:
             raise PluginError(e.value.kind, e.value.message) from None
 
@@ -173,9 +236,10 @@ class Strategy:
         raise NotImplementedError
 
 
-def unchanged(reason: str) -> CompactOutcome:
-    """The stage did nothing, for `reason`."""
-    return CompactOutcome([], StageReport(False, reason, [], ""))
+def unchanged(reason: str, warnings=()) -> CompactOutcome:
+    """The stage did nothing, for `reason` (with `warnings`: what went wrong on the way, a
+    failed LLM call, say)."""
+    return CompactOutcome([], StageReport(False, reason, list(warnings), ""))
 
 
 def with_edits(edits, reason: str, warnings=(), details=None) -> CompactOutcome:
@@ -206,16 +270,38 @@ def count_message_tokens(messages) -> int:
     return _host.count_message_tokens(list(messages))
 
 
+def llm_request(system: str, prompt: str, max_output_tokens: int, label: str = "",
+                temperature=None, response_schema=None) -> LlmRequest:
+    """A request for `complete_all` (`complete` takes the same arguments): `label` names it
+    in logs and progress, `response_schema` (a JSON Schema, as a dict) asks for structured
+    output."""
+    schema = json.dumps(response_schema) if response_schema is not None else None
+    return LlmRequest(system, prompt, max_output_tokens, temperature, schema, label)
+
+
 def complete(system: str, prompt: str, max_output_tokens: int, label: str = "",
              temperature=None, response_schema=None) -> LlmResponse:
     """One LLM call through the host (its provider, retries, timeout and cache); raises
     `PluginError` when it fails."""
-    schema = json.dumps(response_schema) if response_schema is not None else None
-    request = LlmRequest(system, prompt, max_output_tokens, temperature, schema, label)
+    request = llm_request(system, prompt, max_output_tokens, label, temperature,
+                          response_schema)
     try:
         return _host.complete(request)
     except Err as e:
         raise PluginError(e.value.kind, e.value.message) from None
+
+
+def complete_all(requests, max_concurrency: int = 0) -> list:
+    """Many LLM calls (`llm_request` values), at most `max_concurrency` at once (0: the
+    host's limit): the answers in request order, each an `LlmResponse` or, for a call that
+    failed, a `PluginError` (returned, not raised: the other answers stand)."""
+    answers = []
+    for answer in _host.complete_all(list(requests), max_concurrency):
+        if isinstance(answer, Ok):
+            answers.append(answer.value)
+        else:
+            answers.append(PluginError(answer.value.kind, answer.value.message))
+    return answers
 
 
 def archive_page(messages, metadata=None) -> str:
@@ -310,7 +396,7 @@ def export(strategy_class):
             )
 
         def new_strategy(self, config_json: str) -> None:
-            if _host is _host_bindings:  # in a component (a fake host leaves stdout be)
+            if _IN_COMPONENT and _host is _host_bindings:  # a fake host leaves stdout be
                 sys.stdout = _ToLog(_host_bindings.LogLevel.INFO)
                 sys.stderr = _ToLog(_host_bindings.LogLevel.WARN)
             try:

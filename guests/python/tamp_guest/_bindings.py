@@ -11,7 +11,10 @@ import sys
 
 try:
     import wit_world  # noqa: F401  (in a component: componentize-py's bindings)
+
+    IN_COMPONENT = True
 except ImportError:  # plain CPython
+    IN_COMPONENT = False
     import hashlib
     import os
     import tempfile

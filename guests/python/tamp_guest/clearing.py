@@ -1,6 +1,8 @@
 """Clearings (TAMP-INV-10), as the native SDK's `sdk::clearing` makes them: a tool result's
 content, or a tool call's input, replaced in place by a placeholder naming the page that
-holds the original message. The placeholders' canonical forms (docs/plugin-spec.md):
+holds the original message. The placeholders' canonical forms (docs/plugin-spec.md), which
+the host writes and reads for every guest (these helpers ask it: the WIT's
+`result-placeholder`, `input-placeholder` and `cleared-page`, callable at any time):
 
 - a cleared tool result has one text part:
   `<tamp-cleared page="PAGE">` NEWLINE `NOTE` NEWLINE `</tamp-cleared>`;
@@ -23,24 +25,17 @@ from wit_world.imports.types import (
     ToolUse,
 )
 
-_RESULT_OPEN = '<tamp-cleared page="'
-_RESULT_CLOSE = "\n</tamp-cleared>"
-_INPUT_OPEN = '{"tamp_cleared":{"page":"'
-_INPUT_CLOSE = '"}}'
-
-
-def _is_page_id(page: str) -> bool:
-    return bool(page) and all(c.isascii() and (c.isalnum() or c in "_-") for c in page)
+from . import _renderings
 
 
 def result_placeholder(page: str, note: str) -> str:
     """The text of a cleared tool result naming `page`, with `note` for the model."""
-    return f'{_RESULT_OPEN}{page}">\n{note}{_RESULT_CLOSE}'
+    return _renderings().result_placeholder(page, note)
 
 
 def input_placeholder(page: str) -> str:
     """The input of a cleared tool call naming `page`."""
-    return f"{_INPUT_OPEN}{page}{_INPUT_CLOSE}"
+    return _renderings().input_placeholder(page)
 
 
 def result_placeholder_tokens(page: str, note: str) -> int:
@@ -58,41 +53,18 @@ def input_placeholder_tokens(page: str) -> int:
     return count_tokens(input_placeholder(page))
 
 
-def _result_page(text: str):
-    if not text.startswith(_RESULT_OPEN):
-        return None
-    rest = text[len(_RESULT_OPEN):]
-    quote = rest.find('"')
-    if quote < 0:
-        return None
-    page, rest = rest[:quote], rest[quote + 1:]
-    if not rest.startswith(">\n") or not rest.endswith(_RESULT_CLOSE):
-        return None
-    if len(rest) < len(">\n") + len(_RESULT_CLOSE):
-        return None
-    return page if _is_page_id(page) else None
-
-
-def _input_page(input_json: str):
-    if not (input_json.startswith(_INPUT_OPEN) and input_json.endswith(_INPUT_CLOSE)):
-        return None
-    page = input_json[len(_INPUT_OPEN):len(input_json) - len(_INPUT_CLOSE)]
-    return page if len(input_json) >= len(_INPUT_OPEN) + len(_INPUT_CLOSE) and _is_page_id(page) else None
-
-
 def cleared_page(block):
-    """The page a cleared block names, or None for any block that is not one."""
-    if isinstance(block, ContentBlock_ToolResult):
-        content = block.value.content
-        if len(content) == 1 and isinstance(content[0], ToolResultPart_Text):
-            return _result_page(content[0].value)
-        return None
-    if isinstance(block, ContentBlock_ToolUse):
-        return _input_page(block.value.input_json)
-    return None
+    """The page a cleared block names, or None for any block that is not one: a tool result
+    whose content is one placeholder text part, or a tool call whose input is the input
+    placeholder."""
+    if not isinstance(block, (ContentBlock_ToolResult, ContentBlock_ToolUse)):
+        return None  # no other block is ever cleared: spare the host the call
+    return _renderings().cleared_page(block)
 
 
 def is_cleared(block) -> bool:
+    """Whether `block` is a cleared tool result or tool input (clearing it again is refused,
+    TAMP-INV-10)."""
     return cleared_page(block) is not None
 
 

@@ -15,16 +15,25 @@ It gives the services the WIT's `host` interface imports, as tamp's host gives t
 - **token counts** are an approximation: a text costs one token per 4 bytes of its UTF-8
   (rounded up), a message 4 tokens plus its blocks' (a tool call: its name and input; a
   tool result or an opaque block: its text). The real host counts with the chain's tokenizer
-  (o200k_base by default), so write tests whose outcome does not hang on exact counts;
+  (o200k_base by default), so write tests whose outcome does not hang on exact counts
+  (`summary_is_smaller` weighs a summary with the same counts);
+- **`render_messages`** is simpler than the host's: the same lines (`role: text`,
+  `assistant called name(input)`, `name returned: output`, `name failed: output`, a summary
+  with its page), but no block is cut, and a cleared block shows its placeholder. Test that
+  a prompt carries the rendering (compare with `render_messages`), not its exact text;
 - **LLM calls** answer with `answers` (a list, consumed in order, or a function of the
   request), and fail with an `llm` error when there is none;
-- **`compactable`** is computed as the host does for a plain conversation (after the leading
-  system messages and the opening user turn, before the last `keep_recent` messages, widened
-  to keep a tool call with its results); pass `compactable=(start, end)` to set it.
+- **`compactable`** is computed as the host does for a conversation without provider
+  compaction boundaries (after the leading system messages and the opening user turn and
+  the pinned units right after them, before the last `keep_recent` messages, widened to keep
+  a tool call with its results); pass `compactable=(start, end)` to set it.
 
-Page ids are the real ones (`page_id`): a placeholder sized in a test names the id it will
-name in tamp. Archived pages, cached summaries, progress and log lines are kept on the fake
-(`pages`, `summaries`, `progress_reports`, `logs`) for the test to read.
+The rest is the host's, exactly: page ids (`page_id`: a placeholder sized in a test names
+the id it will name in tamp), units (`units`, the host's rule), and the renderings
+`wrap_content`, `render_template` and the clearings' placeholders (`result_placeholder`,
+`input_placeholder`, `cleared_page`), which the SDK asks the host for. Archived pages,
+cached summaries, progress and log lines are kept on the fake (`pages`, `summaries`,
+`progress_reports`, `logs`) for the test to read.
 """
 
 import hashlib
@@ -162,10 +171,11 @@ def tool_use(call_id: str, name: str, input_json: str = "{}", say: str = None):
     return _message(types.Role.ASSISTANT, blocks)
 
 
-def tool_result(call_id: str, output: str, is_error: bool = False):
-    """A user message carrying the result of call `call_id` (as Anthropic's wire does)."""
+def tool_result(call_id: str, output: str, is_error: bool = False, role: str = "user"):
+    """A message carrying the result of call `call_id`: a user message, as Anthropic's wire
+    has it, or with `role="tool"` an OpenAI tool message."""
     result = types.ToolResult(call_id, [types.ToolResultPart_Text(output)], is_error, "")
-    return _message(types.Role.USER, [types.ContentBlock_ToolResult(result)])
+    return _message(types.Role[role.upper()], [types.ContentBlock_ToolResult(result)])
 
 
 # ------------------------------------------------------------------------------------------
@@ -191,15 +201,58 @@ def _has_result(m) -> bool:
     return any(isinstance(b, types.ContentBlock_ToolResult) for b in m.content)
 
 
-def _has_call(m) -> bool:
-    return any(isinstance(b, types.ContentBlock_ToolUse) for b in m.content)
+def _call_ids(m):
+    return [b.value.id for b in m.content if isinstance(b, types.ContentBlock_ToolUse)]
+
+
+def _result_ids(m):
+    return [b.value.tool_use_id for b in m.content
+            if isinstance(b, types.ContentBlock_ToolResult)]
+
+
+def _unit_kind(run):
+    if any(_sdk.is_pinned(m) for m in run):
+        return types.UnitKind.PINNED
+    if len(run) == 1 and run[0].summary is not None:
+        return types.UnitKind.SUMMARY
+    if any(_call_ids(m) for m in run):
+        return types.UnitKind.TOOL_EXCHANGE
+    return types.UnitKind.MESSAGE
+
+
+def units(messages) -> list:
+    """`messages` split into units, as the host splits them (plugin-abi's
+    `rules::exchanges::units`): a tool exchange runs from the message making a call to the
+    last message answering any of its calls, widened over whatever it overlaps; a result
+    answering no known call stands alone. A unit holding a pinned message is pinned."""
+    call_site = {}
+    # reach[i]: the last message a unit starting at or containing message i extends to.
+    reach = list(range(len(messages)))
+    for i, m in enumerate(messages):
+        for call in _result_ids(m):
+            if call in call_site:
+                reach[call_site[call]] = max(reach[call_site[call]], i)
+        for call in _call_ids(m):
+            call_site[call] = i
+    out = []
+    start = 0
+    while start < len(messages):
+        end = reach[start]
+        i = start
+        while i <= end:
+            end = max(end, reach[i])
+            i += 1
+        out.append(types.Unit(types.Span(start, end + 1), _unit_kind(messages[start:end + 1])))
+        start = end + 1
+    return out
 
 
 def compactable_range(messages, keep_recent: int):
-    """`compactable` as the host computes it for a plain conversation (no opaque units, no
-    provider compaction): after the leading system messages and the opening user turn,
-    before the last `keep_recent` messages, the tail widened to keep a tool call with its
-    results."""
+    """`compactable` as the host computes it (plugin-abi's `rules::protect`) for a
+    conversation without provider compaction boundaries: after the leading system messages
+    and the opening user turn (the task) and the pinned units right after them, before the
+    last `keep_recent` messages, the tail widened to the start of the unit it cuts (a tool
+    call kept with its results)."""
     system_end = 0
     while system_end < len(messages) and messages[system_end].role == types.Role.SYSTEM:
         system_end += 1
@@ -213,16 +266,182 @@ def compactable_range(messages, keep_recent: int):
         closed = after is not None and (after.role == types.Role.ASSISTANT
                                         or after.summary is not None)
         start = turn if closed else system_end + 1
-    while start < len(messages) and _sdk.is_pinned(messages[start]):
-        start += 1
+    split = units(messages)
+    for unit in split:
+        if unit.span.start == start and unit.kind == types.UnitKind.PINNED:
+            start = unit.span.end
     tail = max(0, len(messages) - keep_recent)
-    # A tool result in the tail keeps its call there too.
-    while 0 < tail < len(messages) and (_has_result(messages[tail])
-                                        or messages[tail].role == types.Role.TOOL):
-        tail -= 1
-        if _has_call(messages[tail]):
-            break
+    for unit in split:
+        if unit.span.start <= tail < unit.span.end:
+            tail = unit.span.start
     return start, max(tail, start)
+
+
+# ------------------------------------------------------------------------------------------
+# The host's renderings, exactly: the SDK asks the host for them (so that it keeps no copy of
+# their rules), and in plain CPython these answer in its place. But `render_messages`, which
+# the module's docstring says is simpler.
+
+_RESULT_OPEN = '<tamp-cleared page="'
+_RESULT_CLOSE = "\n</tamp-cleared>"
+_INPUT_OPEN = '{"tamp_cleared":{"page":"'
+_INPUT_CLOSE = '"}}'
+_CONTENT_OPEN = "<content>"
+_CONTENT_CLOSE = "</content>"
+
+
+def result_placeholder(page: str, note: str) -> str:
+    """The text of a cleared tool result naming `page`, with `note` for the model (plugin-abi's
+    `rules::clearing::result_placeholder`)."""
+    return f'{_RESULT_OPEN}{page}">\n{note}{_RESULT_CLOSE}'
+
+
+def input_placeholder(page: str) -> str:
+    """The input of a cleared tool call naming `page`."""
+    return f"{_INPUT_OPEN}{page}{_INPUT_CLOSE}"
+
+
+def _is_page_id(page: str) -> bool:
+    return bool(page) and all(c.isascii() and (c.isalnum() or c in "_-") for c in page)
+
+
+def _result_page(text_: str):
+    if not text_.startswith(_RESULT_OPEN):
+        return None
+    page, quote, rest = text_[len(_RESULT_OPEN):].partition('"')
+    if not quote or not rest.startswith(">\n"):
+        return None
+    if not rest[len(">\n"):].endswith(_RESULT_CLOSE):
+        return None
+    return page if _is_page_id(page) else None
+
+
+def _input_page(input_json: str):
+    if not (input_json.startswith(_INPUT_OPEN) and input_json.endswith(_INPUT_CLOSE)):
+        return None
+    if len(input_json) < len(_INPUT_OPEN) + len(_INPUT_CLOSE):
+        return None
+    page = input_json[len(_INPUT_OPEN):len(input_json) - len(_INPUT_CLOSE)]
+    return page if _is_page_id(page) else None
+
+
+def cleared_page(block):
+    """The page a cleared block names (plugin-abi's `rules::clearing::cleared_page`), or
+    None for a block that is not a placeholder."""
+    if isinstance(block, types.ContentBlock_ToolResult):
+        content = block.value.content
+        if len(content) == 1 and isinstance(content[0], types.ToolResultPart_Text):
+            return _result_page(content[0].value)
+        return None
+    if isinstance(block, types.ContentBlock_ToolUse):
+        return _input_page(block.value.input_json)
+    return None
+
+
+def wrap_content(material: str) -> str:
+    """`material` as a prompt's `<content>` section, tags inside it escaped (the native SDK's
+    `sdk::prompt::wrap_content`)."""
+    escaped = (material.replace(_CONTENT_OPEN, "&lt;content&gt;")
+               .replace(_CONTENT_CLOSE, "&lt;/content&gt;"))
+    return f"{_CONTENT_OPEN}\n{escaped}\n{_CONTENT_CLOSE}"
+
+
+def content_section(prompt: str) -> str:
+    """The material of a prompt, as the host's offline summarizer reads it (the native SDK's
+    `sdk::prompt::content_section`): what stands between the last `</content>` and the last
+    `<content>` before it, without the newline `wrap_content` puts on each side; the whole
+    prompt when it has no such pair. For a test of what a prompt asks about."""
+    close = prompt.rfind(_CONTENT_CLOSE)
+    if close < 0:
+        return prompt
+    open_ = prompt.rfind(_CONTENT_OPEN, 0, close)
+    if open_ < 0:
+        return prompt
+    inner = prompt[open_ + len(_CONTENT_OPEN):close]
+    for newline in ("\r\n", "\n"):
+        if inner.startswith(newline):
+            inner = inner[len(newline):]
+            break
+    for newline in ("\r\n", "\n"):
+        if inner.endswith(newline):
+            inner = inner[:-len(newline)]
+            break
+    return inner
+
+
+def render_template(template: str, values) -> str:
+    """`template` with each `{name}` replaced by its value in `values` (name and value pairs,
+    as the WIT passes them), `{{` and `}}` writing braces (the native SDK's
+    `sdk::prompt::render_template`); raises the host's `Err` (`invalid-config`) for an unknown
+    placeholder or an unmatched brace."""
+    known = [name for name, _ in values]
+    out = []
+    i = 0
+    n = len(template)
+    while i < n:
+        c = template[i]
+        if template.startswith("{{", i) or template.startswith("}}", i):
+            out.append(c)
+            i += 2
+        elif c == "}":
+            raise _plugin_error(types.ErrorKind.INVALID_CONFIG, "prompt template: unmatched `}` "
+                                "(write `}}` for a literal brace)")
+        elif c == "{":
+            close = template.find("}", i)
+            if close < 0:
+                raise _plugin_error(types.ErrorKind.INVALID_CONFIG, "prompt template: unclosed "
+                                    "`{` (write `{{` for a literal brace)")
+            name = template[i + 1:close]
+            if name not in known:
+                listed = ", ".join("{" + k + "}" for k in known)
+                raise _plugin_error(types.ErrorKind.INVALID_CONFIG, "prompt template: unknown "
+                                    f"placeholder {{{name}}}; known: {listed}")
+            # The first value given for a name, as the native SDK looks it up.
+            out.append(next(v for k, v in values if k == name))
+            i = close + 1
+        else:
+            j = n
+            for brace in "{}":
+                k = template.find(brace, i)
+                if 0 <= k < j:
+                    j = k
+            out.append(template[i:j])
+            i = j
+    return "".join(out)
+
+
+def _result_text(parts) -> str:
+    return "\n".join(p.value if isinstance(p, types.ToolResultPart_Text)
+                     else "[non-text content]" for p in parts)
+
+
+def render_messages(messages) -> str:
+    """`messages` as the host renders them for a summarizer, simplified: the same lines, but
+    no block cut and cleared blocks shown as their placeholders (see the module's
+    docstring)."""
+    names = {}
+    lines = []
+    for m in messages:
+        role = m.role.name.lower()
+        if m.summary is not None:
+            said = "\n\n".join(b.value.text for b in m.content
+                                if isinstance(b, types.ContentBlock_Text))
+            lines.append(f"summary of earlier messages (page {m.summary.page_ref}): {said}")
+            continue
+        for b in m.content:
+            if isinstance(b, types.ContentBlock_Text):
+                lines.append(f"{role}: {b.value.text}")
+            elif isinstance(b, types.ContentBlock_ToolUse):
+                names[b.value.id] = b.value.name
+                lines.append(f"{role} called {b.value.name}({b.value.input_json})")
+            elif isinstance(b, types.ContentBlock_ToolResult):
+                r = b.value
+                verb = "failed" if r.is_error else "returned"
+                lines.append(f"{names.get(r.tool_use_id, 'tool')} {verb}: "
+                             f"{_result_text(r.content)}")
+            else:
+                lines.append(f"{role}: [non-text content]")
+    return "".join(line + "\n" for line in lines)
 
 
 def _plugin_error(kind, message):
@@ -268,11 +487,15 @@ class FakeHost:
             strategy.new_strategy(json.dumps(config or {}))
             return strategy.compact(request)
         except Err as e:
-            if e.value.kind == types.ErrorKind.PANICKED:
-                raise AssertionError(f"the strategy panicked: {e.value.message}") from None
-            raise _sdk.PluginError(e.value.kind, e.value.message) from None
+            error = e.value
         finally:
             _sdk._host = previous
+        # Raised outside the `except`: an `Err` is a frozen dataclass, and unittest, cleaning
+        # the traceback of a failure whose context it is, would fail on it instead of
+        # reporting the failure.
+        if error.kind == types.ErrorKind.PANICKED:
+            raise AssertionError(f"the strategy panicked: {error.message}")
+        raise _sdk.PluginError(error.kind, error.message)
 
     def info(self, strategy_class) -> dict:
         """What the component says about itself, its JSON decoded."""
@@ -340,6 +563,36 @@ class FakeHost:
             raise _plugin_error(types.ErrorKind.INVALID_INPUT,
                                 f"no input messages {start}..{end} of {len(self.messages)}")
         return page_id(self.messages[start:end])
+
+    def input_units(self):
+        return units(self.messages)
+
+    def summary_is_smaller(self, text_, start, end):
+        # The summary message as the host builds it (the native SDK's `summary_message`),
+        # weighed with this fake's counts.
+        replaced = self._span(start, end)
+        summary = types.Message(
+            types.Role.USER, [types.ContentBlock_Text(types.TextBlock(text_, ""))],
+            types.SummaryInfo("", "test", types.SummaryStatus.FINAL), "")
+        return self.count_message_tokens([summary]) < self.count_message_tokens(replaced)
+
+    def render_messages(self, messages):
+        return render_messages(messages)
+
+    def wrap_content(self, material):
+        return wrap_content(material)
+
+    def render_template(self, template, values):
+        return render_template(template, values)
+
+    def result_placeholder(self, page, note):
+        return result_placeholder(page, note)
+
+    def input_placeholder(self, page):
+        return input_placeholder(page)
+
+    def cleared_page(self, block):
+        return cleared_page(block)
 
     def complete(self, request):
         self.llm_requests.append(request)

@@ -1,203 +1,120 @@
-"""The template Python strategy: tool-result clearing (plugins/tool-result-clearing, the
-native strategy) ported to the Python guest SDK. Copy this directory to start a strategy of
-your own; docs/writing-a-plugin.md says how to build and load it.
+"""The template Python strategy: a port of examples/custom-strategy, the one example strategy
+tamp ships in all three languages (Rust, Python, JavaScript). With the same config and
+conversation the three make the same edits, byte for byte, and the same report (the
+end-to-end tests compare them). Copy this directory to start a strategy of your own;
+docs/writing-a-plugin.md says how to build and load it.
 
-Old tool outputs are cleared in place, no LLM: each replaced by a placeholder naming the
-page that keeps the original message. It makes the native strategy's edits with the same
-config, byte for byte (the end-to-end tests compare the two), but counts what each clearing
-costs exactly: with the page id its placeholder names, a lone block against its whole cleared
-message, so that no clearing grows the conversation whatever the config. `test_app.py` holds
-its unit tests (`python -m unittest`, against the SDK's fake host).
+It archives the oldest tool exchanges into pages and leaves a note in their place naming the
+tools called, optionally with a short LLM summary of what the calls found out: the newest
+`keep_exchanges` exchanges of the compactable range stay, the older ones go in runs of
+adjacent exchanges (a user turn between two ends a run), one page and one note per run.
+Everything a rule decides comes from the host (the units, the prompt's rendering, whether a
+note is smaller than what it replaces), so nothing here can drift from the Rust example.
+`test_app.py` holds its unit tests (`python -m unittest`, against the SDK's fake host).
 """
 
 import tamp_guest as tamp
-from tamp_guest.clearing import (
-    Clearing,
-    input_placeholder_tokens,
-    is_cleared,
-    result_placeholder_tokens,
-)
 
-DEFAULT_PLACEHOLDER = "Output of {tool} ({tokens} tokens) cleared; recall this page to read it."
-
-# The config, declared once: its schema, its defaults and its checks derive from this.
+# The config, declared once: its schema, its defaults and its checks derive from this (the
+# names, defaults, bounds and descriptions of the Rust example's `Config`).
 CONFIG = tamp.Config(
-    tamp.Integer("keep", 3, "The most recent tool uses whose results (and inputs) are left "
-                 "alone, counted over the whole conversation.", minimum=0, maximum=1000000),
-    tamp.Integer("clear_at_least", 2000, "Clear nothing unless at least this many tokens "
-                 "would go at once. 0: clear whatever is eligible.", minimum=0,
-                 maximum=100000000),
-    tamp.StringList("exclude_tools", [], "Tools whose results are never cleared."),
-    tamp.Boolean("clear_tool_inputs", False,
-                 "Also replace the input of each cleared call by a placeholder."),
-    tamp.Integer("min_result_tokens", 100,
-                 "Results smaller than this many tokens are left alone.", minimum=0,
-                 maximum=100000000),
-    tamp.String("placeholder", DEFAULT_PLACEHOLDER, "The note inside each placeholder: "
-                "`{tool}`, `{tokens}`, `{page}`; `{{` and `}}` for literal braces."),
-    description="How the strategy chooses what to clear.",
+    tamp.Integer("keep_exchanges", 3, "The newest tool exchanges (outside the protected "
+                 "recent messages) left as they are.", minimum=0, maximum=100000),
+    tamp.Integer("min_exchanges", 1, "Archive only when at least this many exchanges would "
+                 "go.", minimum=1),
+    tamp.Boolean("summarize", True, "Ask the host's LLM for a short summary of each archived "
+                 "run, not just the tool names."),
+    tamp.Integer("summary_tokens", 200, "Upper bound on each summary, in tokens (asked of the "
+                 "LLM).", minimum=16, maximum=4096),
+    tamp.Integer("max_summary_chars", 2000, "Hard cap on each summary's length, in characters: "
+                 "an LLM answer is cut here before it enters the conversation, whatever it "
+                 "says its length is.", minimum=1),
+    tamp.Integer("max_concurrency", 8, "At most this many summary requests run at once.",
+                 minimum=1, maximum=256),
+    description="The stage config (`[stage.config]` in a chain file).",
 )
 
+# The material goes last, inside the `<content>` section `wrap_content` writes: the host's
+# offline summarizer reads that section.
+PROMPT = ("Summarize what these tool calls found out, in a few sentences. Keep file paths, "
+          "identifiers, numbers and errors.\n")
 
-class ToolResultClearing(tamp.Strategy):
-    NAME = "py-tool-result-clearing"
+
+def runs_to_archive(c, keep_exchanges):
+    """The oldest tool exchanges of the compactable range, beyond the newest
+    `keep_exchanges`, in runs of adjacent exchanges (`tamp.Group`s)."""
+    exchanges = [u for u in tamp.units_within(c.units(), c.compactable)
+                 if u.kind == tamp.UnitKind.TOOL_EXCHANGE]
+    archive = exchanges[:max(0, len(exchanges) - keep_exchanges)]
+    return tamp.adjacent_runs(archive)
+
+
+def summary_prompt(run_messages):
+    """The prompt asking for a run's summary."""
+    return PROMPT + tamp.wrap_content(tamp.render_messages(run_messages))
+
+
+class ArchiveOldToolCalls(tamp.Strategy):
+    NAME = "py-custom-strategy"
     VERSION = "0.1.0"
-    DESCRIPTION = ("Clears old tool outputs in place, no LLM (a Python port of "
-                   "tool-result-clearing): each replaced by a placeholder naming the page "
-                   "that keeps it.")
+    DESCRIPTION = ("Archives the oldest tool exchanges into pages and leaves a note naming the "
+                   "tools called.")
     CONFIG = CONFIG
 
-    def __init__(self, config):
-        super().__init__(config)  # checked against CONFIG: self.config
-        self.keep = self.config["keep"]
-        self.clear_at_least = self.config["clear_at_least"]
-        self.min_result_tokens = self.config["min_result_tokens"]
-        self.exclude_tools = set(self.config["exclude_tools"])
-        self.clear_tool_inputs = self.config["clear_tool_inputs"]
-        self.placeholder = self.config["placeholder"]
-        # A bad template stops the chain from loading, not the first compaction.
-        self.note("tool", 0, "pg_0")
-
-    def note(self, tool, tokens, page):
-        try:
-            return tamp.render_template(
-                self.placeholder, {"tool": tool, "tokens": str(tokens), "page": page}
-            )
-        except tamp.PluginError as e:
-            message = e.message.removeprefix("prompt template: ")
-            raise tamp.invalid_config(f"placeholder: {message}") from None
-
-    def cost(self, message, index, block, tool, result, size, page):
-        """Tokens of the clearing of `block` in `message`, counted as `_Tokens` counted the
-        block: the whole cleared message when the block is its only one, else the
-        placeholder's text."""
-        note = self.note(tool, size, page) if result else None
-        if len(message.content) == 1:
-            probe = Clearing(message, index, page)
-            if result:
-                probe.clear_result(block, note)
-            else:
-                probe.clear_input(block)
-            return tamp.count_message_tokens([probe.message])
-        if result:
-            return result_placeholder_tokens(page, note)
-        return input_placeholder_tokens(page)
-
     def compact(self, c):
-        messages = c.messages
-        compactable = c.compactable
-        # The calls by id (position and tool), and the ids of the `keep` most recent.
-        calls = {}
-        order = []
-        for index, m in enumerate(messages):
-            for block, b in enumerate(m.content):
-                if isinstance(b, tamp.ContentBlock_ToolUse):
-                    calls[b.value.id] = (index, block, b.value.name)
-                    order.append(b.value.id)
-        kept = set(order[max(0, len(order) - self.keep):]) if self.keep else set()
+        config = self.config
+        runs = runs_to_archive(c, config["keep_exchanges"])
+        exchanges = sum(len(run.units) for run in runs)
+        if exchanges < config["min_exchanges"]:
+            return tamp.unchanged(f"{exchanges} tool exchange(s) old enough to archive, "
+                                  f"{config['min_exchanges']} needed")
 
-        tokens = _Tokens(c)
-        targets = []
-        inputs = []
-        for i in compactable:
-            m = messages[i]
-            for b, block in enumerate(m.content):
-                if not isinstance(block, tamp.ContentBlock_ToolResult):
-                    continue
-                call = calls.get(block.value.tool_use_id)
-                tool = call[2] if call else ""
-                if (block.value.tool_use_id in kept or tool in self.exclude_tools
-                        or is_cleared(block)):
-                    continue
-                size = tokens.block(i, b)
-                if size < self.min_result_tokens:
-                    continue
-                targets.append((i, b, tool, True, size))
-                if call and self.clear_tool_inputs:
-                    ci, cb, _ = call
-                    if ci in compactable and not is_cleared(messages[ci].content[cb]):
-                        inputs.append((ci, cb, tool, False, tokens.block(ci, cb)))
-        if not targets:
-            return tamp.unchanged(
-                f"no tool result to clear (the {self.keep} most recent tool uses are kept; "
-                f"results under {self.min_result_tokens} tokens, excluded tools and cleared "
-                "ones are left)"
-            )
-        targets.extend(inputs)
+        # Each run's messages, read once: only the runs are copied out of the host.
+        originals = [c.read(run.start, run.end) for run in runs]
+        answers = self.summarize_runs(originals) if config["summarize"] else [None] * len(runs)
 
-        # What each clearing will cost, sized with the page id its placeholder will name
-        # (the page of its message) and the note it will carry, and counted as its block
-        # was (a lone block as its whole message): a block no larger than its placeholder
-        # is left alone, so the conversation never grows (TAMP-INV-06).
-        pages = {}
-        worth = []
-        for t in targets:
-            index, block, tool, result, size = t
-            if index not in pages:
-                pages[index] = c.page_id(index)
-            cost = self.cost(messages[index], index, block, tool, result, size, pages[index])
-            if size > cost:
-                worth.append((t, size - cost))
-        results = sum(1 for t, _ in worth if t[3])
-        input_count = len(worth) - results
-        if results == 0:
-            return tamp.unchanged("no tool result is larger than its placeholder would be")
-
-        # One clearing per message, oldest first.
-        by_message = {}
-        freed = 0
-        for (index, block, tool, result, size), gain in worth:
-            clearing = by_message.get(index)
-            if clearing is None:
-                clearing = Clearing(messages[index], index, pages[index])
-                by_message[index] = clearing
-            if result:
-                clearing.clear_result(block, self.note(tool, size, clearing.page))
-            else:
-                clearing.clear_input(block)
-            freed += gain
-        if freed < self.clear_at_least:
-            return tamp.unchanged(
-                f"clearing {results} tool result(s) would free about {freed} tokens, less "
-                f"than clear_at_least ({self.clear_at_least})"
-            )
-        edits = [by_message[i].edit() for i in sorted(by_message)]
-        edits = [e for e in edits if e is not None]
-        inputs_note = f" and {input_count} tool input(s)" if input_count else ""
+        # Each run becomes one edit: the host archives its messages as a page and puts the
+        # note, with the page's ref, in their place.
+        warnings = []
+        edits = []
+        archived = 0
+        for run, messages, answer in zip(runs, originals, answers):
+            activity = tamp.tool_activity(messages)
+            note = f"Archived {activity.calls()} tool call(s): {activity.tool_list()}."
+            at = f"messages {run.start}..{run.end}"
+            if isinstance(answer, tamp.PluginError):
+                warnings.append(f"summary of {at} failed: {answer}")
+            elif answer is not None:
+                summarized = (note + "\n"
+                              + tamp.cap_chars(tamp.trim(answer.text),
+                                               config["max_summary_chars"]))
+                # A summary must not outweigh what it replaces (an LLM may answer far more
+                # than it was asked for): then the plain note stands alone.
+                if c.summary_is_smaller(summarized, run.start, run.end):
+                    note = summarized
+                else:
+                    warnings.append(f"summary of {at} is longer than the exchanges it "
+                                    "replaces; kept the plain note")
+            if not c.summary_is_smaller(note, run.start, run.end):
+                # Even the plain note outweighs these exchanges: leave them as they are.
+                continue
+            edits.append(tamp.summarize(run.start, run.end, note))
+            archived += len(run.units)
+        if not edits:
+            return tamp.unchanged("no run of tool exchanges outweighs its summary", warnings)
         return tamp.with_edits(
-            edits,
-            f"cleared {results} tool result(s){inputs_note} in {len(by_message)} message(s), "
-            f"about {freed} tokens; the {self.keep} most recent tool uses kept",
-            details={
-                "results_cleared": results,
-                "inputs_cleared": input_count,
-                "messages_cleared": len(by_message),
-                "tokens_freed": freed,
-            },
-        )
+            edits, f"archived {archived} tool exchange(s) in {len(edits)} run(s)", warnings)
+
+    def summarize_runs(self, originals):
+        """One LLM request per run, sent at once through the host: each answer an
+        `LlmResponse` or a `PluginError`, in run order."""
+        total = len(originals)
+        requests = [
+            tamp.llm_request("", summary_prompt(messages), self.config["summary_tokens"],
+                             label=f"run {i}/{total}")
+            for i, messages in enumerate(originals, 1)
+        ]
+        return tamp.complete_all(requests, self.config["max_concurrency"])
 
 
-class _Tokens:
-    """Block sizes as the native strategy counts them: a message's tokens (memoized by the
-    host, fetched for the whole input in one call) when the block is its only one, else the
-    block's own text."""
-
-    def __init__(self, c):
-        self._c = c
-        self._messages = None
-
-    def block(self, index, block):
-        m = self._c.messages[index]
-        if len(m.content) == 1:
-            if self._messages is None:
-                self._messages = self._c.message_tokens(0, len(self._c.messages))
-            return self._messages[index]
-        b = m.content[block]
-        if isinstance(b, tamp.ContentBlock_ToolResult):
-            return sum(tamp.count_tokens(p.value) for p in b.value.content)
-        if isinstance(b, tamp.ContentBlock_ToolUse):
-            return tamp.count_tokens(b.value.input_json)
-        return 0
-
-
-Strategy = tamp.export(ToolResultClearing)
+Strategy = tamp.export(ArchiveOldToolCalls)

@@ -1,96 +1,178 @@
 """The template's unit tests: plain CPython against the SDK's fake host, in milliseconds
-(`python -m unittest` in this directory). `tamp conformance` on the built component checks
-the rest: the host's real token counts, its checks of every edit, the sandbox."""
+(`python -m unittest` in this directory). They are the Rust example's (examples/
+custom-strategy) and more: the host's offline summarizer and the comparison with the Rust
+example are the end-to-end tests' part, and `tamp conformance` on the built component checks
+the rest (the host's real token counts, its checks of every edit, the sandbox)."""
 
 import unittest
 
 import tamp_guest as tamp
-from tamp_guest.clearing import cleared_page
-from tamp_guest.testing import FakeHost, assistant, page_id, system, tool_result, tool_use, user
+from tamp_guest.testing import (
+    FakeHost,
+    assistant,
+    content_section,
+    render_messages,
+    system,
+    tool_result,
+    tool_use,
+    user,
+)
 
-from app import ToolResultClearing
+from app import PROMPT, ArchiveOldToolCalls
+
+OUTPUT = "ok: " + "x" * 200
 
 
-def session(calls: int, output_bytes: int = 2000):
-    """A system prompt, a task, and `calls` tool calls with their results."""
-    messages = [system("You are terse."), user("Fix the failing test.")]
-    for i in range(calls):
-        messages.append(tool_use(f"call_{i}", "bash", '{"cmd": "make test"}'))
-        messages.append(tool_result(f"call_{i}", f"run {i}: " + "x" * output_bytes))
-    messages.append(assistant("Done."))
-    return messages
+def exchange(call_id, tool, output=OUTPUT):
+    """A call of `tool` and its result in an OpenAI `tool` message, as in the Rust tests."""
+    return [tool_use(call_id, tool, "{}"), tool_result(call_id, output, role="tool")]
+
+
+def conversation(output=OUTPUT):
+    """The Rust example's `runs_split_at_user_messages_and_keep_the_newest`: two exchanges, a
+    user message, two more, and the assistant's answer (messages 2..6 and 7..11)."""
+    return [
+        system("s"), user("go"),
+        *exchange("a", "bash", output), *exchange("b", "bash", output),
+        user("more"),
+        *exchange("c", "edit", output), *exchange("d", "edit", output),
+        assistant("done"),
+    ]
+
+
+def small_exchanges():
+    """Two exchanges, each alone in its run, each smaller than its note."""
+    return [system("s"), user("go"), *exchange("a", "bash", "ok"), user("more"),
+            *exchange("b", "edit", "ok"), assistant("done")]
+
+
+def compact(config, answers=None, messages=None):
+    """One compaction of `conversation()` with the last message protected, as in the Rust
+    test; the fake host too, for what it saw."""
+    host = FakeHost(answers=answers)
+    outcome = host.compact(ArchiveOldToolCalls, messages or conversation(),
+                           {"keep_exchanges": 1, **config}, keep_recent=1)
+    return outcome, host
+
+
+def spans(outcome):
+    return [(e.value.span.start, e.value.span.end) for e in outcome.edits]
+
+
+def texts(outcome):
+    return [e.value.text for e in outcome.edits]
 
 
 class Config(unittest.TestCase):
     def test_the_schema_and_the_checks_agree(self):
-        info = FakeHost().info(ToolResultClearing)
-        self.assertEqual(info["name"], "py-tool-result-clearing")
-        schema = info["config_schema"]
-        self.assertEqual(schema["properties"]["keep"]["type"], "integer")
-        self.assertEqual(info["default_config"]["keep"], 3)
-        # Every default is accepted, and a whole float is the integer JSON Schema says it is.
-        self.assertEqual(ToolResultClearing(info["default_config"]).keep, 3)
-        self.assertEqual(ToolResultClearing({"keep": 3.0}).keep, 3)
-        for bad, says in [({"keep": 3.5}, "keep: expected an integer"),
-                          ({"keep": -1}, "keep: -1 is out of range 0..=1000000"),
-                          ({"kept": 1}, "unknown field `kept`"),
-                          ({"placeholder": "{size}"}, "placeholder: unknown placeholder")]:
+        info = FakeHost().info(ArchiveOldToolCalls)
+        self.assertEqual(info["name"], "py-custom-strategy")
+        self.assertEqual(info["default_config"], {
+            "keep_exchanges": 3, "min_exchanges": 1, "summarize": True, "summary_tokens": 200,
+            "max_summary_chars": 2000, "max_concurrency": 8})
+        props = info["config_schema"]["properties"]
+        self.assertEqual((props["summary_tokens"]["minimum"], props["summary_tokens"]["maximum"]),
+                         (16, 4096))
+        self.assertEqual(ArchiveOldToolCalls(info["default_config"]).config["keep_exchanges"], 3)
+
+    def test_a_config_error_names_its_field(self):
+        for bad, says in [({"min_exchanges": 0}, "min_exchanges: 0 is out of range 1..="),
+                          ({"summary_tokens": 8}, "summary_tokens: 8 is out of range 16..=4096"),
+                          ({"summarize": "yes"}, "summarize: expected true or false"),
+                          ({"keep": 1}, "unknown field `keep`")]:
             with self.assertRaises(tamp.PluginError) as refused:
-                FakeHost().compact(ToolResultClearing, session(1), bad)
+                FakeHost().compact(ArchiveOldToolCalls, conversation(), bad)
             self.assertEqual(refused.exception.kind, tamp.ErrorKind.INVALID_CONFIG)
             self.assertIn(says, refused.exception.message)
 
 
-class Clearing(unittest.TestCase):
-    def test_old_results_are_cleared_naming_their_pages_and_the_recent_kept(self):
-        host = FakeHost()
-        messages = session(8)
-        outcome = host.compact(ToolResultClearing, messages, {"keep": 2}, keep_recent=2)
+class Grouping(unittest.TestCase):
+    def test_runs_split_at_user_messages_and_keep_the_newest(self):
+        outcome, host = compact({"summarize": False})
         self.assertTrue(outcome.report.acted, outcome.report.reason)
-        cleared = {e.value.index for e in outcome.edits}
-        results = [i for i, m in enumerate(messages)
-                   if isinstance(m.content[0], tamp.ContentBlock_ToolResult)]
-        self.assertEqual(sorted(cleared), results[:-2])
+        # The newest exchange (9..11) is kept; the others go in two runs, the user message
+        # between them left.
+        self.assertEqual(spans(outcome), [(2, 6), (7, 9)])
+        self.assertEqual(texts(outcome), ["Archived 2 tool call(s): bash ×2.",
+                                          "Archived 1 tool call(s): edit."])
+        self.assertEqual(outcome.report.reason, "archived 3 tool exchange(s) in 2 run(s)")
+        self.assertEqual(list(outcome.report.warnings), [])
+        self.assertEqual(host.llm_requests, [])
         for edit in outcome.edits:
-            index = edit.value.index
-            page = cleared_page(edit.value.message.content[0])
-            self.assertEqual(page, page_id([messages[index]]))
-        after = host.apply(outcome)
-        self.assertLess(host.count_message_tokens(after), host.count_message_tokens(messages))
-        # Cleared once: a second pass finds nothing more.
-        again = host.compact(ToolResultClearing, after, {"keep": 2}, keep_recent=2)
-        self.assertFalse(again.report.acted, again.report.reason)
+            self.assertEqual(edit.value.status, tamp.SummaryStatus.FINAL)
+            self.assertEqual(edit.value.metadata_json, "")
 
-    def test_nothing_is_cleared_below_clear_at_least(self):
-        outcome = FakeHost().compact(ToolResultClearing, session(2, 600), {"keep": 0},
-                                     keep_recent=1)
+    def test_nothing_is_archived_below_min_exchanges(self):
+        outcome, host = compact({"min_exchanges": 4})
         self.assertFalse(outcome.report.acted)
-        self.assertIn("less than clear_at_least (2000)", outcome.report.reason)
+        self.assertEqual(outcome.edits, [])
+        self.assertEqual(outcome.report.reason,
+                         "3 tool exchange(s) old enough to archive, 4 needed")
+        self.assertEqual(host.llm_requests, [])
 
-    def test_no_clearing_grows_its_message(self):
-        # Every result eligible, however small, and a tokenizer that, as real ones do, splits
-        # a page id's hex digits into more tokens than a run of zeros: a placeholder sized
-        # with a stand-in id would look cheaper than the one written, and some clearings
-        # would grow their message (TAMP-INV-06).
-        class HexCounts(FakeHost):
-            def count_tokens(self, content):
-                return super().count_tokens(content) + sum(c in "123456789abcdef" for c in content)
+    def test_only_exchanges_wholly_inside_the_compactable_range_go(self):
+        # The exchange 4..6 straddles the range's end.
+        host = FakeHost()
+        outcome = host.compact(ArchiveOldToolCalls, conversation(),
+                               {"keep_exchanges": 0, "summarize": False}, compactable=(2, 5))
+        self.assertEqual(spans(outcome), [(2, 4)])
 
-        host = HexCounts()
-        messages = [system("You are terse."), user("Fix the failing test.")]
-        for i in range(60):
-            messages.append(tool_use(f"call_{i}", "bash", "{}"))
-            messages.append(tool_result(f"call_{i}", "x" * (i * 12)))
-        outcome = host.compact(
-            ToolResultClearing, messages,
-            {"keep": 0, "clear_at_least": 0, "min_result_tokens": 0}, keep_recent=0)
-        self.assertTrue(outcome.report.acted, outcome.report.reason)
-        for edit in outcome.edits:
-            before = host.count_message_tokens([messages[edit.value.index]])
-            self.assertLess(host.count_message_tokens([edit.value.message]), before,
-                            f"the clearing of message {edit.value.index} grows it")
-        # The small outputs are left: their placeholders would cost more.
-        self.assertNotIn(3, {e.value.index for e in outcome.edits})
+    def test_exchanges_no_larger_than_their_note_are_left(self):
+        outcome, _ = compact({"summarize": False, "keep_exchanges": 0},
+                             messages=small_exchanges())
+        self.assertFalse(outcome.report.acted)
+        self.assertEqual(outcome.report.reason, "no run of tool exchanges outweighs its summary")
+
+
+class Summaries(unittest.TestCase):
+    def test_each_run_is_summarized_from_its_rendering(self):
+        outcome, host = compact({}, answers=["  bash listed the tree.\n", "edit fixed a.rs."])
+        messages = conversation()
+        self.assertEqual(len(host.llm_requests), 2)
+        for request, (start, end), label in zip(host.llm_requests, [(2, 6), (7, 9)],
+                                                 ["run 1/2", "run 2/2"]):
+            self.assertEqual(request.system, "")
+            self.assertTrue(request.prompt.startswith(PROMPT), request.prompt)
+            self.assertEqual(content_section(request.prompt),
+                             render_messages(messages[start:end]))
+            self.assertEqual(request.max_output_tokens, 200)
+            self.assertIsNone(request.temperature)
+            self.assertIsNone(request.response_schema_json)
+            self.assertEqual(request.label, label)
+        self.assertEqual(texts(outcome), [
+            "Archived 2 tool call(s): bash ×2.\nbash listed the tree.",
+            "Archived 1 tool call(s): edit.\nedit fixed a.rs.",
+        ])
+        self.assertEqual(list(outcome.report.warnings), [])
+
+    def test_a_failed_call_is_a_warning_and_the_plain_note_stands(self):
+        # The fake host has one answer: the second run's call fails.
+        outcome, _ = compact({}, answers=["bash listed the tree."])
+        self.assertTrue(outcome.report.acted)
+        self.assertEqual(texts(outcome), [
+            "Archived 2 tool call(s): bash ×2.\nbash listed the tree.",
+            "Archived 1 tool call(s): edit.",
+        ])
+        self.assertEqual(list(outcome.report.warnings), [
+            "summary of messages 7..9 failed: llm: the fake host has no answer left"])
+
+    def test_an_answer_is_cut_to_max_summary_chars(self):
+        outcome, _ = compact({"max_summary_chars": 10}, answers=lambda request: "é" * 500)
+        self.assertEqual(texts(outcome)[1], "Archived 1 tool call(s): edit.\n" + "é" * 9 + "…")
+
+    def test_an_answer_outweighing_its_run_leaves_the_plain_note(self):
+        outcome, _ = compact({}, answers=lambda request: "words " * 1000)
+        self.assertEqual(texts(outcome), ["Archived 2 tool call(s): bash ×2.",
+                                          "Archived 1 tool call(s): edit."])
+        self.assertEqual(list(outcome.report.warnings), [
+            f"summary of messages {at} is longer than the exchanges it replaces; kept the "
+            "plain note" for at in ("2..6", "7..9")])
+
+    def test_warnings_are_reported_when_nothing_is_archived(self):
+        outcome, _ = compact({"keep_exchanges": 0}, messages=small_exchanges())
+        self.assertFalse(outcome.report.acted)
+        self.assertEqual(len(outcome.report.warnings), 2)
+        self.assertIn("failed: llm:", outcome.report.warnings[0])
 
 
 if __name__ == "__main__":

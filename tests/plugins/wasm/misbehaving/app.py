@@ -10,13 +10,19 @@ sends, so that the kit fails exactly that check's rule:
 | `bomb` | allocates without end | a message over 1 MB | TAMP-EDGE-02 |
 | `trap` | calls `abort()`, which traps (`unreachable`; not a Python exception) | a conversation of more than two messages, all ASCII | TAMP-ERR-01 |
 | `break` | summarizes through the protected tail | whenever there is something to compact | TAMP-INV-03 |
+
+One mode behaves: `clear` clears the first tool result of the compactable range not cleared
+yet, with the SDK's clearing helpers, which ask the host for its placeholders and for what is
+cleared already (the end-to-end tests compare its clearing with the native rules'), its note
+rendered by the host's template rendering.
 """
 
 import os
 
 import tamp_guest as tamp
+from tamp_guest.clearing import Clearing, is_cleared
 
-MODES = ("loop", "bomb", "trap", "break")
+MODES = ("loop", "bomb", "trap", "break", "clear")
 
 
 class Misbehaving(tamp.Strategy):
@@ -60,7 +66,21 @@ class Misbehaving(tamp.Strategy):
                 [tamp.summarize(start, len(messages), "everything, the protected tail too")],
                 "summarized through the protected tail",
             )
+        if self.misbehave == "clear":
+            return _clear_first_result(c)
         return tamp.unchanged("nothing to break here")
+
+
+def _clear_first_result(c):
+    messages = c.messages
+    for index in c.compactable:
+        for block, b in enumerate(messages[index].content):
+            if isinstance(b, tamp.ContentBlock_ToolResult) and not is_cleared(b):
+                clearing = Clearing(messages[index], index, c.page_id(index))
+                note = tamp.render_template("cleared by {who} {{once}}", {"who": "the fixture"})
+                clearing.clear_result(block, note)
+                return tamp.with_edits([clearing.edit()], f"cleared message {index}")
+    return tamp.unchanged("no tool result to clear")
 
 
 def _text(message) -> str:
