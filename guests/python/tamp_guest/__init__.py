@@ -76,17 +76,28 @@ from wit_world.imports.types import (  # noqa: F401  (re-exported for strategies
 _host = _host_bindings
 
 
+_stand_in = None
+
+
 def _renderings():
     """The host that renders prompts and placeholders. The WIT lets a guest ask for those at
     any time, not only during `compact`; in plain CPython outside a fake host's `compact`
     (a unit test building a strategy, or checking a placeholder) there is no host to ask, so
-    a fake one answers: its renderings are the host's, exactly, but for a simpler
-    `render_messages` (see `tamp_guest.testing`)."""
+    a fake one answers (one, made on first use): its renderings are the host's, exactly, but
+    for a simpler `render_messages` (see `tamp_guest.testing`)."""
+    global _stand_in
     if _host is _host_bindings and not _IN_COMPONENT:
-        from .testing import FakeHost
+        if _stand_in is None:
+            from .testing import FakeHost
 
-        return FakeHost()
+            _stand_in = FakeHost()
+        return _stand_in
     return _host
+
+
+def _raised(e) -> "PluginError":
+    """The `PluginError` a host service's `Err` answer stands for, to raise."""
+    return PluginError(e.value.kind, e.value.message)
 
 
 from . import clearing  # noqa: E402,F401  (tamp_guest.clearing)
@@ -96,6 +107,7 @@ from .groups import (  # noqa: E402,F401
     Group,
     ToolActivity,
     adjacent_runs,
+    result_text,
     tool_activity,
     units_within,
 )
@@ -183,7 +195,7 @@ class Compaction:
         try:
             return _host.input_page_id(start, start + 1 if end is None else end)
         except Err as e:
-            raise PluginError(e.value.kind, e.value.message) from None
+            raise _raised(e) from None
 
     def units(self) -> list:
         """The input's units, in order, covering it (`Unit`: a `span` with `start` and `end`,
@@ -204,7 +216,7 @@ class Compaction:
         try:
             return _host.summary_is_smaller(text, start, end)
         except Err as e:
-            raise PluginError(e.value.kind, e.value.message) from None
+            raise _raised(e) from None
 
     def pinned(self) -> list:
         """The indexes of the input messages no stage may summarize, replace, clear or move
@@ -288,7 +300,7 @@ def complete(system: str, prompt: str, max_output_tokens: int, label: str = "",
     try:
         return _host.complete(request)
     except Err as e:
-        raise PluginError(e.value.kind, e.value.message) from None
+        raise _raised(e) from None
 
 
 def complete_all(requests, max_concurrency: int = 0) -> list:
@@ -310,7 +322,7 @@ def archive_page(messages, metadata=None) -> str:
     try:
         return _host.archive_page(list(messages), metadata_json)
     except Err as e:
-        raise PluginError(e.value.kind, e.value.message) from None
+        raise _raised(e) from None
 
 
 def progress(done: int, total: int, message: str) -> None:

@@ -92,9 +92,10 @@ class ToolActivity:
         return _list_counts(self.failed)
 
 
-def _result_text(parts) -> str:
-    # As the native SDK joins a result's parts (`sdk::prompt::result_text`): a failure is
-    # read from the same text whichever side reads it.
+def result_text(parts) -> str:
+    """A tool result's content as text: its text parts joined by newlines, any other part
+    noted as `[non-text content]` (the native SDK's `sdk::prompt::result_text`), so that a
+    failure is read from the same text whichever side reads it."""
     return "\n".join(p.value if isinstance(p, types.ToolResultPart_Text) else "[non-text content]"
                      for p in parts)
 
@@ -113,6 +114,6 @@ def tool_activity(messages) -> ToolActivity:
                 _bump(activity.tools, block.value.name)
             elif isinstance(block, types.ContentBlock_ToolResult):
                 r = block.value
-                if r.is_error or failed(_result_text(r.content), False):
+                if r.is_error or failed(result_text(r.content), False):
                     _bump(activity.failed, names.get(r.tool_use_id, "tool"))
     return activity

@@ -9,13 +9,7 @@ called at any time, from `__init__` too.
 And the native SDK's small text helpers answers are fitted with: `cap_chars` and `trim`.
 """
 
-from . import _renderings
-
-
-def _plugin_error(e):
-    from . import PluginError
-
-    return PluginError(e.value.kind, e.value.message)
+from . import _raised, _renderings
 
 
 def render_messages(messages) -> str:
@@ -44,7 +38,7 @@ def render_template(template: str, values: dict) -> str:
     try:
         return _renderings().render_template(template, pairs)
     except Err as e:
-        raise _plugin_error(e) from None
+        raise _raised(e) from None
 
 
 def cap_chars(text: str, max_chars: int) -> str:

@@ -41,6 +41,7 @@ import json
 
 import tamp_guest as _sdk
 from tamp_guest._bindings import Err, Ok, exports, host as _wit_host, types
+from tamp_guest.groups import result_text
 
 LogLevel = _wit_host.LogLevel
 
@@ -410,11 +411,6 @@ def render_template(template: str, values) -> str:
     return "".join(out)
 
 
-def _result_text(parts) -> str:
-    return "\n".join(p.value if isinstance(p, types.ToolResultPart_Text)
-                     else "[non-text content]" for p in parts)
-
-
 def render_messages(messages) -> str:
     """`messages` as the host renders them for a summarizer, simplified: the same lines, but
     no block cut and cleared blocks shown as their placeholders (see the module's
@@ -438,7 +434,7 @@ def render_messages(messages) -> str:
                 r = b.value
                 verb = "failed" if r.is_error else "returned"
                 lines.append(f"{names.get(r.tool_use_id, 'tool')} {verb}: "
-                             f"{_result_text(r.content)}")
+                             f"{result_text(r.content)}")
             else:
                 lines.append(f"{role}: [non-text content]")
     return "".join(line + "\n" for line in lines)

@@ -101,6 +101,19 @@ mod tests {
     use crate::conversation::ToolResultPart;
 
     /// A summary message, as a strategy's SDK makes one.
+    /// A user message holding only a tool result (no task, however early it stands).
+    fn lone_result() -> Message {
+        Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                tool_use_id: "a".into(),
+                content: vec![].into(),
+                is_error: false,
+                extra_json: Default::default(),
+            }],
+        )
+    }
+
     fn summary() -> Message {
         let mut message = Message::text(Role::User, "s");
         message.summary = abi_stable::std_types::ROption::RSome(crate::SummaryInfo {
@@ -175,15 +188,7 @@ mod tests {
         // An assistant first, a tool result or a summary is no task.
         let assistant = Message::text(Role::Assistant, "hi");
         assert_eq!(protected_head(&[sys.clone(), assistant, task]), 1);
-        let result = Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: "a".into(),
-                content: vec![].into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
-        );
+        let result = lone_result();
         assert_eq!(protected_head(&[sys.clone(), result]), 1);
         let summary = summary();
         assert_eq!(protected_head(&[sys, summary]), 1);
@@ -235,15 +240,7 @@ mod tests {
         let unanswered = [text(Role::User, "u1"), text(Role::User, "u2")];
         assert_eq!(protected_head(&unanswered), 1);
         // A tool result before any reply ends the opening turn where it stands.
-        let result = Message::new(
-            Role::User,
-            vec![ContentBlock::ToolResult {
-                tool_use_id: "a".into(),
-                content: vec![].into(),
-                is_error: false,
-                extra_json: Default::default(),
-            }],
-        );
+        let result = lone_result();
         let broken = [text(Role::User, "u1"), text(Role::User, "u2"), result];
         assert_eq!(protected_head(&broken), 1);
         // Once compacted, the first summary follows the opening turn.
