@@ -400,6 +400,20 @@ fn patched(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
     out
 }
 
+/// `component` with its tamp interfaces renamed from version `from` to `to` (of equal
+/// length): the same guest as if built against another version of the world.
+fn in_world(component: &[u8], from: &str, to: &str) -> Vec<u8> {
+    let mut bytes = component.to_vec();
+    for interface in ["types", "host", "strategy"] {
+        bytes = patched(
+            &bytes,
+            &format!("tamp:strategy/{interface}@{from}"),
+            &format!("tamp:strategy/{interface}@{to}"),
+        );
+    }
+    bytes
+}
+
 #[test]
 fn a_component_for_another_world_or_with_other_imports_is_refused_naming_why() {
     let dir = ScratchDir::new("wasm-refused");
@@ -412,16 +426,8 @@ fn a_component_for_another_world_or_with_other_imports_is_refused_naming_why() {
     // The same guest, its interfaces renamed to an older world: refused naming both.
     let older = format!("{major}.{}.0", minor.saturating_sub(1));
     assert_eq!(older.len(), version.len());
-    let mut bytes = built.clone();
-    for interface in ["types", "host", "strategy"] {
-        bytes = patched(
-            &bytes,
-            &format!("tamp:strategy/{interface}@{version}"),
-            &format!("tamp:strategy/{interface}@{older}"),
-        );
-    }
     let old_world = dir.join("old-world.wasm");
-    std::fs::write(&old_world, &bytes).unwrap();
+    std::fs::write(&old_world, in_world(&built, version, &older)).unwrap();
     let err = LoadedPlugin::load(&old_world).unwrap_err().to_string();
     assert!(
         err.contains(&format!("tamp:strategy@{older}"))
@@ -433,16 +439,8 @@ fn a_component_for_another_world_or_with_other_imports_is_refused_naming_why() {
     let patch: u64 = version.rsplit('.').next().unwrap().parse().unwrap();
     if patch > 0 {
         let earlier = format!("{major}.{minor}.0");
-        let mut bytes = built.clone();
-        for interface in ["types", "host", "strategy"] {
-            bytes = patched(
-                &bytes,
-                &format!("tamp:strategy/{interface}@{version}"),
-                &format!("tamp:strategy/{interface}@{earlier}"),
-            );
-        }
         let earlier_world = dir.join("earlier-patch.wasm");
-        std::fs::write(&earlier_world, &bytes).unwrap();
+        std::fs::write(&earlier_world, in_world(&built, version, &earlier)).unwrap();
         let loaded = LoadedPlugin::load(&earlier_world).unwrap();
         assert_eq!(loaded.meta().plugin_api_version, earlier);
         let conversation = corpus_conversation("anthropic", &corpus_names()[0]);
